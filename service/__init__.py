@@ -1,0 +1,1 @@
+"""An online-learning perceptron service: predict now, learn from the label later."""

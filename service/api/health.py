@@ -1,0 +1,29 @@
+"""Liveness and readiness probes."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from ..errors import Unavailable
+from .deps import EngineDep
+from .schemas import ErrorResponse, Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def read_health() -> Health:
+    """The process is alive."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", responses={503: {"model": ErrorResponse}})
+async def read_readiness(engine: EngineDep) -> Health:
+    """The store answers, so the service can serve requests."""
+    try:
+        await engine.store.ping()
+    except Exception as e:  # any failure to reach the store means not ready
+        raise Unavailable(
+            f"The model store is not answering ({type(e).__name__}).", code="store_unavailable"
+        ) from e
+    return Health(status="ok", store="up")

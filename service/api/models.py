@@ -1,0 +1,53 @@
+"""Routes of the /models resource: create, read, list, delete, weights."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Body, Response
+
+from .deps import EngineDep
+from .schemas import ErrorResponse, ModelInfo, ModelList, ModelSpec, WeightsResponse
+from .views import model_info, weights_view
+
+router = APIRouter(prefix="/models", tags=["models"])
+errors = {
+    404: {"model": ErrorResponse},
+    409: {"model": ErrorResponse},
+    422: {"model": ErrorResponse},
+}
+
+
+@router.put("/{name}", status_code=201, responses=errors)
+async def create_model(
+    name: str, engine: EngineDep, response: Response, spec: ModelSpec | None = Body(None)
+) -> ModelInfo:
+    """Create a model (201), or confirm one with the same configuration (200)."""
+    params = (spec or ModelSpec()).model_dump()
+    _, created = await engine.create_model(name, params)
+    if not created:
+        response.status_code = 200
+    return model_info(name, *await engine.read_model(name))
+
+
+@router.get("", responses=errors)
+async def list_models(engine: EngineDep) -> ModelList:
+    """List every model with its configuration and counters."""
+    return ModelList(models=[model_info(*m) for m in await engine.list_models()])
+
+
+@router.get("/{name}", responses=errors)
+async def read_model(name: str, engine: EngineDep) -> ModelInfo:
+    """Read a model's configuration, version and counters."""
+    return model_info(name, *await engine.read_model(name))
+
+
+@router.delete("/{name}", status_code=204, responses=errors)
+async def delete_model(name: str, engine: EngineDep) -> Response:
+    """Delete a model, its weights and its counters."""
+    await engine.delete_model(name)
+    return Response(status_code=204)
+
+
+@router.get("/{name}/weights", responses=errors)
+async def read_weights(name: str, engine: EngineDep) -> WeightsResponse:
+    """Read the current weights and bias (and the averaged ones when enabled)."""
+    return weights_view(await engine.current_replica(name))

@@ -1,0 +1,131 @@
+"""Request and response bodies, named by direction."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, WithJsonSchema
+
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+LabelValue = StrictInt | StrictStr
+# Values are checked by the learner (numbers, finite), which names the problem precisely.
+FeatureValues = Annotated[
+    list[Any] | dict[str, Any],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "number"}},
+                {"type": "object", "additionalProperties": {"type": "number"}},
+            ]
+        }
+    ),
+]
+ModelName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelSpec(_Body):
+    """A model's configuration, fixed at creation."""
+
+    classes: list[LabelValue] = Field(default=[-1, 1], min_length=2)
+    multiclass: Literal["multiclass", "ovr", "ovo"] = "multiclass"
+    n_features: StrictInt | None = None
+    hash_bits: StrictInt = 18
+    fit_bias: bool = True
+    learning_rate: FiniteFloat = 1.0
+    margin: FiniteFloat = 0.0
+    averaged: bool = False
+    feedback_ttl_s: StrictInt = 86_400
+
+
+class Counters(BaseModel):
+    predictions: int = 0
+    feedback: int = 0
+    learned: int = 0
+    mistakes: int = 0
+    updates: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    unknown_feedback: int = 0
+    seen: int = 0
+
+
+class ModelInfo(BaseModel):
+    name: str
+    config: ModelSpec
+    version: int = Field(description="Number of weight updates so far.")
+    created: int = Field(description="Creation time, Unix seconds.")
+    counters: Counters
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class PredictRequest(_Body):
+    model: ModelName = "default"
+    features: FeatureValues
+
+
+class PredictResponse(BaseModel):
+    prediction_id: str
+    label: LabelValue
+    score: float | None = Field(None, description="Binary models: w.x + b.")
+    scores: dict[str, float] | None = Field(
+        None, description="Multiclass models: score per class (ovo: votes per class)."
+    )
+    version: int
+
+
+class FeedbackRequest(_Body):
+    prediction_id: Annotated[str, Field(min_length=1, max_length=200)]
+    label: LabelValue
+
+
+class FeedbackResponse(BaseModel):
+    mistake: bool
+    updated: bool
+    version: int
+    duplicate: bool = False
+
+
+class LearnRequest(_Body):
+    model: ModelName = "default"
+    features: FeatureValues
+    label: LabelValue
+
+
+class LearnResponse(BaseModel):
+    label: LabelValue = Field(description="The prediction made before learning.")
+    mistake: bool
+    updated: bool
+    version: int
+
+
+class WeightRow(BaseModel):
+    target: str = Field(description="What the row scores: a class, 'i|j' for ovo, or 'binary'.")
+    weights: list[float] | dict[str, float] = Field(
+        description="Dense models: a list; named features: non-zero buckets by index."
+    )
+    bias: float
+
+
+class WeightsResponse(BaseModel):
+    model: str
+    version: int
+    seen: int
+    rows: list[WeightRow]
+    averaged: list[WeightRow] | None = None
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+    code: str
+
+
+class Health(BaseModel):
+    status: str
+    store: str | None = None

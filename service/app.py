@@ -1,0 +1,102 @@
+"""create_app(settings) -> FastAPI: the lifespan opens the store; errors map to HTTP here."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .api import health, learning, models
+from .engine import Engine
+from .errors import ServiceError, Unavailable
+from .settings import Settings
+from .store import open_store
+
+log = logging.getLogger("perceptron")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = Engine(open_store(settings), settings)
+        app.state.engine = engine
+        starter = asyncio.create_task(_ensure_default(engine)) if settings.default_model else None
+        try:
+            yield
+        finally:
+            if starter is not None:
+                starter.cancel()
+                with suppress(asyncio.CancelledError):
+                    await starter
+            await engine.close()
+            await engine.store.close()
+
+    app = FastAPI(
+        title="Perceptron service",
+        summary="An online perceptron over HTTP; its weights shared through Redis.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.include_router(models.router)
+    app.include_router(learning.router)
+    app.include_router(health.router)
+    _add_error_handlers(app)
+    return app
+
+
+async def _ensure_default(engine: Engine) -> None:
+    """Create the 'default' model, retrying until the store answers."""
+    while True:
+        try:
+            await engine.create_model("default", {})
+            return
+        except ServiceError as e:
+            log.warning("the 'default' model was not created: %s", e.message)
+            return
+        except Exception as e:  # the store may not be up yet
+            log.warning("store not reachable yet (%s); will create 'default' later", e)
+            await asyncio.sleep(1.0)
+
+
+def _error(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServiceError)
+    async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        headers = None
+        if isinstance(exc, Unavailable):
+            headers = {"Retry-After": str(exc.retry_after_s)}
+        return _error(exc.status, exc.code, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":
+            return _error(400, "malformed_json", "The request body is not valid JSON.")
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        message = first.get("msg", "invalid value")
+        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
+        return _error(422, "validation_error", f"Invalid '{where}': {message}{more}.")
+
+    @app.exception_handler(RedisConnectionError)
+    @app.exception_handler(RedisTimeoutError)
+    async def on_store_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("store unavailable: %s", type(exc).__name__)
+        return _error(
+            503,
+            "store_unavailable",
+            "The model store is not answering; retry shortly.",
+            {"Retry-After": "1"},
+        )

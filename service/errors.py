@@ -1,0 +1,62 @@
+"""Domain errors. Each base class maps to one HTTP status in app.py; ``code`` is stable."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base of every error a client may see; ``status`` is the HTTP status it maps to."""
+
+    status = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class InvalidInput(ServiceError):
+    """The request is well-formed JSON but its content is not accepted."""
+
+    status = 422
+    code = "invalid_input"
+
+
+class NotFound(ServiceError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    status = 409
+    code = "conflict"
+
+
+class Unavailable(ServiceError):
+    """The store cannot be reached or the model is too busy right now; retry later."""
+
+    status = 503
+    code = "unavailable"
+    retry_after_s = 1
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Model {name!r} does not exist; create it with PUT /models/{name}.")
+
+
+class PredictionNotFound(NotFound):
+    code = "prediction_not_found"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Unknown or expired prediction_id: feedback is accepted for a prediction this "
+            "service made within the model's feedback_ttl_s."
+        )
+
+
+class StaleModel(Exception):
+    """The model was deleted and created again since this worker read its configuration."""

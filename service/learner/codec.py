@@ -1,0 +1,66 @@
+"""Byte layouts of what the store keeps: prediction payloads, update-log entries, snapshots.
+
+A payload is everything a later update needs, written when a prediction is made: the raw
+score of every row (float64) followed by the example, dense values (float64) or, for named
+features, bucket indices (int32) then values (float64). A log entry is ``b"k|t|" + payload``:
+the ordinal of the labelled example, the true class index, and the payload. Replaying the
+entries in log order through the learner reproduces the weights bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .config import ModelConfig
+from .features import Example
+from .perceptron import Weights
+
+
+def pack_payload(config: ModelConfig, raw: np.ndarray, x: Example) -> bytes:
+    head = raw.astype(np.float64, copy=False).tobytes()
+    if x.index is None:
+        return head + x.values.tobytes()
+    return head + x.index.astype(np.int32).tobytes() + x.values.tobytes()
+
+
+def unpack_payload(config: ModelConfig, data: bytes) -> tuple[np.ndarray, Example]:
+    n = config.n_scores
+    raw = np.frombuffer(data, dtype=np.float64, count=n)
+    rest = memoryview(data)[8 * n :]
+    if config.dense:
+        return raw, Example(np.frombuffer(rest, dtype=np.float64))
+    nnz = len(rest) // 12
+    index = np.frombuffer(rest, dtype=np.int32, count=nnz).astype(np.int64)
+    values = np.frombuffer(rest, dtype=np.float64, offset=4 * nnz)
+    return raw, Example(values, index)
+
+
+def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarray, Example]:
+    """Split a log entry into (example ordinal k, true class index, raw scores, example)."""
+    k, t, payload = entry.split(b"|", 2)
+    raw, x = unpack_payload(config, payload)
+    return int(k), int(t), raw, x
+
+
+def pack_weights(weights: Weights) -> bytes:
+    parts = [weights.w, weights.b]
+    if weights.wsum is not None and weights.bsum is not None:
+        parts += [weights.wsum, weights.bsum]
+    return b"".join(np.ascontiguousarray(p, dtype=np.float64).tobytes() for p in parts)
+
+
+def unpack_weights(config: ModelConfig, data: bytes, version: int, seen: int) -> Weights:
+    """Weights from a snapshot; an empty snapshot means all zeros."""
+    weights = Weights.zeros(config)
+    if data:
+        flat = np.frombuffer(data, dtype=np.float64).copy()
+        rows, dim = config.n_rows, config.dim
+        sizes = [rows * dim, rows] * (2 if config.averaged else 1)
+        if len(flat) != sum(sizes):
+            raise ValueError(f"Snapshot holds {len(flat)} numbers; this model needs {sum(sizes)}.")
+        w, b, *avg = np.split(flat, np.cumsum(sizes)[:-1])
+        weights.w, weights.b = w.reshape(rows, dim), b
+        if avg:
+            weights.wsum, weights.bsum = avg[0].reshape(rows, dim), avg[1]
+    weights.version, weights.seen = version, seen
+    return weights

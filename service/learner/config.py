@@ -1,0 +1,156 @@
+"""A model's configuration: fixed when the model is created, validated eagerly."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+Label = int | str
+Strategy = Literal["multiclass", "ovr", "ovo"]
+STRATEGIES: tuple[str, ...] = ("multiclass", "ovr", "ovo")
+
+
+class ConfigError(ValueError):
+    """A configuration parameter is out of its accepted range."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+
+def _bad(parameter: str, accepted: str, got: object) -> ConfigError:
+    return ConfigError(
+        parameter, f"The '{parameter}' parameter must be {accepted}. Got {got!r} instead."
+    )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything that defines a perceptron model; immutable once the model exists.
+
+    >>> ModelConfig().n_rows
+    1
+    >>> ModelConfig(classes=("a", "b", "c"), multiclass="ovo").n_rows
+    3
+    """
+
+    classes: tuple[Label, ...] = (-1, 1)
+    multiclass: Strategy = "multiclass"
+    n_features: int | None = None
+    hash_bits: int = 18
+    fit_bias: bool = True
+    learning_rate: float = 1.0
+    margin: float = 0.0
+    averaged: bool = False
+    feedback_ttl_s: int = 86_400
+
+    def __post_init__(self) -> None:
+        self._check()
+
+    @cached_property
+    def _index(self) -> dict[Label, int]:
+        return {c: i for i, c in enumerate(self.classes)}
+
+    def _check(self) -> None:
+        classes = self.classes
+        if not isinstance(classes, tuple) or len(classes) < 2:
+            raise _bad("classes", "a list of at least 2 labels", classes)
+        for c in classes:
+            if isinstance(c, bool) or not isinstance(c, int | str):
+                raise _bad("classes", "a list of integers or strings", list(classes))
+        if len(set(classes)) != len(classes):
+            raise _bad("classes", "a list of distinct labels", list(classes))
+        if self.multiclass not in STRATEGIES:
+            raise _bad("multiclass", "one of 'multiclass', 'ovr', 'ovo'", self.multiclass)
+        n = self.n_features
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise _bad("n_features", "an int >= 1 or null", n)
+        hb = self.hash_bits
+        if isinstance(hb, bool) or not isinstance(hb, int) or not 1 <= hb <= 30:
+            raise _bad("hash_bits", "an int in [1, 30]", hb)
+        lr = self.learning_rate
+        if not _is_real(lr) or not math.isfinite(lr) or lr <= 0:
+            raise _bad("learning_rate", "a float > 0", lr)
+        m = self.margin
+        if not _is_real(m) or not math.isfinite(m) or m < 0:
+            raise _bad("margin", "a float >= 0", m)
+        ttl = self.feedback_ttl_s
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+            raise _bad("feedback_ttl_s", "an int >= 1", ttl)
+        for name in ("fit_bias", "averaged"):
+            if not isinstance(getattr(self, name), bool):
+                raise _bad(name, "a boolean", getattr(self, name))
+
+    @property
+    def binary(self) -> bool:
+        return len(self.classes) == 2
+
+    @property
+    def strategy(self) -> str:
+        """'binary' for two classes, otherwise the multiclass strategy."""
+        return "binary" if self.binary else self.multiclass
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def dense(self) -> bool:
+        return self.n_features is not None
+
+    @property
+    def dim(self) -> int:
+        """Length of one weight vector: n_features, or 2**hash_bits buckets."""
+        return self.n_features if self.n_features is not None else 1 << self.hash_bits
+
+    @property
+    def n_rows(self) -> int:
+        """How many weight vectors the model keeps."""
+        k = self.n_classes
+        if k == 2:
+            return 1
+        if self.multiclass == "ovo":
+            return k * (k - 1) // 2
+        return k
+
+    @property
+    def n_scores(self) -> int:
+        """How many raw scores a prediction keeps for its later update (one per row)."""
+        return self.n_rows
+
+    def class_index(self, label: object) -> int | None:
+        """Index of ``label`` in ``classes``, or None when it is not one of them."""
+        if isinstance(label, bool) or not isinstance(label, int | str):
+            return None
+        return self._index.get(label)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["classes"] = list(self.classes)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        known = {k: v for k, v in data.items() if k in _FIELDS}
+        if "classes" in known and isinstance(known["classes"], list):
+            known["classes"] = tuple(known["classes"])
+        return cls(**known)
+
+
+def _is_real(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+_FIELDS = {
+    "classes",
+    "multiclass",
+    "n_features",
+    "hash_bits",
+    "fit_bias",
+    "learning_rate",
+    "margin",
+    "averaged",
+    "feedback_ttl_s",
+}

@@ -1,0 +1,103 @@
+"""Turning a request's features into a vector: dense lists or hashed named features."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import ModelConfig
+
+
+class FeatureError(ValueError):
+    """The features do not fit the model; ``code`` names the problem."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """One feature vector. Dense when ``index`` is None, else sparse over weight buckets.
+
+    Sparse indices are sorted and unique: the values of names that hash to one bucket are
+    summed (exactly, with ``math.fsum``).
+    """
+
+    values: np.ndarray
+    index: np.ndarray | None = None
+
+    @property
+    def sq_norm(self) -> float:
+        return float(self.values @ self.values)
+
+
+def bucket(name: str, hash_bits: int) -> int:
+    """The weight bucket of a named feature: CRC-32 of its UTF-8 bytes, low ``hash_bits`` bits.
+
+    Stable across processes, machines and Python versions.
+
+    >>> bucket("colour=red", 18)
+    170420
+    """
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) & ((1 << hash_bits) - 1)
+
+
+def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float]) -> Example:
+    """Validate ``features`` against ``config`` and return the example the learner uses."""
+    if isinstance(features, Mapping):
+        if config.dense:
+            raise FeatureError(
+                "wrong_dimension",
+                f"This model takes dense features: a list of exactly {config.n_features} "
+                "numbers, not an object of named features.",
+            )
+        return _encode_named(config, list(features.keys()), list(features.values()))
+    if not isinstance(features, Sequence) or isinstance(features, str | bytes):
+        raise FeatureError("invalid_features", "Features must be a list of numbers or an object.")
+    if config.dense:
+        if len(features) != config.n_features:
+            raise FeatureError(
+                "wrong_dimension",
+                f"This model takes exactly {config.n_features} features; got {len(features)}.",
+            )
+        values = _finite_array(features)
+        return Example(values)
+    return _encode_named(config, [str(i) for i in range(len(features))], list(features))
+
+
+def _finite_array(values: Sequence[float]) -> np.ndarray:
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise FeatureError("invalid_features", f"Feature values must be numbers; got {v!r}.")
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(arr).all():
+        raise FeatureError(
+            "non_finite_feature", "Feature values must be finite numbers: NaN and infinity are not."
+        )
+    return arr
+
+
+def _encode_named(config: ModelConfig, names: list[str], values: Sequence[float]) -> Example:
+    if not names:
+        raise FeatureError("empty_features", "At least one feature is needed.")
+    arr = _finite_array(values)
+    bits = config.hash_bits
+    idx = np.fromiter((bucket(n, bits) for n in names), dtype=np.int64, count=len(names))
+    order = np.argsort(idx, kind="stable")
+    idx, arr = idx[order], arr[order]
+    uniq, starts = np.unique(idx, return_index=True)
+    if len(uniq) != len(idx):
+        # Colliding names share a bucket; fsum makes the sum independent of their order.
+        arr = np.array([math.fsum((0.0, *arr[s:e])) for s, e in _runs(starts, len(idx))])
+        idx = uniq
+    return Example(arr, idx)
+
+
+def _runs(starts: np.ndarray, n: int) -> list[tuple[int, int]]:
+    bounds = [*starts.tolist(), n]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))

@@ -1,0 +1,191 @@
+"""The perceptron's arithmetic: scores, predictions, update rules and averaging.
+
+Pure numpy, no I/O. The service runs these same functions on its worker-local copy of the
+weights, so this module is the specification of every number the service returns.
+
+Conventions (also in the README):
+
+- score ``s = w.x + b``; a binary model predicts ``classes[1]`` iff ``s > 0``;
+- binary update iff ``y * s <= margin`` with ``y = +1`` for ``classes[1]`` and ``-1`` for
+  ``classes[0]``: ``w += learning_rate * y * x`` and ``b += learning_rate * y``;
+- ``multiclass``: predict the argmax (ties to the first class); update iff the prediction is
+  wrong, or (margin > 0) the true class beats the best other class by no more than ``margin``;
+  the true class gets ``+learning_rate * x``, the best other class ``-learning_rate * x``;
+- ``ovr``: one binary perceptron per class (that class positive), each with the binary rule;
+- ``ovo``: one binary perceptron per pair ``i < j`` (``classes[j]`` positive), trained only on
+  examples of ``i`` or ``j``; predict by majority vote, ties to the first class;
+- learning always uses the current weights; with ``averaged`` the served prediction uses the
+  mean of the weights after each labelled example seen so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+
+from .config import ModelConfig
+from .features import Example
+
+
+@dataclass
+class Weights:
+    """A model's learned state: one weight row (and bias) per binary or class perceptron.
+
+    With ``averaged``, ``wsum``/``bsum`` accumulate ``(k - 1) * delta`` for the update made at
+    the k-th labelled example, so that the mean of the weights after each of ``seen`` examples
+    is ``w - wsum / seen`` without keeping any history.
+    """
+
+    w: np.ndarray
+    b: np.ndarray
+    wsum: np.ndarray | None = None
+    bsum: np.ndarray | None = None
+    version: int = 0  # number of updates applied
+    seen: int = 0  # number of labelled examples counted
+
+    @classmethod
+    def zeros(cls, config: ModelConfig) -> Weights:
+        rows, dim = config.n_rows, config.dim
+        avg = config.averaged
+        return cls(
+            w=np.zeros((rows, dim)),
+            b=np.zeros(rows),
+            wsum=np.zeros((rows, dim)) if avg else None,
+            bsum=np.zeros(rows) if avg else None,
+        )
+
+    def averaged(self) -> tuple[np.ndarray, np.ndarray]:
+        """The mean weights and biases over the ``seen`` examples (current ones if none)."""
+        if self.wsum is None or self.bsum is None or self.seen == 0:
+            return self.w, self.b
+        return self.w - self.wsum / self.seen, self.b - self.bsum / self.seen
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The rows an update changes and the coefficient each row's ``x`` is multiplied by."""
+
+    rows: np.ndarray
+    coefs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __bool__(self) -> bool:
+        return len(self.rows) > 0
+
+
+def _dot(w: np.ndarray, b: np.ndarray, x: Example) -> np.ndarray:
+    if x.index is None:
+        return w @ x.values + b
+    return w[:, x.index] @ x.values + b
+
+
+def raw_scores(weights: Weights, x: Example) -> np.ndarray:
+    """Scores of the current weights, one per row: what learning uses."""
+    return _dot(weights.w, weights.b, x)
+
+
+def served_scores(config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
+    """Scores a prediction is served with: averaged weights when ``averaged`` is on."""
+    if not config.averaged or weights.seen == 0 or weights.wsum is None:
+        return raw_scores(weights, x)
+    assert weights.bsum is not None
+    n = weights.seen
+    if x.index is None:
+        w = weights.w - weights.wsum / n
+    else:
+        w = weights.w[:, x.index] - weights.wsum[:, x.index] / n
+        x = Example(x.values)
+    return _dot(w, weights.b - weights.bsum / n, x)
+
+
+@cache
+def ovo_pairs(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class indices ``(i, j)``, ``i < j``, of each one-vs-one row, in row order."""
+    i, j = np.triu_indices(n_classes, k=1)
+    return i.astype(np.int64), j.astype(np.int64)
+
+
+def class_votes(n_classes: int, scores: np.ndarray) -> np.ndarray:
+    """One-vs-one votes per class: row (i, j) votes ``j`` when its score is > 0, else ``i``."""
+    i, j = ovo_pairs(n_classes)
+    winners = np.where(scores > 0, j, i)
+    return np.bincount(winners, minlength=n_classes)
+
+
+def predict_index(config: ModelConfig, scores: np.ndarray) -> int:
+    """The index in ``classes`` of the predicted label."""
+    if config.binary:
+        return 1 if scores[0] > 0 else 0
+    if config.multiclass == "ovo":
+        return int(np.argmax(class_votes(config.n_classes, scores)))
+    return int(np.argmax(scores))
+
+
+def update_plan(config: ModelConfig, raw: np.ndarray, t: int) -> Plan:
+    """What learning the true class index ``t`` changes, given the current raw scores."""
+    lr, m = config.learning_rate, config.margin
+    if config.binary:
+        y = 1.0 if t == 1 else -1.0
+        if y * raw[0] <= m:
+            return Plan(np.array([0]), np.array([lr * y]))
+        return Plan(np.zeros(0, dtype=np.int64))
+    if config.multiclass == "ovr":
+        y = np.full(config.n_classes, -1.0)
+        y[t] = 1.0
+        rows = np.flatnonzero(y * raw <= m)
+        return Plan(rows, lr * y[rows])
+    if config.multiclass == "ovo":
+        i, j = ovo_pairs(config.n_classes)
+        rows = np.flatnonzero((i == t) | (j == t))
+        y = np.where(j[rows] == t, 1.0, -1.0)
+        rows, y = rows[y * raw[rows] <= m], y[y * raw[rows] <= m]
+        return Plan(rows, lr * y)
+    rival = _best_other(raw, t)
+    predicted = int(np.argmax(raw))
+    if predicted != t or (m > 0 and raw[t] - raw[rival] <= m):
+        return Plan(np.array([t, rival]), np.array([lr, -lr]))
+    return Plan(np.zeros(0, dtype=np.int64))
+
+
+def _best_other(raw: np.ndarray, t: int) -> int:
+    others = raw.copy()
+    others[t] = -np.inf
+    return int(np.argmax(others))
+
+
+def updates_by_label(config: ModelConfig, raw: np.ndarray) -> list[bool]:
+    """For each possible true class, whether learning it would change the weights."""
+    return [bool(update_plan(config, raw, t)) for t in range(config.n_classes)]
+
+
+def apply(config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int) -> None:
+    """Apply ``plan`` for example ``x``, the ``k``-th labelled example, in place."""
+    if not plan:
+        return
+    rows, coefs = plan.rows, plan.coefs
+    if x.index is None:
+        if len(rows) == 1:
+            delta = coefs[0] * x.values
+            weights.w[rows[0]] += delta
+        else:
+            delta = coefs[:, None] * x.values
+            weights.w[rows] += delta
+        cols: np.ndarray | slice = slice(None)
+    else:
+        delta = coefs[:, None] * x.values
+        cols = x.index
+        weights.w[np.ix_(rows, cols)] += delta
+    if config.fit_bias:
+        weights.b[rows] += coefs
+    if weights.wsum is not None and weights.bsum is not None:
+        age = float(k - 1)
+        if x.index is None and len(rows) == 1:
+            weights.wsum[rows[0]] += age * delta
+        elif x.index is None:
+            weights.wsum[rows] += age * delta
+        else:
+            weights.wsum[np.ix_(rows, cols)] += age * delta
+        if config.fit_bias:
+            weights.bsum[rows] += age * coefs
+    weights.version += 1

@@ -1,0 +1,89 @@
+"""A worker's copy of one model, kept exact by replaying the model's update log."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import StaleModel
+from .learner import Example, ModelConfig, Weights
+from .learner.codec import pack_payload, unpack_entry, unpack_weights
+from .learner.perceptron import (
+    apply,
+    predict_index,
+    raw_scores,
+    served_scores,
+    update_plan,
+    updates_by_label,
+)
+from .store import SyncData
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    served: int  # class index
+    scores: np.ndarray  # the served scores (averaged when the model is)
+    record: bytes  # the pending record the store keeps for the feedback
+    version: int
+    seen: int
+
+
+class Replica:
+    """Config, epoch and weights of one model as this worker last saw them.
+
+    ``weights.version == -1`` means nothing is loaded yet; every store reply that carries
+    log entries goes through :meth:`catch_up`, which applies each entry once, in log order.
+    """
+
+    def __init__(self, name: str, config: ModelConfig, epoch: str) -> None:
+        self.name = name
+        self.config = config
+        self.epoch = epoch
+        self.weights = Weights.zeros(config)
+        self.weights.version = -1
+
+    @classmethod
+    def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
+        return cls(name, ModelConfig.from_dict(json.loads(meta["cfg"])), meta["epoch"])
+
+    @property
+    def seen_guard(self) -> int | None:
+        """The seen count a commit must match: only averaged predictions depend on it."""
+        return self.weights.seen if self.config.averaged else None
+
+    def catch_up(self, data: SyncData) -> None:
+        """Apply what the store sent: a snapshot if newer than this copy, then new entries."""
+        if data.epoch != self.epoch:
+            raise StaleModel(self.name)
+        w = self.weights
+        if data.snapshot is not None and data.base > w.version:
+            w = self.weights = unpack_weights(self.config, data.snapshot, data.base, w.seen)
+        if w.version < data.base:
+            w.version = -1  # a gap: the next commit fetches everything again
+            return
+        for offset, entry in enumerate(data.entries):
+            if data.base + offset < w.version:
+                continue
+            k, t, raw, x = unpack_entry(self.config, entry)
+            apply(self.config, w, x, update_plan(self.config, raw, t), k)
+        if w.version < data.version:
+            w.version = -1  # entries that did not replay as updates: reload from scratch
+        w.seen = max(w.seen, data.seen)
+
+    def predict(self, x: Example) -> Prediction:
+        cfg, w = self.config, self.weights
+        scores = served_scores(cfg, w, x)
+        served = predict_index(cfg, scores)
+        raw = scores if not cfg.averaged else raw_scores(w, x)
+        bitmap = b"".join(b"1" if u else b"0" for u in updates_by_label(cfg, raw))
+        header = b"P" + self.epoch.encode() + b"%04d" % served
+        record = header + bitmap + pack_payload(cfg, raw, x)
+        return Prediction(served, scores, record, w.version, w.seen)
+
+    def apply_own(self, x: Example, raw: np.ndarray, t: int, k: int, version: int) -> None:
+        """Apply an update this worker just logged as ``version``, if it is the next one."""
+        w = self.weights
+        if w.version == version - 1:
+            apply(self.config, w, x, update_plan(self.config, raw, t), k)

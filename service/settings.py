@@ -1,0 +1,27 @@
+"""Settings from ``PERCEPTRON_*`` environment variables; built by create_app, never at import."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every setting of the service. The README's settings table mirrors this class."""
+
+    model_config = SettingsConfigDict(env_prefix="PERCEPTRON_", extra="ignore")
+
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis URL (redis://, rediss://, redis+cluster://); unset: embedded store.",
+    )
+    redis_cluster: bool = Field(default=False, description="Use the Redis Cluster client.")
+    redis_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of each Redis call.")
+    default_model: bool = Field(default=True, description="Create the 'default' model at start.")
+    compact_every: int = Field(
+        default=1000, ge=1, description="Fold the update log into a snapshot past this length."
+    )
+    learn_attempts: int = Field(
+        default=50, ge=1, description="Optimistic retries of one /learn before answering 503."
+    )
+    log_level: str = Field(default="info", description="Log level of the service.")

@@ -1,0 +1,44 @@
+"""Redis key names. Every key of one model shares the hash tag ``{name}``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+PREFIX = "pcp"
+REGISTRY = f"{PREFIX}:models"
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
+    return NAME_RE.match(name) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelKeys:
+    """The keys of one model. Only names that passed :func:`valid_name` get here."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if not valid_name(self.name):
+            raise ValueError(f"Invalid model name {self.name!r}.")
+
+    @property
+    def meta(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:meta"
+
+    @property
+    def snap(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:snap"
+
+    @property
+    def log(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:log"
+
+    def pending(self, token: str) -> str:
+        if TOKEN_RE.match(token) is None:
+            raise ValueError("Invalid prediction token.")
+        return f"{PREFIX}:{{{self.name}}}:p:{token}"
