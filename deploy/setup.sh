@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Prepare this checkout on a fresh Debian machine: system packages, then .venv with the service.
+# Usage: deploy/setup.sh [test]   ("test" adds what the test suite needs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null || need_apt+=(redis-server)
+command -v redis-cli >/dev/null || need_apt+=(redis-tools)
+if [ "${1:-}" = "test" ]; then
+  :
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  echo "installing system packages: ${need_apt[*]}"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+extra=""
+[ "${1:-}" = "test" ] && extra="[test]"
+stamp=".venv/.installed${extra}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # (the filter drops pip's notes about local index folders this machine may not have)
+  .venv/bin/pip install -q --disable-pip-version-check -e ".${extra}" \
+    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  touch "$stamp"
+fi

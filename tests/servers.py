@@ -1,0 +1,148 @@
+"""Real servers for the tests: redis-server and the service, on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import redis
+import uvicorn
+
+from service.app import create_app
+from service.settings import Settings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until(check, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class RedisServer:
+    """A throwaway redis-server on loopback; stopped by its own PID."""
+
+    def __init__(self, *extra: str) -> None:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            raise RuntimeError("redis-server is not installed: run deploy/setup.sh test")
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp(prefix="pcp-redis-")
+        self.args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                     "--dir", self.dir, *extra]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        wait_until(client.ping, what="redis-server")
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(10)
+        self.proc = None
+
+
+class ServiceThread:
+    """The service's ASGI app under uvicorn, in a thread of the test process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServiceThread:
+        self.thread.start()
+        wait_until(lambda: self.server.started, what="service thread")
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+class ServiceProcess:
+    """``perceptron serve`` as a real process (with its own uvicorn workers)."""
+
+    def __init__(self, redis_url: str | None, workers: int = 1, **env: str) -> None:
+        self.port = free_port()
+        self.env = {**os.environ, **env, "PERCEPTRON_LOG_LEVEL": "warning"}
+        if redis_url:
+            self.env["PERCEPTRON_REDIS_URL"] = redis_url
+        self.cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
+                    "--workers", str(workers)]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> ServiceProcess:
+        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=Path(__file__).parents[1])
+        wait_until(
+            lambda: httpx.get(self.url + "/readyz", timeout=1).status_code == 200,
+            timeout=timeout,
+            what=f"service on port {self.port}",
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@contextmanager
+def running(server):  # type: ignore[no-untyped-def]
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def service_client(url: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        yield client
