@@ -67,7 +67,9 @@ async def _ensure_default(engine: Engine) -> None:
             await asyncio.sleep(1.0)
 
 
-def _error(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def _error(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
 
 

@@ -12,7 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Conflict, InvalidInput, ModelNotFound, PredictionNotFound, StaleModel, Unavailable
+from .errors import (
+    Conflict,
+    InvalidInput,
+    ModelNotFound,
+    PredictionNotFound,
+    StaleModel,
+    Unavailable,
+)
 from .learner import ConfigError, FeatureError, Label, ModelConfig
 from .learner.codec import pack_payload, pack_weights
 from .learner.features import encode

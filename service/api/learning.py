@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from .deps import EngineDep
@@ -17,7 +19,7 @@ from .schemas import (
 from .views import score_fields
 
 router = APIRouter(tags=["learning"])
-errors = {
+errors: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
@@ -33,7 +35,7 @@ async def predict(body: PredictRequest, engine: EngineDep) -> PredictResponse:
         prediction_id=p.prediction_id,
         label=p.label,
         version=p.version,
-        **score_fields(p.config, p.scores),  # type: ignore[arg-type]
+        **score_fields(p.config, p.scores),
     )
 
 

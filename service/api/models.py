@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Any
+
 from fastapi import APIRouter, Body, Response
 
 from .deps import EngineDep
@@ -9,7 +11,8 @@ from .schemas import ErrorResponse, ModelInfo, ModelList, ModelSpec, WeightsResp
 from .views import model_info, weights_view
 
 router = APIRouter(prefix="/models", tags=["models"])
-errors = {
+OptionalSpec = Annotated[ModelSpec | None, Body()]
+errors: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
@@ -18,7 +21,7 @@ errors = {
 
 @router.put("/{name}", status_code=201, responses=errors)
 async def create_model(
-    name: str, engine: EngineDep, response: Response, spec: ModelSpec | None = Body(None)
+    name: str, engine: EngineDep, response: Response, spec: OptionalSpec = None
 ) -> ModelInfo:
     """Create a model (201), or confirm one with the same configuration (200)."""
     params = (spec or ModelSpec()).model_dump()

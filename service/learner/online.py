@@ -59,7 +59,8 @@ class Perceptron:
         cfg = self.config
         t = cfg.class_index(label)
         if t is None:
-            raise FeatureError("unknown_label", f"Label {label!r} is not one of {list(cfg.classes)}.")
+            message = f"Label {label!r} is not one of {list(cfg.classes)}."
+            raise FeatureError("unknown_label", message)
         x = self.encode(features)
         served = predict_index(cfg, served_scores(cfg, self.weights, x))
         plan = update_plan(cfg, raw_scores(self.weights, x), t)

@@ -75,9 +75,9 @@ class Plan:
 
 
 def _dot(w: np.ndarray, b: np.ndarray, x: Example) -> np.ndarray:
-    if x.index is None:
-        return w @ x.values + b
-    return w[:, x.index] @ x.values + b
+    cols = w if x.index is None else w[:, x.index]
+    scores: np.ndarray = cols @ x.values + b
+    return scores
 
 
 def raw_scores(weights: Weights, x: Example) -> np.ndarray:
@@ -126,9 +126,9 @@ def update_plan(config: ModelConfig, raw: np.ndarray, t: int) -> Plan:
     """What learning the true class index ``t`` changes, given the current raw scores."""
     lr, m = config.learning_rate, config.margin
     if config.binary:
-        y = 1.0 if t == 1 else -1.0
-        if y * raw[0] <= m:
-            return Plan(np.array([0]), np.array([lr * y]))
+        sign = 1.0 if t == 1 else -1.0
+        if sign * raw[0] <= m:
+            return Plan(np.array([0]), np.array([lr * sign]))
         return Plan(np.zeros(0, dtype=np.int64))
     if config.multiclass == "ovr":
         y = np.full(config.n_classes, -1.0)
@@ -137,10 +137,10 @@ def update_plan(config: ModelConfig, raw: np.ndarray, t: int) -> Plan:
         return Plan(rows, lr * y[rows])
     if config.multiclass == "ovo":
         i, j = ovo_pairs(config.n_classes)
-        rows = np.flatnonzero((i == t) | (j == t))
-        y = np.where(j[rows] == t, 1.0, -1.0)
-        rows, y = rows[y * raw[rows] <= m], y[y * raw[rows] <= m]
-        return Plan(rows, lr * y)
+        pairs = np.flatnonzero((i == t) | (j == t))
+        y = np.where(j[pairs] == t, 1.0, -1.0)
+        hit = y * raw[pairs] <= m
+        return Plan(pairs[hit], lr * y[hit])
     rival = _best_other(raw, t)
     predicted = int(np.argmax(raw))
     if predicted != t or (m > 0 and raw[t] - raw[rival] <= m):
@@ -164,28 +164,20 @@ def apply(config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int)
     if not plan:
         return
     rows, coefs = plan.rows, plan.coefs
-    if x.index is None:
-        if len(rows) == 1:
-            delta = coefs[0] * x.values
-            weights.w[rows[0]] += delta
-        else:
-            delta = coefs[:, None] * x.values
-            weights.w[rows] += delta
-        cols: np.ndarray | slice = slice(None)
-    else:
-        delta = coefs[:, None] * x.values
-        cols = x.index
-        weights.w[np.ix_(rows, cols)] += delta
+    delta = coefs[:, None] * x.values  # the update of each row: learning_rate * y * x
+    _add(weights.w, rows, x.index, delta)
     if config.fit_bias:
         weights.b[rows] += coefs
     if weights.wsum is not None and weights.bsum is not None:
         age = float(k - 1)
-        if x.index is None and len(rows) == 1:
-            weights.wsum[rows[0]] += age * delta
-        elif x.index is None:
-            weights.wsum[rows] += age * delta
-        else:
-            weights.wsum[np.ix_(rows, cols)] += age * delta
+        _add(weights.wsum, rows, x.index, age * delta)
         if config.fit_bias:
             weights.bsum[rows] += age * coefs
     weights.version += 1
+
+
+def _add(target: np.ndarray, rows: np.ndarray, index: np.ndarray | None, delta: np.ndarray) -> None:
+    if index is None:
+        target[rows] += delta
+    else:
+        target[np.ix_(rows, index)] += delta

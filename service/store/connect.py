@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -17,7 +18,7 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 def open_client(settings: Settings) -> Client:
     url = settings.redis_url
-    timeouts = {
+    timeouts: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
     }

@@ -82,16 +82,16 @@ class Store:
         """Create the model; returns None when created, else the existing config JSON."""
         keys = ModelKeys(name)
         reply = await self._create(keys=[keys.meta], args=[config_json, epoch, int(time.time())])
-        await self.client.sadd(REGISTRY, name)  # type: ignore[misc]
+        await self.client.sadd(REGISTRY, name)
         return None if int(reply[0]) == 1 else _str(reply[1])
 
     async def model_names(self) -> list[str]:
-        names = await self.client.smembers(REGISTRY)  # type: ignore[misc]
+        names = await self.client.smembers(REGISTRY)
         return sorted(_str(n) for n in names)
 
     async def read_meta(self, name: str) -> dict[str, str] | None:
         """The model's meta hash (config JSON, epoch, counters), or None without the model."""
-        raw = await self.client.hgetall(ModelKeys(name).meta)  # type: ignore[misc]
+        raw = await self.client.hgetall(ModelKeys(name).meta)
         if not raw:
             return None
         return {_str(k): _str(v) for k, v in raw.items()}
@@ -102,7 +102,7 @@ class Store:
         deleted = 0
         for key in (keys.meta, keys.snap, keys.log):
             deleted += await self.client.delete(key)
-        await self.client.srem(REGISTRY, name)  # type: ignore[misc]
+        await self.client.srem(REGISTRY, name)
         return deleted > 0
 
     async def sync(self, name: str, from_version: int) -> SyncData:
@@ -129,11 +129,19 @@ class Store:
         the caller's copy lacks; nothing is stored then.
         """
         keys = ModelKeys(name)
-        args = [epoch, version, "" if seen is None else seen, int(force), record, ttl_s]
+        args: list[bytes | str | int] = [
+            epoch,
+            version,
+            "" if seen is None else seen,
+            int(force),
+            record,
+            ttl_s,
+        ]
         reply = await self._predict(
             keys=[keys.meta, keys.snap, keys.log, keys.pending(token)], args=args
         )
-        return self._check(name, reply, _sync_data)
+        stale: SyncData | None = self._check(name, reply, _sync_data)
+        return stale
 
     async def commit_feedback(
         self, name: str, epoch: str, token: str, t: int, n_classes: int
@@ -174,12 +182,19 @@ class Store:
     ) -> LearnResult | SyncData:
         """Count and log one learned example, if the caller's copy was current."""
         keys = ModelKeys(name)
-        args = [epoch, version, "" if seen is None else seen, t, served, int(updated), payload]
+        args: list[bytes | str | int] = [
+            epoch,
+            version,
+            "" if seen is None else seen,
+            t,
+            served,
+            int(updated),
+            payload,
+        ]
         reply = await self._learn(keys=[keys.meta, keys.snap, keys.log], args=args)
         if int(reply[0]) == 1:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
-        stale = self._check(name, reply, _sync_data)
-        assert stale is not None
+        stale: SyncData = self._check(name, reply, _sync_data)
         return stale
 
     async def compact(self, name: str, epoch: str, version: int, data: bytes) -> bool:
