@@ -121,6 +121,7 @@ def test_replay_matches_sklearn_perceptron(
     assert np.array_equal(got.coef, expected.coef)
     assert np.array_equal(got.intercept, expected.intercept)
 
+    assert 0 < expected.mistakes < len(data.y)
     assert got.mistakes == expected.mistakes
     counters = client.get("/models/parity").json()["counters"]
     assert counters["mistakes"] == expected.mistakes
