@@ -6,9 +6,11 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -17,21 +19,33 @@ from .errors import (
     InvalidInput,
     ModelNotFound,
     PredictionNotFound,
+    ServiceError,
     StaleModel,
     Unavailable,
 )
-from .learner import ConfigError, FeatureError, Label, ModelConfig
+from .learner import ConfigError, Example, FeatureError, Label, ModelConfig
 from .learner.codec import pack_payload, pack_weights
 from .learner.features import encode
-from .learner.perceptron import predict_index, raw_scores, served_scores, update_plan
+from .learner.perceptron import apply, predict_index, raw_scores, served_scores, update_plan
 from .replica import Replica
 from .settings import Settings
-from .store import Store, SyncData, valid_name
+from .store import (
+    APPLIED,
+    UNKNOWN,
+    Bucket,
+    Learnt,
+    Made,
+    Store,
+    SyncData,
+    valid_name,
+)
 
 log = logging.getLogger("perceptron")
 
 Features = Sequence[float] | Mapping[str, float]
 ID_SEPARATOR = ":"
+RECENT = 100  # labelled examples kept for the margin estimate
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +54,6 @@ class Predicted:
     label: Label
     scores: np.ndarray
     version: int
-    config: ModelConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +84,12 @@ def check_name(name: str) -> str:
 class Engine:
     """One per worker process: the store, plus this worker's replica of each model it used."""
 
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(
+        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
+    ) -> None:
         self.store = store
         self.settings = settings
+        self.clock = clock
         self._replicas: dict[str, Replica] = {}
         self._compacting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -130,95 +146,13 @@ class Engine:
             rep = self._replicas[name] = Replica.from_meta(name, meta)
         return rep
 
-    async def _retry_stale(self, name: str, op: Any) -> Any:
+    async def _on_replica(self, name: str, op: Callable[[Replica], Any]) -> Any:
         """Run ``op(replica)``; once more on a fresh replica if the model was re-created."""
         try:
             return await op(await self.replica(name))
         except StaleModel:
             self._replicas.pop(name, None)
             return await op(await self.replica(name))
-
-    # -- learning ----------------------------------------------------------------------
-
-    async def predict(self, name: str, features: Features) -> Predicted:
-        async def run(rep: Replica) -> Predicted:
-            x = _encode(rep.config, features)
-            token = secrets.token_urlsafe(12)
-            for force in (False, True):
-                p = rep.predict(x)
-                stale = await self.store.commit_prediction(
-                    name,
-                    rep.epoch,
-                    p.version,
-                    rep.seen_guard,
-                    token,
-                    p.record,
-                    rep.config.feedback_ttl_s,
-                    force=force,
-                )
-                if stale is None:
-                    label = rep.config.classes[p.served]
-                    pid = f"{name}{ID_SEPARATOR}{token}"
-                    return Predicted(pid, label, p.scores, p.version, rep.config)
-                self._catch_up(rep, stale)
-            raise AssertionError("a forced commit always stores")
-
-        result: Predicted = await self._retry_stale(name, run)
-        return result
-
-    async def submit_feedback(self, prediction_id: str, label: Label) -> Feedback:
-        name, _, token = prediction_id.partition(ID_SEPARATOR)
-        if not valid_name(name) or not token:
-            raise PredictionNotFound()
-
-        async def run(rep: Replica) -> Feedback:
-            t = _class_index(rep.config, label)
-            try:
-                res = await self.store.commit_feedback(
-                    name, rep.epoch, token, t, rep.config.n_classes
-                )
-            except ValueError as e:  # a token that cannot name a key
-                raise PredictionNotFound() from e
-            self._maybe_compact(rep, res.log_length)
-            return Feedback(res.mistake, res.updated, res.version, res.duplicate)
-
-        try:
-            result: Feedback = await self._retry_stale(name, run)
-        except ModelNotFound as e:
-            raise PredictionNotFound() from e
-        return result
-
-    async def learn(self, name: str, features: Features, label: Label) -> Learned:
-        async def run(rep: Replica) -> Learned:
-            cfg = rep.config
-            x = _encode(cfg, features)
-            t = _class_index(cfg, label)
-            for _ in range(self.settings.learn_attempts):
-                w = rep.weights
-                version, seen = w.version, rep.seen_guard
-                served = predict_index(cfg, served_scores(cfg, w, x))
-                raw = raw_scores(w, x)
-                plan = update_plan(cfg, raw, t)
-                payload = pack_payload(cfg, raw, x) if plan else b""
-                res = await self.store.commit_learn(
-                    name, rep.epoch, version, seen, t, served, bool(plan), payload
-                )
-                if isinstance(res, SyncData):
-                    self._catch_up(rep, res)
-                    continue
-                if plan:
-                    rep.apply_own(x, raw, t, res.seen, res.version)
-                rep.weights.seen = max(rep.weights.seen, res.seen)
-                self._maybe_compact(rep, res.log_length)
-                return Learned(cfg.classes[served], served != t, bool(plan), res.version)
-            raise Unavailable(
-                f"Model {name!r} changed under every one of {self.settings.learn_attempts} "
-                "attempts to learn this example; retry shortly.",
-                code="model_busy",
-            )
-
-        result: Learned = await self._retry_stale(name, run)
-        return result
 
     async def current_replica(self, name: str) -> Replica:
         """This worker's replica brought up to the model's latest version."""
@@ -227,7 +161,144 @@ class Engine:
             rep.catch_up(await self.store.sync(name, rep.weights.version))
             return rep
 
-        result: Replica = await self._retry_stale(name, run)
+        result: Replica = await self._on_replica(name, run)
+        return result
+
+    def _bucket(self) -> Bucket:
+        s = self.settings
+        return Bucket(int(self.clock() // s.series_bucket_s), s.series_keep_s // s.series_bucket_s)
+
+    # -- learning ----------------------------------------------------------------------
+
+    async def predict(
+        self, name: str, batch: Sequence[Features]
+    ) -> tuple[ModelConfig, list[Predicted]]:
+        """Predict each example with the model's latest weights; keep them for feedback."""
+
+        async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
+            xs = _encode_all(rep.config, batch)
+            r2 = max(x.sq_norm for x in xs)
+            tokens = [secrets.token_urlsafe(12) for _ in xs]
+            for force in (False, True):
+                preds = [rep.predict(x) for x in xs]
+                made = Made(rep.weights.version, rep.seen_guard, r2)
+                stale = await self.store.commit_predictions(
+                    name,
+                    rep.epoch,
+                    made,
+                    tokens,
+                    [p.record for p in preds],
+                    rep.config.feedback_ttl_s,
+                    force=force,
+                )
+                if stale is None:
+                    classes = rep.config.classes
+                    return rep.config, [
+                        Predicted(
+                            f"{name}{ID_SEPARATOR}{tok}", classes[p.served], p.scores, made.version
+                        )
+                        for tok, p in zip(tokens, preds, strict=True)
+                    ]
+                self._catch_up(rep, stale)
+            raise AssertionError("a forced commit always stores")
+
+        result: tuple[ModelConfig, list[Predicted]] = await self._on_replica(name, run)
+        return result
+
+    async def submit_feedback(
+        self, items: Sequence[tuple[str, Label]]
+    ) -> list[Feedback | ServiceError]:
+        """Apply true labels to predictions; each item's result or its error, in order."""
+        groups: dict[str, list[int]] = {}
+        results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
+        tokens: list[str] = []
+        for i, (pid, _) in enumerate(items):
+            name, _, token = pid.partition(ID_SEPARATOR)
+            tokens.append(token)
+            if valid_name(name) and token and _token_ok(token):
+                groups.setdefault(name, []).append(i)
+        for name, idx in groups.items():
+            try:
+                await self._on_replica(
+                    name,
+                    partial(
+                        self._feedback_group, items=items, tokens=tokens, idx=idx, results=results
+                    ),
+                )
+            except ModelNotFound:
+                pass  # the prediction's model is gone: each of its items stays not found
+        return results
+
+    async def _feedback_group(
+        self,
+        rep: Replica,
+        items: Sequence[tuple[str, Label]],
+        tokens: list[str],
+        idx: list[int],
+        results: list[Feedback | ServiceError],
+    ) -> None:
+        labels = [_class_index(rep.config, items[i][1]) for i in idx]
+        batch = await self.store.commit_feedback(
+            rep.name,
+            rep.epoch,
+            [tokens[i] for i in idx],
+            labels,
+            rep.config.n_classes,
+            self._bucket(),
+        )
+        for i, item in zip(idx, batch.items, strict=True):
+            if item.status == UNKNOWN:
+                continue
+            if item.status < 0:
+                given = rep.config.classes[item.version]
+                results[i] = Conflict(
+                    f"This prediction already has the true label {given!r}; a prediction "
+                    "takes one true label.",
+                    code="feedback_conflict",
+                )
+                continue
+            results[i] = Feedback(
+                bool(item.mistake), bool(item.updated), item.version, item.status != APPLIED
+            )
+        self._maybe_compact(rep, batch.log_length)
+
+    async def learn(
+        self, name: str, batch: Sequence[Features], labels: Sequence[Label]
+    ) -> list[Learned]:
+        """Predict then learn each example in order, atomically, as a sequential perceptron."""
+
+        async def run(rep: Replica) -> list[Learned]:
+            cfg = rep.config
+            xs = _encode_all(cfg, batch)
+            ts = [_class_index(cfg, label) for label in labels]
+            r2 = max(x.sq_norm for x in xs)
+            for _ in range(self.settings.learn_attempts):
+                base = rep.weights
+                made = Made(base.version, rep.seen_guard, r2)
+                work, learnt, last = _run_sequence(cfg, base, xs, ts)
+                res = await self.store.commit_learn(name, rep.epoch, made, self._bucket(), learnt)
+                if isinstance(res, SyncData):
+                    self._catch_up(rep, res)
+                    continue
+                if rep.weights is base and base.version == made.version:
+                    rep.weights = work
+                    if last is not None:
+                        apply(cfg, work, xs[-1], last, res.seen)
+                rep.weights.seen = max(rep.weights.seen, res.seen)
+                self._maybe_compact(rep, res.log_length)
+                version = made.version
+                out = []
+                for e in learnt:
+                    version += e.updated
+                    out.append(Learned(cfg.classes[e.served], e.served != e.t, e.updated, version))
+                return out
+            raise Unavailable(
+                f"Model {name!r} changed under every one of {self.settings.learn_attempts} "
+                "attempts to learn; retry shortly.",
+                code="model_busy",
+            )
+
+        result: list[Learned] = await self._on_replica(name, run)
         return result
 
     # -- upkeep ------------------------------------------------------------------------
@@ -261,11 +332,54 @@ class Engine:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
-def _encode(config: ModelConfig, features: Features) -> Any:
-    try:
-        return encode(config, features)
-    except FeatureError as e:
-        raise InvalidInput(str(e), code=e.code) from e
+def _run_sequence(
+    cfg: ModelConfig, base: Any, xs: list[Example], ts: list[int]
+) -> tuple[Any, list[Learnt], Any]:
+    """Learn ``xs`` in order on a copy of ``base`` (copied only once an update happens).
+
+    Returns the weights after every example but the last, what the store logs for each
+    example, and the last example's update plan (applied once the store has accepted it).
+    """
+    work, copied = base, False
+    learnt: list[Learnt] = []
+    n = len(xs)
+    plan = None
+    for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
+        scores = served_scores(cfg, work, x)
+        served = predict_index(cfg, scores)
+        raw = raw_scores(work, x) if cfg.averaged else scores
+        plan = update_plan(cfg, raw, t)
+        keep = bool(plan) or i >= n - RECENT
+        learnt.append(Learnt(t, served, bool(plan), pack_payload(cfg, raw, x) if keep else b""))
+        if i < n - 1:
+            if plan and not copied:
+                work, copied = base.copy(), True
+            work.seen += 1
+            apply(cfg, work, x, plan, work.seen)
+    if not copied:
+        work = base.copy() if n > 1 else base
+        if n > 1:
+            work.seen += n - 1
+    return work, learnt, (plan if plan else None)
+
+
+def _token_ok(token: str) -> bool:
+    from .store.keys import TOKEN_RE
+
+    return TOKEN_RE.match(token) is not None
+
+
+def _encode_all(config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
+    xs = []
+    for i, features in enumerate(batch):
+        try:
+            xs.append(encode(config, features))
+        except FeatureError as e:
+            where = f"Example {i}: " if len(batch) > 1 else ""
+            raise InvalidInput(where + str(e), code=e.code) from e
+    if not xs:
+        raise InvalidInput("At least one example is needed.", code="empty_batch")
+    return xs
 
 
 def _class_index(config: ModelConfig, label: Label) -> int:

@@ -21,6 +21,13 @@ class Settings(BaseSettings):
     compact_every: int = Field(
         default=1000, ge=1, description="Fold the update log into a snapshot past this length."
     )
+    series_bucket_s: int = Field(
+        default=10, ge=1, description="Width of one bucket of the mistake-rate time series."
+    )
+    series_keep_s: int = Field(
+        default=86_400, ge=60, description="How far back the mistake-rate time series goes."
+    )
+    max_batch: int = Field(default=10_000, ge=1, description="Most examples in one batch request.")
     learn_attempts: int = Field(
         default=50, ge=1, description="Optimistic retries of one /learn before answering 503."
     )

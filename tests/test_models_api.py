@@ -72,7 +72,9 @@ def test_weights_of_named_features_are_listed_by_bucket(client: httpx.Client) ->
 
 def test_scores_are_per_class_for_multiclass_and_votes_for_ovo(client: httpx.Client) -> None:
     client.put("/models/mc", json={"classes": ["a", "b", "c"], "n_features": 2})
-    client.put("/models/oo", json={"classes": ["a", "b", "c"], "n_features": 2, "multiclass": "ovo"})
+    client.put(
+        "/models/oo", json={"classes": ["a", "b", "c"], "n_features": 2, "multiclass": "ovo"}
+    )
     client.post("/learn", json={"model": "mc", "features": [1, 0], "label": "b"})
     mc = client.post("/predict", json={"model": "mc", "features": [1, 0]}).json()
     assert mc["label"] == "b" and mc["score"] is None

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+    model_validator,
+)
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 LabelValue = StrictInt | StrictStr
@@ -21,6 +29,11 @@ FeatureValues = Annotated[
     ),
 ]
 ModelName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+    code: str
 
 
 class _Body(BaseModel):
@@ -105,6 +118,55 @@ class LearnResponse(BaseModel):
     version: int
 
 
+class PredictBatchRequest(_Body):
+    model: ModelName = "default"
+    features: list[FeatureValues] = Field(min_length=1)
+
+
+class PredictBatchResponse(BaseModel):
+    predictions: list[PredictResponse]
+    version: int
+
+
+class FeedbackBatchRequest(_Body):
+    feedback: list[FeedbackRequest] = Field(min_length=1)
+
+
+class FeedbackItemResult(BaseModel):
+    mistake: bool | None = None
+    updated: bool | None = None
+    version: int | None = None
+    duplicate: bool | None = None
+    error: ErrorResponse | None = None
+
+
+class FeedbackBatchResponse(BaseModel):
+    results: list[FeedbackItemResult]
+
+
+class LearnBatchRequest(_Body):
+    model: ModelName = "default"
+    features: list[FeatureValues] = Field(min_length=1)
+    labels: list[LabelValue] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _same_length(self) -> LearnBatchRequest:
+        if len(self.features) != len(self.labels):
+            raise ValueError(
+                f"features and labels must have the same length; got {len(self.features)} "
+                f"and {len(self.labels)}"
+            )
+        return self
+
+
+class LearnBatchResponse(BaseModel):
+    labels: list[LabelValue] = Field(description="The prediction made before learning each.")
+    mistakes: list[bool]
+    updated: list[bool]
+    version: int
+    mistake_count: int
+
+
 class WeightRow(BaseModel):
     target: str = Field(description="What the row scores: a class, 'i|j' for ovo, or 'binary'.")
     weights: list[float] | dict[str, float] = Field(
@@ -119,11 +181,6 @@ class WeightsResponse(BaseModel):
     seen: int
     rows: list[WeightRow]
     averaged: list[WeightRow] | None = None
-
-
-class ErrorResponse(BaseModel):
-    detail: str
-    code: str
 
 
 class Health(BaseModel):

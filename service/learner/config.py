@@ -47,6 +47,8 @@ class ModelConfig:
     feedback_ttl_s: int = 86_400
 
     def __post_init__(self) -> None:
+        if isinstance(self.classes, list):
+            object.__setattr__(self, "classes", tuple(self.classes))
         self._check()
 
     @cached_property
@@ -71,10 +73,10 @@ class ModelConfig:
         if isinstance(hb, bool) or not isinstance(hb, int) or not 1 <= hb <= 30:
             raise _bad("hash_bits", "an int in [1, 30]", hb)
         lr = self.learning_rate
-        if not _is_real(lr) or not math.isfinite(lr) or lr <= 0:
-            raise _bad("learning_rate", "a float > 0", lr)
+        if not _is_real(lr) or not _finite(lr) or not 0 < lr <= 1e6:
+            raise _bad("learning_rate", "a float in (0, 1e6]", lr)
         m = self.margin
-        if not _is_real(m) or not math.isfinite(m) or m < 0:
+        if not _is_real(m) or not _finite(m) or m < 0:
             raise _bad("margin", "a float >= 0", m)
         ttl = self.feedback_ttl_s
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
@@ -137,6 +139,13 @@ class ModelConfig:
         if "classes" in known and isinstance(known["classes"], list):
             known["classes"] = tuple(known["classes"])
         return cls(**known)
+
+
+def _finite(v: float) -> bool:
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def _is_real(v: object) -> bool:

@@ -11,6 +11,10 @@ import numpy as np
 
 from .config import ModelConfig
 
+# Weights are sums of learning_rate * x: this bound (with learning_rate <= 1e6) keeps every
+# weight and score far from float64 overflow, whatever the stream.
+MAX_ABS_VALUE = 1e15
+
 
 class FeatureError(ValueError):
     """The features do not fit the model; ``code`` names the problem."""
@@ -56,7 +60,11 @@ def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float])
                 f"This model takes dense features: a list of exactly {config.n_features} "
                 "numbers, not an object of named features.",
             )
-        return _encode_named(config, list(features.keys()), list(features.values()))
+        names = list(features.keys())
+        for name in names:
+            if not isinstance(name, str):
+                raise FeatureError("invalid_features", "Feature names must be strings.")
+        return _encode_named(config, names, list(features.values()))
     if not isinstance(features, Sequence) or isinstance(features, str | bytes):
         raise FeatureError("invalid_features", "Features must be a list of numbers or an object.")
     if config.dense:
@@ -72,12 +80,24 @@ def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float])
 
 def _finite_array(values: Sequence[float]) -> np.ndarray:
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise FeatureError("invalid_features", f"Feature values must be numbers; got {v!r}.")
-    arr = np.asarray(values, dtype=np.float64)
+        if type(v) is not float and type(v) is not int:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise FeatureError(
+                    "invalid_features", f"Feature values must be numbers; got {v!r:.40}."
+                )
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except OverflowError:
+        arr = np.full(1, MAX_ABS_VALUE * 10)  # an int beyond float range: too large
     if not np.isfinite(arr).all():
         raise FeatureError(
             "non_finite_feature", "Feature values must be finite numbers: NaN and infinity are not."
+        )
+    if not (np.abs(arr) <= MAX_ABS_VALUE).all():
+        raise FeatureError(
+            "value_too_large",
+            f"Feature values must be within +-{MAX_ABS_VALUE:g}, so that weights and scores "
+            "cannot overflow.",
         )
     return arr
 

@@ -56,6 +56,16 @@ class Weights:
             bsum=np.zeros(rows) if avg else None,
         )
 
+    def copy(self) -> Weights:
+        return Weights(
+            w=self.w.copy(),
+            b=self.b.copy(),
+            wsum=None if self.wsum is None else self.wsum.copy(),
+            bsum=None if self.bsum is None else self.bsum.copy(),
+            version=self.version,
+            seen=self.seen,
+        )
+
     def averaged(self) -> tuple[np.ndarray, np.ndarray]:
         """The mean weights and biases over the ``seen`` examples (current ones if none)."""
         if self.wsum is None or self.bsum is None or self.seen == 0:

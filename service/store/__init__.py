@@ -2,10 +2,31 @@
 
 from .connect import open_store
 from .keys import ModelKeys, valid_name
-from .redis_store import FeedbackResult, LearnResult, Store, SyncData
+from .redis_store import (
+    APPLIED,
+    CONFLICT,
+    DUPLICATE,
+    UNKNOWN,
+    Bucket,
+    FeedbackBatch,
+    FeedbackItem,
+    LearnResult,
+    Learnt,
+    Made,
+    Store,
+    SyncData,
+)
 
 __all__ = [
-    "FeedbackResult",
+    "APPLIED",
+    "CONFLICT",
+    "DUPLICATE",
+    "UNKNOWN",
+    "Bucket",
+    "FeedbackBatch",
+    "FeedbackItem",
+    "Learnt",
+    "Made",
     "LearnResult",
     "ModelKeys",
     "Store",

@@ -38,6 +38,23 @@ class ModelKeys:
     def log(self) -> str:
         return f"{PREFIX}:{{{self.name}}}:log"
 
+    @property
+    def series(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:ts"
+
+    @property
+    def ring(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:ring"
+
+    @property
+    def recent(self) -> str:
+        return f"{PREFIX}:{{{self.name}}}:recent"
+
+    @property
+    def all(self) -> tuple[str, ...]:
+        """Every key of the model but its pending predictions (those expire on their own)."""
+        return (self.meta, self.snap, self.log, self.series, self.ring, self.recent)
+
     def pending(self, token: str) -> str:
         if TOKEN_RE.match(token) is None:
             raise ValueError("Invalid prediction token.")

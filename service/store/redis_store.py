@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ..errors import Conflict, ModelNotFound, PredictionNotFound, StaleModel
+from ..errors import ModelNotFound, StaleModel
 from . import scripts
 from .keys import REGISTRY, ModelKeys
 
 Client = Redis | RedisCluster
+Arg = bytes | str | int | float
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +31,53 @@ class SyncData:
 
 
 @dataclass(frozen=True, slots=True)
-class FeedbackResult:
-    mistake: bool
-    updated: bool
+class Made:
+    """The state of the worker's copy a prediction was made with."""
+
     version: int
-    duplicate: bool
+    seen: int | None  # only averaged models depend on it
+    r2: float = 0.0  # largest squared feature norm among the examples
+
+    @property
+    def guard(self) -> tuple[int, int | str]:
+        return self.version, "" if self.seen is None else self.seen
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """The time bucket outcomes are counted in, and how many buckets the series keeps."""
+
+    bucket: int
+    keep: int
+
+
+@dataclass(frozen=True, slots=True)
+class Learnt:
+    """One learned example as the log keeps it."""
+
+    t: int
+    served: int
+    updated: bool
+    payload: bytes  # b"" when neither the log nor the recent window needs it
+
+
+# Per-prediction feedback statuses.
+APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackItem:
+    status: int
+    mistake: int
+    updated: int
+    version: int  # for CONFLICT: the class index given before
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackBatch:
+    version: int
     log_length: int
+    items: list[FeedbackItem]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +143,7 @@ class Store:
         keys = ModelKeys(name)
         # One DEL per key keeps each command on its slot under Redis Cluster.
         deleted = 0
-        for key in (keys.meta, keys.snap, keys.log):
+        for key in keys.all:
             deleted += await self.client.delete(key)
         await self.client.srem(REGISTRY, name)
         return deleted > 0
@@ -112,86 +155,61 @@ class Store:
             raise ModelNotFound(name)
         return _sync_data(reply)
 
-    async def commit_prediction(
+    async def commit_predictions(
         self,
         name: str,
         epoch: str,
-        version: int,
-        seen: int | None,
-        token: str,
-        record: bytes,
+        made: Made,
+        tokens: Sequence[str],
+        records: Sequence[bytes],
         ttl_s: int,
         force: bool = False,
     ) -> SyncData | None:
-        """Store a pending prediction made at ``version`` (and ``seen``, for averaged models).
+        """Store pending predictions made at ``made.version`` (and ``made.seen``).
 
         Returns None when stored, or, when the model has moved on and ``force`` is off, what
         the caller's copy lacks; nothing is stored then.
         """
         keys = ModelKeys(name)
-        args: list[bytes | str | int] = [
-            epoch,
-            version,
-            "" if seen is None else seen,
-            int(force),
-            record,
-            ttl_s,
-        ]
-        reply = await self._predict(
-            keys=[keys.meta, keys.snap, keys.log, keys.pending(token)], args=args
-        )
+        pending = [keys.pending(t) for t in tokens]
+        args: list[Arg] = [epoch, *made.guard, int(force), ttl_s, made.r2, *records]
+        reply = await self._predict(keys=[keys.meta, keys.snap, keys.log, *pending], args=args)
         stale: SyncData | None = self._check(name, reply, _sync_data)
         return stale
 
     async def commit_feedback(
-        self, name: str, epoch: str, token: str, t: int, n_classes: int
-    ) -> FeedbackResult:
-        keys = ModelKeys(name)
-        reply = await self._feedback(
-            keys=[keys.meta, keys.log, keys.pending(token)], args=[epoch, t, n_classes]
-        )
-        status = int(reply[0])
-        if status == -3:
-            raise PredictionNotFound()
-        if status == -4:
-            raise Conflict(
-                "Feedback for this prediction was already given with another label "
-                f"(class index {int(reply[1])}); a prediction takes one true label.",
-                code="feedback_conflict",
-            )
-        self._check(name, reply, lambda r: None)
-        _, mistake, updated, version, log_length = reply
-        return FeedbackResult(
-            mistake=bool(mistake),
-            updated=bool(updated),
-            version=int(version),
-            duplicate=status == 2,
-            log_length=int(log_length),
-        )
-
-    async def commit_learn(
         self,
         name: str,
         epoch: str,
-        version: int,
-        seen: int | None,
-        t: int,
-        served: int,
-        updated: bool,
-        payload: bytes,
-    ) -> LearnResult | SyncData:
-        """Count and log one learned example, if the caller's copy was current."""
+        tokens: Sequence[str],
+        labels: Sequence[int],
+        n_classes: int,
+        when: Bucket,
+    ) -> FeedbackBatch:
+        """Apply the true class index of each pending prediction, once each."""
         keys = ModelKeys(name)
-        args: list[bytes | str | int] = [
-            epoch,
-            version,
-            "" if seen is None else seen,
-            t,
-            served,
-            int(updated),
-            payload,
-        ]
-        reply = await self._learn(keys=[keys.meta, keys.snap, keys.log], args=args)
+        pending = [keys.pending(t) for t in tokens]
+        reply = await self._feedback(
+            keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, *pending],
+            args=[epoch, n_classes, when.bucket, when.keep, *labels],
+        )
+        self._check(name, reply, None)
+        flat = [int(v) for v in reply[2:]]
+        items = [FeedbackItem(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+        return FeedbackBatch(version=int(reply[0]), log_length=int(reply[1]), items=items)
+
+    async def commit_learn(
+        self, name: str, epoch: str, made: Made, when: Bucket, examples: Sequence[Learnt]
+    ) -> LearnResult | SyncData:
+        """Count and log learned examples, if the caller's copy was current."""
+        keys = ModelKeys(name)
+        args: list[Arg] = [epoch, *made.guard, when.bucket, when.keep, made.r2]
+        for e in examples:
+            args += [e.t, e.served, int(e.updated), e.payload]
+        reply = await self._learn(
+            keys=[keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent],
+            args=args,
+        )
         if int(reply[0]) == 1:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
         stale: SyncData = self._check(name, reply, _sync_data)
@@ -212,6 +230,6 @@ class Store:
             raise ModelNotFound(name)
         if status == -2:
             raise StaleModel(name)
-        if status == 0:
+        if status == 0 and on_stale is not None:
             return on_stale(reply)
         return None

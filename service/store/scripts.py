@@ -48,14 +48,58 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 """
 )
 
-# KEYS = meta, snap, log, pending  /  ARGV[1] = epoch, ARGV[2] = version the prediction used,
-# ARGV[3] = seen count it used ('' when it does not matter), ARGV[4] = '1' to store whatever
-# the version, ARGV[5] = pending record, ARGV[6] = ttl seconds
+# Shared by the scripts that count labelled examples: counters, the confusion matrix, the
+# ring of the last WINDOW outcomes (one bit each), mistake and example counts per time bucket
+# (buckets older than the retention are dropped), and the most recent labelled examples.
+_RECORD = """
+local WINDOW = 1000
+local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
+  local mistakes, cells, total = 0, {}, #outcomes
+  for i, o in ipairs(outcomes) do
+    local m = (o[1] ~= o[2]) and 1 or 0
+    mistakes = mistakes + m
+    local cell = 'cm:' .. o[1] .. ':' .. o[2]
+    cells[cell] = (cells[cell] or 0) + 1
+    redis.call('SETBIT', ring, (seen + i - 1) % WINDOW, m)
+  end
+  for cell, n in pairs(cells) do redis.call('HINCRBY', meta, cell, n) end
+  redis.call('HINCRBY', meta, 'seen', total)
+  if mistakes > 0 then redis.call('HINCRBY', meta, 'mistakes', mistakes) end
+  local last = tonumber(redis.call('HGET', series, 'last') or bucket)
+  if bucket > last then
+    if bucket - last >= keep then
+      redis.call('DEL', series)
+    else
+      for b = last - keep + 1, bucket - keep do
+        redis.call('HDEL', series, b .. ':n', b .. ':m')
+      end
+    end
+  end
+  if bucket >= last then redis.call('HSET', series, 'last', bucket) end
+  redis.call('HINCRBY', series, bucket .. ':n', total)
+  if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
+  local pushed = 0
+  for i = total, 1, -1 do
+    local o = outcomes[i]
+    if o[3] ~= '' and pushed < 100 then
+      redis.call('LPUSH', recent, o[2] .. '|' .. o[3])
+      pushed = pushed + 1
+    end
+  end
+  if pushed > 0 then redis.call('LTRIM', recent, 0, 99) end
+  return mistakes
+end
+"""
+
+# KEYS = meta, snap, log, pending_1 .. pending_n  /  ARGV[1] = epoch, ARGV[2] = version the
+# predictions used, ARGV[3] = seen count they used ('' when it does not matter), ARGV[4] =
+# '1' to store whatever the version, ARGV[5] = ttl seconds, ARGV[6] = largest squared feature
+# norm among them, ARGV[6 + i] = pending record i
 # returns {1} stored, the sync reply with status 0 when the copy was stale, -1 or -2
 PREDICT = (
     _SYNC
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
+local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3])) then
@@ -63,63 +107,92 @@ if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]))
   reply[1] = 0
   return reply
 end
-redis.call('SET', KEYS[4], ARGV[5], 'EX', ARGV[6])
-redis.call('HINCRBY', KEYS[1], 'predictions', 1)
+for i = 4, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 3], 'EX', ARGV[5])
+end
+redis.call('HINCRBY', KEYS[1], 'predictions', #KEYS - 3)
+if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
 return {1}
 """
 )
 
-# KEYS = meta, log, pending  /  ARGV[1] = epoch of the caller's config, ARGV[2] = true class
-# index, ARGV[3] = number of classes
-# returns {1 or 2, mistake, updated, version, log length} or {-1..-4, previous label index}
-FEEDBACK = """
-local p = redis.call('GET', KEYS[3])
+# KEYS = meta, log, series, ring, recent, pending_1 .. pending_n  /  ARGV[1] = epoch of the
+# caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] = buckets kept,
+# ARGV[4 + i] = true class index of prediction i
+# returns {-1} or {-2} for the whole call, else {version, log length, then per prediction:
+# status (1 applied, 2 duplicate, -3 unknown or expired, -4 conflict), mistake, updated,
+# version (for -4: the class index given before)}
+FEEDBACK = (
+    _RECORD
+    + """
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return {-1} end
-if not p or string.sub(p, 2, 17) ~= epoch then
-  redis.call('HINCRBY', KEYS[1], 'unknown_feedback', 1)
-  return {-3}
-end
 if epoch ~= ARGV[1] then return {-2} end
-local t = ARGV[2]
-if string.sub(p, 1, 1) == 'A' then
-  local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
-  if prev ~= t then
-    redis.call('HINCRBY', KEYS[1], 'conflicts', 1)
-    return {-4, tonumber(prev)}
+local k = tonumber(ARGV[2])
+local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
+local seen = tonumber(redis.call('HGET', KEYS[1], 'seen'))
+local out, outcomes, entries = {}, {}, {}
+local unknown, dups, conflicts = 0, 0, 0
+for i = 6, #KEYS do
+  local t = ARGV[i - 1]
+  local p = redis.call('GET', KEYS[i])
+  if not p or string.sub(p, 2, 17) ~= epoch then
+    unknown = unknown + 1
+    for _, v in ipairs({-3, 0, 0, 0}) do out[#out + 1] = v end
+  elseif string.sub(p, 1, 1) == 'A' then
+    local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
+    if prev ~= t then
+      conflicts = conflicts + 1
+      for _, x in ipairs({-4, 0, 0, tonumber(prev)}) do out[#out + 1] = x end
+    else
+      dups = dups + 1
+      for _, x in ipairs({2, tonumber(m), tonumber(u), tonumber(v)}) do out[#out + 1] = x end
+    end
+  else
+    local served = tonumber(string.sub(p, 18, 21))
+    local ti = tonumber(t)
+    local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
+    local payload = string.sub(p, 22 + k)
+    seen = seen + 1
+    outcomes[#outcomes + 1] = {tostring(served), t, payload}
+    if updated == 1 then
+      version = version + 1
+      entries[#entries + 1] = string.format('%d|%s|', seen, t) .. payload
+    end
+    local m = (served ~= ti) and 1 or 0
+    redis.call('SET', KEYS[i],
+      'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'KEEPTTL')
+    for _, x in ipairs({1, m, updated, version}) do out[#out + 1] = x end
   end
-  redis.call('HINCRBY', KEYS[1], 'duplicates', 1)
-  return {2, tonumber(m), tonumber(u), tonumber(v), redis.call('LLEN', KEYS[2])}
 end
-local served = tonumber(string.sub(p, 18, 21))
-local k = tonumber(ARGV[3])
-local ti = tonumber(t)
-local mistake = (served ~= ti) and 1 or 0
-local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
-local seen = redis.call('HINCRBY', KEYS[1], 'seen', 1)
-redis.call('HINCRBY', KEYS[1], 'feedback', 1)
-redis.call('HINCRBY', KEYS[1], 'mistakes', mistake)
-redis.call('HINCRBY', KEYS[1], 'cm:' .. served .. ':' .. t, 1)
-local version
-if updated == 1 then
-  version = redis.call('HINCRBY', KEYS[1], 'version', 1)
-  redis.call('RPUSH', KEYS[2], string.format('%d|%s|', seen, t) .. string.sub(p, 22 + k))
-else
-  version = tonumber(redis.call('HGET', KEYS[1], 'version'))
+if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) end
+if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
+if conflicts > 0 then redis.call('HINCRBY', KEYS[1], 'conflicts', conflicts) end
+if #outcomes > 0 then
+  record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]),
+    seen - #outcomes, outcomes)
+  redis.call('HINCRBY', KEYS[1], 'feedback', #outcomes)
 end
-redis.call('SET', KEYS[3],
-  'A' .. epoch .. '|' .. t .. '|' .. mistake .. '|' .. updated .. '|' .. version, 'KEEPTTL')
-return {1, mistake, updated, version, redis.call('LLEN', KEYS[2])}
+for i = 1, #entries, 4000 do
+  redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 3999, #entries)))
+end
+if #entries > 0 then redis.call('HSET', KEYS[1], 'version', version) end
+table.insert(out, 1, redis.call('LLEN', KEYS[2]))
+table.insert(out, 1, version)
+return out
 """
+)
 
-# KEYS = meta, snap, log  /  ARGV[1] = epoch, ARGV[2] = version used, ARGV[3] = seen used
-# ('' when it does not matter), ARGV[4] = true class index, ARGV[5] = served class index,
-# ARGV[6] = '1' when the example updates the weights, ARGV[7] = payload
+# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = epoch, ARGV[2] = version used,
+# ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] = buckets
+# kept, ARGV[6] = largest squared feature norm, then per example 4 values: true class index,
+# served class index, '1' when it updates the weights, payload
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2
 LEARN = (
     _SYNC
+    + _RECORD
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
+local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
@@ -127,16 +200,23 @@ if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   reply[1] = 0
   return reply
 end
-local seen = redis.call('HINCRBY', KEYS[1], 'seen', 1)
-redis.call('HINCRBY', KEYS[1], 'learned', 1)
-if ARGV[4] ~= ARGV[5] then redis.call('HINCRBY', KEYS[1], 'mistakes', 1) end
-redis.call('HINCRBY', KEYS[1], 'cm:' .. ARGV[5] .. ':' .. ARGV[4], 1)
-local version = tonumber(st[2])
-if ARGV[6] == '1' then
-  version = redis.call('HINCRBY', KEYS[1], 'version', 1)
-  redis.call('RPUSH', KEYS[3], string.format('%d|%s|', seen, ARGV[4]) .. ARGV[7])
+local seen, version = tonumber(st[3]), tonumber(st[2])
+local outcomes, entries = {}, {}
+for i = 7, #ARGV, 4 do
+  local t, served, updated, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  outcomes[#outcomes + 1] = {served, t, payload}
+  if updated == '1' then
+    entries[#entries + 1] = string.format('%d|%s|', seen + #outcomes, t) .. payload
+  end
 end
-return {1, version, seen, redis.call('LLEN', KEYS[3])}
+record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, outcomes)
+redis.call('HINCRBY', KEYS[1], 'learned', #outcomes)
+for i = 1, #entries, 4000 do
+  redis.call('RPUSH', KEYS[3], unpack(entries, i, math.min(i + 3999, #entries)))
+end
+if #entries > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', #entries) end
+if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
+return {1, version, seen + #outcomes, redis.call('LLEN', KEYS[3])}
 """
 )
 
