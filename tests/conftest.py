@@ -48,8 +48,9 @@ def make_service(redis_url: str) -> Iterator[MakeService]:
         server = ServiceThread(settings).start()
         client = httpx.Client(base_url=server.url, timeout=30)
         if settings.default_model:
-            wait_until(lambda: client.get("/models/default").status_code == 200,
-                       what="default model")
+            wait_until(
+                lambda: client.get("/models/default").status_code == 200, what="default model"
+            )
         started.append((server, client))
         return client
 

@@ -51,8 +51,18 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed: run deploy/setup.sh test")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="pcp-redis-")
-        self.args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--dir", self.dir, *extra]
+        self.args = [
+            exe,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            self.dir,
+            *extra,
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,8 +116,16 @@ class ServiceProcess:
         self.env = {**os.environ, **env, "PERCEPTRON_LOG_LEVEL": "warning"}
         if redis_url:
             self.env["PERCEPTRON_REDIS_URL"] = redis_url
-        self.cmd = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port),
-                    "--workers", str(workers)]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(workers),
+        ]
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

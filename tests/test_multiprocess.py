@@ -47,9 +47,10 @@ def test_concurrent_clients_on_two_servers_lose_no_update(
 
     def client_loop(seed: int) -> None:
         rng = random.Random(seed)
-        with httpx.Client(base_url=url_a, timeout=30) as a, httpx.Client(
-            base_url=url_b, timeout=30
-        ) as b:
+        with (
+            httpx.Client(base_url=url_a, timeout=30) as a,
+            httpx.Client(base_url=url_b, timeout=30) as b,
+        ):
             for _ in range(60):
                 x = [rng.randint(-3, 3) for _ in range(D)]
                 label = rng.choice(classes)
