@@ -21,6 +21,7 @@ from .errors import (
     PredictionNotFound,
     ServiceError,
     StaleModel,
+    TooLarge,
     Unavailable,
 )
 from .learner import ConfigError, Example, FeatureError, Label, ModelConfig
@@ -164,6 +165,9 @@ class Engine:
         result: Replica = await self._on_replica(name, run)
         return result
 
+    def _encode_all(self, config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
+        return _encode_all(config, batch, self.settings.max_batch)
+
     def _bucket(self) -> Bucket:
         s = self.settings
         return Bucket(int(self.clock() // s.series_bucket_s), s.series_keep_s // s.series_bucket_s)
@@ -176,7 +180,7 @@ class Engine:
         """Predict each example with the model's latest weights; keep them for feedback."""
 
         async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
-            xs = _encode_all(rep.config, batch)
+            xs = self._encode_all(rep.config, batch)
             r2 = max(x.sq_norm for x in xs)
             tokens = [secrets.token_urlsafe(12) for _ in xs]
             for force in (False, True):
@@ -209,6 +213,12 @@ class Engine:
         self, items: Sequence[tuple[str, Label]]
     ) -> list[Feedback | ServiceError]:
         """Apply true labels to predictions; each item's result or its error, in order."""
+        if len(items) > self.settings.max_batch:
+            raise TooLarge(
+                f"A batch holds at most {self.settings.max_batch} items (PERCEPTRON_MAX_BATCH); "
+                f"got {len(items)}.",
+                code="batch_too_large",
+            )
         groups: dict[str, list[int]] = {}
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
         tokens: list[str] = []
@@ -269,7 +279,7 @@ class Engine:
 
         async def run(rep: Replica) -> list[Learned]:
             cfg = rep.config
-            xs = _encode_all(cfg, batch)
+            xs = self._encode_all(cfg, batch)
             ts = [_class_index(cfg, label) for label in labels]
             r2 = max(x.sq_norm for x in xs)
             for _ in range(self.settings.learn_attempts):
@@ -369,7 +379,12 @@ def _token_ok(token: str) -> bool:
     return TOKEN_RE.match(token) is not None
 
 
-def _encode_all(config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
+def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:
+    if len(batch) > limit:
+        raise TooLarge(
+            f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(batch)}.",
+            code="batch_too_large",
+        )
     xs = []
     for i, features in enumerate(batch):
         try:

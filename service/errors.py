@@ -23,6 +23,13 @@ class InvalidInput(ServiceError):
     code = "invalid_input"
 
 
+class TooLarge(ServiceError):
+    """The request exceeds a configured limit; the message names it."""
+
+    status = 413
+    code = "too_large"
+
+
 class NotFound(ServiceError):
     status = 404
     code = "not_found"

@@ -8,6 +8,8 @@ import httpx
 import numpy as np
 import pytest
 
+from .conftest import MakeService
+
 SPECS = [
     pytest.param({"n_features": 4}, id="binary"),
     pytest.param({"n_features": 4, "averaged": True, "margin": 1.0}, id="binary-averaged"),
@@ -136,3 +138,16 @@ def test_bad_batch_changes_nothing(client: httpx.Client, body: dict[str, Any], c
     assert r.status_code == 422 and r.json()["code"] == code
     assert "Example 1" in r.json()["detail"] or code in ("validation_error", "unknown_label")
     assert client.get("/models/m").json() == before
+
+
+def test_batches_past_the_limit_are_413(make_service: MakeService) -> None:
+    client = make_service(max_batch=3)
+    client.put("/models/m", json={"n_features": 1})
+    r = client.post("/learn/batch", json={"model": "m", "features": [[1]] * 4, "labels": [1] * 4})
+    assert r.status_code == 413 and r.json()["code"] == "batch_too_large"
+    assert "at most 3" in r.json()["detail"]
+    r = client.post("/predict/batch", json={"model": "m", "features": [[1]] * 4})
+    assert r.status_code == 413
+    items = [{"prediction_id": "m:AAAAAAAAAAAAAAAAAAAA", "label": 1}] * 4
+    assert client.post("/feedback/batch", json={"feedback": items}).status_code == 413
+    assert client.get("/models/m").json()["counters"]["predictions"] == 0
