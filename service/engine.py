@@ -36,6 +36,7 @@ from .store import (
     Bucket,
     Learnt,
     Made,
+    Observations,
     Store,
     SyncData,
     valid_name,
@@ -164,6 +165,13 @@ class Engine:
 
         result: Replica = await self._on_replica(name, run)
         return result
+
+    async def observe(self, name: str) -> tuple[Replica, Observations]:
+        """The model's replica, caught up, and its counters and outcome records."""
+        obs = await self.store.read_observations(check_name(name))
+        if obs is None:
+            raise ModelNotFound(name)
+        return await self.current_replica(name), obs
 
     def _encode_all(self, config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
         return _encode_all(config, batch, self.settings.max_batch)

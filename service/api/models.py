@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
+from ..metrics.view import model_metrics
 from .deps import EngineDep
-from .schemas import ErrorResponse, ModelInfo, ModelList, ModelSpec, WeightsResponse
+from .schemas import ErrorResponse, ModelInfo, ModelList, ModelMetrics, ModelSpec, WeightsResponse
 from .views import model_info, weights_view
 
 router = APIRouter(prefix="/models", tags=["models"])
@@ -48,6 +49,13 @@ async def delete_model(name: str, engine: EngineDep) -> Response:
     """Delete a model, its weights and its counters."""
     await engine.delete_model(name)
     return Response(status_code=204)
+
+
+@router.get("/{name}/metrics", responses=errors)
+async def read_metrics(name: str, engine: EngineDep) -> ModelMetrics:
+    """Read mistake rates, time series, confusion matrix and the mistake-bound estimate."""
+    rep, obs = await engine.observe(name)
+    return model_metrics(rep, obs, engine.settings.series_bucket_s)
 
 
 @router.get("/{name}/weights", responses=errors)

@@ -31,6 +31,55 @@ FeatureValues = Annotated[
 ModelName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
+class MistakeRates(BaseModel):
+    cumulative: float | None = Field(description="Mistakes over all labelled examples.")
+    last_100: float | None
+    last_1000: float | None
+
+
+class SeriesPoint(BaseModel):
+    t: int = Field(description="Start of the bucket, Unix seconds.")
+    examples: int
+    mistakes: int
+    rate: float | None
+    examples_total: int = Field(description="Labelled examples up to this bucket (in the window).")
+    mistakes_total: int
+
+
+class Series(BaseModel):
+    bucket_s: int
+    points: list[SeriesPoint]
+
+
+class Confusion(BaseModel):
+    labels: list[LabelValue]
+    matrix: list[list[int]] = Field(description="matrix[true][served] counts.")
+
+
+class MistakeBound(BaseModel):
+    estimate: bool = True
+    applies: bool
+    reason: str | None = None
+    mistakes: int
+    window: int = Field(description="Labelled examples gamma was measured on.")
+    R: float | None = None
+    gamma: float | None = None
+    bound: float | None = Field(None, description="R^2 / gamma^2 when gamma > 0.")
+    separable: bool | None = None
+
+
+class ModelMetrics(BaseModel):
+    model: str
+    version: int
+    counters: Counters
+    mistake_rate: MistakeRates
+    series: Series
+    confusion: Confusion
+    weight_norm: float
+    max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")
+    mistake_bound: MistakeBound
+
+
 class ErrorResponse(BaseModel):
     detail: str
     code: str

@@ -10,16 +10,19 @@ from ..replica import Replica
 from .schemas import Counters, ModelInfo, ModelSpec, WeightRow, WeightsResponse
 
 
-def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInfo:
-    fields = Counters.model_fields
-    counters = Counters(**{k: int(meta[k]) for k in fields if k in meta})
+def counters_of(meta: dict[str, str]) -> Counters:
+    counters = Counters(**{k: int(meta[k]) for k in Counters.model_fields if k in meta})
     counters.updates = int(meta.get("version", 0))
+    return counters
+
+
+def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInfo:
     return ModelInfo(
         name=name,
         config=ModelSpec(**config.to_dict()),
         version=int(meta.get("version", 0)),
         created=int(meta.get("created", 0)),
-        counters=counters,
+        counters=counters_of(meta),
     )
 
 

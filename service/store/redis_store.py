@@ -61,6 +61,18 @@ class Learnt:
     payload: bytes  # b"" when neither the log nor the recent window needs it
 
 
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """A model's counters and outcome records, as kept in Redis."""
+
+    meta: dict[str, str]
+    ring: bytes  # bit (k - 1) % RING_SIZE: whether the k-th labelled example was a mistake
+    series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
+    recent: list[bytes]  # newest first: b"t|" + payload of the latest labelled examples
+
+
+RING_SIZE = 1000  # the WINDOW of the scripts' outcome ring
+
 # Per-prediction feedback statuses.
 APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
 
@@ -138,6 +150,24 @@ class Store:
         if not raw:
             return None
         return {_str(k): _str(v) for k, v in raw.items()}
+
+    async def read_observations(self, name: str) -> Observations | None:
+        """Everything the metrics are computed from, read in one round trip."""
+        keys = ModelKeys(name)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.meta)
+            pipe.get(keys.ring)
+            pipe.hgetall(keys.series)
+            pipe.lrange(keys.recent, 0, -1)
+            meta, ring, series, recent = await pipe.execute()
+        if not meta:
+            return None
+        return Observations(
+            meta={_str(k): _str(v) for k, v in meta.items()},
+            ring=bytes(ring or b""),
+            series={_str(k): int(v) for k, v in series.items()},
+            recent=list(recent),
+        )
 
     async def delete_model(self, name: str) -> bool:
         keys = ModelKeys(name)

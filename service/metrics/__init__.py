@@ -1,0 +1,1 @@
+"""What operators watch: mistake rates, the confusion matrix, the mistake bound, Prometheus."""

@@ -1,0 +1,90 @@
+"""A model's metrics, computed from what the store keeps. Pure: no I/O."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..learner import ModelConfig, Weights
+from ..learner.codec import unpack_payload
+from ..learner.perceptron import raw_scores
+
+WINDOWS = (100, 1000)
+
+
+def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
+    """(mistakes, examples) among the last ``last`` labelled examples, from the bit ring.
+
+    Bit ``(k - 1) % size`` holds the k-th example (Redis SETBIT order: the high bit first).
+    """
+    n = min(last, seen, size)
+    bits = np.unpackbits(np.frombuffer(ring.ljust(math.ceil(size / 8), b"\0"), dtype=np.uint8))
+    positions = (np.arange(seen - n, seen) % size) if n else np.zeros(0, dtype=np.int64)
+    return int(bits[positions].sum()), n
+
+
+def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:
+    """Per-bucket examples and mistakes, oldest first, with the running totals."""
+    buckets = sorted({int(k.split(":")[0]) for k in series if k.endswith(":n")})
+    points, examples, mistakes = [], 0, 0
+    for b in buckets:
+        n, m = series.get(f"{b}:n", 0), series.get(f"{b}:m", 0)
+        examples, mistakes = examples + n, mistakes + m
+        points.append(
+            {
+                "t": b * bucket_s,
+                "examples": n,
+                "mistakes": m,
+                "rate": m / n if n else None,
+                "examples_total": examples,
+                "mistakes_total": mistakes,
+            }
+        )
+    return points
+
+
+def confusion(config: ModelConfig, meta: dict[str, str]) -> list[list[int]]:
+    """``matrix[true][served]``: counts of served label against true label."""
+    k = config.n_classes
+    matrix = [[0] * k for _ in range(k)]
+    for key, value in meta.items():
+        if key.startswith("cm:"):
+            served, true = (int(v) for v in key[3:].split(":"))
+            matrix[true][served] = int(value)
+    return matrix
+
+
+def mistake_bound(
+    config: ModelConfig, weights: Weights, recent: list[bytes], r2: float, mistakes: int
+) -> dict[str, Any]:
+    """The seeds' bound R^2 / gamma^2, for the margin the current weights get on ``recent``.
+
+    An estimate: gamma is measured on the latest labelled examples only, with the current
+    weights, not the best separator. It applies to binary models (without averaging, whose
+    served predictions are not the learning perceptron's).
+    """
+    out: dict[str, Any] = {"estimate": True, "mistakes": mistakes, "window": len(recent)}
+    if not config.binary or config.averaged:
+        return {**out, "applies": False, "reason": "binary, non-averaged models only"}
+    bias = 1.0 if config.fit_bias else 0.0
+    radius = math.sqrt(r2 + bias)
+    out.update(applies=True, R=radius)
+    norm = math.sqrt(float(weights.w[0] @ weights.w[0]) + float(weights.b[0]) ** 2 * bias)
+    if not recent or norm == 0.0:
+        return {**out, "gamma": None, "bound": None, "separable": None}
+    margins = []
+    for item in recent:
+        t, payload = item.split(b"|", 1)
+        _, x = unpack_payload(config, payload)
+        y = 1.0 if int(t) == 1 else -1.0
+        margins.append(y * float(raw_scores(weights, x)[0]) / norm)
+    gamma = min(margins)
+    if gamma <= 0:
+        return {**out, "gamma": gamma, "bound": None, "separable": False}
+    return {**out, "gamma": gamma, "bound": radius**2 / gamma**2, "separable": True}
+
+
+def weight_norm(weights: Weights) -> float:
+    return float(np.sqrt((weights.w * weights.w).sum() + (weights.b * weights.b).sum()))

@@ -1,0 +1,51 @@
+"""Assembling a model's metrics response from the store's observations and a replica."""
+
+from __future__ import annotations
+
+import math
+
+from ..api.schemas import (
+    Confusion,
+    MistakeBound,
+    MistakeRates,
+    ModelMetrics,
+    Series,
+    SeriesPoint,
+)
+from ..api.views import counters_of
+from ..replica import Replica
+from ..store import RING_SIZE, Observations
+from .summary import confusion, mistake_bound, ring_mistakes, series_points, weight_norm
+
+
+def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetrics:
+    counters = counters_of(obs.meta)
+    seen = counters.seen
+
+    def rate(last: int) -> float | None:
+        m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
+        return m / n if n else None
+
+    r2 = float(obs.meta.get("r2", 0.0))
+    return ModelMetrics(
+        model=rep.name,
+        version=int(obs.meta.get("version", 0)),
+        counters=counters,
+        mistake_rate=MistakeRates(
+            cumulative=counters.mistakes / seen if seen else None,
+            last_100=rate(100),
+            last_1000=rate(1000),
+        ),
+        series=Series(
+            bucket_s=bucket_s,
+            points=[SeriesPoint(**p) for p in series_points(obs.series, bucket_s)],
+        ),
+        confusion=Confusion(
+            labels=list(rep.config.classes), matrix=confusion(rep.config, obs.meta)
+        ),
+        weight_norm=weight_norm(rep.weights),
+        max_feature_norm=math.sqrt(r2),
+        mistake_bound=MistakeBound(
+            **mistake_bound(rep.config, rep.weights, obs.recent, r2, counters.mistakes)
+        ),
+    )
