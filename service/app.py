@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .api import health, learning, models
+from .api import dashboard, health, learning, models
 from .engine import Engine
 from .errors import ServiceError, Unavailable
 from .settings import Settings
@@ -49,6 +49,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(learning.router)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
+    app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
     _add_error_handlers(app)
     return app
 
