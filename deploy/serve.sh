@@ -3,4 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh
+# Local use: no API keys unless asked for (the service warns loudly). Deployments set keys.
+export PERCEPTRON_AUTH="${PERCEPTRON_AUTH:-false}"
 exec .venv/bin/perceptron serve "$@"

@@ -14,6 +14,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .api import dashboard, health, learning, models
+from .api.limits import BodyLimit
+from .auth import KeyRing, Unauthorized
 from .engine import Engine
 from .errors import ServiceError, Unavailable
 from .settings import Settings
@@ -24,11 +26,13 @@ log = logging.getLogger("perceptron")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    keys = _load_keys(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = Engine(open_store(settings), settings)
         app.state.engine = engine
+        app.state.keys = keys
         starter = asyncio.create_task(_ensure_default(engine)) if settings.default_model else None
         try:
             yield
@@ -51,15 +55,38 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
+    app.state.keys = keys
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     _add_error_handlers(app)
     return app
+
+
+def _load_keys(settings: Settings) -> KeyRing | None:
+    """The API keys, or None when auth is off; fails at start-up on a bad configuration."""
+    if not settings.auth:
+        log.warning(
+            "AUTH IS OFF (PERCEPTRON_AUTH=false): anyone who can reach this service may "
+            "predict, train, create and delete models. Use this for local work only."
+        )
+        return None
+    secret = settings.api_keys.get_secret_value() if settings.api_keys else None
+    keys = KeyRing.load(secret, settings.api_keys_file)
+    if not keys.entries:
+        raise RuntimeError(
+            "Auth is on but no API key is configured: set PERCEPTRON_API_KEYS (or "
+            "PERCEPTRON_API_KEYS_FILE) to entries 'role:key', or PERCEPTRON_AUTH=false for "
+            "local use."
+        )
+    return keys
 
 
 async def _ensure_default(engine: Engine) -> None:
     """Create the 'default' model, retrying until the store answers."""
     while True:
         try:
-            await engine.create_model("default", {})
+            await engine.create_model(
+                "default", {"hash_bits": min(18, engine.settings.max_hash_bits)}
+            )
             return
         except ServiceError as e:
             log.warning("the 'default' model was not created: %s", e.message)
@@ -81,6 +108,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         headers = None
         if isinstance(exc, Unavailable):
             headers = {"Retry-After": str(exc.retry_after_s)}
+        elif isinstance(exc, Unauthorized):
+            headers = {"WWW-Authenticate": "Bearer"}
         return _error(exc.status, exc.code, exc.message, headers)
 
     @app.exception_handler(RequestValidationError)

@@ -105,6 +105,15 @@ class Engine:
             config = ModelConfig.from_dict(params)
         except ConfigError as e:
             raise InvalidInput(str(e), code="invalid_config") from e
+        self._check_limits(config)
+        names = await self.store.model_names()
+        if name not in names:
+            if len(names) >= self.settings.max_models:
+                raise InvalidInput(
+                    f"The store holds at most {self.settings.max_models} models "
+                    "(PERCEPTRON_MAX_MODELS); delete one first.",
+                    code="too_many_models",
+                )
         existing = await self.store.create_model(
             name, json.dumps(config.to_dict()), secrets.token_hex(8)
         )
@@ -118,6 +127,27 @@ class Engine:
                 code="model_exists",
             )
         return current, False
+
+    def _check_limits(self, config: ModelConfig) -> None:
+        s = self.settings
+        if not config.dense and config.hash_bits > s.max_hash_bits:
+            raise InvalidInput(
+                f"hash_bits is at most {s.max_hash_bits} (PERCEPTRON_MAX_HASH_BITS); "
+                f"got {config.hash_bits}.",
+                code="invalid_config",
+            )
+        if config.n_classes > s.max_classes:
+            raise InvalidInput(
+                f"A model has at most {s.max_classes} classes (PERCEPTRON_MAX_CLASSES); "
+                f"got {config.n_classes}.",
+                code="invalid_config",
+            )
+        if config.dense and config.dim > s.max_features:
+            raise InvalidInput(
+                f"n_features is at most {s.max_features} (PERCEPTRON_MAX_FEATURES); "
+                f"got {config.dim}.",
+                code="invalid_config",
+            )
 
     async def read_model(self, name: str) -> tuple[ModelConfig, dict[str, str]]:
         meta = await self.store.read_meta(check_name(name))
@@ -174,7 +204,23 @@ class Engine:
         return await self.current_replica(name), obs
 
     def _encode_all(self, config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
-        return _encode_all(config, batch, self.settings.max_batch)
+        s = self.settings
+        for features in batch:
+            if len(features) > s.max_features:
+                raise TooLarge(
+                    f"An example holds at most {s.max_features} features "
+                    f"(PERCEPTRON_MAX_FEATURES); got {len(features)}.",
+                    code="too_many_features",
+                )
+            if isinstance(features, Mapping):
+                for name in features:
+                    if isinstance(name, str) and len(name) > s.max_name_length:
+                        raise InvalidInput(
+                            f"Feature names are at most {s.max_name_length} characters "
+                            f"(PERCEPTRON_MAX_NAME_LENGTH); got one of {len(name)}.",
+                            code="feature_name_too_long",
+                        )
+        return _encode_all(config, batch, s.max_batch)
 
     def _bucket(self) -> Bucket:
         s = self.settings

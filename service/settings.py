@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pathlib import Path
+
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -31,4 +33,21 @@ class Settings(BaseSettings):
     learn_attempts: int = Field(
         default=50, ge=1, description="Optimistic retries of one /learn before answering 503."
     )
+    auth: bool = Field(
+        default=True, description="Require API keys; 'false' only for local use (logged loudly)."
+    )
+    api_keys: SecretStr | None = Field(
+        default=None, description="Keys as 'role:key[:model|model]', separated by commas."
+    )
+    api_keys_file: Path | None = Field(
+        default=None, description="A file of key entries, one per line (e.g. a mounted secret)."
+    )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes."
+    )
+    max_features: int = Field(default=100_000, ge=1, description="Most features in one example.")
+    max_name_length: int = Field(default=256, ge=1, description="Longest feature name.")
+    max_hash_bits: int = Field(default=24, ge=1, le=30, description="Largest hash_bits.")
+    max_classes: int = Field(default=1000, ge=2, le=9999, description="Most classes of a model.")
+    max_models: int = Field(default=1000, ge=1, description="Most models in the store.")
     log_level: str = Field(default="info", description="Log level of the service.")

@@ -44,13 +44,12 @@ def make_service(redis_url: str) -> Iterator[MakeService]:
     started: list[tuple[ServiceThread, httpx.Client]] = []
 
     def make(**overrides: object) -> httpx.Client:
-        settings = Settings(**{"redis_url": redis_url, **overrides})  # type: ignore[arg-type]
+        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})  # type: ignore[arg-type]
         server = ServiceThread(settings).start()
         client = httpx.Client(base_url=server.url, timeout=30)
         if settings.default_model:
-            wait_until(
-                lambda: client.get("/models/default").status_code == 200, what="default model"
-            )
+            with redis.Redis.from_url(redis_url) as r:
+                wait_until(lambda: r.exists("pcp:{default}:meta"), what="default model")
         started.append((server, client))
         return client
 

@@ -113,7 +113,12 @@ class ServiceProcess:
 
     def __init__(self, redis_url: str | None, workers: int = 1, **env: str) -> None:
         self.port = free_port()
-        self.env = {**os.environ, **env, "PERCEPTRON_LOG_LEVEL": "warning"}
+        self.env = {
+            **os.environ,
+            "PERCEPTRON_AUTH": "false",
+            **env,
+            "PERCEPTRON_LOG_LEVEL": "warning",
+        }
         if redis_url:
             self.env["PERCEPTRON_REDIS_URL"] = redis_url
         self.cmd = [

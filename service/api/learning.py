@@ -6,8 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from ..auth import Role
+from ..engine import ID_SEPARATOR
 from ..errors import ServiceError
-from .deps import EngineDep
+from .deps import EngineDep, Reader, Trainer
 from .schemas import (
     ErrorResponse,
     FeedbackBatchRequest,
@@ -28,6 +30,8 @@ from .views import score_fields
 
 router = APIRouter(tags=["learning"])
 errors: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse},
+    403: {"model": ErrorResponse},
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
@@ -36,8 +40,9 @@ errors: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/predict", responses=errors)
-async def predict(body: PredictRequest, engine: EngineDep) -> PredictResponse:
+async def predict(body: PredictRequest, engine: EngineDep, who: Reader) -> PredictResponse:
     """Predict a label now; send its true label later to /feedback."""
+    who.check(Role.predict, body.model)
     config, (p,) = await engine.predict(body.model, [body.features])
     return PredictResponse(
         prediction_id=p.prediction_id,
@@ -48,8 +53,11 @@ async def predict(body: PredictRequest, engine: EngineDep) -> PredictResponse:
 
 
 @router.post("/predict/batch", responses=errors)
-async def predict_batch(body: PredictBatchRequest, engine: EngineDep) -> PredictBatchResponse:
+async def predict_batch(
+    body: PredictBatchRequest, engine: EngineDep, who: Reader
+) -> PredictBatchResponse:
     """Predict many examples with one version of the model."""
+    who.check(Role.predict, body.model)
     config, preds = await engine.predict(body.model, body.features)
     return PredictBatchResponse(
         predictions=[
@@ -66,8 +74,11 @@ async def predict_batch(body: PredictBatchRequest, engine: EngineDep) -> Predict
 
 
 @router.post("/feedback", responses=errors)
-async def submit_feedback(body: FeedbackRequest, engine: EngineDep) -> FeedbackResponse:
+async def submit_feedback(
+    body: FeedbackRequest, engine: EngineDep, who: Trainer
+) -> FeedbackResponse:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
+    who.check(Role.train, _model_of(body.prediction_id))
     (f,) = await engine.submit_feedback([(body.prediction_id, body.label)])
     if isinstance(f, ServiceError):
         raise f
@@ -78,9 +89,11 @@ async def submit_feedback(body: FeedbackRequest, engine: EngineDep) -> FeedbackR
 
 @router.post("/feedback/batch", responses=errors)
 async def submit_feedback_batch(
-    body: FeedbackBatchRequest, engine: EngineDep
+    body: FeedbackBatchRequest, engine: EngineDep, who: Trainer
 ) -> FeedbackBatchResponse:
     """Give many true labels; each item gets its own result or error, in order."""
+    for model in {_model_of(f.prediction_id) for f in body.feedback}:
+        who.check(Role.train, model)
     results = await engine.submit_feedback([(f.prediction_id, f.label) for f in body.feedback])
     out = []
     for f in results:
@@ -96,15 +109,19 @@ async def submit_feedback_batch(
 
 
 @router.post("/learn", responses=errors)
-async def learn(body: LearnRequest, engine: EngineDep) -> LearnResponse:
+async def learn(body: LearnRequest, engine: EngineDep, who: Trainer) -> LearnResponse:
     """Predict and learn a labelled example in one atomic step."""
+    who.check(Role.train, body.model)
     (r,) = await engine.learn(body.model, [body.features], [body.label])
     return LearnResponse(label=r.label, mistake=r.mistake, updated=r.updated, version=r.version)
 
 
 @router.post("/learn/batch", responses=errors)
-async def learn_batch(body: LearnBatchRequest, engine: EngineDep) -> LearnBatchResponse:
+async def learn_batch(
+    body: LearnBatchRequest, engine: EngineDep, who: Trainer
+) -> LearnBatchResponse:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
+    who.check(Role.train, body.model)
     results = await engine.learn(body.model, body.features, body.labels)
     return LearnBatchResponse(
         labels=[r.label for r in results],
@@ -113,3 +130,7 @@ async def learn_batch(body: LearnBatchRequest, engine: EngineDep) -> LearnBatchR
         version=results[-1].version,
         mistake_count=sum(r.mistake for r in results),
     )
+
+
+def _model_of(prediction_id: str) -> str:
+    return prediction_id.partition(ID_SEPARATOR)[0]

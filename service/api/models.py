@@ -6,14 +6,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
+from ..auth import Role
 from ..metrics.view import model_metrics
-from .deps import EngineDep
+from .deps import Admin, EngineDep, Reader
 from .schemas import ErrorResponse, ModelInfo, ModelList, ModelMetrics, ModelSpec, WeightsResponse
 from .views import model_info, weights_view
 
 router = APIRouter(prefix="/models", tags=["models"])
 OptionalSpec = Annotated[ModelSpec | None, Body()]
 errors: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorResponse},
+    403: {"model": ErrorResponse},
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
@@ -22,9 +25,10 @@ errors: dict[int | str, dict[str, Any]] = {
 
 @router.put("/{name}", status_code=201, responses=errors)
 async def create_model(
-    name: str, engine: EngineDep, response: Response, spec: OptionalSpec = None
+    name: str, engine: EngineDep, who: Admin, response: Response, spec: OptionalSpec = None
 ) -> ModelInfo:
     """Create a model (201), or confirm one with the same configuration (200)."""
+    who.check(Role.admin, name)
     params = (spec or ModelSpec()).model_dump()
     _, created = await engine.create_model(name, params)
     if not created:
@@ -33,32 +37,37 @@ async def create_model(
 
 
 @router.get("", responses=errors)
-async def list_models(engine: EngineDep) -> ModelList:
-    """List every model with its configuration and counters."""
-    return ModelList(models=[model_info(*m) for m in await engine.list_models()])
+async def list_models(engine: EngineDep, who: Reader) -> ModelList:
+    """List every model (this key may use) with its configuration and counters."""
+    models = await engine.list_models()
+    return ModelList(models=[model_info(*m) for m in models if who.allows(m[0])])
 
 
 @router.get("/{name}", responses=errors)
-async def read_model(name: str, engine: EngineDep) -> ModelInfo:
+async def read_model(name: str, engine: EngineDep, who: Reader) -> ModelInfo:
     """Read a model's configuration, version and counters."""
+    who.check(Role.predict, name)
     return model_info(name, *await engine.read_model(name))
 
 
 @router.delete("/{name}", status_code=204, responses=errors)
-async def delete_model(name: str, engine: EngineDep) -> Response:
+async def delete_model(name: str, engine: EngineDep, who: Admin) -> Response:
     """Delete a model, its weights and its counters."""
+    who.check(Role.admin, name)
     await engine.delete_model(name)
     return Response(status_code=204)
 
 
 @router.get("/{name}/metrics", responses=errors)
-async def read_metrics(name: str, engine: EngineDep) -> ModelMetrics:
+async def read_metrics(name: str, engine: EngineDep, who: Reader) -> ModelMetrics:
     """Read mistake rates, time series, confusion matrix and the mistake-bound estimate."""
+    who.check(Role.predict, name)
     rep, obs = await engine.observe(name)
     return model_metrics(rep, obs, engine.settings.series_bucket_s)
 
 
 @router.get("/{name}/weights", responses=errors)
-async def read_weights(name: str, engine: EngineDep) -> WeightsResponse:
+async def read_weights(name: str, engine: EngineDep, who: Reader) -> WeightsResponse:
     """Read the current weights and bias (and the averaged ones when enabled)."""
+    who.check(Role.predict, name)
     return weights_view(await engine.current_replica(name))

@@ -1,0 +1,114 @@
+"""API keys with roles. Keys are kept only as SHA-256 digests and compared in constant time."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ServiceError
+
+
+class Role(enum.IntEnum):
+    """Each role may do what the roles below it may."""
+
+    predict = 1  # predict, read models, weights and metrics
+    train = 2  # also feedback and learn
+    admin = 3  # also create, delete, reset, export and import models
+
+
+class Unauthorized(ServiceError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ServiceError):
+    status = 403
+    code = "forbidden"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a role, and the models the key is limited to (None: every model)."""
+
+    role: Role
+    models: frozenset[str] | None = None
+
+    def allows(self, model: str) -> bool:
+        return self.models is None or model in self.models
+
+    def check(self, role: Role, model: str | None = None) -> Principal:
+        if self.role < role:
+            raise Forbidden(f"This key has the '{self.role.name}' role; '{role.name}' is needed.")
+        if model is not None and not self.allows(model):
+            raise Forbidden(f"This key is not allowed to use model {model[:64]!r}.")
+        return self
+
+
+NOBODY_NEEDED = Principal(Role.admin)  # when auth is off
+
+
+class KeyError_(ValueError):
+    """A key entry that cannot be read; the message never contains the key."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRing:
+    """The configured keys, as digests with their principals."""
+
+    entries: tuple[tuple[bytes, Principal], ...]
+
+    @classmethod
+    def parse(cls, lines: Iterable[str]) -> KeyRing:
+        """Entries ``role:key`` or ``role:key:model1|model2``, one per line or comma."""
+        entries = []
+        for n, raw in enumerate(lines, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(":")
+            if len(parts) not in (2, 3) or parts[0] not in Role.__members__ or not parts[1]:
+                raise KeyError_(
+                    f"API key entry {n} is not 'role:key' or 'role:key:model|model' with a role "
+                    "among predict, train, admin."
+                )
+            if len(parts[1]) < 16:
+                raise KeyError_(f"API key entry {n}: keys must be at least 16 characters long.")
+            models = frozenset(parts[2].split("|")) if len(parts) == 3 else None
+            entries.append((_digest(parts[1]), Principal(Role[parts[0]], models)))
+        return cls(tuple(entries))
+
+    @classmethod
+    def load(cls, inline: str | None, path: Path | None) -> KeyRing:
+        lines: list[str] = []
+        if inline:
+            lines += inline.replace(",", "\n").splitlines()
+        if path is not None:
+            lines += path.read_text().splitlines()
+        return cls.parse(lines)
+
+    def find(self, key: str) -> Principal | None:
+        """The principal of ``key``; every entry is compared, so timing tells nothing."""
+        digest = _digest(key)
+        found = None
+        for stored, principal in self.entries:
+            if hmac.compare_digest(stored, digest):
+                found = principal
+        return found
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def key_from_headers(authorization: str | None, api_key: str | None) -> str | None:
+    if api_key:
+        return api_key
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return None
