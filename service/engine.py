@@ -24,7 +24,7 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .learner import ConfigError, Example, FeatureError, Label, ModelConfig
+from .learner import ConfigError, Example, FeatureError, Label, ModelConfig, Weights
 from .learner.codec import pack_payload, pack_weights
 from .learner.features import encode
 from .learner.perceptron import apply, predict_index, raw_scores, served_scores, update_plan
@@ -41,6 +41,7 @@ from .store import (
     SyncData,
     valid_name,
 )
+from .transfer import config_json, export_document, parse_document
 
 log = logging.getLogger("perceptron")
 
@@ -163,6 +164,59 @@ class Engine:
             for n, m in zip(names, metas, strict=True)
             if m is not None
         ]
+
+    async def export_model(self, name: str) -> dict[str, Any]:
+        """The model's configuration, weights and counters, consistent at one version."""
+        for _ in range(self.settings.learn_attempts):
+            rep = await self.current_replica(name)
+            config, meta = await self.read_model(name)
+            if int(meta["version"]) == rep.weights.version and meta["epoch"] == rep.epoch:
+                rep.weights.seen = int(meta["seen"])
+                return export_document(name, config, rep.weights, meta)
+        raise Unavailable(
+            f"Model {name!r} kept changing during the export; retry shortly.", code="model_busy"
+        )
+
+    async def import_model(self, name: str, document: Any) -> ModelConfig:
+        """Make model ``name`` what the export says; refused whole when anything is off."""
+        check_name(name)
+        file = parse_document(document)
+        self._check_limits(file.config)
+        meta = await self.store.read_meta(name)
+        if meta is not None and ModelConfig.from_dict(json.loads(meta["cfg"])) != file.config:
+            raise Conflict(
+                f"Model {name!r} exists with another configuration than the file's; delete "
+                "it first or import under another name.",
+                code="model_exists",
+            )
+        await self._replace(name, file.config, file.weights, file.counters, file.created)
+        return file.config
+
+    async def reset_model(self, name: str) -> None:
+        """Zero the weights and counters; pending predictions lapse."""
+        config, meta = await self.read_model(name)
+        await self._replace(name, config, Weights.zeros(config), {}, int(meta.get("created", 0)))
+
+    async def _replace(
+        self,
+        name: str,
+        config: ModelConfig,
+        weights: Weights,
+        counters: dict[str, str],
+        created: int,
+    ) -> None:
+        data = pack_weights(weights) if weights.version else b""
+        await self.store.replace_model(
+            name,
+            config_json(config),
+            secrets.token_hex(8),
+            created or int(self.clock()),
+            weights.version,
+            weights.seen,
+            data,
+            counters,
+        )
+        self._replicas.pop(name, None)
 
     async def delete_model(self, name: str) -> None:
         if not await self.store.delete_model(check_name(name)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
+from fastapi.responses import JSONResponse
 
 from ..auth import Role
 from ..metrics.view import model_metrics
@@ -64,6 +65,33 @@ async def read_metrics(name: str, engine: EngineDep, who: Reader) -> ModelMetric
     who.check(Role.predict, name)
     rep, obs = await engine.observe(name)
     return model_metrics(rep, obs, engine.settings.series_bucket_s)
+
+
+@router.get("/{name}/export", responses=errors)
+async def export_model(name: str, engine: EngineDep, who: Admin) -> JSONResponse:
+    """Download the model (configuration, weights, counters) as a file to import elsewhere."""
+    who.check(Role.admin, name)
+    doc = await engine.export_model(name)
+    disposition = f'attachment; filename="{name}.perceptron.json"'
+    return JSONResponse(doc, headers={"Content-Disposition": disposition})
+
+
+@router.post("/{name}/import", responses=errors)
+async def import_model(
+    name: str, engine: EngineDep, who: Admin, document: Annotated[dict[str, Any], Body()]
+) -> ModelInfo:
+    """Create or overwrite a model from an export file; a bad file changes nothing."""
+    who.check(Role.admin, name)
+    await engine.import_model(name, document)
+    return model_info(name, *await engine.read_model(name))
+
+
+@router.post("/{name}/reset", responses=errors)
+async def reset_model(name: str, engine: EngineDep, who: Admin) -> ModelInfo:
+    """Zero the model's weights and counters; its pending predictions lapse."""
+    who.check(Role.admin, name)
+    await engine.reset_model(name)
+    return model_info(name, *await engine.read_model(name))
 
 
 @router.get("/{name}/weights", responses=errors)

@@ -126,6 +126,7 @@ class Store:
         self._feedback = client.register_script(scripts.FEEDBACK)
         self._learn = client.register_script(scripts.LEARN)
         self._compact = client.register_script(scripts.COMPACT)
+        self._replace = client.register_script(scripts.REPLACE)
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -168,6 +169,25 @@ class Store:
             series={_str(k): int(v) for k, v in series.items()},
             recent=list(recent),
         )
+
+    async def replace_model(
+        self,
+        name: str,
+        config_json: str,
+        epoch: str,
+        created: int,
+        version: int,
+        seen: int,
+        weights: bytes,
+        counters: dict[str, str],
+    ) -> None:
+        """Make the model exactly this, at once (import and reset); old predictions lapse."""
+        keys = ModelKeys(name)
+        args: list[Arg] = [config_json, epoch, created, version, seen, weights]
+        for field, value in counters.items():
+            args += [field, value]
+        await self._replace(keys=list(keys.all), args=args)
+        await self.client.sadd(REGISTRY, name)
 
     async def delete_model(self, name: str) -> bool:
         keys = ModelKeys(name)

@@ -220,6 +220,19 @@ return {1, version, seen + #outcomes, redis.call('LLEN', KEYS[3])}
 """
 )
 
+# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = config JSON, ARGV[2] = new
+# epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights at
+# that version ('' for zeros), then counter field / value pairs
+# returns 1; the model's pending predictions become unknown (the epoch changed)
+REPLACE = """
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
+  'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4])
+for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6]) end
+return 1
+"""
+
 # KEYS = meta, snap, log  /  ARGV[1] = epoch, ARGV[2] = version V of the snapshot,
 # ARGV[3] = packed weights at V
 # returns 1 when the snapshot replaced the log up to V, 0 when it was not newer

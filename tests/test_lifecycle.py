@@ -1,0 +1,142 @@
+"""Export a model, import it into another service, reset it; bad files change nothing."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import MakeService
+from .servers import RedisServer, ServiceThread
+
+SPEC = {"classes": ["a", "b", "c"], "n_features": 3, "averaged": True}
+
+
+def train(client: httpx.Client, name: str = "m") -> None:
+    client.put(f"/models/{name}", json=SPEC)
+    xs = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]] * 10
+    ys = ["a", "b", "c", "a"] * 10
+    client.post("/learn/batch", json={"model": name, "features": xs, "labels": ys})
+
+
+def test_export_then_import_into_another_service(client: httpx.Client) -> None:
+    train(client)
+    doc = client.get("/models/m/export").json()
+    assert doc["format"] == "perceptron-model" and doc["format_version"] == 1
+    other_redis = RedisServer().start()
+    try:
+        from service.settings import Settings
+
+        other = ServiceThread(Settings(redis_url=other_redis.url, auth=False)).start()
+        try:
+            with httpx.Client(base_url=other.url) as c:
+                r = c.post("/models/copy/import", json=doc)
+                assert r.status_code == 200, r.text
+                assert (
+                    c.get("/models/copy/weights").json()["rows"]
+                    == client.get("/models/m/weights").json()["rows"]
+                )
+                assert (
+                    c.get("/models/copy/weights").json()["averaged"]
+                    == client.get("/models/m/weights").json()["averaged"]
+                )
+                got, want = c.get("/models/copy").json(), client.get("/models/m").json()
+                assert got["version"] == want["version"]
+                assert got["counters"] == want["counters"]
+                x = {"model": "copy", "features": [1, 1, 0]}
+                assert (
+                    c.post("/predict", json=x).json()["scores"]
+                    == client.post("/predict", json={**x, "model": "m"}).json()["scores"]
+                )
+        finally:
+            other.stop()
+    finally:
+        other_redis.stop()
+
+
+def corrupt(doc: dict[str, Any], how: str) -> Any:
+    bad = copy.deepcopy(doc)
+    if how == "checksum":
+        raw = bytearray(base64.b64decode(bad["weights"]))
+        raw[0] ^= 1
+        bad["weights"] = base64.b64encode(bytes(raw)).decode()
+    elif how == "truncated":
+        raw = base64.b64decode(bad["weights"])[:-8]
+        bad["weights"] = base64.b64encode(raw).decode()
+        import hashlib
+
+        bad["sha256"] = hashlib.sha256(raw).hexdigest()
+    elif how == "format":
+        bad["format"] = "something-else"
+    elif how == "version":
+        bad["format_version"] = 99
+    elif how == "config":
+        bad["config"]["margin"] = -1
+    elif how == "missing":
+        del bad["weights"]
+    elif how == "counter":
+        bad["counters"]["evil"] = "1"
+    elif how == "not-base64":
+        bad["weights"] = "###"
+    return bad
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["checksum", "truncated", "format", "version", "config", "missing", "counter", "not-base64"],
+)
+def test_corrupt_import_is_refused_and_changes_nothing(client: httpx.Client, how: str) -> None:
+    train(client)
+    doc = client.get("/models/m/export").json()
+    before = (client.get("/models/m").json(), client.get("/models/m/weights").json())
+    r = client.post("/models/m/import", json=corrupt(doc, how))
+    assert r.status_code == 422 and r.json()["code"] == "invalid_import", r.text
+    assert (client.get("/models/m").json(), client.get("/models/m/weights").json()) == before
+
+
+def test_import_with_another_config_is_409(client: httpx.Client) -> None:
+    train(client)
+    doc = client.get("/models/m/export").json()
+    client.put("/models/n", json={"n_features": 3})
+    before = client.get("/models/n/weights").json()
+    r = client.post("/models/n/import", json=doc)
+    assert r.status_code == 409 and r.json()["code"] == "model_exists"
+    assert client.get("/models/n/weights").json() == before
+
+
+def test_import_over_the_same_model_restores_it(client: httpx.Client) -> None:
+    train(client)
+    doc = client.get("/models/m/export").json()
+    weights = client.get("/models/m/weights").json()
+    client.post("/learn", json={"model": "m", "features": [5, -5, 5], "label": "b"})
+    assert client.post("/models/m/import", json=doc).status_code == 200
+    assert client.get("/models/m/weights").json() == weights
+
+
+def test_reset_zeroes_weights_and_counters_and_lapses_predictions(client: httpx.Client) -> None:
+    train(client)
+    pid = client.post("/predict", json={"model": "m", "features": [1, 0, 0]}).json()
+    r = client.post("/models/m/reset")
+    assert r.status_code == 200
+    info = r.json()
+    assert info["version"] == 0 and info["counters"]["seen"] == 0
+    assert info["counters"]["mistakes"] == 0 and info["counters"]["predictions"] == 0
+    w = client.get("/models/m/weights").json()
+    assert all(v == 0 for row in w["rows"] for v in row["weights"])
+    fb = client.post("/feedback", json={"prediction_id": pid["prediction_id"], "label": "a"})
+    assert fb.status_code == 404
+    m = client.get("/models/m/metrics").json()
+    assert m["series"]["points"] == [] and m["mistake_rate"]["last_100"] is None
+
+
+def test_lifecycle_needs_admin(make_service: MakeService) -> None:
+    admin, train_key = "admin-key-0123456789", "train-key-0123456789"
+    client = make_service(auth=True, api_keys=f"admin:{admin},train:{train_key}")
+    h = {"Authorization": f"Bearer {train_key}"}
+    client.put("/models/m", json=SPEC, headers={"Authorization": f"Bearer {admin}"})
+    assert client.get("/models/m/export", headers=h).status_code == 403
+    assert client.post("/models/m/reset", headers=h).status_code == 403
+    assert client.post("/models/m/import", json={}, headers=h).status_code == 403
