@@ -13,11 +13,12 @@ from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .api import dashboard, health, learning, models
+from .api import dashboard, health, learning, models, prometheus
 from .api.limits import BodyLimit
 from .auth import KeyRing, Unauthorized
 from .engine import Engine
 from .errors import ServiceError, Unavailable
+from .metrics.prometheus import RequestMetrics
 from .settings import Settings
 from .store import open_store
 
@@ -54,9 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(learning.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
+    app.include_router(prometheus.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics)
     _add_error_handlers(app)
     return app
 

@@ -13,6 +13,19 @@ def _pin_blas_threads() -> None:
         os.environ.setdefault(var, "1")
 
 
+def _prometheus_dir() -> None:
+    """Give the workers one fresh folder to share HTTP metrics in (multiprocess mode)."""
+    import shutil
+    import tempfile
+
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="perceptron-metrics-")
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -25,6 +38,7 @@ def serve(args: argparse.Namespace) -> int:
             f"{args.workers} workers.\n"
         )
         return 2
+    _prometheus_dir()
     uvicorn.run(
         "service.app:create_app",
         factory=True,
@@ -46,6 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=1)
     p.set_defaults(func=serve)
+    from . import replay
+
+    p = sub.add_parser(
+        "replay",
+        help="stream a dataset through a running service and report its mistakes",
+        description=replay.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_arguments(p)
+    p.set_defaults(func=replay.run)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

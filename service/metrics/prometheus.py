@@ -1,0 +1,145 @@
+"""Prometheus exposition: per-model figures read from Redis, per-endpoint HTTP figures.
+
+With several worker processes, prometheus-client's multiprocess mode aggregates the HTTP
+figures of every worker (``PROMETHEUS_MULTIPROC_DIR``, set by ``perceptron serve``); the
+per-model figures come from Redis, so every worker reports the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..learner import ModelConfig
+from ..store import RING_SIZE, Observations
+from .summary import ring_mistakes
+
+REQUESTS = Counter(
+    "perceptron_http_requests",
+    "HTTP requests answered, by route template, method and status.",
+    ["route", "method", "status"],
+)
+LATENCY = Histogram(
+    "perceptron_http_request_duration_seconds",
+    "Time to answer an HTTP request, by route template and method.",
+    ["route", "method"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+COUNTERS = {
+    "predictions": "Predictions served.",
+    "feedback": "Feedback applied (labels of served predictions).",
+    "learned": "Examples learned through /learn.",
+    "seen": "Labelled examples (feedback and learned).",
+    "mistakes": "Served labels that were wrong.",
+    "duplicates": "Repeated feedback, answered without changing anything.",
+    "conflicts": "Feedback refused for giving a prediction a second, different label.",
+    "unknown_feedback": "Feedback for unknown or expired predictions.",
+}
+
+
+class RequestMetrics:
+    """Counts and times every HTTP request by its route template (not its raw path)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"]
+            REQUESTS.labels(route, method, str(status)).inc()
+            LATENCY.labels(route, method).observe(time.perf_counter() - start)
+
+
+class ModelCollector:
+    """Per-model figures from the observations read for this scrape."""
+
+    def __init__(self, models: list[tuple[str, ModelConfig, Observations]]) -> None:
+        self.models = models
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            k: CounterMetricFamily(f"perceptron_model_{k}", help_, labels=["model"])
+            for k, help_ in COUNTERS.items()
+        }
+        updates = CounterMetricFamily(
+            "perceptron_model_updates", "Weight updates (the model's version).", labels=["model"]
+        )
+        rate = GaugeMetricFamily(
+            "perceptron_model_mistake_rate",
+            "Mistake rate over all labelled examples, or the last 100 or 1000.",
+            labels=["model", "window"],
+        )
+        radius = GaugeMetricFamily(
+            "perceptron_model_max_feature_norm",
+            "R: the largest feature norm seen.",
+            labels=["model"],
+        )
+        confusion = CounterMetricFamily(
+            "perceptron_model_confusion",
+            "Labelled examples by true and served label.",
+            labels=["model", "true", "served"],
+        )
+        for name, config, obs in self.models:
+            meta = obs.meta
+            for k, family in families.items():
+                family.add_metric([name], float(meta.get(k, 0)))
+            updates.add_metric([name], float(meta.get("version", 0)))
+            seen, mistakes = int(meta.get("seen", 0)), int(meta.get("mistakes", 0))
+            if seen:
+                rate.add_metric([name, "all"], mistakes / seen)
+                for last in (100, 1000):
+                    m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
+                    rate.add_metric([name, str(last)], m / n)
+            radius.add_metric([name], math.sqrt(float(meta.get("r2", 0.0))))
+            for key, value in meta.items():
+                if key.startswith("cm:"):
+                    served, true = (int(v) for v in key[3:].split(":"))
+                    confusion.add_metric(
+                        [name, str(config.classes[true]), str(config.classes[served])],
+                        float(value),
+                    )
+        yield from families.values()
+        yield from (updates, rate, radius, confusion)
+
+
+def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes:
+    """The text format of the HTTP figures (every worker's) and the models' figures."""
+    registry = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        data = generate_latest(registry)
+    else:
+        from prometheus_client import REGISTRY
+
+        data = generate_latest(REGISTRY)
+    models_registry = CollectorRegistry()
+    models_registry.register(ModelCollector(list(models)))
+    return data + generate_latest(models_registry)
