@@ -8,7 +8,10 @@ need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
 if [ "${1:-}" = "test" ]; then
-  :
+  # the dashboard's browser test drives Debian's Chromium (Playwright downloads no browser here)
+  [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+  # nginx in front of the API processes: the compose topology run on loopback (tests/test_topology.py)
+  [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""

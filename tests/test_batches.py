@@ -15,6 +15,10 @@ SPECS = [
     pytest.param({"n_features": 4, "averaged": True, "margin": 1.0}, id="binary-averaged"),
     pytest.param({"classes": ["a", "b", "c"], "n_features": 4}, id="multiclass"),
     pytest.param({"classes": ["a", "b", "c"], "hash_bits": 6, "multiclass": "ovo"}, id="ovo"),
+    pytest.param(
+        {"classes": list(range(10)), "hash_bits": 12, "averaged": True},
+        id="multiclass-averaged-named",
+    ),
 ]
 
 

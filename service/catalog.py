@@ -1,0 +1,245 @@
+"""Models and this worker's replicas of them: lifecycle, and keeping replicas current."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import (
+    Conflict,
+    InvalidInput,
+    ModelNotFound,
+    StaleModel,
+    Unavailable,
+)
+from .learner import ConfigError, ModelConfig, Weights
+from .learner.codec import pack_weights
+from .replica import Replica
+from .settings import Settings
+from .store import (
+    Observations,
+    Store,
+    SyncData,
+    valid_name,
+)
+from .transfer import config_json, export_document, parse_document
+
+log = logging.getLogger("perceptron")
+
+
+def check_name(name: str) -> str:
+    if not valid_name(name):
+        raise InvalidInput(
+            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
+            code="invalid_model_name",
+        )
+    return name
+
+
+class Catalog:
+    """One per worker process: the store, plus this worker's replica of each model it used."""
+
+    def __init__(
+        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self._replicas: dict[str, Replica] = {}
+        self._compacting: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- models ------------------------------------------------------------------------
+
+    async def create_model(self, name: str, params: dict[str, Any]) -> tuple[ModelConfig, bool]:
+        """Create a model; returns its config and whether it was new. 409 on another config."""
+        check_name(name)
+        try:
+            config = ModelConfig.from_dict(params)
+        except ConfigError as e:
+            raise InvalidInput(str(e), code="invalid_config") from e
+        self._check_limits(config)
+        names = await self.store.model_names()
+        if name not in names:
+            if len(names) >= self.settings.max_models:
+                raise InvalidInput(
+                    f"The store holds at most {self.settings.max_models} models "
+                    "(PERCEPTRON_MAX_MODELS); delete one first.",
+                    code="too_many_models",
+                )
+        existing = await self.store.create_model(
+            name, json.dumps(config.to_dict()), secrets.token_hex(8)
+        )
+        if existing is None:
+            return config, True
+        current = ModelConfig.from_dict(json.loads(existing))
+        if current != config:
+            raise Conflict(
+                f"Model {name!r} exists with another configuration; delete it first or use "
+                "another name.",
+                code="model_exists",
+            )
+        return current, False
+
+    def _check_limits(self, config: ModelConfig) -> None:
+        s = self.settings
+        if not config.dense and config.hash_bits > s.max_hash_bits:
+            raise InvalidInput(
+                f"hash_bits is at most {s.max_hash_bits} (PERCEPTRON_MAX_HASH_BITS); "
+                f"got {config.hash_bits}.",
+                code="invalid_config",
+            )
+        if config.n_classes > s.max_classes:
+            raise InvalidInput(
+                f"A model has at most {s.max_classes} classes (PERCEPTRON_MAX_CLASSES); "
+                f"got {config.n_classes}.",
+                code="invalid_config",
+            )
+        if config.dense and config.dim > s.max_features:
+            raise InvalidInput(
+                f"n_features is at most {s.max_features} (PERCEPTRON_MAX_FEATURES); "
+                f"got {config.dim}.",
+                code="invalid_config",
+            )
+
+    async def read_model(self, name: str) -> tuple[ModelConfig, dict[str, str]]:
+        meta = await self.store.read_meta(check_name(name))
+        if meta is None:
+            raise ModelNotFound(name)
+        return ModelConfig.from_dict(json.loads(meta["cfg"])), meta
+
+    async def list_models(self) -> list[tuple[str, ModelConfig, dict[str, str]]]:
+        names = await self.store.model_names()
+        metas = await asyncio.gather(*(self.store.read_meta(n) for n in names))
+        return [
+            (n, ModelConfig.from_dict(json.loads(m["cfg"])), m)
+            for n, m in zip(names, metas, strict=True)
+            if m is not None
+        ]
+
+    async def export_model(self, name: str) -> dict[str, Any]:
+        """The model's configuration, weights and counters, consistent at one version."""
+        for _ in range(self.settings.learn_attempts):
+            rep = await self.current_replica(name)
+            config, meta = await self.read_model(name)
+            if int(meta["version"]) == rep.weights.version and meta["epoch"] == rep.epoch:
+                rep.weights.seen = int(meta["seen"])
+                return export_document(name, config, rep.weights, meta)
+        raise Unavailable(
+            f"Model {name!r} kept changing during the export; retry shortly.", code="model_busy"
+        )
+
+    async def import_model(self, name: str, document: Any) -> ModelConfig:
+        """Make model ``name`` what the export says; refused whole when anything is off."""
+        check_name(name)
+        file = parse_document(document)
+        self._check_limits(file.config)
+        meta = await self.store.read_meta(name)
+        if meta is not None and ModelConfig.from_dict(json.loads(meta["cfg"])) != file.config:
+            raise Conflict(
+                f"Model {name!r} exists with another configuration than the file's; delete "
+                "it first or import under another name.",
+                code="model_exists",
+            )
+        await self._replace(name, file.config, file.weights, file.counters, file.created)
+        return file.config
+
+    async def reset_model(self, name: str) -> None:
+        """Zero the weights and counters; pending predictions lapse."""
+        config, meta = await self.read_model(name)
+        await self._replace(name, config, Weights.zeros(config), {}, int(meta.get("created", 0)))
+
+    async def _replace(
+        self,
+        name: str,
+        config: ModelConfig,
+        weights: Weights,
+        counters: dict[str, str],
+        created: int,
+    ) -> None:
+        data = pack_weights(weights) if weights.version else b""
+        await self.store.replace_model(
+            name,
+            config_json(config),
+            secrets.token_hex(8),
+            created or int(self.clock()),
+            weights.version,
+            weights.seen,
+            data,
+            counters,
+        )
+        self._replicas.pop(name, None)
+
+    async def delete_model(self, name: str) -> None:
+        if not await self.store.delete_model(check_name(name)):
+            raise ModelNotFound(name)
+        self._replicas.pop(name, None)
+
+    async def replica(self, name: str) -> Replica:
+        rep = self._replicas.get(name)
+        if rep is None:
+            meta = await self.store.read_meta(check_name(name))
+            if meta is None:
+                raise ModelNotFound(name)
+            rep = self._replicas[name] = Replica.from_meta(name, meta)
+        return rep
+
+    async def _on_replica(self, name: str, op: Callable[[Replica], Any]) -> Any:
+        """Run ``op(replica)``; once more on a fresh replica if the model was re-created."""
+        try:
+            return await op(await self.replica(name))
+        except StaleModel:
+            self._replicas.pop(name, None)
+            return await op(await self.replica(name))
+
+    async def current_replica(self, name: str) -> Replica:
+        """This worker's replica brought up to the model's latest version."""
+
+        async def run(rep: Replica) -> Replica:
+            rep.catch_up(await self.store.sync(name, rep.weights.version))
+            return rep
+
+        result: Replica = await self._on_replica(name, run)
+        return result
+
+    async def observe(self, name: str) -> tuple[Replica, Observations]:
+        """The model's replica, caught up, and its counters and outcome records."""
+        obs = await self.store.read_observations(check_name(name))
+        if obs is None:
+            raise ModelNotFound(name)
+        return await self.current_replica(name), obs
+
+    # -- upkeep ------------------------------------------------------------------------
+
+    def _catch_up(self, rep: Replica, data: SyncData) -> None:
+        rep.catch_up(data)
+        self._maybe_compact(rep, len(data.entries))
+
+    def _maybe_compact(self, rep: Replica, log_length: int) -> None:
+        if log_length < self.settings.compact_every or rep.name in self._compacting:
+            return
+        self._compacting.add(rep.name)
+        task = asyncio.create_task(self._compact(rep.name))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _compact(self, name: str) -> None:
+        try:
+            rep = await self.current_replica(name)
+            if rep.weights.version > 0:
+                data = pack_weights(rep.weights)
+                await self.store.compact(name, rep.epoch, rep.weights.version, data)
+        except Exception:  # compaction is an optimisation: never let it hurt a request
+            log.exception("compacting model %r failed; it will be tried again", name)
+        finally:
+            self._compacting.discard(name)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,327 @@
+"""The dashboard in a real headless Chromium: it shows what the JSON API reports.
+
+Debian's ``chromium`` is driven by Playwright (deploy/setup.sh test installs both; Playwright's
+own browser download is never used). A screenshot of the filled page goes to
+artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from playwright.sync_api import (
+    BrowserContext,
+    Page,
+    Playwright,
+    Request,
+    Route,
+    expect,
+    sync_playwright,
+)
+from sklearn.datasets import load_breast_cancer
+from sklearn.preprocessing import StandardScaler
+
+from .conftest import MakeService
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+API = re.compile(r"/models(/[^?#]*)?([?#].*)?$")
+
+
+@pytest.fixture
+def client(make_service: MakeService) -> httpx.Client:
+    """The service with 1 s buckets, so a few seconds of replay draw several chart points."""
+    return make_service(series_bucket_s=1)
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as p:
+        yield p
+
+
+@pytest.fixture
+def browser(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
+    """Chromium with a fresh profile (so a fresh localStorage) for each test."""
+    context = playwright.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"),
+        executable_path=CHROMIUM,
+        headless=True,
+        args=CHROMIUM_ARGS,
+        viewport={"width": 1440, "height": 900},
+    )
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def page(browser: BrowserContext) -> Iterator[Page]:
+    page = browser.pages[0] if browser.pages else browser.new_page()
+    page.set_default_timeout(10_000)
+    expect.set_options(timeout=10_000)  # the page refreshes every 2 s
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    assert errors == [], f"the page raised: {errors}"
+
+
+def pct(rate: float | None) -> str:
+    """The page's percentage format (JavaScript's toFixed rounds the exact double half up)."""
+    if rate is None:
+        return "—"
+    p = rate * 100
+    if p == 0:
+        return "0%"
+    places = Decimal("0.01") if p < 1 else Decimal("0.1")
+    return f"{Decimal(p).quantize(places, rounding=ROUND_HALF_UP)}%"
+
+
+def trend(m: dict[str, Any]) -> tuple[str, float | None]:
+    """The headline's rule: the first examples on the chart against the last 100."""
+    seen, recent, points = (
+        m["counters"]["seen"],
+        m["mistake_rate"]["last_100"],
+        m["series"]["points"],
+    )
+    if not seen:
+        return "none", None
+    total = points[-1]["examples_total"] if points else 0
+    n = k = 0
+    for p in points:
+        n, k = n + p["examples"], k + p["mistakes"]
+        if n >= min(100, total // 3):
+            break
+    if seen < 20 or total < 20 or n >= total:
+        return "early", None
+    first = k / n
+    if recent <= first * 0.8 and first - recent >= 0.01:
+        return "falling", first
+    if recent >= first * 1.25 and recent - first >= 0.01:
+        return "rising", first
+    return ("low" if recent <= 0.02 else "flat"), first
+
+
+def base(client: httpx.Client) -> str:
+    return str(client.base_url).rstrip("/")
+
+
+def next_bucket() -> None:
+    """Sleep into the next 1 s bucket of the time series."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.02)
+
+
+def vertices(page: Page, selector: str) -> int:
+    points = page.locator(selector).get_attribute("points") or ""
+    return len(points.split())
+
+
+def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) -> None:
+    features, labels = load_breast_cancer(return_X_y=True)
+    order = np.random.default_rng(7).permutation(len(labels))
+    xs = StandardScaler().fit_transform(features)[order].round(6)
+    ys = labels[order]
+    spec = {"classes": [0, 1], "n_features": 30}
+    assert client.put("/models/cancer", json=spec).status_code == 201
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+
+    page.goto(f"{base(client)}/dashboard#model=cancer")
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "cancer")
+    expect(page.locator("#headline")).to_have_attribute("data-trend", "none")
+    expect(page.locator("#headline-text")).to_have_text("No feedback yet")
+    expect(page.locator("#chart-time")).to_have_attribute("data-points", "0")
+
+    # The replay: four batches to /learn/batch, then predictions with their feedback, each
+    # phase in its own bucket; the page follows live.
+    learned = 480
+    for chunk in np.array_split(np.arange(learned), 4):
+        next_bucket()
+        body = {"model": "cancer", "features": xs[chunk].tolist(), "labels": ys[chunk].tolist()}
+        assert client.post("/learn/batch", json=body).status_code == 200
+    next_bucket()
+    for i in range(learned, len(ys)):
+        p = client.post("/predict", json={"model": "cancer", "features": xs[i].tolist()})
+        f = client.post(
+            "/feedback", json={"prediction_id": p.json()["prediction_id"], "label": int(ys[i])}
+        )
+        assert f.status_code == 200
+
+    m = client.get("/models/cancer/metrics").json()
+    points = m["series"]["points"]
+    counters = m["counters"]
+    assert counters["seen"] == len(ys) and counters["feedback"] == len(ys) - learned
+    assert len(points) >= 5
+    expect(page.locator("#counter-seen")).to_have_attribute("data-value", str(len(ys)))
+
+    # Numbers: the same as the JSON API's.
+    for name, value in counters.items():
+        expect(page.locator(f"#counter-{name}")).to_have_text(f"{value:,}")
+    expect(page.locator("#version")).to_have_text(f"{m['version']:,}")
+    assert m["version"] > 0
+    for key, element in [
+        ("cumulative", "#rate-cumulative"),
+        ("last_100", "#rate-last-100"),
+        ("last_1000", "#rate-last-1000"),
+    ]:
+        rate = m["mistake_rate"][key]
+        expect(page.locator(element)).to_have_text(pct(rate))
+        assert float(page.locator(element).get_attribute("data-value") or "nan") == rate
+    assert (
+        float(page.locator("#weight-norm").get_attribute("data-value") or "0") == m["weight_norm"]
+    )
+    r = float(page.locator("#max-feature-norm").get_attribute("data-value") or "0")
+    assert r == m["max_feature_norm"]
+
+    # The confusion matrix, cell by cell.
+    assert m["confusion"]["labels"] == [0, 1]
+    for i, row in enumerate(m["confusion"]["matrix"]):
+        for j, count in enumerate(row):
+            cell = page.locator(f"#cm-{i}-{j}")
+            expect(cell).to_have_attribute("data-count", str(count))
+            expect(cell.locator(".n")).to_have_text(f"{count:,}")
+            assert cell.get_attribute("data-true") == str(i)
+            assert cell.get_attribute("data-served") == str(j)
+    assert sum(map(sum, m["confusion"]["matrix"])) == counters["seen"]
+
+    # The mistake bound: labelled an estimate, with its value or the reason it has none.
+    bound = m["mistake_bound"]
+    expect(page.locator("#bound .badge")).to_have_text("estimate")
+    expect(page.locator("#bound")).to_have_attribute("data-applies", "true")
+    expect(page.locator("#bound-mistakes")).to_have_text(f"{counters['mistakes']:,}")
+    if bound["separable"]:
+        assert (
+            float(page.locator("#bound-value").get_attribute("data-value") or "0") == bound["bound"]
+        )
+        expect(page.locator("#bound-value")).to_contain_text("mistakes")
+    else:
+        expect(page.locator("#bound-value")).to_have_text(
+            re.compile("no finite bound|no margin yet")
+        )
+
+    # The charts drew one point per bucket of the series.
+    n = len(points)
+    expect(page.locator("#chart-time")).to_have_attribute("data-points", str(n))
+    expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(n))
+    expect(page.locator("#chart-time .series-bucket circle.pt")).to_have_count(n)
+    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(n)
+    assert vertices(page, "#chart-time .series-cumulative polyline") == n
+    assert vertices(page, "#chart-examples .series-running polyline") == n
+
+    # The headline says at a glance whether the model learns.
+    expected, first = trend(m)
+    assert expected == "falling"  # a perceptron on this data set does learn
+    headline = page.locator("#headline")
+    expect(headline).to_have_attribute("data-trend", expected)
+    expect(page.locator("#headline-text")).to_have_text(
+        f"Learning: mistake rate falling from {pct(first)} to {pct(m['mistake_rate']['last_100'])}"
+    )
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+    # Nothing was fetched from anywhere but the service.
+    assert requests and all(
+        u.startswith(base(client)) or u.startswith("data:") for u in requests
+    ), requests
+
+    # The selector switches models and remembers the choice in the address.
+    select = page.locator("#model-select")
+    assert select.locator("option").all_inner_texts() == ["cancer", "default"]
+    select.select_option("default")
+    expect(page).to_have_url(re.compile(r"/dashboard#model=default$"))
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
+    expect(page.locator("#counter-seen")).to_have_text("0")
+    expect(page.locator("#rate-last-100")).to_have_text("—")
+    page.go_back()
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "cancer")
+    expect(select).to_have_value("cancer")
+    expect(page.locator("#counter-seen")).to_have_text(f"{len(ys):,}")
+
+
+def test_empty_states(make_service: MakeService, page: Page) -> None:
+    client = make_service(default_model=False)
+    page.goto(f"{base(client)}/dashboard")
+    expect(page.locator("#empty")).to_be_visible()
+    expect(page.locator("#empty")).to_contain_text("No models yet")
+    expect(page.locator("#model-view")).to_be_hidden()
+
+    assert client.put("/models/fresh", json={"n_features": 2}).status_code == 201
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "fresh")  # live
+    expect(page.locator("#empty")).to_be_hidden()
+    expect(page).to_have_url(re.compile(r"/dashboard#model=fresh$"))
+    expect(page.locator("#headline-text")).to_have_text("No feedback yet")
+    for element in ["#rate-last-100", "#rate-last-1000", "#rate-cumulative"]:
+        expect(page.locator(element)).to_have_text("—")
+    for chart in ["#chart-time", "#chart-examples"]:
+        expect(page.locator(chart)).to_have_attribute("data-points", "0")
+        expect(page.locator(f"{chart} text.empty-text")).to_have_text("No labelled examples yet")
+    expect(page.locator("#bound-value")).to_have_text("no margin yet")
+
+    body = {"model": "fresh", "features": [[1, 2], [-1, -2], [2, 1]], "labels": [1, -1, 1]}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    expect(page.locator("#headline")).to_have_attribute("data-trend", "early")
+    expect(page.locator("#counter-seen")).to_have_text("3")
+    expect(page.locator("#chart-time")).to_have_attribute("data-points", "1")
+
+
+def test_a_key_in_the_address_is_sent_and_kept(client: httpx.Client, page: Page) -> None:
+    fetches: list[Request] = []
+    page.on("request", lambda r: fetches.append(r) if r.resource_type == "fetch" else None)
+    page.goto(f"{base(client)}/dashboard?key=abc#model=default")
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
+    assert page.url == f"{base(client)}/dashboard#model=default"  # the key left the address
+    assert page.evaluate("localStorage.getItem('perceptron-api-key')") == "abc"
+    assert {API.search(r.url) is not None for r in fetches} == {True}
+    assert [r.all_headers().get("authorization") for r in fetches] == ["Bearer abc"] * len(fetches)
+
+    fetches.clear()
+    page.goto(f"{base(client)}/dashboard")  # the stored key is used from now on
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
+    assert len(fetches) >= 2
+    assert [r.all_headers().get("authorization") for r in fetches] == ["Bearer abc"] * len(fetches)
+
+
+def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> None:
+    def guard(route: Route) -> None:
+        key = route.request.headers.get("authorization")
+        if key == "Bearer s3cret":
+            route.continue_()
+        else:
+            status = 401 if key is None else 403
+            route.fulfill(status=status, json={"detail": "Key refused.", "code": "unauthorized"})
+
+    page.route(API, guard)
+    page.goto(f"{base(client)}/dashboard")
+    expect(page.locator("#auth")).to_be_visible()
+    expect(page.locator("#model-view")).to_be_hidden()
+    expect(page.locator("#status")).to_have_attribute("data-state", "auth")
+
+    page.fill("#auth-key", "wrong")
+    page.click("#auth-submit")
+    expect(page.locator("#auth-message")).to_contain_text("403")
+    expect(page.locator("#auth")).to_be_visible()
+
+    page.fill("#auth-key", "s3cret")
+    page.click("#auth-submit")
+    expect(page.locator("#auth")).to_be_hidden()
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
+    expect(page.locator("#status")).to_have_attribute("data-state", "live")
+    assert page.evaluate("localStorage.getItem('perceptron-api-key')") == "s3cret"
