@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.exceptions import HTTPException
 
 from .api import dashboard, health, learning, models, prometheus
 from .api.limits import BodyLimit
@@ -115,6 +116,15 @@ def _add_error_handlers(app: FastAPI) -> None:
             headers = {"WWW-Authenticate": "Bearer"}
         return _error(exc.status, exc.code, exc.message, headers)
 
+    @app.exception_handler(HTTPException)
+    async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        # FastAPI's own 400 is a body it could not decode (e.g. not UTF-8): not JSON either.
+        if exc.status_code == 400:
+            return _error(400, "malformed_json", "The request body is not valid JSON.")
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = dict(exc.headers) if exc.headers else None
+        return _error(exc.status_code, code, str(exc.detail), headers)
+
     @app.exception_handler(RequestValidationError)
     async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
@@ -130,6 +140,8 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RedisTimeoutError)
     async def on_store_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("store unavailable: %s", type(exc).__name__)
+        with suppress(Exception):
+            await request.app.state.engine.store.drop_idle_connections()
         return _error(
             503,
             "store_unavailable",

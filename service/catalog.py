@@ -186,7 +186,8 @@ class Catalog:
             meta = await self.store.read_meta(check_name(name))
             if meta is None:
                 raise ModelNotFound(name)
-            rep = self._replicas[name] = Replica.from_meta(name, meta)
+            # Another request may have loaded it meanwhile: every request shares one replica.
+            rep = self._replicas.setdefault(name, Replica.from_meta(name, meta))
         return rep
 
     async def _on_replica(self, name: str, op: Callable[[Replica], Any]) -> Any:

@@ -15,6 +15,7 @@ def _pin_blas_threads() -> None:
 
 def _prometheus_dir() -> None:
     """Give the workers one fresh folder to share HTTP metrics in (multiprocess mode)."""
+    import atexit
     import shutil
     import tempfile
 
@@ -23,7 +24,9 @@ def _prometheus_dir() -> None:
         shutil.rmtree(path, ignore_errors=True)
         os.makedirs(path, exist_ok=True)
     else:
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="perceptron-metrics-")
+        path = tempfile.mkdtemp(prefix="perceptron-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import numpy as np
 
+from .batching import Coalescer
 from .catalog import Catalog
 from .errors import (
     Conflict,
@@ -18,6 +19,7 @@ from .errors import (
     ModelNotFound,
     PredictionNotFound,
     ServiceError,
+    StaleModel,
     TooLarge,
     Unavailable,
 )
@@ -95,6 +97,13 @@ class Engine(Catalog):
 
     # -- learning ----------------------------------------------------------------------
 
+    def _coalescer(self, op: str, rep: Replica, run: Callable[..., Any]) -> Coalescer[Any, Any]:
+        """The group-commit queue of one operation on one replica."""
+        c = rep.queues.get(op)
+        if c is None:
+            c = rep.queues[op] = Coalescer(partial(run, rep), self.settings.max_batch)
+        return c
+
     async def predict(
         self, name: str, batch: Sequence[Features]
     ) -> tuple[ModelConfig, list[Predicted]]:
@@ -102,33 +111,37 @@ class Engine(Catalog):
 
         async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
             xs = self._encode_all(rep.config, batch)
-            r2 = max(x.sq_norm for x in xs)
-            tokens = [secrets.token_urlsafe(12) for _ in xs]
-            for force in (False, True):
-                preds = [rep.predict(x) for x in xs]
-                made = Made(rep.weights.version, rep.seen_guard, r2)
-                stale = await self.store.commit_predictions(
-                    name,
-                    rep.epoch,
-                    made,
-                    tokens,
-                    [p.record for p in preds],
-                    rep.config.feedback_ttl_s,
-                    force=force,
-                )
-                if stale is None:
-                    classes = rep.config.classes
-                    return rep.config, [
-                        Predicted(
-                            f"{name}{ID_SEPARATOR}{tok}", classes[p.served], p.scores, made.version
-                        )
-                        for tok, p in zip(tokens, preds, strict=True)
-                    ]
-                self._catch_up(rep, stale)
-            raise AssertionError("a forced commit always stores")
+            return rep.config, await self._coalescer("predict", rep, self._predict).submit(xs)
 
         result: tuple[ModelConfig, list[Predicted]] = await self._on_replica(name, run)
         return result
+
+    async def _predict(self, rep: Replica, xs: list[Example]) -> list[Predicted]:
+        self._check_current(rep)
+        r2 = max(x.sq_norm for x in xs)
+        tokens = [secrets.token_urlsafe(12) for _ in xs]
+        for force in (False, True):
+            preds = [rep.predict(x) for x in xs]
+            made = Made(rep.weights.version, rep.seen_guard, r2)
+            stale = await self.store.commit_predictions(
+                rep.name,
+                rep.epoch,
+                made,
+                tokens,
+                [p.record for p in preds],
+                rep.config.feedback_ttl_s,
+                force=force,
+            )
+            if stale is None:
+                classes = rep.config.classes
+                return [
+                    Predicted(
+                        f"{rep.name}{ID_SEPARATOR}{tok}", classes[p.served], p.scores, made.version
+                    )
+                    for tok, p in zip(tokens, preds, strict=True)
+                ]
+            self._catch_up(rep, stale)
+        raise AssertionError("a forced commit always stores")
 
     async def submit_feedback(
         self, items: Sequence[tuple[str, Label]]
@@ -142,56 +155,60 @@ class Engine(Catalog):
             )
         groups: dict[str, list[int]] = {}
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
-        tokens: list[str] = []
         for i, (pid, _) in enumerate(items):
             name, _, token = pid.partition(ID_SEPARATOR)
-            tokens.append(token)
-            if valid_name(name) and token and _token_ok(token):
+            if valid_name(name) and _token_ok(token):
                 groups.setdefault(name, []).append(i)
         for name, idx in groups.items():
+
+            async def run(rep: Replica, idx: list[int] = idx) -> list[Feedback | ServiceError]:
+                labelled = [
+                    (items[i][0].partition(ID_SEPARATOR)[2], _class_index(rep.config, items[i][1]))
+                    for i in idx
+                ]
+                return await self._coalescer("feedback", rep, self._feedback).submit(labelled)
+
             try:
-                await self._on_replica(
-                    name,
-                    partial(
-                        self._feedback_group, items=items, tokens=tokens, idx=idx, results=results
-                    ),
-                )
+                answers = await self._on_replica(name, run)
             except ModelNotFound:
-                pass  # the prediction's model is gone: each of its items stays not found
+                continue  # the prediction's model is gone: each of its items stays not found
+            for i, answer in zip(idx, answers, strict=True):
+                results[i] = answer
         return results
 
-    async def _feedback_group(
-        self,
-        rep: Replica,
-        items: Sequence[tuple[str, Label]],
-        tokens: list[str],
-        idx: list[int],
-        results: list[Feedback | ServiceError],
-    ) -> None:
-        labels = [_class_index(rep.config, items[i][1]) for i in idx]
+    async def _feedback(
+        self, rep: Replica, labelled: list[tuple[str, int]]
+    ) -> list[Feedback | ServiceError]:
+        self._check_current(rep)
         batch = await self.store.commit_feedback(
             rep.name,
             rep.epoch,
-            [tokens[i] for i in idx],
-            labels,
+            [token for token, _ in labelled],
+            [t for _, t in labelled],
             rep.config.n_classes,
             self._bucket(),
         )
-        for i, item in zip(idx, batch.items, strict=True):
+        out: list[Feedback | ServiceError] = []
+        for item in batch.items:
             if item.status == UNKNOWN:
-                continue
-            if item.status < 0:
+                out.append(PredictionNotFound())
+            elif item.status < 0:
                 given = rep.config.classes[item.version]
-                results[i] = Conflict(
-                    f"This prediction already has the true label {given!r}; a prediction "
-                    "takes one true label.",
-                    code="feedback_conflict",
+                out.append(
+                    Conflict(
+                        f"This prediction already has the true label {given!r}; a prediction "
+                        "takes one true label.",
+                        code="feedback_conflict",
+                    )
                 )
-                continue
-            results[i] = Feedback(
-                bool(item.mistake), bool(item.updated), item.version, item.status != APPLIED
-            )
+            else:
+                out.append(
+                    Feedback(
+                        bool(item.mistake), bool(item.updated), item.version, item.status != APPLIED
+                    )
+                )
         self._maybe_compact(rep, batch.log_length)
+        return out
 
     async def learn(
         self, name: str, batch: Sequence[Features], labels: Sequence[Label]
@@ -199,38 +216,53 @@ class Engine(Catalog):
         """Predict then learn each example in order, atomically, as a sequential perceptron."""
 
         async def run(rep: Replica) -> list[Learned]:
-            cfg = rep.config
-            xs = self._encode_all(cfg, batch)
-            ts = [_class_index(cfg, label) for label in labels]
-            r2 = max(x.sq_norm for x in xs)
-            for _ in range(self.settings.learn_attempts):
-                base = rep.weights
-                made = Made(base.version, rep.seen_guard, r2)
-                work, learnt, last = _run_sequence(cfg, base, xs, ts)
-                res = await self.store.commit_learn(name, rep.epoch, made, self._bucket(), learnt)
-                if isinstance(res, SyncData):
-                    self._catch_up(rep, res)
-                    continue
-                if rep.weights is base and base.version == made.version:
-                    rep.weights = work
-                    if last is not None:
-                        apply(cfg, work, xs[-1], last, res.seen)
-                rep.weights.seen = max(rep.weights.seen, res.seen)
-                self._maybe_compact(rep, res.log_length)
-                version = made.version
-                out = []
-                for e in learnt:
-                    version += e.updated
-                    out.append(Learned(cfg.classes[e.served], e.served != e.t, e.updated, version))
-                return out
-            raise Unavailable(
-                f"Model {name!r} changed under every one of {self.settings.learn_attempts} "
-                "attempts to learn; retry shortly.",
-                code="model_busy",
+            xs = self._encode_all(rep.config, batch)
+            ts = [_class_index(rep.config, label) for label in labels]
+            examples = list(zip(xs, ts, strict=True))
+            result: list[Learned] = await self._coalescer("learn", rep, self._learn).submit(
+                examples
             )
+            return result
 
         result: list[Learned] = await self._on_replica(name, run)
         return result
+
+    async def _learn(self, rep: Replica, examples: list[tuple[Example, int]]) -> list[Learned]:
+        self._check_current(rep)
+        cfg = rep.config
+        xs = [x for x, _ in examples]
+        ts = [t for _, t in examples]
+        r2 = max(x.sq_norm for x in xs)
+        for _ in range(self.settings.learn_attempts):
+            base = rep.weights
+            made = Made(base.version, rep.seen_guard, r2)
+            work, learnt, last = _run_sequence(cfg, base, xs, ts)
+            res = await self.store.commit_learn(rep.name, rep.epoch, made, self._bucket(), learnt)
+            if isinstance(res, SyncData):
+                self._catch_up(rep, res)
+                continue
+            if rep.weights is base and base.version == made.version:
+                rep.weights = work
+                if last is not None:
+                    apply(cfg, work, xs[-1], last, res.seen)
+            rep.weights.seen = max(rep.weights.seen, res.seen)
+            self._maybe_compact(rep, res.log_length)
+            version = made.version
+            out = []
+            for e in learnt:
+                version += e.updated
+                out.append(Learned(cfg.classes[e.served], e.served != e.t, e.updated, version))
+            return out
+        raise Unavailable(
+            f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
+            "attempts to learn; retry shortly.",
+            code="model_busy",
+        )
+
+    def _check_current(self, rep: Replica) -> None:
+        """A queued commit runs on the replica it was queued for, or not at all."""
+        if self._replicas.get(rep.name) is not rep:
+            raise StaleModel(rep.name)
 
 
 def _run_sequence(

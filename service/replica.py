@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,7 @@ class Replica:
         self.epoch = epoch
         self.weights = Weights.zeros(config)
         self.weights.version = -1
+        self.queues: dict[str, Any] = {}  # group-commit queues of this replica, by operation
 
     @classmethod
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:

@@ -30,10 +30,12 @@ from .views import score_fields
 
 router = APIRouter(tags=["learning"])
 errors: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse},
     401: {"model": ErrorResponse},
     403: {"model": ErrorResponse},
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
+    413: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
     503: {"model": ErrorResponse},
 }

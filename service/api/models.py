@@ -21,10 +21,17 @@ errors: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse},
     409: {"model": ErrorResponse},
     422: {"model": ErrorResponse},
+    503: {"model": ErrorResponse},
 }
+# Operations with a JSON body may also get 400 (not JSON) and 413 (too large).
+with_body = {**errors, 400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
 
 
-@router.put("/{name}", status_code=201, responses=errors)
+@router.put(
+    "/{name}",
+    status_code=201,
+    responses={**with_body, 200: {"model": ModelInfo, "description": "Exists, same config"}},
+)
 async def create_model(
     name: str, engine: EngineDep, who: Admin, response: Response, spec: OptionalSpec = None
 ) -> ModelInfo:
@@ -76,7 +83,7 @@ async def export_model(name: str, engine: EngineDep, who: Admin) -> JSONResponse
     return JSONResponse(doc, headers={"Content-Disposition": disposition})
 
 
-@router.post("/{name}/import", responses=errors)
+@router.post("/{name}/import", responses=with_body)
 async def import_model(
     name: str, engine: EngineDep, who: Admin, document: Annotated[dict[str, Any], Body()]
 ) -> ModelInfo:

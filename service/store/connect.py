@@ -7,6 +7,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from ..settings import Settings
 from .redis_store import Client, Store
@@ -21,6 +23,9 @@ def open_client(settings: Settings) -> Client:
     timeouts: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
+        # No silent retries: a script whose reply was lost may have run, and running a
+        # /learn twice would learn its example twice. Errors become a 503 with Retry-After.
+        "retry": Retry(NoBackoff(), 0),
     }
     if not url:
         import fakeredis
@@ -37,7 +42,9 @@ def open_client(settings: Settings) -> Client:
             return RedisCluster.from_url(plain, **timeouts)
     if settings.redis_cluster:
         return RedisCluster.from_url(url, **timeouts)
-    return Redis.from_url(url, health_check_interval=30, **timeouts)
+    # A connection idle for a second is checked before use, so that one left over from
+    # before a Redis restart does not fail the first request that takes it.
+    return Redis.from_url(url, health_check_interval=1, **timeouts)
 
 
 def open_store(settings: Settings) -> Store:

@@ -131,6 +131,12 @@ class Store:
     async def ping(self) -> bool:
         return bool(await self.client.ping())
 
+    async def drop_idle_connections(self) -> None:
+        """After a connection error: the others in the pool are likely dead too."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
+
     async def close(self) -> None:
         await self.client.aclose()
 

@@ -1,0 +1,70 @@
+"""Group commit: queued requests share a commit, each gets its own results, in order."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from service.batching import Coalescer
+
+
+def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
+    calls: list[list[int]] = []
+
+    async def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        await asyncio.sleep(0.01)
+        return [i * 10 for i in items]
+
+    async def main() -> list[list[int]]:
+        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        first = asyncio.ensure_future(c.submit([0, 100]))
+        await asyncio.sleep(0.001)  # its commit is in flight now
+        rest = [asyncio.ensure_future(c.submit([i, i + 100])) for i in range(1, 5)]
+        return [await first] + [await r for r in rest]
+
+    results = asyncio.run(main())
+    assert results == [[i * 10, (i + 100) * 10] for i in range(5)]
+    assert calls[0] == [0, 100]  # the first goes at once, alone
+    assert calls[1] == [1, 101, 2, 102, 3, 103, 4, 104]  # the rest waited and went together
+
+
+def test_a_commit_never_exceeds_the_limit() -> None:
+    sizes: list[int] = []
+
+    async def run(items: list[int]) -> list[int]:
+        sizes.append(len(items))
+        await asyncio.sleep(0)
+        return items
+
+    async def main() -> None:
+        c: Coalescer[int, int] = Coalescer(run, limit=3)
+        out = await asyncio.gather(*(c.submit([i]) for i in range(10)))
+        assert [o[0] for o in out] == list(range(10))
+
+    asyncio.run(main())
+    assert max(sizes) <= 3 and sum(sizes) == 10
+
+
+def test_an_error_reaches_every_request_of_its_commit_only() -> None:
+    async def run(items: list[int]) -> list[int]:
+        await asyncio.sleep(0.01)
+        if -1 in items:
+            raise ValueError("bad batch")
+        return items
+
+    async def main() -> None:
+        c: Coalescer[int, int] = Coalescer(run, limit=2)
+        first = asyncio.ensure_future(c.submit([1]))
+        await asyncio.sleep(0)
+        bad = [asyncio.ensure_future(c.submit([-1])), asyncio.ensure_future(c.submit([2]))]
+        later = asyncio.ensure_future(c.submit([3]))
+        assert await first == [1]
+        for f in bad:
+            with pytest.raises(ValueError, match="bad batch"):
+                await f
+        assert await later == [3]
+        assert c.idle
+
+    asyncio.run(main())
