@@ -100,6 +100,13 @@ class Catalog:
                 f"got {config.n_classes}.",
                 code="invalid_config",
             )
+        if config.n_rows * config.dim > s.max_weights:  # every worker holds them in memory
+            raise InvalidInput(
+                f"A model has at most {s.max_weights} weights (PERCEPTRON_MAX_WEIGHTS); this "
+                f"configuration needs {config.n_rows} x {config.dim}: fewer classes, 'ovr' "
+                "rather than 'ovo', or a smaller n_features or hash_bits.",
+                code="invalid_config",
+            )
         if config.dense and config.dim > s.max_features:
             raise InvalidInput(
                 f"n_features is at most {s.max_features} (PERCEPTRON_MAX_FEATURES); "

@@ -50,4 +50,7 @@ class Settings(BaseSettings):
     max_hash_bits: int = Field(default=24, ge=1, le=30, description="Largest hash_bits.")
     max_classes: int = Field(default=1000, ge=2, le=9999, description="Most classes of a model.")
     max_models: int = Field(default=1000, ge=1, description="Most models in the store.")
+    max_weights: int = Field(
+        default=2**25, ge=1, description="Most weights of one model (rows x dimension)."
+    )
     log_level: str = Field(default="info", description="Log level of the service.")

@@ -62,7 +62,8 @@ class ModelConfig:
         for c in classes:
             if isinstance(c, bool) or not isinstance(c, int | str):
                 raise _bad("classes", "a list of integers or strings", list(classes))
-        if len(set(classes)) != len(classes):
+        # Distinct as text too: scores, weight rows and metrics name each class by str(c).
+        if len({str(c) for c in classes}) != len(classes):
             raise _bad("classes", "a list of distinct labels", list(classes))
         if self.multiclass not in STRATEGIES:
             raise _bad("multiclass", "one of 'multiclass', 'ovr', 'ovo'", self.multiclass)

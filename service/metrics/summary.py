@@ -76,7 +76,7 @@ def mistake_bound(
         return {**out, "gamma": None, "bound": None, "separable": None}
     margins = []
     for item in recent:
-        t, payload = item.split(b"|", 1)
+        _, t, payload = item.split(b"|", 2)
         _, x = unpack_payload(config, payload)
         y = 1.0 if int(t) == 1 else -1.0
         margins.append(y * float(raw_scores(weights, x)[0]) / norm)

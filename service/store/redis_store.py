@@ -68,7 +68,7 @@ class Observations:
     meta: dict[str, str]
     ring: bytes  # bit (k - 1) % RING_SIZE: whether the k-th labelled example was a mistake
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
-    recent: list[bytes]  # newest first: b"t|" + payload of the latest labelled examples
+    recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
 
 
 RING_SIZE = 1000  # the WINDOW of the scripts' outcome ring
@@ -165,7 +165,7 @@ class Store:
             pipe.hgetall(keys.meta)
             pipe.get(keys.ring)
             pipe.hgetall(keys.series)
-            pipe.lrange(keys.recent, 0, -1)
+            pipe.lrange(keys.recent, 0, 99)  # the list may hold up to 150 between trims
             meta, ring, series, recent = await pipe.execute()
         if not meta:
             return None

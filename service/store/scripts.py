@@ -50,7 +50,8 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 
 # Shared by the scripts that count labelled examples: counters, the confusion matrix, the
 # ring of the last WINDOW outcomes (one bit each), mistake and example counts per time bucket
-# (buckets older than the retention are dropped), and the most recent labelled examples.
+# (buckets older than the retention are dropped), and the most recent labelled examples (as
+# log entries, "k|t|" .. payload). An outcome is {served, true, entry or ''}.
 _RECORD = """
 local WINDOW = 1000
 local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
@@ -65,7 +66,8 @@ local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
   for cell, n in pairs(cells) do redis.call('HINCRBY', meta, cell, n) end
   redis.call('HINCRBY', meta, 'seen', total)
   if mistakes > 0 then redis.call('HINCRBY', meta, 'mistakes', mistakes) end
-  local last = tonumber(redis.call('HGET', series, 'last') or bucket)
+  local known = redis.call('HGET', series, 'last')
+  local last = tonumber(known or bucket)
   if bucket > last then
     if bucket - last >= keep then
       redis.call('DEL', series)
@@ -75,18 +77,18 @@ local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
       end
     end
   end
-  if bucket >= last then redis.call('HSET', series, 'last', bucket) end
+  if bucket > last or not known then redis.call('HSET', series, 'last', bucket) end
   redis.call('HINCRBY', series, bucket .. ':n', total)
   if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
-  local pushed = 0
-  for i = total, 1, -1 do
+  local pushed, length = 0, 0
+  for i = math.max(1, total - 99), total do
     local o = outcomes[i]
-    if o[3] ~= '' and pushed < 100 then
-      redis.call('LPUSH', recent, o[2] .. '|' .. o[3])
+    if o[3] ~= '' then
+      length = redis.call('LPUSH', recent, o[3])
       pushed = pushed + 1
     end
   end
-  if pushed > 0 then redis.call('LTRIM', recent, 0, 99) end
+  if length > 150 then redis.call('LTRIM', recent, 0, 99) end
   return mistakes
 end
 """
@@ -125,12 +127,12 @@ return {1}
 FEEDBACK = (
     _RECORD
     + """
-local epoch = redis.call('HGET', KEYS[1], 'epoch')
+local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
+local epoch = st[1]
 if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
 local k = tonumber(ARGV[2])
-local version = tonumber(redis.call('HGET', KEYS[1], 'version'))
-local seen = tonumber(redis.call('HGET', KEYS[1], 'seen'))
+local version, seen = tonumber(st[2]), tonumber(st[3])
 local out, outcomes, entries = {}, {}, {}
 local unknown, dups, conflicts = 0, 0, 0
 for i = 6, #KEYS do
@@ -152,12 +154,12 @@ for i = 6, #KEYS do
     local served = tonumber(string.sub(p, 18, 21))
     local ti = tonumber(t)
     local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
-    local payload = string.sub(p, 22 + k)
     seen = seen + 1
-    outcomes[#outcomes + 1] = {tostring(served), t, payload}
+    local entry = string.format('%d|%s|', seen, t) .. string.sub(p, 22 + k)
+    outcomes[#outcomes + 1] = {tostring(served), t, entry}
     if updated == 1 then
       version = version + 1
-      entries[#entries + 1] = string.format('%d|%s|', seen, t) .. payload
+      entries[#entries + 1] = entry
     end
     local m = (served ~= ti) and 1 or 0
     redis.call('SET', KEYS[i],
@@ -173,11 +175,12 @@ if #outcomes > 0 then
     seen - #outcomes, outcomes)
   redis.call('HINCRBY', KEYS[1], 'feedback', #outcomes)
 end
+local log_length = -1
 for i = 1, #entries, 4000 do
-  redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 3999, #entries)))
+  log_length = redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 3999, #entries)))
 end
 if #entries > 0 then redis.call('HSET', KEYS[1], 'version', version) end
-table.insert(out, 1, redis.call('LLEN', KEYS[2]))
+table.insert(out, 1, log_length)
 table.insert(out, 1, version)
 return out
 """
@@ -204,19 +207,20 @@ local seen, version = tonumber(st[3]), tonumber(st[2])
 local outcomes, entries = {}, {}
 for i = 7, #ARGV, 4 do
   local t, served, updated, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  outcomes[#outcomes + 1] = {served, t, payload}
-  if updated == '1' then
-    entries[#entries + 1] = string.format('%d|%s|', seen + #outcomes, t) .. payload
-  end
+  local entry = ''
+  if payload ~= '' then entry = string.format('%d|%s|', seen + #outcomes + 1, t) .. payload end
+  outcomes[#outcomes + 1] = {served, t, entry}
+  if updated == '1' then entries[#entries + 1] = entry end
 end
 record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, outcomes)
 redis.call('HINCRBY', KEYS[1], 'learned', #outcomes)
+local log_length = -1
 for i = 1, #entries, 4000 do
-  redis.call('RPUSH', KEYS[3], unpack(entries, i, math.min(i + 3999, #entries)))
+  log_length = redis.call('RPUSH', KEYS[3], unpack(entries, i, math.min(i + 3999, #entries)))
 end
 if #entries > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', #entries) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
-return {1, version, seen + #outcomes, redis.call('LLEN', KEYS[3])}
+return {1, version, seen + #outcomes, log_length}
 """
 )
 
