@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this checkout on a fresh Debian machine: system packages, then .venv with the service.
-# Usage: deploy/setup.sh [test]   ("test" adds what the test suite needs)
+# Usage: deploy/setup.sh [test]   (the service and its replay command; "test" adds what the
+# test suite needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,7 +28,7 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-extra=""
+extra="[replay]"
 [ "${1:-}" = "test" ] && extra="[test]"
 stamp=".venv/.installed${extra}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
