@@ -1,6 +1,6 @@
 """Typed dependencies for the routes: the engine, and who is calling with which role."""
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -9,12 +9,12 @@ from ..auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_fr
 from ..engine import Engine
 
 
-def get_engine(request: Request) -> Engine:
+async def get_engine(request: Request) -> Engine:
     engine: Engine = request.app.state.engine
     return engine
 
 
-def get_principal(request: Request) -> Principal:
+async def get_principal(request: Request) -> Principal:
     keys: KeyRing | None = request.app.state.keys
     if keys is None:
         return NOBODY_NEEDED
@@ -27,8 +27,9 @@ def get_principal(request: Request) -> Principal:
     return principal
 
 
-def require(role: Role) -> Callable[[Principal], Principal]:
-    def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+def require(role: Role) -> Callable[[Principal], Awaitable[Principal]]:
+    # Dependencies are coroutines: a plain function would cost a trip to a worker thread.
+    async def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
         return principal.check(role)
 
     return check
