@@ -23,16 +23,16 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .learner import Example, FeatureError, Label, ModelConfig
+from .learner import Example, FeatureError, Label, ModelConfig, Weights
 from .learner.codec import pack_payload
 from .learner.features import encode
-from .learner.perceptron import apply, predict_index, raw_scores, served_scores, update_plan
+from .learner.perceptron import Plan, apply, predict_index, raw_scores, served_scores, update_plan
 from .replica import Replica
 from .store import (
     APPLIED,
     UNKNOWN,
     Bucket,
-    Learnt,
+    LearnBatch,
     Made,
     SyncData,
     valid_name,
@@ -236,22 +236,24 @@ class Engine(Catalog):
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
-            work, learnt, last = _run_sequence(cfg, base, xs, ts)
-            res = await self.store.commit_learn(rep.name, rep.epoch, made, self._bucket(), learnt)
+            seq = _run_sequence(cfg, base, xs, ts)
+            res = await self.store.commit_learn(
+                rep.name, rep.epoch, made, self._bucket(), seq.batch
+            )
             if isinstance(res, SyncData):
                 self._catch_up(rep, res)
                 continue
             if rep.weights is base and base.version == made.version:
-                rep.weights = work
-                if last is not None:
-                    apply(cfg, work, xs[-1], last, res.seen)
+                rep.weights = seq.work
+                if seq.last is not None:
+                    apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
             self._maybe_compact(rep, res.log_length)
             version = made.version
             out = []
-            for e in learnt:
-                version += e.updated
-                out.append(Learned(cfg.classes[e.served], e.served != e.t, e.updated, version))
+            for served, t, updated in zip(seq.served, ts, seq.updated, strict=True):
+                version += updated
+                out.append(Learned(cfg.classes[served], served != t, updated, version))
             return out
         raise Unavailable(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
@@ -265,28 +267,52 @@ class Engine(Catalog):
             raise StaleModel(rep.name)
 
 
-def _run_sequence(
-    cfg: ModelConfig, base: Any, xs: list[Example], ts: list[int]
-) -> tuple[Any, list[Learnt], Any]:
+@dataclass
+class _Sequence:
+    """What learning a sequence of examples did, before the store accepts it."""
+
+    work: Weights  # the weights after every example but the last
+    batch: LearnBatch
+    served: list[int]
+    updated: list[bool]
+    last: Plan | None  # the last example's update, applied once the store accepts the batch
+
+
+def _run_sequence(cfg: ModelConfig, base: Weights, xs: list[Example], ts: list[int]) -> _Sequence:
     """Learn ``xs`` in order on a copy of ``base``; ``base`` itself is never changed.
 
-    Returns the weights after every example but the last, what the store logs for each
-    example, and the last example's update plan (applied once the store has accepted it).
     Averaged models copy at once, since their served scores depend on the count of examples
-    seen; the others copy at their first update.
+    seen; the others copy at their first update. Log entries carry the example's ordinal ``k``
+    for averaged models (whose commit is guarded by that count) and 0 for the others, which
+    never use it.
     """
     n = len(xs)
     work = base.copy() if cfg.averaged and n > 1 else base
     copied = work is not base
-    learnt: list[Learnt] = []
+    served_all: list[int] = []
+    updated: list[bool] = []
+    marks = bytearray()
+    cells: dict[str, int] = {}
+    entries: list[bytes] = []
+    recent: list[bytes] = []
     plan = None
     for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
         scores = served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
         raw = raw_scores(work, x) if cfg.averaged else scores
         plan = update_plan(cfg, raw, t)
-        keep = bool(plan) or i >= n - RECENT
-        learnt.append(Learnt(t, served, bool(plan), pack_payload(cfg, raw, x) if keep else b""))
+        served_all.append(served)
+        updated.append(bool(plan))
+        marks.append(49 if served != t else 48)  # b"1" / b"0"
+        cell = f"cm:{served}:{t}"
+        cells[cell] = cells.get(cell, 0) + 1
+        if plan or i >= n - RECENT:
+            k = base.seen + i + 1 if cfg.averaged else 0
+            entry = b"%d|%d|" % (k, t) + pack_payload(cfg, raw, x)
+            if plan:
+                entries.append(entry)
+            if i >= n - RECENT:
+                recent.append(entry)
         if i < n - 1:
             if plan and not copied:
                 work, copied = base.copy(), True
@@ -295,7 +321,8 @@ def _run_sequence(
                 apply(cfg, work, x, plan, work.seen)
     if copied:
         work.seen = base.seen + n - 1
-    return work, learnt, (plan if plan else None)
+    batch = LearnBatch(n, marks.count(b"1"), bytes(marks), cells, entries, recent)
+    return _Sequence(work, batch, served_all, updated, plan if plan else None)
 
 
 def _token_ok(token: str) -> bool:

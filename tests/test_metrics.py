@@ -11,7 +11,7 @@ import redis.asyncio
 
 from service.learner import ModelConfig, encode
 from service.learner.codec import pack_payload
-from service.store import Bucket, Learnt, Made, Store
+from service.store import Bucket, LearnBatch, Made, Store
 from service.store.keys import ModelKeys
 
 
@@ -83,7 +83,7 @@ def test_time_series_keeps_a_bounded_window(redis_url: str) -> None:
         config = ModelConfig(n_features=1)
         await store.create_model("s", '{"n_features": 1}', "0123456789abcdef")
         x = encode(config, [1.0])
-        payload = pack_payload(config, np.zeros(1), x)
+        entry = b"0|1|" + pack_payload(config, np.zeros(1), x)
         version = 0
         for bucket in range(1000, 1100):  # 100 buckets, keep 10
             r = await store.commit_learn(
@@ -91,7 +91,7 @@ def test_time_series_keeps_a_bounded_window(redis_url: str) -> None:
                 "0123456789abcdef",
                 Made(version, None),
                 Bucket(bucket, 10),
-                [Learnt(1, 0, True, payload)],
+                LearnBatch(1, 1, b"1", {"cm:0:1": 1}, [entry], [entry]),
             )
             version += 1
             assert not hasattr(r, "entries")

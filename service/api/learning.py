@@ -10,6 +10,7 @@ from ..auth import Role
 from ..engine import ID_SEPARATOR
 from ..errors import ServiceError
 from .deps import EngineDep, Reader, Trainer
+from .routing import FastJSONRoute
 from .schemas import (
     ErrorResponse,
     FeedbackBatchRequest,
@@ -28,7 +29,7 @@ from .schemas import (
 )
 from .views import score_fields
 
-router = APIRouter(tags=["learning"])
+router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse},
     401: {"model": ErrorResponse},

@@ -10,10 +10,11 @@ from fastapi.responses import JSONResponse
 from ..auth import Role
 from ..metrics.view import model_metrics
 from .deps import Admin, EngineDep, Reader
+from .routing import FastJSONRoute
 from .schemas import ErrorResponse, ModelInfo, ModelList, ModelMetrics, ModelSpec, WeightsResponse
 from .views import model_info, weights_view
 
-router = APIRouter(prefix="/models", tags=["models"])
+router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]
 errors: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse},

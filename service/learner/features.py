@@ -78,10 +78,13 @@ def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float])
     return _encode_named(config, [str(i) for i in range(len(features))], list(features))
 
 
+_NUMBERS = frozenset((float, int))
+
+
 def _finite_array(values: Sequence[float]) -> np.ndarray:
-    for v in values:
-        if type(v) is not float and type(v) is not int:
-            if isinstance(v, bool) or not isinstance(v, int | float):
+    if not _NUMBERS.issuperset(map(type, values)):  # bool is not int here: refused too
+        for v in values:
+            if type(v) is not float and type(v) is not int:
                 raise FeatureError(
                     "invalid_features", f"Feature values must be numbers; got {v!r:.40}."
                 )

@@ -15,14 +15,14 @@ WINDOWS = (100, 1000)
 
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
-    """(mistakes, examples) among the last ``last`` labelled examples, from the bit ring.
+    """(mistakes, examples) among the last ``last`` labelled examples, from the outcome ring.
 
-    Bit ``(k - 1) % size`` holds the k-th example (Redis SETBIT order: the high bit first).
+    Byte ``(k - 1) % size`` holds the k-th example: ``1`` for a mistake, ``0`` otherwise.
     """
     n = min(last, seen, size)
-    bits = np.unpackbits(np.frombuffer(ring.ljust(math.ceil(size / 8), b"\0"), dtype=np.uint8))
+    marks = np.frombuffer(ring.ljust(size, b"0"), dtype=np.uint8)
     positions = (np.arange(seen - n, seen) % size) if n else np.zeros(0, dtype=np.int64)
-    return int(bits[positions].sum()), n
+    return int((marks[positions] == ord("1")).sum()), n
 
 
 def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:

@@ -52,13 +52,15 @@ class Bucket:
 
 
 @dataclass(frozen=True, slots=True)
-class Learnt:
-    """One learned example as the log keeps it."""
+class LearnBatch:
+    """Examples learned in order, as the store counts and logs them."""
 
-    t: int
-    served: int
-    updated: bool
-    payload: bytes  # b"" when neither the log nor the recent window needs it
+    n: int
+    mistakes: int
+    marks: bytes  # b"0" or b"1" (a mistake) per example, in order; the last 1000 suffice
+    cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
+    entries: list[bytes]  # the log entries of the examples that updated, in order
+    recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ class Observations:
     """A model's counters and outcome records, as kept in Redis."""
 
     meta: dict[str, str]
-    ring: bytes  # bit (k - 1) % RING_SIZE: whether the k-th labelled example was a mistake
+    ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
 
@@ -255,13 +257,24 @@ class Store:
         return FeedbackBatch(version=int(reply[0]), log_length=int(reply[1]), items=items)
 
     async def commit_learn(
-        self, name: str, epoch: str, made: Made, when: Bucket, examples: Sequence[Learnt]
+        self, name: str, epoch: str, made: Made, when: Bucket, batch: LearnBatch
     ) -> LearnResult | SyncData:
         """Count and log learned examples, if the caller's copy was current."""
         keys = ModelKeys(name)
-        args: list[Arg] = [epoch, *made.guard, when.bucket, when.keep, made.r2]
-        for e in examples:
-            args += [e.t, e.served, int(e.updated), e.payload]
+        args: list[Arg] = [
+            epoch,
+            *made.guard,
+            when.bucket,
+            when.keep,
+            made.r2,
+            batch.n,
+            batch.mistakes,
+            batch.marks[-1000:],
+            len(batch.cells),
+        ]
+        for field, count in batch.cells.items():
+            args += [field, count]
+        args += [len(batch.entries), *batch.entries, *batch.recent]
         reply = await self._learn(
             keys=[keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent],
             args=args,

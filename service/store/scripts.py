@@ -49,22 +49,22 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 )
 
 # Shared by the scripts that count labelled examples: counters, the confusion matrix, the
-# ring of the last WINDOW outcomes (one bit each), mistake and example counts per time bucket
-# (buckets older than the retention are dropped), and the most recent labelled examples (as
-# log entries, "k|t|" .. payload). An outcome is {served, true, entry or ''}.
+# ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
+# counts per time bucket (buckets older than the retention are dropped), and the most recent
+# labelled examples (as log entries, "k|t|" .. payload).
+# record(..., seen before, n examples, marks: '0'/'1' per example in order (the last ones at
+# least), mistakes, cells: {confusion field = count}, recent: entries, oldest first)
 _RECORD = """
 local WINDOW = 1000
-local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
-  local mistakes, cells, total = 0, {}, #outcomes
-  for i, o in ipairs(outcomes) do
-    local m = (o[1] ~= o[2]) and 1 or 0
-    mistakes = mistakes + m
-    local cell = 'cm:' .. o[1] .. ':' .. o[2]
-    cells[cell] = (cells[cell] or 0) + 1
-    redis.call('SETBIT', ring, (seen + i - 1) % WINDOW, m)
-  end
-  for cell, n in pairs(cells) do redis.call('HINCRBY', meta, cell, n) end
-  redis.call('HINCRBY', meta, 'seen', total)
+local function record(meta, series, ring, recentkey, bucket, keep, seen, n, marks, mistakes,
+    cells, recent)
+  if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
+  local start = (seen + n - #marks) % WINDOW
+  local first = math.min(#marks, WINDOW - start)
+  if first > 0 then redis.call('SETRANGE', ring, start, string.sub(marks, 1, first)) end
+  if first < #marks then redis.call('SETRANGE', ring, 0, string.sub(marks, first + 1)) end
+  for cell, c in pairs(cells) do redis.call('HINCRBY', meta, cell, c) end
+  redis.call('HINCRBY', meta, 'seen', n)
   if mistakes > 0 then redis.call('HINCRBY', meta, 'mistakes', mistakes) end
   local known = redis.call('HGET', series, 'last')
   local last = tonumber(known or bucket)
@@ -78,18 +78,12 @@ local function record(meta, series, ring, recent, bucket, keep, seen, outcomes)
     end
   end
   if bucket > last or not known then redis.call('HSET', series, 'last', bucket) end
-  redis.call('HINCRBY', series, bucket .. ':n', total)
+  redis.call('HINCRBY', series, bucket .. ':n', n)
   if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
-  local pushed, length = 0, 0
-  for i = math.max(1, total - 99), total do
-    local o = outcomes[i]
-    if o[3] ~= '' then
-      length = redis.call('LPUSH', recent, o[3])
-      pushed = pushed + 1
-    end
+  if #recent > 0 then
+    local length = redis.call('LPUSH', recentkey, unpack(recent, math.max(1, #recent - 99)))
+    if length > 150 then redis.call('LTRIM', recentkey, 0, 99) end
   end
-  if length > 150 then redis.call('LTRIM', recent, 0, 99) end
-  return mistakes
 end
 """
 
@@ -133,7 +127,8 @@ if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
 local k = tonumber(ARGV[2])
 local version, seen = tonumber(st[2]), tonumber(st[3])
-local out, outcomes, entries = {}, {}, {}
+local out, entries, marks, cells, recent = {}, {}, {}, {}, {}
+local mistakes = 0
 local unknown, dups, conflicts = 0, 0, 0
 for i = 6, #KEYS do
   local t = ARGV[i - 1]
@@ -156,12 +151,16 @@ for i = 6, #KEYS do
     local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
     seen = seen + 1
     local entry = string.format('%d|%s|', seen, t) .. string.sub(p, 22 + k)
-    outcomes[#outcomes + 1] = {tostring(served), t, entry}
+    recent[#recent + 1] = entry
     if updated == 1 then
       version = version + 1
       entries[#entries + 1] = entry
     end
     local m = (served ~= ti) and 1 or 0
+    marks[#marks + 1] = tostring(m)
+    mistakes = mistakes + m
+    local cell = 'cm:' .. served .. ':' .. t
+    cells[cell] = (cells[cell] or 0) + 1
     redis.call('SET', KEYS[i],
       'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'KEEPTTL')
     for _, x in ipairs({1, m, updated, version}) do out[#out + 1] = x end
@@ -170,10 +169,10 @@ end
 if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) end
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 if conflicts > 0 then redis.call('HINCRBY', KEYS[1], 'conflicts', conflicts) end
-if #outcomes > 0 then
+if #marks > 0 then
   record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]),
-    seen - #outcomes, outcomes)
-  redis.call('HINCRBY', KEYS[1], 'feedback', #outcomes)
+    seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
+  redis.call('HINCRBY', KEYS[1], 'feedback', #marks)
 end
 local log_length = -1
 for i = 1, #entries, 4000 do
@@ -188,8 +187,10 @@ return out
 
 # KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = epoch, ARGV[2] = version used,
 # ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] = buckets
-# kept, ARGV[6] = largest squared feature norm, then per example 4 values: true class index,
-# served class index, '1' when it updates the weights, payload
+# kept, ARGV[6] = largest squared feature norm, ARGV[7] = examples n, ARGV[8] = mistakes,
+# ARGV[9] = marks ('0'/'1' per example, the last ones at least), ARGV[10] = number c of
+# confusion cells, then c (field, count) pairs, then the number u of updates and their log
+# entries, then the recent examples' entries (oldest first). The caller formats the entries.
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2
 LEARN = (
     _SYNC
@@ -204,23 +205,26 @@ if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   return reply
 end
 local seen, version = tonumber(st[3]), tonumber(st[2])
-local outcomes, entries = {}, {}
-for i = 7, #ARGV, 4 do
-  local t, served, updated, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
-  local entry = ''
-  if payload ~= '' then entry = string.format('%d|%s|', seen + #outcomes + 1, t) .. payload end
-  outcomes[#outcomes + 1] = {served, t, entry}
-  if updated == '1' then entries[#entries + 1] = entry end
+local n, mistakes = tonumber(ARGV[7]), tonumber(ARGV[8])
+local cells, i = {}, 11
+for _ = 1, tonumber(ARGV[10]) do
+  cells[ARGV[i]] = tonumber(ARGV[i + 1])
+  i = i + 2
 end
-record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, outcomes)
-redis.call('HINCRBY', KEYS[1], 'learned', #outcomes)
-local log_length = -1
-for i = 1, #entries, 4000 do
-  log_length = redis.call('RPUSH', KEYS[3], unpack(entries, i, math.min(i + 3999, #entries)))
+local updates = tonumber(ARGV[i])
+local first = i + 1
+local recent = {}
+for j = first + updates, #ARGV do recent[#recent + 1] = ARGV[j] end
+record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, n,
+  ARGV[9], mistakes, cells, recent)
+redis.call('HINCRBY', KEYS[1], 'learned', n)
+local log_length, stop = -1, first + updates - 1
+for j = first, stop, 4000 do
+  log_length = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 3999, stop)))
 end
-if #entries > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', #entries) end
+if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
-return {1, version, seen + #outcomes, log_length}
+return {1, version, seen + n, log_length}
 """
 )
 
