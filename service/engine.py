@@ -25,7 +25,7 @@ from .errors import (
 )
 from .learner import Example, FeatureError, Label, ModelConfig, Weights
 from .learner.codec import pack_payload
-from .learner.features import encode
+from .learner.features import encode, encode_many
 from .learner.perceptron import Plan, apply, predict_index, raw_scores, served_scores, update_plan
 from .replica import Replica
 from .store import (
@@ -81,7 +81,7 @@ class Engine(Catalog):
                     f"(PERCEPTRON_MAX_FEATURES); got {len(features)}.",
                     code="too_many_features",
                 )
-            if isinstance(features, Mapping):
+            if type(features) is not list and isinstance(features, Mapping):
                 for name in features:
                     if isinstance(name, str) and len(name) > s.max_name_length:
                         raise InvalidInput(
@@ -337,13 +337,16 @@ def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> l
             f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(batch)}.",
             code="batch_too_large",
         )
-    xs = []
-    for i, features in enumerate(batch):
-        try:
-            xs.append(encode(config, features))
-        except FeatureError as e:
-            where = f"Example {i}: " if len(batch) > 1 else ""
-            raise InvalidInput(where + str(e), code=e.code) from e
+    try:
+        xs = encode_many(config, batch)
+    except FeatureError:
+        for i, features in enumerate(batch):  # name the first example that is wrong
+            try:
+                encode(config, features)
+            except FeatureError as e:
+                where = f"Example {i}: " if len(batch) > 1 else ""
+                raise InvalidInput(where + str(e), code=e.code) from e
+        raise
     if not xs:
         raise InvalidInput("At least one example is needed.", code="empty_batch")
     return xs

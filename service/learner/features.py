@@ -11,6 +11,8 @@ import numpy as np
 
 from .config import ModelConfig
 
+Features = Sequence[float] | Mapping[str, float]
+
 # Weights are sums of learning_rate * x: this bound (with learning_rate <= 1e6) keeps every
 # weight and score far from float64 overflow, whatever the stream.
 MAX_ABS_VALUE = 1e15
@@ -53,6 +55,13 @@ def bucket(name: str, hash_bits: int) -> int:
 
 def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float]) -> Example:
     """Validate ``features`` against ``config`` and return the example the learner uses."""
+    if type(features) is list and config.dense:  # the common case, without ABC checks
+        if len(features) != config.n_features:
+            raise FeatureError(
+                "wrong_dimension",
+                f"This model takes exactly {config.n_features} features; got {len(features)}.",
+            )
+        return Example(_finite_array(features))
     if isinstance(features, Mapping):
         if config.dense:
             raise FeatureError(
@@ -79,6 +88,24 @@ def encode(config: ModelConfig, features: Sequence[float] | Mapping[str, float])
 
 
 _NUMBERS = frozenset((float, int))
+
+
+def encode_many(config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
+    """``encode`` for each example; dense lists of plain numbers are checked all at once.
+
+    Anything the fast path does not accept goes through ``encode`` one by one, so that the
+    error names the example and the problem exactly as for a single example.
+    """
+    d = config.n_features
+    if d is not None and all(type(r) is list and len(r) == d for r in batch):
+        if all(_NUMBERS.issuperset(map(type, r)) for r in batch):
+            try:
+                arr = np.array(batch, dtype=np.float64)
+            except OverflowError:
+                arr = None
+            if arr is not None and (np.abs(arr) <= MAX_ABS_VALUE).all():  # NaN fails too
+                return [Example(row) for row in arr]
+    return [encode(config, features) for features in batch]
 
 
 def _finite_array(values: Sequence[float]) -> np.ndarray:
