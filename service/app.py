@@ -52,8 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
+    app.include_router(learning.router)  # first: the hot routes match soonest
     app.include_router(models.router)
-    app.include_router(learning.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)
