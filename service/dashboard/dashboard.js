@@ -100,6 +100,18 @@
 
   function initialKey() {
     const url = new URL(location.href);
+    // '#key=...' never reaches the server (nor its logs): the way to hand the page a key.
+    const fragment = new URLSearchParams(url.hash.slice(1));
+    if (fragment.has('key')) {
+      const key = fragment.get('key');
+      fragment.delete('key');
+      const rest = fragment.toString();
+      history.replaceState(history.state, '', url.pathname + url.search + (rest ? '#' + rest : ''));
+      if (key) {
+        storeKey(key);
+        return key;
+      }
+    }
     if (url.searchParams.has('key')) {
       const key = url.searchParams.get('key');
       url.searchParams.delete('key');

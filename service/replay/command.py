@@ -1,0 +1,193 @@
+"""The command line of ``perceptron replay``: its options, and running it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+import httpx
+
+from ..client import DEFAULT_URL, PerceptronError
+from .curve import write_curve
+from .datasets import DATASETS, Dataset, load_csv, load_dataset, load_libsvm
+from .errors import ReplayError
+from .progress import Progress
+from .stream import replay
+from .summary import MODES
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+DESCRIPTION = """\
+Stream a dataset through a running service and report its mistakes.
+
+Each example is predicted (POST /predict) and its true label sent as feedback (POST /feedback),
+or sent to POST /learn with --mode learn; in batches with --batch N. The model is created when
+missing: dense, n_features and classes from the data. The summary counts examples and the
+mistakes the service reported.
+
+examples:
+  perceptron replay --dataset breast_cancer --curve curve.png
+  perceptron replay --dataset digits --multiclass ovr --mode learn --batch 100
+  perceptron replay --csv data.csv --label-column y --delay 5 --concurrency 4
+"""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``perceptron replay``."""
+    d = p.add_argument_group("data: one of --dataset, --csv, --libsvm")
+    source = d.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", metavar="NAME", help=f"bundled: {', '.join(DATASETS)}")
+    source.add_argument("--csv", metavar="FILE", help="numeric CSV; header optional")
+    source.add_argument("--libsvm", metavar="FILE", help="LIBSVM / svmlight file")
+    d.add_argument(
+        "--label-column", metavar="COL", help="CSV label column: name or index (default: last)"
+    )
+    d.add_argument("--shuffle", metavar="SEED", type=int, help="shuffle with this seed")
+    d.add_argument("--limit", metavar="N", type=_positive, help="replay only the first N")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", metavar="NAME", help="model name (default: the dataset's name)")
+    m.add_argument(
+        "--multiclass",
+        choices=["multiclass", "ovr", "ovo"],
+        default="multiclass",
+        help="strategy for more than two classes, when the model is created",
+    )
+    m.add_argument("--reset", action="store_true", help="delete the model first if it exists")
+    s = p.add_argument_group("stream")
+    s.add_argument(
+        "--mode",
+        choices=MODES,
+        default="predict",
+        help="predict then feedback (default), or /learn",
+    )
+    s.add_argument("--batch", metavar="N", type=_positive, default=1, help="examples a request")
+    s.add_argument(
+        "--concurrency", metavar="K", type=_positive, default=1, help="concurrent clients"
+    )
+    s.add_argument(
+        "--delay",
+        metavar="K",
+        type=_non_negative,
+        default=0,
+        help="labels arrive K examples late (predict mode)",
+    )
+    s.add_argument(
+        "--rate",
+        metavar="R",
+        type=_positive_float,
+        help="at most R examples a second (to watch it on the dashboard)",
+    )
+    o = p.add_argument_group("output")
+    o.add_argument("--curve", metavar="FILE.png", help="write the learning curve to a PNG")
+    o.add_argument(
+        "--window", metavar="N", type=_positive, default=100, help="moving window of the curve"
+    )
+    o.add_argument("--json", action="store_true", help="print the summary as JSON")
+    o.add_argument("--quiet", action="store_true", help="no progress bar")
+    c = p.add_argument_group("service")
+    c.add_argument("--url", default=DEFAULT_URL, help=f"service URL (default {DEFAULT_URL})")
+    c.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help="API key (default: the PERCEPTRON_API_KEY variable)",
+    )
+    c.add_argument("--timeout", metavar="S", type=float, default=30.0, help="seconds per request")
+
+
+def _load(args: argparse.Namespace) -> Dataset:
+    if args.dataset:
+        data = load_dataset(args.dataset)
+    elif args.csv:
+        data = load_csv(args.csv, args.label_column)
+    else:
+        data = load_libsvm(args.libsvm)
+    if args.shuffle is not None:
+        data = data.shuffled(args.shuffle)
+    if args.limit is not None:
+        data = data.head(args.limit)
+    return data
+
+
+def run(args: argparse.Namespace) -> int:
+    """``perceptron replay``: 0 when done, 1 when the service failed, 2 on bad input."""
+    err = sys.stderr
+    if args.delay and args.mode != "predict":
+        err.write("perceptron replay: --delay applies to --mode predict only.\n")
+        return 2
+    if args.label_column is not None and not args.csv:
+        err.write("perceptron replay: --label-column applies to --csv only.\n")
+        return 2
+    try:
+        data = _load(args)
+    except (ReplayError, OSError) as e:
+        err.write(f"perceptron replay: {e}\n")
+        return 2
+    name = args.model or data.name
+    progress = None if args.quiet else Progress(len(data), name)
+    api_key = args.api_key or os.environ.get("PERCEPTRON_API_KEY") or None
+    try:
+        summary = replay(
+            data,
+            url=args.url,
+            api_key=api_key,
+            model=name,
+            multiclass=args.multiclass,
+            reset=args.reset,
+            mode=args.mode,
+            batch=args.batch,
+            concurrency=args.concurrency,
+            delay=args.delay,
+            rate=args.rate,
+            timeout=args.timeout,
+            progress=progress,
+        )
+    except ReplayError as e:
+        err.write(f"perceptron replay: {e}\n")
+        return 2
+    except PerceptronError as e:
+        err.write(f"perceptron replay: the service answered {e}\n")
+        return 1
+    except httpx.TransportError as e:
+        err.write(f"perceptron replay: cannot reach {args.url} ({type(e).__name__}: {e})\n")
+        return 1
+    if args.curve:
+        try:
+            write_curve(summary, args.curve, args.window)
+        except (ReplayError, OSError) as e:
+            err.write(f"perceptron replay: {e}\n")
+            return 2
+    out = summary.as_dict()
+    if args.json:
+        if args.curve:
+            out["curve"] = str(args.curve)
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        sys.stdout.write(summary.text())
+        if args.curve:
+            sys.stdout.write(f"{'curve':<14}{args.curve}\n")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,213 @@
+"""The datasets a replay streams: CSV and LIBSVM files, or one bundled with a package.
+
+scikit-learn's breast_cancer, digits, iris, wine; River's Phishing (the ``replay`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..client import Label
+from .errors import ReplayError
+
+DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing")
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Dense examples (rows of floats) and their labels, in file order."""
+
+    name: str
+    rows: list[list[float]]
+    labels: Sequence[Label]
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise ReplayError(f"The dataset {self.name!r} has no examples.")
+        if len(self.rows) != len(self.labels):
+            raise ReplayError(f"{len(self.rows)} examples but {len(self.labels)} labels.")
+        width = len(self.rows[0])
+        if width == 0 or any(len(r) != width for r in self.rows):
+            raise ReplayError(f"The examples of {self.name!r} are not all of one length >= 1.")
+        kinds = {type(y) for y in self.labels}
+        if len(kinds) > 1:
+            raise ReplayError(f"The labels of {self.name!r} mix numbers and strings.")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.rows[0])
+
+    @property
+    def classes(self) -> list[Label]:
+        """The distinct labels, sorted (so a binary model's positive class is the larger)."""
+        return sorted(set(self.labels))  # one kind of label, checked above
+
+    def shuffled(self, seed: int) -> Dataset:
+        import numpy as np
+
+        order = np.random.default_rng(seed).permutation(len(self.rows)).tolist()
+        return Dataset(self.name, [self.rows[i] for i in order], [self.labels[i] for i in order])
+
+    def head(self, n: int) -> Dataset:
+        return Dataset(self.name, self.rows[:n], self.labels[:n])
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _labels(raw: Sequence[str]) -> list[Label]:
+    """Integers when every label is an integer ("1", "-1", "+1", "2.0"); strings otherwise."""
+    ints: list[Label] = []
+    for text in raw:
+        try:
+            value = float(text)
+        except ValueError:
+            return [t.strip() for t in raw]
+        if not math.isfinite(value) or value != int(value):
+            return [t.strip() for t in raw]
+        ints.append(int(value))
+    return ints
+
+
+def _feature(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ReplayError(f"{where}: {text!r} is not a number.") from None
+    if not math.isfinite(value):
+        raise ReplayError(f"{where}: {text!r} is not a finite number.")
+    return value
+
+
+def model_name_for(stem: str) -> str:
+    """A valid model name (1-64 of letters, digits, ``_-.``) made from a file's name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)[:64].strip(".") or "replay"
+
+
+def load_csv(path: str | Path, label_column: str | int | None = None) -> Dataset:
+    """A CSV file: every column a number but the label's (by name or index; default last).
+
+    The first row is a header when the label column is given by name, or when one of its
+    feature fields is not a number.
+    """
+    path = Path(path)
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        records = [
+            (n, row) for n, row in enumerate(csv.reader(f), 1) if any(c.strip() for c in row)
+        ]
+    if not records:
+        raise ReplayError(f"{path}: no rows.")
+    first = records[0][1]
+    width = len(first)
+    if width < 2:
+        raise ReplayError(f"{path}: a row needs at least one feature and a label.")
+
+    def index_of(column: int) -> int:
+        if not -width <= column < width:
+            raise ReplayError(f"{path}: no column {column} (rows have {width}).")
+        return column % width
+
+    column = label_column if label_column is not None else -1
+    by_name = isinstance(column, str) and not re.fullmatch(r"[+-]?\d+", column.strip())
+    if by_name:
+        names = [c.strip() for c in first]
+        if str(column).strip() not in names:
+            raise ReplayError(f"{path}: no column named {column!r} in the header {names}.")
+        label_at = names.index(str(column).strip())
+        header = True
+    else:
+        label_at = index_of(int(column))
+        header = any(not _is_number(c) for i, c in enumerate(first) if i != label_at)
+    body = records[1:] if header else records
+    if not body:
+        raise ReplayError(f"{path}: a header but no examples.")
+    rows, raw = [], []
+    for n, row in body:
+        if len(row) != width:
+            raise ReplayError(f"{path}, line {n}: {len(row)} fields, the first row has {width}.")
+        rows.append([_feature(c, f"{path}, line {n}") for i, c in enumerate(row) if i != label_at])
+        raw.append(row[label_at].strip())
+    return Dataset(model_name_for(path.stem), rows, _labels(raw))
+
+
+def load_libsvm(path: str | Path) -> Dataset:
+    """A LIBSVM (svmlight) file: ``label index:value ...``, made dense.
+
+    Indices are 1-based unless some index is 0; the number of features is the largest
+    index seen. ``qid:`` fields and ``#`` comments are ignored.
+    """
+    path = Path(path)
+    sparse: list[dict[int, float]] = []
+    raw: list[str] = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            tokens = line.split("#", 1)[0].split()
+            if not tokens:
+                continue
+            raw.append(tokens[0])
+            example: dict[int, float] = {}
+            for token in tokens[1:]:
+                key, sep, value = token.partition(":")
+                if not sep:
+                    raise ReplayError(f"{path}, line {n}: {token!r} is not 'index:value'.")
+                if key == "qid":
+                    continue
+                if not key.isdigit():
+                    raise ReplayError(f"{path}, line {n}: {key!r} is not a feature index.")
+                example[int(key)] = _feature(value, f"{path}, line {n}")
+            sparse.append(example)
+    if not sparse:
+        raise ReplayError(f"{path}: no examples.")
+    indices = {i for example in sparse for i in example}
+    if not indices:
+        raise ReplayError(f"{path}: no features.")
+    offset = 0 if 0 in indices else 1
+    width = max(indices) + 1 - offset
+    rows = []
+    for example in sparse:
+        row = [0.0] * width
+        for i, v in example.items():
+            row[i - offset] = v
+        rows.append(row)
+    return Dataset(model_name_for(path.stem), rows, _labels(raw))
+
+
+def load_dataset(name: str) -> Dataset:
+    """A dataset bundled with an installed package (no download): see ``DATASETS``."""
+    key = name.strip().lower()
+    if key == "phishing":
+        try:
+            from river.datasets import Phishing
+        except ImportError as e:
+            raise ReplayError(
+                "The Phishing dataset comes with River: pip install 'perceptron-service[replay]'."
+            ) from e
+        rows: list[list[float]] = []
+        labels: list[Label] = []
+        for x, y in Phishing():
+            rows.append([float(v) for v in x.values()])
+            labels.append(int(y))
+        return Dataset("phishing", rows, labels)
+    if key not in DATASETS:
+        raise ReplayError(f"Unknown dataset {name!r}; bundled: {', '.join(DATASETS)}.")
+    try:
+        from sklearn import datasets  # type: ignore[import-untyped]
+    except ImportError as e:
+        raise ReplayError(
+            f"The {key} dataset comes with scikit-learn: pip install 'perceptron-service[replay]'."
+        ) from e
+    X, y = getattr(datasets, f"load_{key}")(return_X_y=True)
+    return Dataset(key, X.astype(float).tolist(), [int(v) for v in y])
