@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from ..auth import Role
 from ..engine import ID_SEPARATOR
@@ -27,7 +27,7 @@ from .schemas import (
     PredictRequest,
     PredictResponse,
 )
-from .views import score_fields
+from .views import json_response, score_fields
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors: dict[int | str, dict[str, Any]] = {
@@ -42,16 +42,21 @@ errors: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/predict", responses=errors)
-async def predict(body: PredictRequest, engine: EngineDep, who: Reader) -> PredictResponse:
+# The hot routes answer with orjson directly; ``response_model`` still documents the body.
+@router.post("/predict", responses=errors, response_model=PredictResponse)
+async def predict(body: PredictRequest, engine: EngineDep, who: Reader) -> Response:
     """Predict a label now; send its true label later to /feedback."""
     who.check(Role.predict, body.model)
     config, (p,) = await engine.predict(body.model, [body.features])
-    return PredictResponse(
-        prediction_id=p.prediction_id,
-        label=p.label,
-        version=p.version,
-        **score_fields(config, p.scores),
+    return json_response(
+        {
+            "prediction_id": p.prediction_id,
+            "label": p.label,
+            "score": None,
+            "scores": None,
+            **score_fields(config, p.scores),
+            "version": p.version,
+        }
     )
 
 
@@ -76,17 +81,15 @@ async def predict_batch(
     )
 
 
-@router.post("/feedback", responses=errors)
-async def submit_feedback(
-    body: FeedbackRequest, engine: EngineDep, who: Trainer
-) -> FeedbackResponse:
+@router.post("/feedback", responses=errors, response_model=FeedbackResponse)
+async def submit_feedback(body: FeedbackRequest, engine: EngineDep, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
     who.check(Role.train, _model_of(body.prediction_id))
     (f,) = await engine.submit_feedback([(body.prediction_id, body.label)])
     if isinstance(f, ServiceError):
         raise f
-    return FeedbackResponse(
-        mistake=f.mistake, updated=f.updated, version=f.version, duplicate=f.duplicate
+    return json_response(
+        {"mistake": f.mistake, "updated": f.updated, "version": f.version, "duplicate": f.duplicate}
     )
 
 
@@ -111,27 +114,29 @@ async def submit_feedback_batch(
     return FeedbackBatchResponse(results=out)
 
 
-@router.post("/learn", responses=errors)
-async def learn(body: LearnRequest, engine: EngineDep, who: Trainer) -> LearnResponse:
+@router.post("/learn", responses=errors, response_model=LearnResponse)
+async def learn(body: LearnRequest, engine: EngineDep, who: Trainer) -> Response:
     """Predict and learn a labelled example in one atomic step."""
     who.check(Role.train, body.model)
     (r,) = await engine.learn(body.model, [body.features], [body.label])
-    return LearnResponse(label=r.label, mistake=r.mistake, updated=r.updated, version=r.version)
+    return json_response(
+        {"label": r.label, "mistake": r.mistake, "updated": r.updated, "version": r.version}
+    )
 
 
-@router.post("/learn/batch", responses=errors)
-async def learn_batch(
-    body: LearnBatchRequest, engine: EngineDep, who: Trainer
-) -> LearnBatchResponse:
+@router.post("/learn/batch", responses=errors, response_model=LearnBatchResponse)
+async def learn_batch(body: LearnBatchRequest, engine: EngineDep, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
     results = await engine.learn(body.model, body.features, body.labels)
-    return LearnBatchResponse(
-        labels=[r.label for r in results],
-        mistakes=[r.mistake for r in results],
-        updated=[r.updated for r in results],
-        version=results[-1].version,
-        mistake_count=sum(r.mistake for r in results),
+    return json_response(
+        {
+            "labels": [r.label for r in results],
+            "mistakes": [r.mistake for r in results],
+            "updated": [r.updated for r in results],
+            "version": results[-1].version,
+            "mistake_count": sum(r.mistake for r in results),
+        }
     )
 
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import orjson
+from fastapi import Response
 
 from ..learner import ModelConfig
 from ..learner.perceptron import class_votes, ovo_pairs
@@ -24,6 +28,11 @@ def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInf
         created=int(meta.get("created", 0)),
         counters=counters_of(meta),
     )
+
+
+def json_response(body: dict[str, Any], status_code: int = 200) -> Response:
+    """A JSON answer serialised by orjson, skipping the framework's generic encoder."""
+    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
 
 
 def score_fields(config: ModelConfig, scores: np.ndarray) -> dict[str, object]:

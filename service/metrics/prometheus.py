@@ -11,6 +11,7 @@ import math
 import os
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -55,6 +56,9 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        # Labelled children looked up once: ``labels(...)`` is a locked dict lookup per call.
+        self._counts: dict[tuple[str, str, int], Any] = {}
+        self._times: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,8 +78,16 @@ class RequestMetrics:
         finally:
             route = getattr(scope.get("route"), "path", None) or "unmatched"
             method = scope["method"]
-            REQUESTS.labels(route, method, str(status)).inc()
-            LATENCY.labels(route, method).observe(time.perf_counter() - start)
+            count = self._counts.get((route, method, status))
+            if count is None:
+                count = self._counts[route, method, status] = REQUESTS.labels(
+                    route, method, str(status)
+                )
+            timer = self._times.get((route, method))
+            if timer is None:
+                timer = self._times[route, method] = LATENCY.labels(route, method)
+            count.inc()
+            timer.observe(time.perf_counter() - start)
 
 
 class ModelCollector:
