@@ -1520,7 +1520,7 @@ class Bench:
                 f"(1 min). During the runs the CPUs were {statistics.median(busy):.0%} busy "
                 f"(median); processes other than this benchmark's used "
                 f"{statistics.median(foreign):.0%} median, {max(foreign):.0%} at most: the run "
-                f"{verdict}. Other developers' tests on this machine disturb the figures."
+                f"{verdict}. Other processes on this machine disturb the figures."
             )
         bad = []
         for key, rs in R.items():

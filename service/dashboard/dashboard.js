@@ -112,15 +112,6 @@
         return key;
       }
     }
-    if (url.searchParams.has('key')) {
-      const key = url.searchParams.get('key');
-      url.searchParams.delete('key');
-      history.replaceState(history.state, '', url.pathname + url.search + url.hash);
-      if (key) {
-        storeKey(key);
-        return key;
-      }
-    }
     try {
       return localStorage.getItem(KEY_STORAGE) || null;
     } catch (e) {
