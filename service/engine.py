@@ -36,6 +36,7 @@ from .store import (
     Made,
     SyncData,
     valid_name,
+    valid_token,
 )
 
 log = logging.getLogger("perceptron")
@@ -157,7 +158,7 @@ class Engine(Catalog):
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
         for i, (pid, _) in enumerate(items):
             name, _, token = pid.partition(ID_SEPARATOR)
-            if valid_name(name) and _token_ok(token):
+            if valid_name(name) and valid_token(token):
                 groups.setdefault(name, []).append(i)
         for name, idx in groups.items():
 
@@ -323,12 +324,6 @@ def _run_sequence(cfg: ModelConfig, base: Weights, xs: list[Example], ts: list[i
         work.seen = base.seen + n - 1
     batch = LearnBatch(n, marks.count(b"1"), bytes(marks), cells, entries, recent)
     return _Sequence(work, batch, served_all, updated, plan if plan else None)
-
-
-def _token_ok(token: str) -> bool:
-    from .store.keys import TOKEN_RE
-
-    return TOKEN_RE.match(token) is not None
 
 
 def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:

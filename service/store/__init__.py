@@ -1,7 +1,7 @@
 """Everything that touches Redis lives in this package."""
 
 from .connect import open_store
-from .keys import ModelKeys, valid_name
+from .keys import ModelKeys, valid_name, valid_token
 from .redis_store import (
     APPLIED,
     CONFLICT,
@@ -37,4 +37,5 @@ __all__ = [
     "SyncData",
     "open_store",
     "valid_name",
+    "valid_token",
 ]

@@ -16,6 +16,11 @@ def valid_name(name: str) -> bool:
     return NAME_RE.match(name) is not None
 
 
+def valid_token(token: str) -> bool:
+    """Whether ``token`` may be the random part of a prediction id."""
+    return TOKEN_RE.match(token) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
     """The keys of one model. Only names that passed :func:`valid_name` get here."""
@@ -56,6 +61,6 @@ class ModelKeys:
         return (self.meta, self.snap, self.log, self.series, self.ring, self.recent)
 
     def pending(self, token: str) -> str:
-        if TOKEN_RE.match(token) is None:
+        if not valid_token(token):
             raise ValueError("Invalid prediction token.")
         return f"{PREFIX}:{{{self.name}}}:p:{token}"
