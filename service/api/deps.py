@@ -1,6 +1,12 @@
-"""Typed dependencies for the routes: the engine, and who is calling with which role."""
+"""Typed dependencies for the routes: who is calling, with which role, and the engine.
+
+Each route takes one dependency (``Reader``, ``Trainer`` or ``Admin``): resolving a
+dependency is a noticeable part of a request's cost, so the caller's key and the engine come
+together.
+"""
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -9,12 +15,21 @@ from ..auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_fr
 from ..engine import Engine
 
 
-async def get_engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The engine of this worker, and who is calling."""
+
+    engine: Engine
+    principal: Principal
+
+    def check(self, role: Role, model: str | None = None) -> None:
+        self.principal.check(role, model)
+
+    def allows(self, model: str) -> bool:
+        return self.principal.allows(model)
 
 
-async def get_principal(request: Request) -> Principal:
+def principal_of(request: Request) -> Principal:
     keys: KeyRing | None = request.app.state.keys
     if keys is None:
         return NOBODY_NEEDED
@@ -27,15 +42,20 @@ async def get_principal(request: Request) -> Principal:
     return principal
 
 
-def require(role: Role) -> Callable[[Principal], Awaitable[Principal]]:
-    # Dependencies are coroutines: a plain function would cost a trip to a worker thread.
-    async def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
-        return principal.check(role)
+def caller(role: Role) -> Callable[[Request], Awaitable[Caller]]:
+    # A coroutine: a plain function would cost a trip to a worker thread.
+    async def resolve(request: Request) -> Caller:
+        return Caller(request.app.state.engine, principal_of(request).check(role))
 
-    return check
+    return resolve
+
+
+async def get_engine(request: Request) -> Engine:
+    engine: Engine = request.app.state.engine
+    return engine
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]
-Reader = Annotated[Principal, Depends(require(Role.predict))]
-Trainer = Annotated[Principal, Depends(require(Role.train))]
-Admin = Annotated[Principal, Depends(require(Role.admin))]
+Reader = Annotated[Caller, Depends(caller(Role.predict))]
+Trainer = Annotated[Caller, Depends(caller(Role.train))]
+Admin = Annotated[Caller, Depends(caller(Role.admin))]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from ..auth import Role
 from ..engine import ID_SEPARATOR
 from ..errors import ServiceError
-from .deps import EngineDep, Reader, Trainer
+from .deps import Reader, Trainer
 from .routing import FastJSONRoute
 from .schemas import (
     ErrorResponse,
@@ -44,10 +44,10 @@ errors: dict[int | str, dict[str, Any]] = {
 
 # The hot routes answer with orjson directly; ``response_model`` still documents the body.
 @router.post("/predict", responses=errors, response_model=PredictResponse)
-async def predict(body: PredictRequest, engine: EngineDep, who: Reader) -> Response:
+async def predict(body: PredictRequest, who: Reader) -> Response:
     """Predict a label now; send its true label later to /feedback."""
     who.check(Role.predict, body.model)
-    config, (p,) = await engine.predict(body.model, [body.features])
+    config, (p,) = await who.engine.predict(body.model, [body.features])
     return json_response(
         {
             "prediction_id": p.prediction_id,
@@ -61,12 +61,10 @@ async def predict(body: PredictRequest, engine: EngineDep, who: Reader) -> Respo
 
 
 @router.post("/predict/batch", responses=errors)
-async def predict_batch(
-    body: PredictBatchRequest, engine: EngineDep, who: Reader
-) -> PredictBatchResponse:
+async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchResponse:
     """Predict many examples with one version of the model."""
     who.check(Role.predict, body.model)
-    config, preds = await engine.predict(body.model, body.features)
+    config, preds = await who.engine.predict(body.model, body.features)
     return PredictBatchResponse(
         predictions=[
             PredictResponse(
@@ -82,10 +80,10 @@ async def predict_batch(
 
 
 @router.post("/feedback", responses=errors, response_model=FeedbackResponse)
-async def submit_feedback(body: FeedbackRequest, engine: EngineDep, who: Trainer) -> Response:
+async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
     who.check(Role.train, _model_of(body.prediction_id))
-    (f,) = await engine.submit_feedback([(body.prediction_id, body.label)])
+    (f,) = await who.engine.submit_feedback([(body.prediction_id, body.label)])
     if isinstance(f, ServiceError):
         raise f
     return json_response(
@@ -94,13 +92,11 @@ async def submit_feedback(body: FeedbackRequest, engine: EngineDep, who: Trainer
 
 
 @router.post("/feedback/batch", responses=errors)
-async def submit_feedback_batch(
-    body: FeedbackBatchRequest, engine: EngineDep, who: Trainer
-) -> FeedbackBatchResponse:
+async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> FeedbackBatchResponse:
     """Give many true labels; each item gets its own result or error, in order."""
     for model in {_model_of(f.prediction_id) for f in body.feedback}:
         who.check(Role.train, model)
-    results = await engine.submit_feedback([(f.prediction_id, f.label) for f in body.feedback])
+    results = await who.engine.submit_feedback([(f.prediction_id, f.label) for f in body.feedback])
     out = []
     for f in results:
         if isinstance(f, ServiceError):
@@ -115,20 +111,20 @@ async def submit_feedback_batch(
 
 
 @router.post("/learn", responses=errors, response_model=LearnResponse)
-async def learn(body: LearnRequest, engine: EngineDep, who: Trainer) -> Response:
+async def learn(body: LearnRequest, who: Trainer) -> Response:
     """Predict and learn a labelled example in one atomic step."""
     who.check(Role.train, body.model)
-    (r,) = await engine.learn(body.model, [body.features], [body.label])
+    (r,) = await who.engine.learn(body.model, [body.features], [body.label])
     return json_response(
         {"label": r.label, "mistake": r.mistake, "updated": r.updated, "version": r.version}
     )
 
 
 @router.post("/learn/batch", responses=errors, response_model=LearnBatchResponse)
-async def learn_batch(body: LearnBatchRequest, engine: EngineDep, who: Trainer) -> Response:
+async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
-    results = await engine.learn(body.model, body.features, body.labels)
+    results = await who.engine.learn(body.model, body.features, body.labels)
     return json_response(
         {
             "labels": [r.label for r in results],

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from ..auth import Role
 from ..metrics.view import model_metrics
-from .deps import Admin, EngineDep, Reader
+from .deps import Admin, Reader
 from .routing import FastJSONRoute
 from .schemas import ErrorResponse, ModelInfo, ModelList, ModelMetrics, ModelSpec, WeightsResponse
 from .views import model_info, weights_view
@@ -34,76 +34,76 @@ with_body = {**errors, 400: {"model": ErrorResponse}, 413: {"model": ErrorRespon
     responses={**with_body, 200: {"model": ModelInfo, "description": "Exists, same config"}},
 )
 async def create_model(
-    name: str, engine: EngineDep, who: Admin, response: Response, spec: OptionalSpec = None
+    name: str, who: Admin, response: Response, spec: OptionalSpec = None
 ) -> ModelInfo:
     """Create a model (201), or confirm one with the same configuration (200)."""
     who.check(Role.admin, name)
     params = (spec or ModelSpec()).model_dump()
-    _, created = await engine.create_model(name, params)
+    _, created = await who.engine.create_model(name, params)
     if not created:
         response.status_code = 200
-    return model_info(name, *await engine.read_model(name))
+    return model_info(name, *await who.engine.read_model(name))
 
 
 @router.get("", responses=errors)
-async def list_models(engine: EngineDep, who: Reader) -> ModelList:
+async def list_models(who: Reader) -> ModelList:
     """List every model (this key may use) with its configuration and counters."""
-    models = await engine.list_models()
+    models = await who.engine.list_models()
     return ModelList(models=[model_info(*m) for m in models if who.allows(m[0])])
 
 
 @router.get("/{name}", responses=errors)
-async def read_model(name: str, engine: EngineDep, who: Reader) -> ModelInfo:
+async def read_model(name: str, who: Reader) -> ModelInfo:
     """Read a model's configuration, version and counters."""
     who.check(Role.predict, name)
-    return model_info(name, *await engine.read_model(name))
+    return model_info(name, *await who.engine.read_model(name))
 
 
 @router.delete("/{name}", status_code=204, responses=errors)
-async def delete_model(name: str, engine: EngineDep, who: Admin) -> Response:
+async def delete_model(name: str, who: Admin) -> Response:
     """Delete a model, its weights and its counters."""
     who.check(Role.admin, name)
-    await engine.delete_model(name)
+    await who.engine.delete_model(name)
     return Response(status_code=204)
 
 
 @router.get("/{name}/metrics", responses=errors)
-async def read_metrics(name: str, engine: EngineDep, who: Reader) -> ModelMetrics:
+async def read_metrics(name: str, who: Reader) -> ModelMetrics:
     """Read mistake rates, time series, confusion matrix and the mistake-bound estimate."""
     who.check(Role.predict, name)
-    rep, obs = await engine.observe(name)
-    return model_metrics(rep, obs, engine.settings.series_bucket_s)
+    rep, obs = await who.engine.observe(name)
+    return model_metrics(rep, obs, who.engine.settings.series_bucket_s)
 
 
 @router.get("/{name}/export", responses=errors)
-async def export_model(name: str, engine: EngineDep, who: Admin) -> JSONResponse:
+async def export_model(name: str, who: Admin) -> JSONResponse:
     """Download the model (configuration, weights, counters) as a file to import elsewhere."""
     who.check(Role.admin, name)
-    doc = await engine.export_model(name)
+    doc = await who.engine.export_model(name)
     disposition = f'attachment; filename="{name}.perceptron.json"'
     return JSONResponse(doc, headers={"Content-Disposition": disposition})
 
 
 @router.post("/{name}/import", responses=with_body)
 async def import_model(
-    name: str, engine: EngineDep, who: Admin, document: Annotated[dict[str, Any], Body()]
+    name: str, who: Admin, document: Annotated[dict[str, Any], Body()]
 ) -> ModelInfo:
     """Create or overwrite a model from an export file; a bad file changes nothing."""
     who.check(Role.admin, name)
-    await engine.import_model(name, document)
-    return model_info(name, *await engine.read_model(name))
+    await who.engine.import_model(name, document)
+    return model_info(name, *await who.engine.read_model(name))
 
 
 @router.post("/{name}/reset", responses=errors)
-async def reset_model(name: str, engine: EngineDep, who: Admin) -> ModelInfo:
+async def reset_model(name: str, who: Admin) -> ModelInfo:
     """Zero the model's weights and counters; its pending predictions lapse."""
     who.check(Role.admin, name)
-    await engine.reset_model(name)
-    return model_info(name, *await engine.read_model(name))
+    await who.engine.reset_model(name)
+    return model_info(name, *await who.engine.read_model(name))
 
 
 @router.get("/{name}/weights", responses=errors)
-async def read_weights(name: str, engine: EngineDep, who: Reader) -> WeightsResponse:
+async def read_weights(name: str, who: Reader) -> WeightsResponse:
     """Read the current weights and bias (and the averaged ones when enabled)."""
     who.check(Role.predict, name)
-    return weights_view(await engine.current_replica(name))
+    return weights_view(await who.engine.current_replica(name))
