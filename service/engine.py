@@ -24,7 +24,7 @@ from .errors import (
     Unavailable,
 )
 from .learner import Example, FeatureError, Label, ModelConfig, Weights
-from .learner.codec import pack_payload
+from .learner.codec import pack_payload, pack_record
 from .learner.features import encode, encode_many
 from .learner.perceptron import Plan, apply, predict_index, raw_scores, served_scores, update_plan
 from .replica import Replica
@@ -237,7 +237,7 @@ class Engine(Catalog):
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
-            seq = _run_sequence(cfg, base, xs, ts)
+            seq = _run_sequence(cfg, rep.epoch, base, xs, ts)
             res = await self.store.commit_learn(
                 rep.name, rep.epoch, made, self._bucket(), seq.batch
             )
@@ -279,7 +279,9 @@ class _Sequence:
     last: Plan | None  # the last example's update, applied once the store accepts the batch
 
 
-def _run_sequence(cfg: ModelConfig, base: Weights, xs: list[Example], ts: list[int]) -> _Sequence:
+def _run_sequence(
+    cfg: ModelConfig, epoch: str, base: Weights, xs: list[Example], ts: list[int]
+) -> _Sequence:
     """Learn ``xs`` in order on a copy of ``base``; ``base`` itself is never changed.
 
     Averaged models copy at once, since their served scores depend on the count of examples
@@ -297,6 +299,7 @@ def _run_sequence(cfg: ModelConfig, base: Weights, xs: list[Example], ts: list[i
     entries: list[bytes] = []
     recent: list[bytes] = []
     plan = None
+    no_updates = [False] * cfg.n_classes  # the record's bitmap matters only while pending
     for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
         scores = served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
@@ -309,7 +312,8 @@ def _run_sequence(cfg: ModelConfig, base: Weights, xs: list[Example], ts: list[i
         cells[cell] = cells.get(cell, 0) + 1
         if plan or i >= n - RECENT:
             k = base.seen + i + 1 if cfg.averaged else 0
-            entry = b"%d|%d|" % (k, t) + pack_payload(cfg, raw, x)
+            record = pack_record(epoch, served, no_updates, pack_payload(cfg, raw, x))
+            entry = b"%d|%d|" % (k, t) + record
             if plan:
                 entries.append(entry)
             if i >= n - RECENT:

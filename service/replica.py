@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import StaleModel
 from .learner import Example, ModelConfig, Weights
-from .learner.codec import pack_payload, unpack_entry, unpack_weights
+from .learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
 from .learner.perceptron import (
     apply,
     predict_index,
@@ -79,9 +79,8 @@ class Replica:
         scores = served_scores(cfg, w, x)
         served = predict_index(cfg, scores)
         raw = scores if not cfg.averaged else raw_scores(w, x)
-        bitmap = b"".join(b"1" if u else b"0" for u in updates_by_label(cfg, raw))
-        header = b"P" + self.epoch.encode() + b"%04d" % served
-        record = header + bitmap + pack_payload(cfg, raw, x)
+        updates = updates_by_label(cfg, raw)
+        record = pack_record(self.epoch, served, updates, pack_payload(cfg, raw, x))
         return Prediction(served, scores, record, w.version, w.seen)
 
     def apply_own(self, x: Example, raw: np.ndarray, t: int, k: int, version: int) -> None:

@@ -30,6 +30,7 @@ from service.learner import (
 )
 from service.learner.codec import (
     pack_payload,
+    pack_record,
     pack_weights,
     unpack_entry,
     unpack_payload,
@@ -922,7 +923,8 @@ def test_unpack_entry_parses_ordinal_label_and_payload(params: dict[str, Any]) -
         if cfg.dense
         else Example(np.array([pipes, -0.0]), np.array([bucket("a", 18), bucket("b", 18)]))
     )
-    entry = b"%d|%d|" % (1234, 2) + pack_payload(cfg, raw, x)
+    record = pack_record("0123456789abcdef", 1, [True] * cfg.n_classes, pack_payload(cfg, raw, x))
+    entry = b"%d|%d|" % (1234, 2) + record
     k, t, got_raw, got_x = unpack_entry(cfg, entry)
     assert (k, t) == (1234, 2)
     assert got_raw.tobytes() == raw.tobytes()
@@ -942,7 +944,8 @@ def test_replaying_the_log_reproduces_the_weights(params: dict[str, Any]) -> Non
         payload = pack_payload(cfg, raw_scores(model.weights, x), x)
         model.learn(features, label)
         t = cfg.classes.index(label)
-        log.append(b"%d|%d|" % (model.weights.seen, t) + payload)
+        record = pack_record("0123456789abcdef", 0, [False] * cfg.n_classes, payload)
+        log.append(b"%d|%d|" % (model.weights.seen, t) + record)
     replayed = Weights.zeros(cfg)
     for entry in log:
         k, t, raw, x = unpack_entry(cfg, entry)

@@ -2,8 +2,9 @@
 
 A payload is everything a later update needs, written when a prediction is made: the raw
 score of every row (float64) followed by the example, dense values (float64) or, for named
-features, bucket indices (int32) then values (float64). A log entry is ``b"k|t|" + payload``:
-the ordinal of the labelled example, the true class index, and the payload. Replaying the
+features, bucket indices (int32) then values (float64). A log entry is ``b"k|t|" + record``:
+the ordinal of the labelled example, the true class index, and the pending record (a header,
+then the payload; see ``pack_record``). Replaying the
 entries in log order through the learner reproduces the weights bit for bit.
 """
 
@@ -35,10 +36,26 @@ def unpack_payload(config: ModelConfig, data: bytes) -> tuple[np.ndarray, Exampl
     return raw, Example(values, index)
 
 
+def pack_record(epoch: str, served: int, updates: list[bool], payload: bytes) -> bytes:
+    """A pending prediction: ``P``, the model's epoch (16 characters), the served class index
+    (4 digits), one ``0``/``1`` per class (whether learning that class updates), the payload."""
+    bitmap = b"".join(b"1" if u else b"0" for u in updates)
+    return b"P" + epoch.encode() + b"%04d" % served + bitmap + payload
+
+
+def record_header(config: ModelConfig) -> int:
+    """Bytes before the payload in a pending record."""
+    return 21 + config.n_classes
+
+
 def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarray, Example]:
-    """Split a log entry into (example ordinal k, true class index, raw scores, example)."""
-    k, t, payload = entry.split(b"|", 2)
-    raw, x = unpack_payload(config, payload)
+    """Split a log entry into (example ordinal k, true class index, raw scores, example).
+
+    An entry is ``b"k|t|"`` and the prediction's whole pending record, so that the script
+    that logs feedback copies the record once, without cutting it.
+    """
+    k, t, record = entry.split(b"|", 2)
+    raw, x = unpack_payload(config, record[record_header(config) :])
     return int(k), int(t), raw, x
 
 

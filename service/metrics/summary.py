@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..learner import ModelConfig, Weights
-from ..learner.codec import unpack_payload
+from ..learner.codec import unpack_entry
 from ..learner.perceptron import raw_scores
 
 WINDOWS = (100, 1000)
@@ -76,9 +76,8 @@ def mistake_bound(
         return {**out, "gamma": None, "bound": None, "separable": None}
     margins = []
     for item in recent:
-        _, t, payload = item.split(b"|", 2)
-        _, x = unpack_payload(config, payload)
-        y = 1.0 if int(t) == 1 else -1.0
+        _, t, _, x = unpack_entry(config, item)
+        y = 1.0 if t == 1 else -1.0
         margins.append(y * float(raw_scores(weights, x)[0]) / norm)
     gamma = min(margins)
     if gamma <= 0:

@@ -125,45 +125,48 @@ local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
 local epoch = st[1]
 if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
-local k = tonumber(ARGV[2])
 local version, seen = tonumber(st[2]), tonumber(st[3])
 local out, entries, marks, cells, recent = {}, {}, {}, {}, {}
-local mistakes = 0
+local mistakes, n = 0, 0
+local function answer(status, m, u, v)
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = status, m, u, v
+  n = n + 4
+end
 local unknown, dups, conflicts = 0, 0, 0
 for i = 6, #KEYS do
   local t = ARGV[i - 1]
   local p = redis.call('GET', KEYS[i])
   if not p or string.sub(p, 2, 17) ~= epoch then
     unknown = unknown + 1
-    for _, v in ipairs({-3, 0, 0, 0}) do out[#out + 1] = v end
+    answer(-3, 0, 0, 0)
   elseif string.sub(p, 1, 1) == 'A' then
     local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
     if prev ~= t then
       conflicts = conflicts + 1
-      for _, x in ipairs({-4, 0, 0, tonumber(prev)}) do out[#out + 1] = x end
+      answer(-4, 0, 0, tonumber(prev))
     else
       dups = dups + 1
-      for _, x in ipairs({2, tonumber(m), tonumber(u), tonumber(v)}) do out[#out + 1] = x end
+      answer(2, tonumber(m), tonumber(u), tonumber(v))
     end
   else
     local served = tonumber(string.sub(p, 18, 21))
     local ti = tonumber(t)
     local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
     seen = seen + 1
-    local entry = string.format('%d|%s|', seen, t) .. string.sub(p, 22 + k)
+    local entry = string.format('%d|%s|', seen, t) .. p
     recent[#recent + 1] = entry
     if updated == 1 then
       version = version + 1
       entries[#entries + 1] = entry
     end
     local m = (served ~= ti) and 1 or 0
-    marks[#marks + 1] = tostring(m)
+    marks[#marks + 1] = (m == 1) and '1' or '0'
     mistakes = mistakes + m
     local cell = 'cm:' .. served .. ':' .. t
     cells[cell] = (cells[cell] or 0) + 1
     redis.call('SET', KEYS[i],
       'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'KEEPTTL')
-    for _, x in ipairs({1, m, updated, version}) do out[#out + 1] = x end
+    answer(1, m, updated, version)
   end
 end
 if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) end
