@@ -82,9 +82,3 @@ class Replica:
         updates = updates_by_label(cfg, raw)
         record = pack_record(self.epoch, served, updates, pack_payload(cfg, raw, x))
         return Prediction(served, scores, record, w.version, w.seen)
-
-    def apply_own(self, x: Example, raw: np.ndarray, t: int, k: int, version: int) -> None:
-        """Apply an update this worker just logged as ``version``, if it is the next one."""
-        w = self.weights
-        if w.version == version - 1:
-            apply(self.config, w, x, update_plan(self.config, raw, t), k)

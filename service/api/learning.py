@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Response
 
 from ..auth import Role
@@ -26,20 +24,12 @@ from .schemas import (
     PredictBatchResponse,
     PredictRequest,
     PredictResponse,
+    error_responses,
 )
 from .views import json_response, score_fields
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
-errors: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorResponse},
-    401: {"model": ErrorResponse},
-    403: {"model": ErrorResponse},
-    404: {"model": ErrorResponse},
-    409: {"model": ErrorResponse},
-    413: {"model": ErrorResponse},
-    422: {"model": ErrorResponse},
-    503: {"model": ErrorResponse},
-}
+errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
 
 
 # The hot routes answer with orjson directly; ``response_model`` still documents the body.

@@ -11,21 +11,21 @@ from ..auth import Role
 from ..metrics.view import model_metrics
 from .deps import Admin, Reader
 from .routing import FastJSONRoute
-from .schemas import ErrorResponse, ModelInfo, ModelList, ModelMetrics, ModelSpec, WeightsResponse
+from .schemas import (
+    ModelInfo,
+    ModelList,
+    ModelMetrics,
+    ModelSpec,
+    WeightsResponse,
+    error_responses,
+)
 from .views import model_info, weights_view
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]
-errors: dict[int | str, dict[str, Any]] = {
-    401: {"model": ErrorResponse},
-    403: {"model": ErrorResponse},
-    404: {"model": ErrorResponse},
-    409: {"model": ErrorResponse},
-    422: {"model": ErrorResponse},
-    503: {"model": ErrorResponse},
-}
+errors = error_responses(401, 403, 404, 409, 422, 503)
 # Operations with a JSON body may also get 400 (not JSON) and 413 (too large).
-with_body = {**errors, 400: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+with_body = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
 
 
 @router.put(

@@ -85,6 +85,11 @@ class ErrorResponse(BaseModel):
     code: str
 
 
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of routes that may answer these error statuses."""
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
