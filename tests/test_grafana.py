@@ -418,13 +418,16 @@ def test_panels_show_the_right_numbers(stack: Stack) -> None:
     assert sum(float(c["value"][1]) for c in cells) == stack.examples
     windows = {s["metric"]["window"] for s in p.instant(targets[("Mistake rate by window", "A")])}
     assert windows == {"all", "100", "1000"}
-    # No request failed with a 5xx: the error rate of every route is 0.
-    # (NaN, 0 of 0, for routes asked only once, before Prometheus saw them.)
+    # No request failed with a 5xx: the error rate of every route is 0. A route with no
+    # request inside the rate window reads NaN (0 of 0), which depends on when the query runs
+    # after the traffic: allowed, as long as some route shows its 0.
     errors = {
         s["metric"]["route"]: float(s["value"][1])
         for s in p.instant(targets[("Error rate (5xx) by route", "A")])
     }
-    assert [errors[r] for r in ("/learn", "/predict", "/feedback")] == [0, 0, 0], errors
+    rates = [errors[r] for r in ("/learn", "/predict", "/feedback")]
+    assert all(r == 0 or math.isnan(r) for r in rates), errors
+    assert 0 in rates, errors
     assert not any(v > 0 for v in errors.values()), errors
 
 
