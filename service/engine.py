@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import operator
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from itertools import accumulate
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,16 +25,15 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
-from .learner import Example, FeatureError, Label, ModelConfig, Weights
-from .learner.codec import pack_payload, pack_record
+from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import encode, encode_many
-from .learner.perceptron import Plan, apply, predict_index, raw_scores, served_scores, update_plan
+from .learner.perceptron import apply
 from .replica import Replica
+from .sequence import run_sequence
 from .store import (
     APPLIED,
     UNKNOWN,
     Bucket,
-    LearnBatch,
     Made,
     SyncData,
     valid_name,
@@ -43,7 +44,6 @@ log = logging.getLogger("perceptron")
 
 Features = Sequence[float] | Mapping[str, float]
 ID_SEPARATOR = ":"
-RECENT = 100  # labelled examples kept for the margin estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +62,7 @@ class Feedback:
     duplicate: bool
 
 
-@dataclass(frozen=True, slots=True)
-class Learned:
+class Learned(NamedTuple):
     label: Label  # the prediction made before learning
     mistake: bool
     updated: bool
@@ -237,7 +236,7 @@ class Engine(Catalog):
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
-            seq = _run_sequence(cfg, rep.epoch, base, xs, ts)
+            seq = run_sequence(cfg, rep.epoch, base, xs, ts)
             res = await self.store.commit_learn(
                 rep.name, rep.epoch, made, self._bucket(), seq.batch
             )
@@ -250,12 +249,12 @@ class Engine(Catalog):
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
             self._maybe_compact(rep, res.log_length)
-            version = made.version
-            out = []
-            for served, t, updated in zip(seq.served, ts, seq.updated, strict=True):
-                version += updated
-                out.append(Learned(cfg.classes[served], served != t, updated, version))
-            return out
+            labels = map(cfg.classes.__getitem__, seq.served)
+            mistakes = map(operator.ne, seq.served, ts)
+            versions = accumulate(seq.updated, initial=made.version)
+            next(versions)
+            rows = zip(labels, mistakes, seq.updated, versions, strict=True)
+            return list(map(Learned._make, rows))
         raise Unavailable(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
             "attempts to learn; retry shortly.",
@@ -266,68 +265,6 @@ class Engine(Catalog):
         """A queued commit runs on the replica it was queued for, or not at all."""
         if self._replicas.get(rep.name) is not rep:
             raise StaleModel(rep.name)
-
-
-@dataclass
-class _Sequence:
-    """What learning a sequence of examples did, before the store accepts it."""
-
-    work: Weights  # the weights after every example but the last
-    batch: LearnBatch
-    served: list[int]
-    updated: list[bool]
-    last: Plan | None  # the last example's update, applied once the store accepts the batch
-
-
-def _run_sequence(
-    cfg: ModelConfig, epoch: str, base: Weights, xs: list[Example], ts: list[int]
-) -> _Sequence:
-    """Learn ``xs`` in order on a copy of ``base``; ``base`` itself is never changed.
-
-    Averaged models copy at once, since their served scores depend on the count of examples
-    seen; the others copy at their first update. Log entries carry the example's ordinal ``k``
-    for averaged models (whose commit is guarded by that count) and 0 for the others, which
-    never use it.
-    """
-    n = len(xs)
-    work = base.copy() if cfg.averaged and n > 1 else base
-    copied = work is not base
-    served_all: list[int] = []
-    updated: list[bool] = []
-    marks = bytearray()
-    cells: dict[str, int] = {}
-    entries: list[bytes] = []
-    recent: list[bytes] = []
-    plan = None
-    no_updates = [False] * cfg.n_classes  # the record's bitmap matters only while pending
-    for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
-        scores = served_scores(cfg, work, x)
-        served = predict_index(cfg, scores)
-        raw = raw_scores(work, x) if cfg.averaged else scores
-        plan = update_plan(cfg, raw, t)
-        served_all.append(served)
-        updated.append(bool(plan))
-        marks.append(49 if served != t else 48)  # b"1" / b"0"
-        cell = f"cm:{served}:{t}"
-        cells[cell] = cells.get(cell, 0) + 1
-        if plan or i >= n - RECENT:
-            k = base.seen + i + 1 if cfg.averaged else 0
-            record = pack_record(epoch, served, no_updates, pack_payload(cfg, raw, x))
-            entry = b"%d|%d|" % (k, t) + record
-            if plan:
-                entries.append(entry)
-            if i >= n - RECENT:
-                recent.append(entry)
-        if i < n - 1:
-            if plan and not copied:
-                work, copied = base.copy(), True
-            if copied:
-                work.seen += 1
-                apply(cfg, work, x, plan, work.seen)
-    if copied:
-        work.seen = base.seen + n - 1
-    batch = LearnBatch(n, marks.count(b"1"), bytes(marks), cells, entries, recent)
-    return _Sequence(work, batch, served_all, updated, plan if plan else None)
 
 
 def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:

@@ -115,13 +115,14 @@ async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
     results = await who.engine.learn(body.model, body.features, body.labels)
+    labels, mistakes, updated, versions = zip(*results, strict=True)
     return json_response(
         {
-            "labels": [r.label for r in results],
-            "mistakes": [r.mistake for r in results],
-            "updated": [r.updated for r in results],
-            "version": results[-1].version,
-            "mistake_count": sum(r.mistake for r in results),
+            "labels": labels,
+            "mistakes": mistakes,
+            "updated": updated,
+            "version": versions[-1],
+            "mistake_count": sum(mistakes),
         }
     )
 

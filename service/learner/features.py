@@ -39,7 +39,7 @@ class Example:
 
     @property
     def sq_norm(self) -> float:
-        return float(self.values @ self.values)
+        return float(self.values.dot(self.values))
 
 
 def bucket(name: str, hash_bits: int) -> int:

@@ -132,14 +132,32 @@ def predict_index(config: ModelConfig, scores: np.ndarray) -> int:
     return int(np.argmax(scores))
 
 
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+NO_UPDATE = Plan(_frozen(np.zeros(0, dtype=np.int64)), _frozen(np.zeros(0)))
+
+
+@cache
+def _binary_plans(learning_rate: float) -> tuple[Plan, Plan]:
+    row = _frozen(np.zeros(1, dtype=np.int64))
+    down, up = _frozen(np.array([-learning_rate])), _frozen(np.array([learning_rate]))
+    return Plan(row, down), Plan(row, up)
+
+
+def binary_plan(config: ModelConfig, t: int) -> Plan:
+    """A binary model's update for true class index ``t``: ``y = +1`` for class 1, else -1."""
+    return _binary_plans(config.learning_rate)[1 if t == 1 else 0]
+
+
 def update_plan(config: ModelConfig, raw: np.ndarray, t: int) -> Plan:
     """What learning the true class index ``t`` changes, given the current raw scores."""
     lr, m = config.learning_rate, config.margin
     if config.binary:
         sign = 1.0 if t == 1 else -1.0
-        if sign * raw[0] <= m:
-            return Plan(np.array([0]), np.array([lr * sign]))
-        return Plan(np.zeros(0, dtype=np.int64))
+        return binary_plan(config, t) if sign * raw[0] <= m else NO_UPDATE
     if config.multiclass == "ovr":
         y = np.full(config.n_classes, -1.0)
         y[t] = 1.0
@@ -155,7 +173,7 @@ def update_plan(config: ModelConfig, raw: np.ndarray, t: int) -> Plan:
     predicted = int(np.argmax(raw))
     if predicted != t or (m > 0 and raw[t] - raw[rival] <= m):
         return Plan(np.array([t, rival]), np.array([lr, -lr]))
-    return Plan(np.zeros(0, dtype=np.int64))
+    return NO_UPDATE
 
 
 def _best_other(raw: np.ndarray, t: int) -> int:
@@ -174,6 +192,16 @@ def apply(config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int)
     if not plan:
         return
     rows, coefs = plan.rows, plan.coefs
+    if len(rows) == 1 and weights.wsum is None:  # the same operations, without fancy indexing
+        row, coef = rows[0], coefs[0]
+        if x.index is None:
+            weights.w[row] += coef * x.values
+        else:
+            weights.w[row, x.index] += coef * x.values
+        if config.fit_bias:
+            weights.b[row] += coef
+        weights.version += 1
+        return
     delta = coefs[:, None] * x.values  # the update of each row: learning_rate * y * x
     _add(weights.w, rows, x.index, delta)
     if config.fit_bias:

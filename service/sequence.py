@@ -1,0 +1,181 @@
+"""Learning a sequence of examples on a copy of a model's weights, as the store will log it.
+
+``run_sequence`` is what ``/learn`` commits: for each example in order, the prediction made
+before learning it, whether it updated the weights, and the log entries of the updates. The
+weights it starts from are never changed, so a commit the store refuses costs nothing but the
+work. Binary models that are not averaged, the common case of high-rate streams, take a loop
+of their own that skips the general update plans; it makes the same floating-point operations
+in the same order, so both give the same weights bit for bit (the tests compare them).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .learner import Example, ModelConfig, Weights
+from .learner.codec import pack_payload, pack_record
+from .learner.perceptron import (
+    Plan,
+    apply,
+    binary_plan,
+    predict_index,
+    raw_scores,
+    served_scores,
+    update_plan,
+)
+from .store import LearnBatch
+
+RECENT = 100  # labelled examples kept for the margin estimate
+
+_pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
+
+
+@dataclass
+class LearnedSequence:
+    """What learning a sequence of examples did, before the store accepts it."""
+
+    work: Weights  # the weights after every example but the last
+    batch: LearnBatch
+    served: list[int]  # class index predicted before learning each example
+    updated: list[bool]
+    last: Plan | None  # the last example's update, applied once the store accepts the batch
+
+
+def run_sequence(
+    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+) -> LearnedSequence:
+    """Learn ``xs`` in order on a copy of ``base``; ``base`` itself is never changed.
+
+    Averaged models copy at once, since their served scores depend on the count of examples
+    seen; the others copy at their first update. Log entries carry the example's ordinal ``k``
+    for averaged models (whose commit is guarded by that count) and 0 for the others, which
+    never use it.
+    """
+    if cfg.binary and not cfg.averaged:
+        return _run_binary(cfg, epoch, base, xs, ts)
+    return _run_general(cfg, epoch, base, xs, ts)
+
+
+def _run_general(
+    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+) -> LearnedSequence:
+    """``run_sequence`` for any model, through the learner's update plans."""
+    n = len(xs)
+    work = base.copy() if cfg.averaged and n > 1 else base
+    copied = work is not base
+    served_all: list[int] = []
+    updated: list[bool] = []
+    entries: list[bytes] = []
+    recent: list[bytes] = []
+    plan = None
+    no_updates = [False] * cfg.n_classes  # the record's bitmap matters only while pending
+    for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
+        scores = served_scores(cfg, work, x)
+        served = predict_index(cfg, scores)
+        raw = raw_scores(work, x) if cfg.averaged else scores
+        plan = update_plan(cfg, raw, t)
+        served_all.append(served)
+        updated.append(bool(plan))
+        if plan or i >= n - RECENT:
+            k = base.seen + i + 1 if cfg.averaged else 0
+            record = pack_record(epoch, served, no_updates, pack_payload(cfg, raw, x))
+            entry = b"%d|%d|" % (k, t) + record
+            if plan:
+                entries.append(entry)
+            if i >= n - RECENT:
+                recent.append(entry)
+        if i < n - 1:
+            if plan and not copied:
+                work, copied = base.copy(), True
+            if copied:
+                work.seen += 1
+                apply(cfg, work, x, plan, work.seen)
+    if copied:
+        work.seen = base.seen + n - 1
+    batch = _batch(served_all, ts, entries, recent)
+    return LearnedSequence(work, batch, served_all, updated, plan if plan else None)
+
+
+def _run_binary(
+    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+) -> LearnedSequence:
+    """``run_sequence`` for a binary model that is not averaged.
+
+    Per example: the score ``w.x + b`` (``ndarray.dot`` of the one weight row, the product
+    ``_dot`` computes for a one-row matrix), the binary rule of ``update_plan``, and the
+    in-place ``w += (learning_rate * y) * x``, ``b += learning_rate * y`` of ``apply``.
+    """
+    n = len(xs)
+    lr, margin, fit_bias = cfg.learning_rate, cfg.margin, cfg.fit_bias
+    work, copied = base, False
+    w = work.w[0]
+    b = work.b[0]
+    head = b"P" + epoch.encode()
+    records = (head + b"0000" + b"00", head + b"0001" + b"00")  # served 0 or 1, no bitmap
+    tags = (b"0|0|", b"0|1|")
+    served = [0] * n
+    updated = [False] * n
+    entries: list[bytes] = []
+    recent: list[bytes] = []
+    first_recent = n - RECENT
+    last: Plan | None = None
+    for i in range(n):
+        x = xs[i]
+        values, index = x.values, x.index
+        score = (w.dot(values) if index is None else w[index].dot(values)) + b
+        t = ts[i]
+        sign = 1.0 if t == 1 else -1.0
+        p = 1 if score > 0 else 0
+        served[i] = p
+        update = sign * score <= margin
+        if update or i >= first_recent:
+            example = (
+                values.tobytes()
+                if index is None
+                else index.astype(np.int32).tobytes() + values.tobytes()
+            )
+            entry = tags[t] + records[p] + _pack_f64(score) + example
+            if update:
+                entries.append(entry)
+            if i >= first_recent:
+                recent.append(entry)
+        if update:
+            updated[i] = True
+            coef = lr * sign
+            if i == n - 1:
+                last = binary_plan(cfg, t)
+                break
+            if not copied:
+                work, copied = base.copy(), True
+                w = work.w[0]
+            if index is None:
+                w += coef * values
+            else:
+                w[index] += coef * values
+            if fit_bias:
+                b += coef
+            work.version += 1
+    if copied:
+        work.b[0] = b
+        work.seen = base.seen + n - 1
+    batch = _batch(served, ts, entries, recent)
+    return LearnedSequence(work, batch, served, updated, last)
+
+
+def _batch(
+    served: list[int], ts: Sequence[int], entries: list[bytes], recent: list[bytes]
+) -> LearnBatch:
+    """The store's account of a learned sequence: mistake marks and confusion-matrix cells."""
+    s = np.asarray(served, dtype=np.int64)
+    t = np.asarray(ts, dtype=np.int64)
+    wrong = s != t
+    marks = np.where(wrong, 49, 48).astype(np.uint8).tobytes()  # b"1" a mistake, b"0" not
+    pairs, counts = np.unique(np.stack([s, t]), axis=1, return_counts=True)
+    cells = {
+        f"cm:{p}:{q}": int(c) for (p, q), c in zip(pairs.T.tolist(), counts.tolist(), strict=True)
+    }
+    return LearnBatch(len(served), int(wrong.sum()), marks, cells, entries, recent)
