@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -62,11 +62,10 @@ class Feedback:
     duplicate: bool
 
 
-class Learned(NamedTuple):
-    label: Label  # the prediction made before learning
-    mistake: bool
-    updated: bool
-    version: int
+# What learning one example did: (the label predicted before learning it, whether that was a
+# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
+# makes thousands.
+Learned = tuple[Label, bool, bool, int]
 
 
 class Engine(Catalog):
@@ -75,6 +74,8 @@ class Engine(Catalog):
     def _encode_all(self, config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
         s = self.settings
         for features in batch:
+            if type(features) is not list and not isinstance(features, Mapping):
+                continue  # not an example at all: the learner names it
             if len(features) > s.max_features:
                 raise TooLarge(
                     f"An example holds at most {s.max_features} features "
@@ -253,8 +254,7 @@ class Engine(Catalog):
             mistakes = map(operator.ne, seq.served, ts)
             versions = accumulate(seq.updated, initial=made.version)
             next(versions)
-            rows = zip(labels, mistakes, seq.updated, versions, strict=True)
-            return list(map(Learned._make, rows))
+            return list(zip(labels, mistakes, seq.updated, versions, strict=True))
         raise Unavailable(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
             "attempts to learn; retry shortly.",

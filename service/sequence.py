@@ -113,7 +113,7 @@ def _run_binary(
     lr, margin, fit_bias = cfg.learning_rate, cfg.margin, cfg.fit_bias
     work, copied = base, False
     w = work.w[0]
-    b = work.b[0]
+    b = float(work.b[0])  # Python floats from here: the same IEEE operations, less overhead
     head = b"P" + epoch.encode()
     records = (head + b"0000" + b"00", head + b"0001" + b"00")  # served 0 or 1, no bitmap
     tags = (b"0|0|", b"0|1|")
@@ -126,7 +126,7 @@ def _run_binary(
     for i in range(n):
         x = xs[i]
         values, index = x.values, x.index
-        score = (w.dot(values) if index is None else w[index].dot(values)) + b
+        score = float(w.dot(values) if index is None else w[index].dot(values)) + b
         t = ts[i]
         sign = 1.0 if t == 1 else -1.0
         p = 1 if score > 0 else 0
@@ -174,8 +174,7 @@ def _batch(
     t = np.asarray(ts, dtype=np.int64)
     wrong = s != t
     marks = np.where(wrong, 49, 48).astype(np.uint8).tobytes()  # b"1" a mistake, b"0" not
-    pairs, counts = np.unique(np.stack([s, t]), axis=1, return_counts=True)
-    cells = {
-        f"cm:{p}:{q}": int(c) for (p, q), c in zip(pairs.T.tolist(), counts.tolist(), strict=True)
-    }
+    k = int(max(s.max(), t.max())) + 1
+    counts = np.bincount(s * k + t)
+    cells = {f"cm:{c // k}:{c % k}": int(counts[c]) for c in np.flatnonzero(counts).tolist()}
     return LearnBatch(len(served), int(wrong.sum()), marks, cells, entries, recent)

@@ -98,6 +98,26 @@ BAD_BODIES = [
         id="batch-nan",
     ),
     pytest.param(
+        "/predict/batch", raw("d", '[[1, 2, 3], "abc"]'), 422, "invalid_features", id="batch-str"
+    ),
+    pytest.param(
+        "/predict/batch", raw("d", "[[1, 2, 3], null]"), 422, "invalid_features", id="batch-null"
+    ),
+    pytest.param(
+        "/learn/batch",
+        raw("d", "[[1, 2, 3], 7]")[:-1] + b', "labels": ["a", "b"]}',
+        422,
+        "invalid_features",
+        id="learn-batch-number",
+    ),
+    pytest.param(
+        "/learn/batch",
+        raw("d", "[[1, 2, 3], [[1], 2, 3]]")[:-1] + b', "labels": ["a", "b"]}',
+        422,
+        "invalid_features",
+        id="learn-batch-nested",
+    ),
+    pytest.param(
         "/feedback", b'{"prediction_id": "", "label": "a"}', 422, "validation_error", id="empty-id"
     ),
     pytest.param(

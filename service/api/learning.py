@@ -104,9 +104,11 @@ async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> Fee
 async def learn(body: LearnRequest, who: Trainer) -> Response:
     """Predict and learn a labelled example in one atomic step."""
     who.check(Role.train, body.model)
-    (r,) = await who.engine.learn(body.model, [body.features], [body.label])
+    ((label, mistake, updated, version),) = await who.engine.learn(
+        body.model, [body.features], [body.label]
+    )
     return json_response(
-        {"label": r.label, "mistake": r.mistake, "updated": r.updated, "version": r.version}
+        {"label": label, "mistake": mistake, "updated": updated, "version": version}
     )
 
 

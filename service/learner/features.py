@@ -26,7 +26,7 @@ class FeatureError(ValueError):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a batch makes thousands, and frozen ones cost twice as much
 class Example:
     """One feature vector. Dense when ``index`` is None, else sparse over weight buckets.
 
