@@ -10,7 +10,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ..errors import ModelNotFound, StaleModel
+from ..errors import ModelNotFound, StaleModel, Unavailable
 from . import scripts
 from .keys import REGISTRY, ModelKeys
 
@@ -105,16 +105,7 @@ def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _sync_data(reply: list[Any]) -> SyncData:
-    _, epoch, version, seen, base, has, snap, entries = reply
-    return SyncData(
-        epoch=_str(epoch),
-        version=int(version),
-        seen=int(seen),
-        base=int(base),
-        snapshot=bytes(snap) if int(has) else None,
-        entries=list(entries),
-    )
+READ_ATTEMPTS = 20  # reads of a log that compaction moved meanwhile, before giving up
 
 
 class Store:
@@ -211,7 +202,50 @@ class Store:
         reply = await self._sync(keys=[keys.meta, keys.snap, keys.log], args=[from_version])
         if int(reply[0]) == -1:
             raise ModelNotFound(name)
-        return _sync_data(reply)
+        return await self._sync_data(keys, reply, from_version)
+
+    async def _sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
+        """A script's sync reply: the entries themselves, or where to read them (scripts._SYNC)."""
+        _, epoch, version, seen, base, read_yourself, entries = reply
+        if int(read_yourself):
+            return await self.read_log(keys, from_version, int(base))
+        return SyncData(_str(epoch), int(version), int(seen), int(base), None, list(entries))
+
+    async def read_log(self, keys: ModelKeys, from_version: int, snapv: int) -> SyncData:
+        """What a copy at ``from_version`` lacks, read with plain commands, not a script.
+
+        Log indices count from the snapshot's version ``snapv``, and compaction moves the
+        snapshot and trims the log in one step: a read is consistent when ``snapv`` is the
+        same just before and just after it. Entries appended meanwhile may come too; they
+        are the next ones in order.
+        """
+        for _ in range(READ_ATTEMPTS):
+            whole = from_version < snapv  # the copy needs the snapshot, then the whole log
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hmget(keys.meta, "epoch", "version", "seen", "snapv")
+                if whole:
+                    pipe.get(keys.snap)
+                pipe.lrange(keys.log, 0 if whole else from_version - snapv, -1)
+                pipe.hget(keys.meta, "snapv")
+                replies = await pipe.execute()
+            (epoch, version, seen, before), after = replies[0], replies[-1]
+            if epoch is None or after is None:
+                raise ModelNotFound(keys.name)
+            if int(before) == snapv == int(after):
+                return SyncData(
+                    epoch=_str(epoch),
+                    version=int(version),
+                    seen=int(seen),
+                    base=snapv if whole else from_version,
+                    snapshot=bytes(replies[1] or b"") if whole else None,
+                    entries=list(replies[-2]),
+                )
+            snapv = int(after)
+        raise Unavailable(
+            f"Model {keys.name!r} was compacted under every one of {READ_ATTEMPTS} reads of "
+            "its log; retry shortly.",
+            code="model_busy",
+        )
 
     async def commit_predictions(
         self,
@@ -232,8 +266,9 @@ class Store:
         pending = [keys.pending(t) for t in tokens]
         args: list[Arg] = [epoch, *made.guard, int(force), ttl_s, made.r2, *records]
         reply = await self._predict(keys=[keys.meta, keys.snap, keys.log, *pending], args=args)
-        stale: SyncData | None = self._check(name, reply, _sync_data)
-        return stale
+        if self._check(name, reply) == 0:
+            return await self._sync_data(keys, reply, made.version)
+        return None
 
     async def commit_feedback(
         self,
@@ -251,7 +286,7 @@ class Store:
             keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, *pending],
             args=[epoch, n_classes, when.bucket, when.keep, *labels],
         )
-        self._check(name, reply, None)
+        self._check(name, reply)
         flat = [int(v) for v in reply[2:]]
         items = [FeedbackItem(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
         return FeedbackBatch(version=int(reply[0]), log_length=int(reply[1]), items=items)
@@ -279,10 +314,9 @@ class Store:
             keys=[keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent],
             args=args,
         )
-        if int(reply[0]) == 1:
+        if self._check(name, reply) == 1:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
-        stale: SyncData = self._check(name, reply, _sync_data)
-        return stale
+        return await self._sync_data(keys, reply, made.version)
 
     async def compact(self, name: str, epoch: str, version: int, data: bytes) -> bool:
         """Replace the log up to ``version`` with the packed weights at that version."""
@@ -293,12 +327,11 @@ class Store:
         return int(reply) == 1
 
     @staticmethod
-    def _check(name: str, reply: list[Any], on_stale: Any) -> Any:
+    def _check(name: str, reply: list[Any]) -> int:
+        """A script's status, once the model is known to exist at the caller's epoch."""
         status = int(reply[0])
         if status == -1:
             raise ModelNotFound(name)
         if status == -2:
             raise StaleModel(name)
-        if status == 0 and on_stale is not None:
-            return on_stale(reply)
-        return None
+        return status

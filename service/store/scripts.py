@@ -13,18 +13,21 @@ Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. 
 -4 conflicting feedback.
 """
 
-# Shared by the scripts that answer with the entries a worker's copy lacks.
-# returns {1, epoch, version, seen, base, has_snapshot, snapshot, entries}
+# Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
+# A few entries come inline: {1, epoch, version, seen, from, 0, entries}. When there are more,
+# or the copy needs the snapshot, the reply says where the log starts instead, {1, epoch,
+# version, seen, snapv, 1, {}}, and the worker reads the keys itself with plain commands: a
+# script copies and hashes every string it touches, which for a whole log costs ten times
+# as much as a plain LRANGE.
 _SYNC = """
-local function sync(meta, snap, log, from)
+local INLINE = 64
+local function sync(meta, log, from)
   local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv')
   local snapv = tonumber(st[4])
-  local has, data = 0, ''
-  if from < snapv then
-    has, data, from = 1, (redis.call('GET', snap) or ''), snapv
+  if from < snapv or tonumber(st[2]) - from > INLINE then
+    return {1, st[1], st[2], st[3], snapv, 1, {}}
   end
-  local entries = redis.call('LRANGE', log, from - snapv, -1)
-  return {1, st[1], st[2], st[3], from, has, data, entries}
+  return {1, st[1], st[2], st[3], from, 0, redis.call('LRANGE', log, from - snapv, -1)}
 end
 """
 
@@ -44,7 +47,7 @@ SYNC = (
     _SYNC
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
+return sync(KEYS[1], KEYS[3], tonumber(ARGV[1]))
 """
 )
 
@@ -99,7 +102,7 @@ local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3])) then
-  local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
+  local reply = sync(KEYS[1], KEYS[3], tonumber(ARGV[2]))
   reply[1] = 0
   return reply
 end
@@ -203,7 +206,7 @@ local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
-  local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
+  local reply = sync(KEYS[1], KEYS[3], tonumber(ARGV[2]))
   reply[1] = 0
   return reply
 end

@@ -1,0 +1,91 @@
+"""What a worker's copy lacks, read from a real Redis: inline from a script, or read directly."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from service.store import Bucket, LearnBatch, Made, ModelKeys, Store, SyncData
+
+EPOCH = "0123456789abcdef"
+INLINE = 64  # scripts._SYNC sends at most this many entries in its reply
+
+
+def entry(version: int) -> bytes:
+    return b"0|1|entry-%d" % version + bytes(800)  # the size of a d=100 entry
+
+
+def run(redis_url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            store = Store(client)
+            await store.create_model("m", '{"n_features": 1}', EPOCH)
+            return await body(store)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+async def learn(store: Store, version: int, n: int) -> int:
+    """Log ``n`` updates on top of ``version``; returns the new version."""
+    entries = [entry(version + i + 1) for i in range(n)]
+    batch = LearnBatch(n, 0, b"0" * n, {"cm:1:1": n}, entries, [])
+    result = await store.commit_learn("m", EPOCH, Made(version, None), Bucket(1, 10), batch)
+    assert not isinstance(result, SyncData)
+    return version + n
+
+
+def expect(data: SyncData, base: int, version: int, snapshot: bytes | None) -> None:
+    assert (data.epoch, data.version, data.base, data.snapshot) == (EPOCH, version, base, snapshot)
+    assert data.entries == [entry(v) for v in range(base + 1, version + 1)]
+
+
+@pytest.mark.parametrize("behind", [0, 1, INLINE, INLINE + 1, 300])
+def test_sync_sends_what_a_copy_lacks_inline_or_read_directly(redis_url: str, behind: int) -> None:
+    async def body(store: Store) -> None:
+        version = await learn(store, 0, 400)
+        expect(await store.sync("m", version - behind), version - behind, version, None)
+        # A copy with nothing gets the snapshot (none yet: empty) and the whole log.
+        expect(await store.sync("m", -1), 0, version, b"")
+
+    run(redis_url, body)
+
+
+def test_sync_after_compaction_sends_the_snapshot_only_to_copies_behind_it(
+    redis_url: str,
+) -> None:
+    async def body(store: Store) -> None:
+        version = await learn(store, 0, 300)
+        assert await store.compact("m", EPOCH, 200, b"weights@200")
+        version = await learn(store, version, 10)
+        expect(await store.sync("m", 150), 200, version, b"weights@200")
+        expect(await store.sync("m", 200), 200, version, None)
+        expect(await store.sync("m", 290), 290, version, None)
+        expect(await store.sync("m", 20), 200, version, b"weights@200")
+        # A prediction made on a stale copy is refused with the same answer.
+        stale = await store.commit_predictions("m", EPOCH, Made(100, None), ["a" * 16], [b"P"], 60)
+        assert stale is not None
+        expect(stale, 200, version, b"weights@200")
+
+    run(redis_url, body)
+
+
+def test_a_read_that_compaction_moved_is_read_again(redis_url: str) -> None:
+    """``read_log`` is told where the log starts; when that moved, it reads again."""
+
+    async def body(store: Store) -> None:
+        version = await learn(store, 0, 300)
+        assert await store.compact("m", EPOCH, 250, b"weights@250")
+        keys = ModelKeys("m")
+        # As if the snapshot had been at 0 when the script answered.
+        expect(await store.read_log(keys, 100, 0), 250, version, b"weights@250")
+        expect(await store.read_log(keys, 260, 0), 260, version, None)
+        expect(await store.read_log(keys, 260, 250), 260, version, None)
+
+    run(redis_url, body)
