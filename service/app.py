@@ -15,6 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
 from .api import dashboard, health, learning, models, prometheus
+from .api.connections import RecycleConnections
 from .api.limits import BodyLimit
 from .auth import KeyRing, Unauthorized
 from .engine import Engine
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     _add_error_handlers(app)
     return app
 

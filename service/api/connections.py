@@ -1,0 +1,60 @@
+"""Keep-alive connections that move between workers: each is closed once it is a few seconds old.
+
+Workers share one listening socket, and a keep-alive connection stays with the worker that
+accepted it. A burst of new connections can land mostly on one worker, and a producer with
+a handful of long-lived connections then leaves the other cores idle for as long as they
+live. Answering with ``Connection: close`` once a connection is ``max_age_s`` old makes the
+client open a new one (HTTP clients do so transparently), and a new connection goes to
+whichever worker accepts first: an idle worker, waiting on the socket, wins over a busy one.
+So the spread corrects itself within seconds, for the price of one TCP handshake per
+connection per ``max_age_s``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+PRUNE_AT = 4096  # connections remembered before forgetting those that must have gone
+
+
+class RecycleConnections:
+    """Ask each client to reconnect once its connection is ``max_age_s`` old (0: never)."""
+
+    def __init__(
+        self, app: ASGIApp, max_age_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.app = app
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._opened: dict[tuple[str, int], float] = {}  # client (host, port) -> first seen
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        client = scope.get("client")
+        if scope["type"] != "http" or not self.max_age_s or not client:
+            await self.app(scope, receive, send)
+            return
+        now = self.clock()
+        key = (client[0], client[1])
+        opened = self._opened.setdefault(key, now)
+        if now - opened < self.max_age_s:
+            if len(self._opened) > PRUNE_AT:
+                self._prune(now)
+            await self.app(scope, receive, send)
+            return
+        del self._opened[key]  # the client's next connection may reuse the port: start afresh
+
+        async def closing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)
+
+    def _prune(self, now: float) -> None:
+        """Forget connections older than the age limit: a live one would have been recycled."""
+        limit = now - 2 * self.max_age_s
+        self._opened = {k: t for k, t in self._opened.items() if t > limit}
