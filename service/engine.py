@@ -26,7 +26,7 @@ from .errors import (
     Unavailable,
 )
 from .learner import Example, FeatureError, Label, ModelConfig
-from .learner.features import encode, encode_many
+from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .replica import Replica
 from .sequence import run_sequence
@@ -43,6 +43,8 @@ from .store import (
 log = logging.getLogger("perceptron")
 
 Features = Sequence[float] | Mapping[str, float]
+# A batch: examples one by one, or a dense model's feature values laid end to end (packed).
+Batch = Sequence[Features] | np.ndarray
 ID_SEPARATOR = ":"
 
 
@@ -71,8 +73,10 @@ Learned = tuple[Label, bool, bool, int]
 class Engine(Catalog):
     """What each learning endpoint does; one per worker process."""
 
-    def _encode_all(self, config: ModelConfig, batch: Sequence[Features]) -> list[Example]:
+    def _encode_all(self, config: ModelConfig, batch: Batch) -> list[Example]:
         s = self.settings
+        if isinstance(batch, np.ndarray):
+            return _encode_packed(config, batch, s.max_batch)
         for features in batch:
             if type(features) is not list and not isinstance(features, Mapping):
                 continue  # not an example at all: the learner names it
@@ -105,9 +109,7 @@ class Engine(Catalog):
             c = rep.queues[op] = Coalescer(partial(run, rep), self.settings.max_batch)
         return c
 
-    async def predict(
-        self, name: str, batch: Sequence[Features]
-    ) -> tuple[ModelConfig, list[Predicted]]:
+    async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
         """Predict each example with the model's latest weights; keep them for feedback."""
 
         async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
@@ -211,13 +213,16 @@ class Engine(Catalog):
         self._maybe_compact(rep, batch.log_length)
         return out
 
-    async def learn(
-        self, name: str, batch: Sequence[Features], labels: Sequence[Label]
-    ) -> list[Learned]:
+    async def learn(self, name: str, batch: Batch, labels: Sequence[Label]) -> list[Learned]:
         """Predict then learn each example in order, atomically, as a sequential perceptron."""
 
         async def run(rep: Replica) -> list[Learned]:
             xs = self._encode_all(rep.config, batch)
+            if len(xs) != len(labels):
+                raise InvalidInput(
+                    f"Got {len(xs)} examples and {len(labels)} labels: each example takes one.",
+                    code="length_mismatch",
+                )
             ts = [_class_index(rep.config, label) for label in labels]
             examples = list(zip(xs, ts, strict=True))
             result: list[Learned] = await self._coalescer("learn", rep, self._learn).submit(
@@ -285,6 +290,19 @@ def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> l
         raise
     if not xs:
         raise InvalidInput("At least one example is needed.", code="empty_batch")
+    return xs
+
+
+def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> list[Example]:
+    try:
+        xs = encode_matrix(config, values)
+    except FeatureError as e:
+        raise InvalidInput(str(e), code=e.code) from e
+    if len(xs) > limit:
+        raise TooLarge(
+            f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(xs)}.",
+            code="batch_too_large",
+        )
     return xs
 
 

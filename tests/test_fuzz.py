@@ -8,9 +8,10 @@ operation, and the body, content type and headers as the schema says.
 Random names and ids would almost always end in a 404 or 422, so part of the generated cases
 are steered, deterministically, towards what exists: models ``default`` (named features),
 ``d`` (dense, 3 features, classes ``a``/``b``) and ``m`` (dense, 2 features, 3 classes, ovo,
-averaged), features of the right dimension, their labels, real prediction ids and a real
-export document. The values themselves stay generated, so they still reach the learner and the
-Lua scripts with odd numbers. ``test_fuzzing_reached_the_learner`` checks that they did.
+averaged), features of the right dimension (JSON or packed), their labels, real prediction
+ids and a real export document. The values themselves stay generated, so they still reach the
+learner and the Lua scripts with odd numbers. ``test_fuzzing_reached_the_learner`` checks
+that they did.
 
 The budget is fixed (few examples per operation, derandomized, no example database) so a run
 is reproducible and takes well under a minute on two cores.
@@ -18,8 +19,10 @@ is reproducible and takes well under a minute on two cores.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
+import struct
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -161,11 +164,21 @@ def steer(case: Any, url: str) -> None:
         return
     if not isinstance(body, dict):
         return
-    if "features" in body and s.pick(4):
+    if ("features" in body or "packed_features" in body) and s.pick(4):
         body["model"] = ["default", "d", "m"][s.pick(3)]
     model = body.get("model", "default")
     if not isinstance(model, str):
         return
+    if "packed_features" in body and s.pick(4):  # a batch takes one form of examples
+        if isinstance(body.get("features"), list) and s.pick(2):
+            del body["packed_features"]
+        else:
+            body.pop("features", None)
+            labels = body.get("labels")
+            n = len(labels) if isinstance(labels, list) and labels else 1 + s.pick(3)
+            values = [float(s.pick(5) - 2) for _ in range(n * DIM.get(model, 2))]
+            packed = struct.pack(f"<{len(values)}d", *values)
+            body["packed_features"] = base64.b64encode(packed).decode()
     features = body.get("features")
     batch = op.path.endswith("/batch") and isinstance(features, list)
     if "features" in body and model in DIM and s.pick(4):

@@ -54,7 +54,7 @@ async def predict(body: PredictRequest, who: Reader) -> Response:
 async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchResponse:
     """Predict many examples with one version of the model."""
     who.check(Role.predict, body.model)
-    config, preds = await who.engine.predict(body.model, body.features)
+    config, preds = await who.engine.predict(body.model, body.examples())
     return PredictBatchResponse(
         predictions=[
             PredictResponse(
@@ -116,7 +116,7 @@ async def learn(body: LearnRequest, who: Trainer) -> Response:
 async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
-    results = await who.engine.learn(body.model, body.features, body.labels)
+    results = await who.engine.learn(body.model, body.examples(), body.labels)
     labels, mistakes, updated, versions = zip(*results, strict=True)
     return json_response(
         {

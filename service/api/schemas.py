@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import binascii
 from typing import Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -13,6 +15,8 @@ from pydantic import (
     WithJsonSchema,
     model_validator,
 )
+
+from ..errors import InvalidInput
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 LabelValue = StrictInt | StrictStr
@@ -175,9 +179,51 @@ class LearnResponse(BaseModel):
     version: int
 
 
-class PredictBatchRequest(_Body):
+PackedFeatures = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Instead of `features`, for a dense model: every example's feature values, "
+        "one example after another, as little-endian float64 numbers, base64-encoded (RFC 4648, "
+        "with padding). Several times cheaper to read than JSON numbers.",
+    ),
+]
+
+
+class _Batch(_Body):
+    """A batch of examples, as JSON ``features`` or as ``packed_features``."""
+
     model: ModelName = "default"
-    features: FeatureBatch
+    features: FeatureBatch | None = None
+    packed_features: PackedFeatures | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> _Batch:
+        if (self.features is None) == (self.packed_features is None):
+            raise ValueError("give the examples as either features or packed_features")
+        return self
+
+    def examples(self) -> list[Any] | np.ndarray:
+        """The examples: JSON features as sent, or the packed values decoded."""
+        if self.packed_features is None:
+            assert self.features is not None
+            return self.features
+        try:
+            raw = binascii.a2b_base64(self.packed_features, strict_mode=True)
+        except ValueError as e:  # binascii.Error, or a character beyond ASCII
+            raise InvalidInput(
+                f"packed_features is not valid base64 ({e}).", code="invalid_packed_features"
+            ) from e
+        if len(raw) % 8:
+            raise InvalidInput(
+                f"packed_features holds {len(raw)} bytes: not a whole number of float64 values.",
+                code="invalid_packed_features",
+            )
+        return np.frombuffer(raw, dtype="<f8")
+
+
+class PredictBatchRequest(_Batch):
+    pass
 
 
 class PredictBatchResponse(BaseModel):
@@ -201,14 +247,12 @@ class FeedbackBatchResponse(BaseModel):
     results: list[FeedbackItemResult]
 
 
-class LearnBatchRequest(_Body):
-    model: ModelName = "default"
-    features: FeatureBatch
+class LearnBatchRequest(_Batch):
     labels: list[LabelValue] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _same_length(self) -> LearnBatchRequest:
-        if len(self.features) != len(self.labels):
+        if self.features is not None and len(self.features) != len(self.labels):
             raise ValueError(
                 f"features and labels must have the same length; got {len(self.features)} "
                 f"and {len(self.labels)}"

@@ -108,6 +108,31 @@ def encode_many(config: ModelConfig, batch: Sequence[Features]) -> list[Example]
     return [encode(config, features) for features in batch]
 
 
+def encode_matrix(config: ModelConfig, values: np.ndarray) -> list[Example]:
+    """Examples of a dense model from its feature values laid end to end, one example after
+    another (``n_features`` numbers each): what packed batches carry."""
+    d = config.n_features
+    if d is None:
+        raise FeatureError(
+            "wrong_dimension",
+            "Packed features are for dense models (n_features); this one takes named features.",
+        )
+    if values.ndim != 1 or values.size == 0 or values.size % d:
+        raise FeatureError(
+            "wrong_dimension",
+            f"Packed features must hold a whole number of examples of {d} values each; "
+            f"got {values.size} values.",
+        )
+    arr = values.astype(np.float64, copy=False).reshape(-1, d)
+    if not np.isfinite(arr).all():
+        raise FeatureError(
+            "non_finite_feature", "Feature values must be finite numbers: NaN and infinity are not."
+        )
+    if not (np.abs(arr) <= MAX_ABS_VALUE).all():
+        raise FeatureError("value_too_large", f"Feature values must be within +-{MAX_ABS_VALUE:g}.")
+    return [Example(row) for row in arr]
+
+
 def _finite_array(values: Sequence[float]) -> np.ndarray:
     if not _NUMBERS.issuperset(map(type, values)):  # bool is not int here: refused too
         for v in values:
