@@ -19,7 +19,6 @@ timeout) raises httpx's own ``httpx.TransportError``. A 2-D numpy array of numbe
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -28,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 import numpy as np
+import pybase64
 from pydantic import BaseModel, ValidationError
 
 from .api.schemas import (
@@ -207,7 +207,7 @@ def _examples(features_list: Sequence[Features]) -> dict[str, Any]:
         and features_list.dtype.kind in ("f", "i", "u")
     ):
         values = np.ascontiguousarray(features_list, dtype="<f8")
-        return {"packed_features": base64.b64encode(values.tobytes()).decode("ascii")}
+        return {"packed_features": pybase64.b64encode(values.tobytes()).decode("ascii")}
     return {"features": [_features(x) for x in features_list]}
 
 

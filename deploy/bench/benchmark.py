@@ -14,6 +14,7 @@ See README.md beside this file for what each figure means.
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import json
 import os
@@ -707,7 +708,7 @@ class Bench:
         self.base_workers = self.base_proc.workers()
         log(f"service workers {self.svc_workers}, baseline workers {self.base_workers}")
         p = self.port
-        for name in ("p100", "f100", "l100", "lb100", "mem100"):
+        for name in ("p100", "f100", "l100", "lb100", "lbp100", "mem100"):
             self.put_model(p, name, {"n_features": 100})
         for name in ("p784", "f784", "l784"):
             self.put_model(p, name, {"classes": list(range(10)), "n_features": 784})
@@ -917,33 +918,39 @@ class Bench:
 
     def figure3(self) -> None:
         d = self.data
-        bodies = []
+        bodies, packed = [], []
         for b in range(8):
             lo = b * BATCH
             feats = [r4(d.dense_x[lo + i]) for i in range(BATCH)]
-            bodies.append(
-                dumps({"model": "lb100", "features": feats, "labels": d.dense_y[lo : lo + BATCH]})
-            )
+            labels = d.dense_y[lo : lo + BATCH]
+            bodies.append(dumps({"model": "lb100", "features": feats, "labels": labels}))
+            values = base64.b64encode(np.array(feats, dtype="<f8").tobytes()).decode()
+            packed.append(dumps({"model": "lbp100", "packed_features": values, "labels": labels}))
         path = str(write_lines(self.tmp / "lb100", bodies))
+        packed_path = str(write_lines(self.tmp / "lbp100", packed))
         self.lb_body_kib = len(bodies[0]) / 1024
-        log("learn/batch: 4 connections, 1000 examples per request")
-        self.wrk_run(
-            "learn_batch",
-            self.port,
-            "/learn/batch",
-            path,
-            dur=1,
-            conns=4,
-            workers=self.svc_workers,
-            record=False,
-        )
+        self.lbp_body_kib = len(packed[0]) / 1024
+        log("learn/batch: 4 connections, 1000 examples per request, JSON and packed in turn")
+        forms = (("learn_batch", "lb100", path), ("learn_batch_packed", "lbp100", packed_path))
+        for key, _, body_path in forms:
+            self.wrk_run(
+                key,
+                self.port,
+                "/learn/batch",
+                body_path,
+                dur=1,
+                conns=4,
+                workers=self.svc_workers,
+                record=False,
+            )
         m0 = self.meta("lb100")
         for _ in range(self.runs):
-            before = self.redis_before("lb100")
-            run = self.wrk_run(
-                "learn_batch", self.port, "/learn/batch", path, conns=4, workers=self.svc_workers
-            )
-            run.extra.update(self.redis_after("lb100", before, "learned"))
+            for key, model, body_path in forms:
+                before = self.redis_before(model)
+                run = self.wrk_run(
+                    key, self.port, "/learn/batch", body_path, conns=4, workers=self.svc_workers
+                )
+                run.extra.update(self.redis_after(model, before, "learned"))
         m1 = self.meta("lb100")
         learned = m1.get("learned", 0) - m0.get("learned", 0)
         self.lb_update_rate = (m1.get("version", 0) - m0.get("version", 0)) / max(1, learned)
@@ -1381,6 +1388,56 @@ class Bench:
                 "",
                 None,
             )
+        if "learn_batch_packed" in R and "learn_batch" in R:
+            ex = [r.rps * BATCH for r in R["learn_batch"]]
+            pk = [r.rps * BATCH for r in R["learn_batch_packed"]]
+            lo, hi = VW_QUOTED_STREAM
+            name = (
+                "/learn/batch d=100, packed_features (base64 float64), 1000 per request: examples/s"
+            )
+            add(
+                "3",
+                name,
+                cell(pk, "{:,.0f}"),
+                "the same, JSON features",
+                cell(ex, "{:,.0f}"),
+                med(pk) / med(ex),
+                "",
+                None,
+            )
+            add(
+                "3",
+                "  same figure",
+                cell(pk, "{:,.0f}"),
+                "VW daemon streaming, quoted",
+                f"{lo:,.0f}–{hi:,.0f}",
+                med(pk) / lo,
+                f"stretch: ≥ {lo:,.0f} /s",
+                med(pk) >= lo,
+            )
+            if "vw_stream" in R:
+                v = vals("vw_stream", "rps")
+                add(
+                    "3",
+                    "  same figure",
+                    cell(pk, "{:,.0f}"),
+                    "VW daemon (pylibvw), measured: streaming, 1 connection",
+                    cell(v, "{:,.0f}"),
+                    med(pk) / med(v),
+                    "",
+                    None,
+                )
+            lat = vals("learn_batch_packed", "p50_ms")
+            add(
+                "3",
+                "/learn/batch packed: p50 latency of one 1000-example request, ms",
+                cell(lat, "{:.1f}"),
+                "the same, JSON features",
+                cell(vals("learn_batch", "p50_ms"), "{:.1f}"),
+                med(lat) / med(vals("learn_batch", "p50_ms")),
+                "",
+                None,
+            )
 
         wm = getattr(self, "weights_mem", None)
         if wm:
@@ -1473,7 +1530,9 @@ class Bench:
             notes.append(
                 f"/learn/batch: wrk -c4 posting 8 pre-serialized bodies in turn "
                 f"({self.lb_body_kib:.0f} KiB each, 1000 examples, 4-decimal floats, labels "
-                f"from a noisy linear teacher); {lb:.0%} of the examples updated the weights."
+                f"from a noisy linear teacher); {lb:.0%} of the examples updated the weights. "
+                f"Packed: the same examples as packed_features ({self.lbp_body_kib:.0f} KiB "
+                "each), on a model of their own, each run right after its JSON run."
             )
         if hasattr(self, "vw_status"):
             notes.append(

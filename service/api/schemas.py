@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import binascii
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import pybase64
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -209,7 +209,7 @@ class _Batch(_Body):
             assert self.features is not None
             return self.features
         try:
-            raw = binascii.a2b_base64(self.packed_features, strict_mode=True)
+            raw = pybase64.b64decode(self.packed_features, validate=True)  # SIMD: ~15 GB/s
         except ValueError as e:  # binascii.Error, or a character beyond ASCII
             raise InvalidInput(
                 f"packed_features is not valid base64 ({e}).", code="invalid_packed_features"
