@@ -54,9 +54,10 @@ class Settings(BaseSettings):
         default=2**25, ge=1, description="Most weights of one model (rows x dimension)."
     )
     connection_max_age_s: float = Field(
-        default=2.0,
+        default=0.0,
         ge=0,
         description="Ask a keep-alive client to reconnect once its connection is this old, so "
-        "that connections spread over the workers; 0: never.",
+        "that connections spread over the workers (e.g. 2 for producers with few connections); "
+        "0: never.",
     )
     log_level: str = Field(default="info", description="Log level of the service.")

@@ -86,6 +86,19 @@ def test_forgotten_connections_do_not_pile_up() -> None:
     assert len(mw._opened) < 4200
 
 
+def test_connections_are_kept_by_default(redis_url: str) -> None:
+    with running(ServiceProcess(redis_url)) as service:
+        conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+        deadline = time.monotonic() + 0.6
+        while time.monotonic() < deadline:
+            conn.request("GET", "/healthz")
+            r = conn.getresponse()
+            r.read()
+            assert r.status == 200 and r.getheader("connection") != "close"
+        assert conn.sock is not None
+        conn.close()
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_clients_reconnect_and_lose_nothing(redis_url: str, workers: int) -> None:
     """A real client on a real service: told to close, it reconnects; every request answers."""
