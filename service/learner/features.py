@@ -123,13 +123,7 @@ def encode_matrix(config: ModelConfig, values: np.ndarray) -> list[Example]:
             f"Packed features must hold a whole number of examples of {d} values each; "
             f"got {values.size} values.",
         )
-    arr = values.astype(np.float64, copy=False).reshape(-1, d)
-    if not np.isfinite(arr).all():
-        raise FeatureError(
-            "non_finite_feature", "Feature values must be finite numbers: NaN and infinity are not."
-        )
-    if not (np.abs(arr) <= MAX_ABS_VALUE).all():
-        raise FeatureError("value_too_large", f"Feature values must be within +-{MAX_ABS_VALUE:g}.")
+    arr = _in_range(values.astype(np.float64, copy=False).reshape(-1, d))
     return [Example(row) for row in arr]
 
 
@@ -144,6 +138,11 @@ def _finite_array(values: Sequence[float]) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
     except OverflowError:
         arr = np.full(1, MAX_ABS_VALUE * 10)  # an int beyond float range: too large
+    return _in_range(arr)
+
+
+def _in_range(arr: np.ndarray) -> np.ndarray:
+    """``arr`` itself, once every value is known finite and within ``MAX_ABS_VALUE``."""
     if not np.isfinite(arr).all():
         raise FeatureError(
             "non_finite_feature", "Feature values must be finite numbers: NaN and infinity are not."
