@@ -350,11 +350,14 @@ def test_killing_an_api_process_under_load_loses_no_answered_update(
             load.join()
         assert living_in_group(group) == [], "a process of the killed API lives on"
 
-        # Only requests that the killed process held when it died failed: nginx's JSON 502.
+        # Only requests that the killed process held when it died failed: nginx's JSON 502, or,
+        # when the process died between writing an answer's head and its body (uvicorn writes
+        # them apart), the answer cut short: nginx had passed the head on already.
         failures = load.failures
         assert len(failures) <= load.clients, failures
         for f in failures:
-            assert (f.status, f.code) == (502, "upstream_unavailable"), f
+            cut_short = f.status is None and "without sending complete message body" in f.text
+            assert (f.status, f.code) == (502, "upstream_unavailable") or cut_short, f
             # (a margin for a loaded machine: the processes die a moment after the signal)
             assert f.started < killed_at + 5.0, f"a request made after the crash failed: {f}"
         # The survivor serves everything, reads through nginx included.
