@@ -257,8 +257,7 @@ class Engine(Catalog):
             self._maybe_compact(rep, res.log_length)
             labels = map(cfg.classes.__getitem__, seq.served)
             mistakes = map(operator.ne, seq.served, ts)
-            versions = accumulate(seq.updated, initial=made.version)
-            next(versions)
+            versions = (made.version + n for n in accumulate(seq.updated))
             return list(zip(labels, mistakes, seq.updated, versions, strict=True))
         raise Unavailable(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "

@@ -114,9 +114,10 @@ def _run_binary(
     work, copied = base, False
     w = work.w[0]
     b = float(work.b[0])  # Python floats from here: the same IEEE operations, less overhead
-    head = b"P" + epoch.encode()
-    records = (head + b"0000" + b"00", head + b"0001" + b"00")  # served 0 or 1, no bitmap
-    tags = (b"0|0|", b"0|1|")
+    # Log entry heads ("k|t|" and the pending record's header) by served and true class;
+    # the payload that follows is pack_payload's: the raw score, then the example.
+    records = tuple(pack_record(epoch, p, [False, False], b"") for p in (0, 1))
+    tags = tuple(b"0|%d|" % t for t in (0, 1))
     served = [0] * n
     updated = [False] * n
     entries: list[bytes] = []
