@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
-    if settings.connection_max_age_s:  # off by default: one more layer costs ~3% of /predict
+    if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     _add_error_handlers(app)
     return app

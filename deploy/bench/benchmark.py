@@ -720,38 +720,25 @@ class Bench:
         mnist = [[int(v) for v in d.mnist_x[i]] for i in range(len(d.mnist_x))]
         self.dense_rows, self.mnist_rows = dense, mnist
         t = self.tmp
-        self.files = {
-            "p100": write_lines(
-                t / "p100", [dumps({"model": "p100", "features": f}) for f in dense]
-            ),
-            "l100": write_lines(
-                t / "l100",
-                [
-                    dumps({"model": "l100", "features": f, "label": y})
-                    for f, y in zip(dense, d.dense_y, strict=False)
-                ],
-            ),
-            "p784": write_lines(
-                t / "p784", [dumps({"model": "p784", "features": f}) for f in mnist]
-            ),
-            "l784": write_lines(
-                t / "l784",
-                [
-                    dumps({"model": "l784", "features": f, "label": y})
-                    for f, y in zip(mnist, d.mnist_y, strict=True)
-                ],
-            ),
-            "pnamed": write_lines(
-                t / "pnamed", [dumps({"model": "pnamed", "features": f}) for f in d.named_x]
-            ),
-            "lnamed": write_lines(
-                t / "lnamed",
-                [
-                    dumps({"model": "lnamed", "features": f, "label": y})
-                    for f, y in zip(d.named_x, d.named_y, strict=True)
-                ],
-            ),
+        # One /predict body file and one /learn body file per kind of example.
+        kinds = {
+            "100": (dense, d.dense_y[:n]),
+            "784": (mnist, d.mnist_y),
+            "named": (d.named_x, d.named_y),
         }
+        self.files: dict[str, Path] = {}
+        for kind, (rows, labels) in kinds.items():
+            p_name, l_name = "p" + kind, "l" + kind
+            self.files[p_name] = write_lines(
+                t / p_name, [dumps({"model": p_name, "features": f}) for f in rows]
+            )
+            self.files[l_name] = write_lines(
+                t / l_name,
+                [
+                    dumps({"model": l_name, "features": f, "label": y})
+                    for f, y in zip(rows, labels, strict=True)
+                ],
+            )
         # Every body must be accepted before it is fired 100,000 times.
         checks = [
             ("/predict", "p100"),

@@ -1,0 +1,155 @@
+"""Micro-measurements behind the design notes of the README, each beside its alternative.
+
+    .venv/bin/python deploy/bench/micro.py            # about 1 minute
+
+1. Reading 1000 log entries of a d=100 model (837 bytes each) inside a Lua script, and with a
+   plain LRANGE (Redis's own INFO commandstats, usec per call).
+2. Reading a 1000 x 100 batch: JSON numbers (orjson, then the learner's checks and
+   conversion) against packed_features decoded by the standard library's base64 and by
+   pybase64 (ms per batch, best of 20).
+3. /predict d=100 requests/s of two services side by side (2 workers each, wrk -c64), one
+   with connection recycling (PERCEPTRON_CONNECTION_MAX_AGE_S=2), one without; five
+   alternating 4-second runs each.
+
+Servers (one redis-server, two services) are started on loopback with the benchmark's
+helpers and stopped by PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pybase64
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchmark as bench  # noqa: E402
+
+sys.path.insert(0, str(bench.ROOT))
+from service.api.schemas import LearnBatchRequest  # noqa: E402
+from service.learner import ModelConfig  # noqa: E402
+from service.learner.features import encode_many, encode_matrix  # noqa: E402
+
+
+def out(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def best_ms(f: Callable[[], Any], n: int = 20) -> float:
+    f()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t)
+    return min(times) * 1e3
+
+
+def log_reads(port: int) -> tuple[float, float]:
+    r = redis.Redis(port=port)
+    r.delete("log")
+    r.rpush("log", *[bytes(837) + b"%06d" % i for i in range(1000)])
+    script = r.register_script("return redis.call('LRANGE', KEYS[1], 0, -1)")
+    script(keys=["log"])  # loaded
+    r.config_resetstat()
+    for _ in range(50):
+        script(keys=["log"])
+        r.lrange("log", 0, -1)
+    stats = r.info("commandstats")
+    r.close()
+    return stats["cmdstat_evalsha"]["usec_per_call"], stats["cmdstat_lrange"]["usec_per_call"]
+
+
+def batch_reads() -> dict[str, float]:
+    x = np.random.default_rng(7).uniform(-1, 1, size=(1000, 100)).round(4)
+    labels = [1] * 1000
+    cfg = ModelConfig(n_features=100)
+    as_json = orjson.dumps({"model": "m", "features": x.tolist(), "labels": labels})
+    packed = base64.b64encode(x.astype("<f8").tobytes()).decode()
+    as_packed = orjson.dumps({"model": "m", "packed_features": packed, "labels": labels})
+
+    def json_path() -> None:
+        body = LearnBatchRequest.model_validate(orjson.loads(as_json))
+        encode_many(cfg, body.examples())
+
+    def stdlib_path() -> None:
+        body = LearnBatchRequest.model_validate(orjson.loads(as_packed))
+        assert body.packed_features is not None
+        raw = base64.b64decode(body.packed_features, validate=True)
+        encode_matrix(cfg, np.frombuffer(raw, dtype="<f8"))
+
+    def packed_path() -> None:
+        body = LearnBatchRequest.model_validate(orjson.loads(as_packed))
+        encode_matrix(cfg, body.examples())  # pybase64, as the service does
+
+    return {
+        "JSON features (orjson, checks, conversion)": best_ms(json_path),
+        "packed, standard library base64": best_ms(stdlib_path),
+        "packed, pybase64 (the service)": best_ms(packed_path),
+        "base64 decode alone, standard library": best_ms(lambda: base64.b64decode(packed)),
+        "base64 decode alone, pybase64": best_ms(lambda: pybase64.b64decode(packed, validate=True)),
+    }
+
+
+def recycling(b: bench.Bench) -> dict[str, list[float]]:
+    body = orjson.dumps({"n_features": 100})
+    ports = {}
+    for name, age in (("without", "0"), ("with", "2")):
+        _, port = b.start_service(f"svc-{name}", 2, {"PERCEPTRON_CONNECTION_MAX_AGE_S": age})
+        bench.request(port, "PUT", "/models/p100", body)
+        ports[name] = port
+    rows = np.random.default_rng(1).uniform(-1, 1, size=(2000, 100)).round(4)
+    path = bench.write_lines(
+        b.tmp / "p100", [orjson.dumps({"model": "p100", "features": r.tolist()}) for r in rows]
+    )
+    wrk = bench.ensure_debian_tool("wrk", "wrk")
+    rates: dict[str, list[float]] = {"without": [], "with": []}
+    for _ in range(5):
+        for name, port in ports.items():
+            url = f"http://127.0.0.1:{port}/predict"
+            cmd = [wrk, "-t2", "-c64", "-d4s", "-s", str(bench.LUA), url,
+                   "--", str(path), "cycle", bench.API_KEY]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+            m = re.search(r"^BENCH (\{.*\})$", out, re.M)
+            assert m, out
+            s = json.loads(m.group(1))
+            rates[name].append(s["requests"] / (s["duration_us"] / 1e6))
+    return rates
+
+
+def main() -> int:
+    bench.ensure_debian_tool("redis-server", "redis-server")
+    b = bench.Bench(argparse.Namespace(quick=True))
+    try:
+        b.start_redis()
+        lua, plain = log_reads(b.redis_port)
+        out("1. 1000 log entries of d=100, usec per read (INFO commandstats)")
+        out(f"   inside a Lua script: {lua:,.0f}   plain LRANGE: {plain:,.0f}")
+        out("2. one 1000 x 100 batch, ms to read (best of 20)")
+        for name, ms in batch_reads().items():
+            out(f"   {name}: {ms:.2f}")
+        rates = recycling(b)
+        out("3. /predict d=100 req/s, 5 alternating 4 s runs each (wrk -c64)")
+        for name, v in rates.items():
+            runs = ", ".join(f"{r:,.0f}" for r in v)
+            out(f"   {name} connection recycling: mean {statistics.mean(v):,.0f} ({runs})")
+    finally:
+        b.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
