@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..settings import Settings
 from .redis_store import Client, Store
@@ -16,6 +18,45 @@ from .redis_store import Client, Store
 log = logging.getLogger("perceptron")
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+class ReadyConnectionPool(ConnectionPool):
+    """A pool that hands out only connections fit to carry a command, reconnecting once.
+
+    A connection is taken from the pool before anything of the caller's command is written
+    on it, so replacing a dead one here is always safe, unlike retrying the command. After
+    a Redis restart every pooled connection is dead; the stock check cannot see it:
+
+    - redis-py 8.1 skips its check of a connection taken from the pool (``can_read()``,
+      which sees the server's close) whenever maintenance notifications are enabled, and
+      they are by default under RESP3 (redis-py issue #4252);
+    - the health-check PING of a connection idle past ``health_check_interval`` is sent
+      with the client's retry policy, no retries here, so a dead socket fails the command.
+
+    Both happen here instead, and a ``ConnectionError`` (refused, reset, closed by the
+    server, a PING that failed) gets one new connection. A ``TimeoutError`` does not: Redis
+    is slow or unreachable, and waiting for it twice would only delay the 503.
+    """
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        try:
+            await _make_ready(connection)
+        except RedisConnectionError:
+            await connection.disconnect()
+            await _make_ready(connection)
+
+
+async def _make_ready(connection: AbstractConnection) -> None:
+    # (connect() and check_health() are untyped in redis-py, hence the ignores.)
+    await connection.connect()  # type: ignore[no-untyped-call]
+    # Readable before any command: the server closed it (EOF) or a reply was left unread
+    # (or, under RESP3, a push such as a maintenance notification: then it costs only a
+    # reconnect, and this service subscribes to none).
+    if await connection.can_read():
+        raise RedisConnectionError("pooled connection closed by the server or holding data")
+    # PING a connection idle past health_check_interval: it may be dead all the same.
+    # The PING refreshes the timer, so the command that follows sends none of its own.
+    await connection.check_health()  # type: ignore[no-untyped-call]
 
 
 def open_client(settings: Settings) -> Client:
@@ -42,10 +83,12 @@ def open_client(settings: Settings) -> Client:
             return RedisCluster.from_url(plain, **timeouts)
     if settings.redis_cluster:
         return RedisCluster.from_url(url, **timeouts)
-    # A connection idle for a second is checked before use, so that one left over from
-    # before a Redis restart does not fail the first request that takes it.
-    return Redis.from_url(url, health_check_interval=1, **timeouts)
+    # A connection idle for a second is PINGed before use, and one found dead is replaced
+    # once (ReadyConnectionPool), so that one left over from before a Redis restart does
+    # not fail the first request that takes it.
+    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **timeouts)
+    return Redis.from_pool(pool)
 
 
 def open_store(settings: Settings) -> Store:
-    return Store(open_client(settings))
+    return Store(open_client(settings), embedded=not settings.redis_url)

@@ -1,0 +1,161 @@
+"""A Redis restart costs no request once Redis is back; a lost reply is never sent twice.
+
+The pooled connections a worker holds all die with a Redis restart. Taking one of them
+for a request, nothing of the request has been written yet, so the client reconnects
+then and the request succeeds. A command whose bytes went out and whose reply never
+came may have run, so it is not sent again: it stays a 503.
+
+Each test has its own redis-server (append-only file on, the same port and folder across
+a restart) and a service thread whose Redis calls time out after ``TIMEOUT`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from service.settings import Settings
+from service.store.connect import open_client
+
+from .servers import RedisServer, ServiceThread, wait_until
+from .test_outages import TIMEOUT, pause
+
+log = logging.getLogger("perceptron.tests")
+
+HEALTH_CHECK_INTERVAL = 1.0  # of the service's Redis connections (service/store/connect.py)
+
+# The first request after the restart, one of each kind: the probe, a read, a write.
+FIRST: dict[str, tuple[str, str, Any]] = {
+    "readyz": ("GET", "/readyz", None),
+    "predict": ("POST", "/predict", {"model": "d", "features": [1, 2, 3]}),
+    "learn": ("POST", "/learn", {"model": "d", "features": [1, -1, 0], "label": -1}),
+}
+
+
+@pytest.fixture
+def store() -> Iterator[RedisServer]:
+    server = RedisServer(
+        "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local"
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def api(store: RedisServer) -> Iterator[httpx.Client]:
+    service = ServiceThread(
+        Settings(redis_url=store.url, auth=False, redis_timeout_s=TIMEOUT, default_model=False)
+    ).start()
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            assert client.put("/models/d", json={"n_features": 3}).status_code == 201
+            learn = {"model": "d", "features": [1, 2, 3], "label": 1}
+            assert client.post("/learn", json=learn).status_code == 200
+            yield client
+    finally:
+        service.stop()
+
+
+def open_connections(client: httpx.Client, n: int) -> None:
+    """Have the worker's pool hold ``n`` connections (``n`` requests at once)."""
+    with httpx.Client(base_url=str(client.base_url), timeout=30) as c:
+        with concurrent.futures.ThreadPoolExecutor(n) as pool:
+            codes = list(pool.map(lambda _: c.get("/models/d").status_code, range(n)))
+    assert codes == [200] * n
+
+
+@pytest.mark.parametrize("idle", [0.0, HEALTH_CHECK_INTERVAL + 0.3], ids=["at-once", "idle"])
+@pytest.mark.parametrize("first", list(FIRST))
+def test_the_first_request_after_a_redis_restart_succeeds(
+    store: RedisServer, api: httpx.Client, first: str, idle: float
+) -> None:
+    """At once: the connection taken was closed by the server. Idle: past the health-check
+    interval as well, so the connection is PINGed first, and that PING fails."""
+    open_connections(api, 4)
+    before = api.get("/models/d").json()
+
+    store.stop()
+    store.start()  # same port, same folder: the append-only file brings the data back
+    time.sleep(idle)
+
+    method, path, body = FIRST[first]
+    r = api.request(method, path, json=body)
+    assert r.status_code == 200, (first, r.status_code, r.text)
+    # And every kind of request after it.
+    for method, path, body in FIRST.values():
+        r = api.request(method, path, json=body)
+        assert r.status_code == 200, (path, r.status_code, r.text)
+    after = api.get("/models/d").json()
+    assert after["counters"]["learned"] == before["counters"]["learned"] + 1 + (first == "learn")
+
+
+def test_a_pooled_connection_whose_health_check_ping_fails_is_replaced(
+    store: RedisServer,
+) -> None:
+    """The server closes an idle pooled connection and the client has not seen it yet (its
+    event loop did not run meanwhile): the PING before the next command finds it dead."""
+
+    async def main() -> None:
+        client = open_client(Settings(redis_url=store.url, redis_timeout_s=TIMEOUT))
+        try:
+            assert await client.ping()
+            pooled = await client.client_id()
+            with redis.Redis(port=store.port) as other:  # blocks this loop: no EOF seen
+                assert other.client_kill_filter(_id=pooled) == 1
+            time.sleep(HEALTH_CHECK_INTERVAL + 0.1)
+            assert await client.ping()  # the PING first, then a new connection
+            assert await client.client_id() != pooled
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def script_calls(r: redis.Redis) -> int:
+    """How many EVAL/EVALSHA commands the server has run since its stats were reset."""
+    stats = r.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
+
+
+def test_a_learn_whose_reply_is_lost_is_a_503_and_is_not_sent_again(
+    store: RedisServer, api: httpx.Client
+) -> None:
+    """Redis stalls longer than the service's timeout while a /learn is in flight: the
+    script was sent and its reply lost. Redis wakes before twice the timeout, so a client
+    that sent it again on a new connection would see it run twice; this one must not."""
+    before = api.get("/models/d").json()
+    with redis.Redis(port=store.port) as r:
+        r.config_resetstat()
+        sleeper = pause(store, TIMEOUT + 0.4)
+        try:
+            start = time.monotonic()
+            learn = {"model": "d", "features": [0, 1, 1], "label": -1}
+            resp = api.post("/learn", json=learn)
+            took = time.monotonic() - start
+        finally:
+            sleeper.wait(10)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["code"] == "store_unavailable"
+        assert took < TIMEOUT + 0.3, f"the 503 took {took:.2f} s"
+        wait_until(lambda: api.get("/readyz").status_code == 200, timeout=10, what="readyz")
+        # The scripts the stalled /learn sent (its learn, maybe a sync first): each once.
+        calls = script_calls(r)
+    after = api.get("/models/d").json()
+    ran = after["counters"]["learned"] - before["counters"]["learned"]
+    log.info("the learn whose reply was lost ran %d time(s); %d script call(s)", ran, calls)
+    assert ran in (0, 1)
+    assert calls <= 1
+    assert after["version"] - before["version"] <= ran
+    # And the service goes on.
+    r2 = api.post("/learn", json={"model": "d", "features": [1, 1, 1], "label": 1})
+    assert r2.status_code == 200, r2.text
