@@ -10,17 +10,24 @@ from contextlib import asynccontextmanager, suppress
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import (
+    BusyLoadingError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
 from .api import dashboard, health, learning, models, prometheus
 from .api.connections import RecycleConnections
+from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
 from .auth import KeyRing, Unauthorized
 from .engine import Engine
-from .errors import ServiceError, Unavailable
-from .metrics.prometheus import RequestMetrics
+from .errors import ServiceError, TooManyPending, Unavailable
+from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .store import open_store
 
@@ -36,7 +43,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = Engine(open_store(settings), settings)
         app.state.engine = engine
         app.state.keys = keys
-        starter = asyncio.create_task(_ensure_default(engine)) if settings.default_model else None
+        made = not settings.default_model
+        with suppress(Exception):  # Redis may not be up yet: both are tried again below
+            await asyncio.wait_for(engine.check_store(), settings.redis_timeout_s)
+            made = made or await _make_default(engine)
+        engine.start()
+        starter = None if made else asyncio.create_task(_ensure_default(engine))
         try:
             yield
         finally:
@@ -46,6 +58,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await starter
             await engine.close()
             await engine.store.close()
+            forget_worker()
 
     app = FastAPI(
         title="Perceptron service",
@@ -62,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(SecurityHeaders)
     if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     _add_error_handlers(app)
@@ -87,20 +101,35 @@ def _load_keys(settings: Settings) -> KeyRing | None:
     return keys
 
 
-async def _ensure_default(engine: Engine) -> None:
-    """Create the 'default' model, retrying until the store answers."""
-    while True:
-        try:
+async def _make_default(engine: Engine) -> bool:
+    """Create the 'default' model once per store; whether that is settled.
+
+    Once made, the store remembers it: a deleted 'default' stays deleted across restarts
+    (PERCEPTRON_DEFAULT_MODEL=false skips it altogether).
+    """
+    try:
+        if not await engine.store.default_made():
             await engine.create_model(
                 "default", {"hash_bits": min(18, engine.settings.max_hash_bits)}
             )
-            return
-        except ServiceError as e:
-            log.warning("the 'default' model was not created: %s", e.message)
-            return
+            await engine.store.mark_default_made()
+    except Unavailable as e:  # e.g. a store that may evict keys: wait until it is fixed
+        log.warning("the 'default' model is not created yet: %s", e.message)
+        return False
+    except ServiceError as e:
+        log.warning("the 'default' model was not created: %s", e.message)
+    return True
+
+
+async def _ensure_default(engine: Engine) -> None:
+    """:func:`_make_default`, retrying until the store answers."""
+    while True:
+        try:
+            if await _make_default(engine):
+                return
         except Exception as e:  # the store may not be up yet
             log.warning("store not reachable yet (%s); will create 'default' later", e)
-            await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)
 
 
 def _error(
@@ -113,7 +142,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
         headers = None
-        if isinstance(exc, Unavailable):
+        if isinstance(exc, Unavailable | TooManyPending):
             headers = {"Retry-After": str(exc.retry_after_s)}
         elif isinstance(exc, Unauthorized):
             headers = {"WWW-Authenticate": "Bearer"}
@@ -151,3 +180,52 @@ def _add_error_handlers(app: FastAPI) -> None:
             "The model store is not answering; retry shortly.",
             {"Retry-After": "1"},
         )
+
+    @app.exception_handler(RedisError)
+    async def on_store_refusal(request: Request, exc: Exception) -> JSONResponse:
+        # Redis answered, but refused the command. Each write is one script that Redis
+        # refuses before its first write, so nothing was half applied.
+        code, detail = store_refusal(exc)
+        if code == "internal_error":
+            log.error("the store refused a command: %s", exc)
+            return _error(500, code, detail)
+        log.warning("store refused a command (%s): %s", code, exc)
+        return _error(503, code, detail, {"Retry-After": "5"})
+
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette logs the traceback; the client still gets the documented JSON body.
+        return _error(500, "internal_error", "The service failed to answer; this is a bug.")
+
+
+# Errors Redis answers when it is unable, not unwilling: the request may succeed later.
+STORE_STATES = {
+    "OOM": (
+        "store_full",
+        "The model store is full (Redis is at its maxmemory); nothing was "
+        "changed. Free memory (delete models, lower feedback_ttl_s) or raise maxmemory.",
+    ),
+    "READONLY": ("store_read_only", "The model store is read-only (a replica, or a failover)."),
+    "LOADING": ("store_loading", "The model store is loading its data; retry shortly."),
+    "MISCONF": (
+        "store_cannot_persist",
+        "The model store refuses writes: it cannot save its data to disk.",
+    ),
+    "NOREPLICAS": ("store_no_replicas", "The model store refuses writes: too few replicas."),
+    "MASTERDOWN": ("store_unavailable", "The model store has lost its primary."),
+    "BUSY": ("store_busy", "The model store is busy running a long script."),
+    "TRYAGAIN": ("store_unavailable", "The model store is resharding; retry shortly."),
+    "CLUSTERDOWN": ("store_unavailable", "The model store's cluster is down."),
+}
+
+
+def store_refusal(exc: BaseException) -> tuple[str, str]:
+    """The error code and detail of a command Redis answered with an error."""
+    if isinstance(exc, OutOfMemoryError):
+        return STORE_STATES["OOM"]
+    if isinstance(exc, ReadOnlyError):
+        return STORE_STATES["READONLY"]
+    if isinstance(exc, BusyLoadingError):
+        return STORE_STATES["LOADING"]
+    first = str(exc).split(" ", 1)[0]
+    return STORE_STATES.get(first, ("internal_error", "The store refused a command; a bug."))

@@ -7,6 +7,7 @@ import json
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +20,11 @@ from .errors import (
 )
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
+from .metrics.prometheus import record_replicas
 from .replica import Replica
 from .settings import Settings
 from .store import (
+    Condition,
     Observations,
     Store,
     SyncData,
@@ -30,6 +33,8 @@ from .store import (
 from .transfer import config_json, export_document, parse_document
 
 log = logging.getLogger("perceptron")
+_LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
+_REPLICA_ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
 
 
 def check_name(name: str) -> str:
@@ -50,14 +55,101 @@ class Catalog:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self._replicas: dict[str, Replica] = {}
+        # Least recently used first; their weights' bytes add up to at most the budget (but
+        # the one model in use, whatever its size).
+        self._replicas: OrderedDict[str, Replica] = OrderedDict()
+        self._held_bytes = 0
+        self.condition = Condition()  # the store's, as last checked by watch()
         self._compacting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- this worker's replicas ----------------------------------------------------------
+
+    def _hold(self, rep: Replica) -> Replica:
+        """Keep ``rep``; drop the least recently used others past the memory budget."""
+        self._drop(rep.name)
+        self._replicas[rep.name] = rep
+        self._held_bytes += rep.nbytes
+        evicted = 0
+        while self._held_bytes > self.settings.replica_memory_bytes and len(self._replicas) > 1:
+            _, old = self._replicas.popitem(last=False)
+            self._held_bytes -= old.nbytes
+            evicted += 1
+        record_replicas(len(self._replicas), self._held_bytes, evicted)
+        return rep
+
+    def _drop(self, name: str) -> None:
+        rep = self._replicas.pop(name, None)
+        if rep is not None:
+            self._held_bytes -= rep.nbytes
+            record_replicas(len(self._replicas), self._held_bytes)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
+    def held_models(self) -> list[str]:
+        """The models this worker keeps in memory, least recently used first."""
+        return list(self._replicas)
+
+    def _check_store(self) -> None:
+        """Serve no model from a store that may evict its keys."""
+        if self.condition.code == "store_evicts_keys":
+            raise Unavailable(self.condition.detail, code=self.condition.code)
+
+    async def check_store(self) -> Condition:
+        """Check the store now; log when its condition changes. Raises when it is down."""
+        before, now = self.condition, await self.store.condition()
+        self.condition = now
+        if now.code and now.code != before.code:
+            log.error("the store cannot serve models (%s): %s", now.code, now.detail)
+        elif before.code and not now.code:
+            log.warning("the store serves models again (%s is over)", before.code)
+        return now
+
+    async def forget_changed(self) -> list[str]:
+        """Drop the replicas of models deleted, reset or imported (a new epoch) elsewhere."""
+        names = list(self._replicas)
+        if not names:
+            return []
+        epochs = await self.store.epochs(names)
+        gone = []
+        for name, epoch in zip(names, epochs, strict=True):
+            rep = self._replicas.get(name)
+            if rep is not None and rep.epoch != epoch:
+                self._drop(name)
+                gone.append(name)
+        return gone
+
+    async def watch(self) -> None:
+        """Every PERCEPTRON_STORE_CHECK_S: the store's condition, and models changed elsewhere.
+
+        A store that may evict keys is logged as an error once a minute while it lasts.
+        """
+        rounds = 0
+        while True:
+            try:
+                condition = await self.check_store()
+                if condition.code and rounds and rounds % _LOUD_EVERY == 0:
+                    log.error("still not serving models (%s): %s", condition.code, condition.detail)
+                await self.forget_changed()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the store is away: requests say so; look again later
+                log.debug("store check failed: %s", e)
+            rounds += 1
+            await asyncio.sleep(self.settings.store_check_s)
+
+    def start(self) -> None:
+        task = asyncio.create_task(self.watch())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- models ------------------------------------------------------------------------
 
     async def create_model(self, name: str, params: dict[str, Any]) -> tuple[ModelConfig, bool]:
         """Create a model; returns its config and whether it was new. 409 on another config."""
+        self._check_store()
         check_name(name)
         try:
             config = ModelConfig.from_dict(params)
@@ -115,19 +207,25 @@ class Catalog:
             )
 
     async def read_model(self, name: str) -> tuple[ModelConfig, dict[str, str]]:
+        self._check_store()
         meta = await self.store.read_meta(check_name(name))
         if meta is None:
             raise ModelNotFound(name)
         return ModelConfig.from_dict(json.loads(meta["cfg"])), meta
 
     async def list_models(self) -> list[tuple[str, ModelConfig, dict[str, str]]]:
+        self._check_store()
         names = await self.store.model_names()
         metas = await asyncio.gather(*(self.store.read_meta(n) for n in names))
-        return [
-            (n, ModelConfig.from_dict(json.loads(m["cfg"])), m)
-            for n, m in zip(names, metas, strict=True)
-            if m is not None
-        ]
+        models = []
+        for n, m in zip(names, metas, strict=True):
+            if m is None:  # listed, but deleted meanwhile (or its creation failed)
+                continue
+            try:
+                models.append((n, ModelConfig.from_dict(json.loads(m["cfg"])), m))
+            except (KeyError, ValueError, TypeError) as e:  # one odd model hides no other
+                log.error("model %r has an unreadable configuration (%s); not listed", n, e)
+        return models
 
     async def export_model(self, name: str) -> dict[str, Any]:
         """The model's configuration, weights and counters, consistent at one version."""
@@ -143,6 +241,7 @@ class Catalog:
 
     async def import_model(self, name: str, document: Any) -> ModelConfig:
         """Make model ``name`` what the export says; refused whole when anything is off."""
+        self._check_store()
         check_name(name)
         file = parse_document(document)
         self._check_limits(file.config)
@@ -169,7 +268,9 @@ class Catalog:
         counters: dict[str, str],
         created: int,
     ) -> None:
-        data = pack_weights(weights) if weights.version else b""
+        # Zeros need no snapshot; any other weights do, whatever their version.
+        arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
+        data = pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
         await self.store.replace_model(
             name,
             config_json(config),
@@ -180,30 +281,39 @@ class Catalog:
             data,
             counters,
         )
-        self._replicas.pop(name, None)
+        self._drop(name)
 
     async def delete_model(self, name: str) -> None:
+        self._check_store()
         if not await self.store.delete_model(check_name(name)):
             raise ModelNotFound(name)
-        self._replicas.pop(name, None)
+        self._drop(name)
 
     async def replica(self, name: str) -> Replica:
+        self._check_store()
         rep = self._replicas.get(name)
-        if rep is None:
-            meta = await self.store.read_meta(check_name(name))
-            if meta is None:
-                raise ModelNotFound(name)
-            # Another request may have loaded it meanwhile: every request shares one replica.
-            rep = self._replicas.setdefault(name, Replica.from_meta(name, meta))
-        return rep
+        if rep is not None:
+            self._replicas.move_to_end(name)
+            return rep
+        meta = await self.store.read_meta(check_name(name))
+        if meta is None:
+            raise ModelNotFound(name)
+        # Another request may have loaded it meanwhile: every request shares one replica.
+        return self._replicas.get(name) or self._hold(Replica.from_meta(name, meta))
 
     async def _on_replica(self, name: str, op: Callable[[Replica], Any]) -> Any:
-        """Run ``op(replica)``; once more on a fresh replica if the model was re-created."""
-        try:
-            return await op(await self.replica(name))
-        except StaleModel:
-            self._replicas.pop(name, None)
-            return await op(await self.replica(name))
+        """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
+        worker dropped its replica to stay within its memory budget)."""
+        for _ in range(_REPLICA_ATTEMPTS):
+            try:
+                return await op(await self.replica(name))
+            except StaleModel:
+                self._drop(name)
+        raise Unavailable(
+            f"Model {name!r} was replaced under every one of {_REPLICA_ATTEMPTS} attempts; "
+            "retry shortly.",
+            code="model_busy",
+        )
 
     async def current_replica(self, name: str) -> Replica:
         """This worker's replica brought up to the model's latest version."""

@@ -124,6 +124,10 @@ class Engine(Catalog):
         r2 = max(x.sq_norm for x in xs)
         tokens = [secrets.token_urlsafe(12) for _ in xs]
         for force in (False, True):
+            if force and rep.weights.version < 0:  # never serve a copy that holds no weights
+                raise Unavailable(
+                    f"Model {rep.name!r} could not be loaded; retry shortly.", code="model_busy"
+                )
             preds = [rep.predict(x) for x in xs]
             made = Made(rep.weights.version, rep.seen_guard, r2)
             stale = await self.store.commit_predictions(
@@ -133,6 +137,7 @@ class Engine(Catalog):
                 tokens,
                 [p.record for p in preds],
                 rep.config.feedback_ttl_s,
+                self.settings.max_pending_bytes,
                 force=force,
             )
             if stale is None:
@@ -190,6 +195,7 @@ class Engine(Catalog):
             [t for _, t in labelled],
             rep.config.n_classes,
             self._bucket(),
+            rep.config.feedback_ttl_s,
         )
         out: list[Feedback | ServiceError] = []
         for item in batch.items:

@@ -48,6 +48,33 @@ class Unavailable(ServiceError):
     retry_after_s = 1
 
 
+class ModelStateLost(Unavailable):
+    """The model's configuration is in the store but its weights are not all there.
+
+    Never served: the weights a worker could rebuild would not be the model's.
+    """
+
+    code = "model_state_lost"
+
+    def __init__(self, name: str, what: str) -> None:
+        super().__init__(
+            f"Model {name!r} cannot be served: {what} (a key was evicted or deleted outside "
+            f"the service). Import an export of it (POST /models/{name}/import), reset it or "
+            "delete it."
+        )
+
+
+class TooManyPending(ServiceError):
+    """The model holds as many pending predictions as it may; they lapse with time."""
+
+    status = 429
+    code = "too_many_pending"
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class ModelNotFound(NotFound):
     code = "model_not_found"
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import StaleModel
+from .errors import ModelStateLost, StaleModel
 from .learner import Example, ModelConfig, Weights
 from .learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
 from .learner.perceptron import (
@@ -44,6 +44,8 @@ class Replica:
         self.epoch = epoch
         self.weights = Weights.zeros(config)
         self.weights.version = -1
+        w = self.weights  # every later copy of the weights has the same arrays' sizes
+        self.nbytes = sum(a.nbytes for a in (w.w, w.b, w.wsum, w.bsum) if a is not None)
         self.queues: dict[str, Any] = {}  # group-commit queues of this replica, by operation
 
     @classmethod
@@ -70,8 +72,9 @@ class Replica:
                 continue
             k, t, raw, x = unpack_entry(self.config, entry)
             apply(self.config, w, x, update_plan(self.config, raw, t), k)
-        if w.version < data.version:
-            w.version = -1  # entries that did not replay as updates: reload from scratch
+        if w.version < data.version:  # the store said more updates than it sent
+            w.version = -1
+            raise ModelStateLost(self.name, "its update log does not add up to its version")
         w.seen = max(w.seen, data.seen)
 
     def predict(self, x: Example) -> Prediction:

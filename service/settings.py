@@ -53,6 +53,24 @@ class Settings(BaseSettings):
     max_weights: int = Field(
         default=2**25, ge=1, description="Most weights of one model (rows x dimension)."
     )
+    max_pending_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="Most bytes of predictions one model may hold awaiting their label "
+        "(estimated; answered ones no longer count); past it /predict answers 429. 0: no limit.",
+    )
+    replica_memory_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Most bytes of model weights one worker keeps in memory; the least "
+        "recently used models are dropped past it (and read again from Redis when used).",
+    )
+    store_check_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often each worker checks Redis's eviction policy and memory, and "
+        "drops its copies of models deleted, reset or imported through another worker.",
+    )
     connection_max_age_s: float = Field(
         default=0.0,
         ge=0,

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
@@ -58,38 +63,109 @@ def _bad(why: str) -> InvalidInput:
     return InvalidInput(f"This is not a valid model export: {why}", code="invalid_import")
 
 
+FIELDS = {"format", "format_version", "name", "config", "created", "version", "seen"}
+FIELDS |= {"counters", "weights", "sha256"}
+MAX_COUNT = 2**53  # counters and versions stay exact in Redis's scripts (Lua's doubles)
+MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
+_DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
+_CELL = re.compile(r"cm:(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
+
+
+def _count(doc: dict[str, Any], key: str) -> int:
+    value = doc.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise _bad(f"{key!r} must be an integer in [0, 2**53]; got {str(value)[:40]}.")
+    return value
+
+
+def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise _bad("'counters' must be an object.")
+    out: dict[str, str] = {}
+    for key, value in raw.items():
+        cell = _CELL.fullmatch(key)
+        if key not in COUNTERS and cell is None:
+            raise _bad(f"unknown counter {key[:40]!r}.")
+        if cell is not None and max(int(i) for i in cell.groups()) >= config.n_classes:
+            raise _bad(f"counter {key!r} names a class this model does not have.")
+        # Exports write the counters as Redis keeps them: decimal strings.
+        if key == "r2":
+            r2 = _number(value)
+            if r2 is None or not 0 <= r2 <= 1e300:
+                raise _bad(f"'r2' must be a finite number >= 0; got {str(value)[:40]}.")
+            out[key] = str(r2)
+            continue
+        if isinstance(value, str) and _DIGITS.fullmatch(value):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            raise _bad(f"counter {key!r} must be an integer in [0, 2**53]; got {str(value)[:40]}.")
+        if key in ("mistakes", "feedback", "learned") and value > seen:
+            raise _bad(f"counter {key!r} ({value}) exceeds the labelled examples 'seen' ({seen}).")
+        out[key] = str(value)
+    return out
+
+
+def _number(v: Any) -> float | None:
+    """A finite number given as a JSON number or a decimal string, else None."""
+    if isinstance(v, str) and len(v) <= 40:
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def parse_document(doc: Any) -> ModelFile:
-    """Check everything an import relies on; raise InvalidInput saying what is wrong."""
+    """Check every field an import relies on; raise InvalidInput saying what is wrong.
+
+    The file may have been edited by hand: nothing in it is trusted beyond what is checked
+    here, so that no imported model can break a request, the metrics of any model, or the
+    store's counters.
+    """
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _bad(f"'format' must be {FORMAT!r}.")
     if doc.get("format_version") != FORMAT_VERSION:
         raise _bad(
-            f"'format_version' {doc.get('format_version')!r} is not supported "
+            f"'format_version' {str(doc.get('format_version'))[:40]!r} is not supported "
             f"(this service reads {FORMAT_VERSION})."
         )
+    unknown = sorted(set(doc) - FIELDS)
+    if unknown:
+        raise _bad(f"unknown field {str(unknown[0])[:40]!r}.")
+    if not isinstance(doc.get("config"), dict):
+        raise _bad("'config' must be an object.")
+    unknown = sorted(set(doc["config"]) - set(ModelConfig.__dataclass_fields__))
+    if unknown:
+        raise _bad(f"unknown configuration field {str(unknown[0])[:40]!r}.")
     try:
         config = ModelConfig.from_dict(doc["config"])
-        version, seen, created = int(doc["version"]), int(doc["seen"]), int(doc["created"])
-        data = base64.b64decode(doc["weights"], validate=True)
-        digest = str(doc["sha256"])
-        counters = {
-            str(k): str(int(v) if k != "r2" else float(v)) for k, v in dict(doc["counters"]).items()
-        }
-    except ConfigError as e:
+    except (ConfigError, TypeError) as e:
         raise _bad(str(e)) from e
-    except (KeyError, TypeError, ValueError) as e:
-        raise _bad(f"a field is missing or of the wrong type ({type(e).__name__}: {e}).") from e
-    if hashlib.sha256(data).hexdigest() != digest:
+    version, seen, created = _count(doc, "version"), _count(doc, "seen"), _count(doc, "created")
+    if version > seen:
+        raise _bad(f"'version' ({version}) exceeds 'seen' ({seen}): each update has an example.")
+    counters = _counters(doc.get("counters"), config, seen)
+    if not isinstance(doc.get("weights"), str) or not isinstance(doc.get("sha256"), str):
+        raise _bad("'weights' and 'sha256' must be strings.")
+    try:
+        data = base64.b64decode(doc["weights"], validate=True)
+    except ValueError as e:
+        raise _bad(f"'weights' is not base64 ({e}).") from e
+    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), doc["sha256"].lower()):
         raise _bad("the weights do not match their sha256 checksum.")
-    if version < 0 or seen < 0:
-        raise _bad("'version' and 'seen' must be >= 0.")
-    for k in counters:
-        if k not in COUNTERS and not k.startswith("cm:"):
-            raise _bad(f"unknown counter {k[:40]!r}.")
     try:
         weights = unpack_weights(config, data, version, seen)
     except ValueError as e:
         raise _bad(str(e)) from e
+    for a in (weights.w, weights.b, weights.wsum, weights.bsum):
+        if a is not None and not (np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT):
+            raise _bad("the weights must be finite numbers within +-1e250.")
     return ModelFile(config, weights, counters, created)
 
 

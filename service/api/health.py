@@ -19,11 +19,13 @@ async def read_health() -> Health:
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}})
 async def read_readiness(engine: EngineDep) -> Health:
-    """The store answers, so the service can serve requests."""
+    """The store answers, keeps every model's keys and has memory left to learn."""
     try:
-        await engine.store.ping()
+        condition = await engine.check_store()
     except Exception as e:  # any failure to reach the store means not ready
         raise Unavailable(
             f"The model store is not answering ({type(e).__name__}).", code="store_unavailable"
         ) from e
+    if not condition.ok:
+        raise Unavailable(condition.detail, code=condition.code)
     return Health(status="ok", store="up")

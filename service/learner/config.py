@@ -10,6 +10,12 @@ from typing import Any, Literal
 Label = int | str
 Strategy = Literal["multiclass", "ovr", "ovo"]
 STRATEGIES: tuple[str, ...] = ("multiclass", "ovr", "ovo")
+# Upper bounds of every number a configuration holds: what the store, Redis's expiry and the
+# answers' JSON can carry without overflow or loss.
+MAX_FEEDBACK_TTL_S = 30 * 86_400
+MAX_MARGIN = 1e12
+MAX_LABEL_INT = 2**53  # integer labels survive a round trip through a double (JS, Lua)
+MAX_LABEL_LENGTH = 256
 
 
 class ConfigError(ValueError):
@@ -62,6 +68,10 @@ class ModelConfig:
         for c in classes:
             if isinstance(c, bool) or not isinstance(c, int | str):
                 raise _bad("classes", "a list of integers or strings", list(classes))
+            if isinstance(c, int) and abs(c) > MAX_LABEL_INT:
+                raise _bad("classes", "integers within +-2**53 or strings", c)
+            if isinstance(c, str) and not 1 <= len(c) <= MAX_LABEL_LENGTH:
+                raise _bad("classes", f"strings of 1 to {MAX_LABEL_LENGTH} characters", c[:80])
         # Distinct as text too: scores, weight rows and metrics name each class by str(c).
         if len({str(c) for c in classes}) != len(classes):
             raise _bad("classes", "a list of distinct labels", list(classes))
@@ -77,11 +87,11 @@ class ModelConfig:
         if not _is_real(lr) or not _finite(lr) or not 0 < lr <= 1e6:
             raise _bad("learning_rate", "a float in (0, 1e6]", lr)
         m = self.margin
-        if not _is_real(m) or not _finite(m) or m < 0:
-            raise _bad("margin", "a float >= 0", m)
+        if not _is_real(m) or not _finite(m) or not 0 <= m <= MAX_MARGIN:
+            raise _bad("margin", "a float in [0, 1e12]", m)
         ttl = self.feedback_ttl_s
-        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
-            raise _bad("feedback_ttl_s", "an int >= 1", ttl)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_FEEDBACK_TTL_S:
+            raise _bad("feedback_ttl_s", f"an int in [1, {MAX_FEEDBACK_TTL_S}] (30 days)", ttl)
         for name in ("fit_bias", "averaged"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, "a boolean", getattr(self, name))

@@ -7,6 +7,7 @@ per-model figures come from Redis, so every worker reports the same numbers.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -16,16 +17,19 @@ from typing import Any
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..learner import ModelConfig
 from ..store import RING_SIZE, Observations
-from .summary import ring_mistakes
+from .summary import confusion_cells, ring_mistakes
+
+log = logging.getLogger("perceptron")
 
 REQUESTS = Counter(
     "perceptron_http_requests",
@@ -38,6 +42,38 @@ LATENCY = Histogram(
     ["route", "method"],
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
+# Per worker (a ``pid`` label in multiprocess mode): the models it keeps in memory.
+REPLICA_BYTES = Gauge(
+    "perceptron_worker_replica_bytes",
+    "Bytes of model weights this worker keeps in memory (PERCEPTRON_REPLICA_MEMORY_BYTES "
+    "bounds them).",
+    multiprocess_mode="liveall",
+)
+REPLICAS = Gauge(
+    "perceptron_worker_replicas",
+    "Models this worker keeps in memory.",
+    multiprocess_mode="liveall",
+)
+REPLICA_EVICTIONS = Counter(
+    "perceptron_worker_replica_evictions",
+    "Models a worker dropped from memory to stay within PERCEPTRON_REPLICA_MEMORY_BYTES.",
+)
+
+
+def record_replicas(count: int, nbytes: int, evicted: int = 0) -> None:
+    """What a worker keeps in memory, after it took, dropped or evicted a model."""
+    REPLICAS.set(count)
+    REPLICA_BYTES.set(nbytes)
+    if evicted:
+        REPLICA_EVICTIONS.inc(evicted)
+
+
+def forget_worker() -> None:
+    """At a clean exit: this worker's per-worker figures leave the exposition."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
 
 COUNTERS = {
     "predictions": "Predictions served.",
@@ -121,23 +157,25 @@ class ModelCollector:
         )
         for name, config, obs in self.models:
             meta = obs.meta
+            try:  # a model whose counters are not numbers is left out, not every model
+                values = {k: float(meta.get(k, 0)) for k in (*COUNTERS, "version", "r2")}
+                seen, mistakes = int(meta.get("seen", 0)), int(meta.get("mistakes", 0))
+            except ValueError:
+                log.error("model %r has counters that are not numbers; not in /metrics", name)
+                continue
             for k, family in families.items():
-                family.add_metric([name], float(meta.get(k, 0)))
-            updates.add_metric([name], float(meta.get("version", 0)))
-            seen, mistakes = int(meta.get("seen", 0)), int(meta.get("mistakes", 0))
+                family.add_metric([name], values[k])
+            updates.add_metric([name], values["version"])
             if seen:
                 rate.add_metric([name, "all"], mistakes / seen)
                 for last in (100, 1000):
                     m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
                     rate.add_metric([name, str(last)], m / n)
-            radius.add_metric([name], math.sqrt(float(meta.get("r2", 0.0))))
-            for key, value in meta.items():
-                if key.startswith("cm:"):
-                    served, true = (int(v) for v in key[3:].split(":"))
-                    confusion.add_metric(
-                        [name, str(config.classes[true]), str(config.classes[served])],
-                        float(value),
-                    )
+            radius.add_metric([name], math.sqrt(max(values["r2"], 0.0)))
+            for served, true, count in confusion_cells(config, meta):
+                confusion.add_metric(
+                    [name, str(config.classes[true]), str(config.classes[served])], float(count)
+                )
         yield from families.values()
         yield from (updates, rate, radius, confusion)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -45,14 +46,30 @@ def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]
     return points
 
 
+def confusion_cells(config: ModelConfig, meta: dict[str, str]) -> Iterator[tuple[int, int, int]]:
+    """``(served, true, count)`` of each confusion field ``cm:<served>:<true>`` of ``meta``.
+
+    A field that names no pair of this model's classes is skipped: one model's odd data
+    must not break the metrics of every model.
+    """
+    k = config.n_classes
+    for key, value in meta.items():
+        if key.startswith("cm:"):
+            try:
+                served, true = (int(v) for v in key[3:].split(":"))
+                count = int(value)
+            except ValueError:
+                continue
+            if 0 <= served < k and 0 <= true < k:
+                yield served, true, count
+
+
 def confusion(config: ModelConfig, meta: dict[str, str]) -> list[list[int]]:
     """``matrix[true][served]``: counts of served label against true label."""
     k = config.n_classes
     matrix = [[0] * k for _ in range(k)]
-    for key, value in meta.items():
-        if key.startswith("cm:"):
-            served, true = (int(v) for v in key[3:].split(":"))
-            matrix[true][served] = int(value)
+    for served, true, count in confusion_cells(config, meta):
+        matrix[true][served] = count
     return matrix
 
 

@@ -6,9 +6,9 @@ from .redis_store import (
     APPLIED,
     CONFLICT,
     DUPLICATE,
-    RING_SIZE,
     UNKNOWN,
     Bucket,
+    Condition,
     FeedbackBatch,
     FeedbackItem,
     LearnBatch,
@@ -18,6 +18,7 @@ from .redis_store import (
     Store,
     SyncData,
 )
+from .scripts import RING_SIZE
 
 __all__ = [
     "APPLIED",
@@ -25,6 +26,7 @@ __all__ = [
     "DUPLICATE",
     "UNKNOWN",
     "Bucket",
+    "Condition",
     "FeedbackBatch",
     "FeedbackItem",
     "LearnBatch",

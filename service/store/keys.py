@@ -5,20 +5,22 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 PREFIX = "pcp"
 REGISTRY = f"{PREFIX}:models"
+# Set once the 'default' model was made in this store: a deleted default stays deleted.
+DEFAULT_MADE = f"{PREFIX}:default-made"
 
 
 def valid_name(name: str) -> bool:
     """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
-    return NAME_RE.match(name) is not None
+    return NAME_RE.fullmatch(name) is not None  # not match/$: "$" allows a final newline
 
 
 def valid_token(token: str) -> bool:
     """Whether ``token`` may be the random part of a prediction id."""
-    return TOKEN_RE.match(token) is not None
+    return TOKEN_RE.fullmatch(token) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +58,14 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:recent"
 
     @property
+    def pend(self) -> str:
+        """Bytes of pending predictions by creation time (scripts._PENDING)."""
+        return f"{PREFIX}:{{{self.name}}}:pend"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every key of the model but its pending predictions (those expire on their own)."""
-        return (self.meta, self.snap, self.log, self.series, self.ring, self.recent)
+        return (self.meta, self.snap, self.log, self.series, self.ring, self.recent, self.pend)
 
     def pending(self, token: str) -> str:
         if not valid_token(token):

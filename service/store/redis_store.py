@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -10,11 +11,12 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ..errors import ModelNotFound, StaleModel, Unavailable
+from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
 from . import scripts
-from .keys import REGISTRY, ModelKeys
+from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 
 Client = Redis | RedisCluster
+log = logging.getLogger("perceptron")
 Arg = bytes | str | int | float
 
 
@@ -73,10 +75,26 @@ class Observations:
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
 
 
-RING_SIZE = 1000  # the WINDOW of the scripts' outcome ring
-
 # Per-prediction feedback statuses.
 APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
+# Statuses of a whole script call (scripts.py's docstring).
+NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL = -1, -2, -5, -6
+# Eviction policies that never drop a model's keys (those with no expiry): the volatile ones
+# may only drop pending predictions, which then answer 404 like expired ones.
+SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """What keeps the store from serving, found by :meth:`Store.condition`; ok when no code."""
+
+    code: str | None = None
+    detail: str = ""
+    policy: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +129,9 @@ READ_ATTEMPTS = 20  # reads of a log that compaction moved meanwhile, before giv
 class Store:
     """Models in Redis. Every write is one Lua script, so it is atomic on its model."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, embedded: bool = False) -> None:
         self.client = client
+        self.embedded = embedded
         self._create = client.register_script(scripts.CREATE)
         self._sync = client.register_script(scripts.SYNC)
         self._predict = client.register_script(scripts.PREDICT)
@@ -123,6 +142,51 @@ class Store:
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
+
+    async def condition(self) -> Condition:
+        """Whether this Redis may serve models: it answers, evicts no model, has memory left.
+
+        Raises what the client raises when Redis does not answer.
+        """
+        await self.client.ping()
+        if self.embedded:
+            return Condition()
+        info = await self.client.info("memory")
+        # A cluster client answers per node: {node: info}; a plain one, the info itself.
+        nodes = [info] if "maxmemory_policy" in info else [v for v in info.values() if v]
+        for node in nodes:
+            policy = str(node.get("maxmemory_policy", "noeviction"))
+            if policy not in SAFE_POLICIES:
+                return Condition(
+                    "store_evicts_keys",
+                    f"Redis's maxmemory-policy is {policy!r}: it may evict a model's weights "
+                    "or log, so no model is served. Set maxmemory-policy to noeviction (or a "
+                    "volatile-* policy) in Redis's configuration.",
+                    policy,
+                )
+            limit, used = int(node.get("maxmemory", 0)), int(node.get("used_memory", 0))
+            if limit and used >= limit and policy == "noeviction":
+                return Condition(
+                    "store_full",
+                    f"Redis is at its maxmemory ({used} of {limit} bytes): writes are refused "
+                    "until memory is freed or maxmemory raised.",
+                    policy,
+                )
+        return Condition(policy=str(nodes[0].get("maxmemory_policy")) if nodes else None)
+
+    async def epochs(self, names: Sequence[str]) -> list[str | None]:
+        """Each model's epoch (None: no such model), read in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hget(ModelKeys(name).meta, "epoch")
+            replies = await pipe.execute()
+        return [None if e is None else _str(e) for e in replies]
+
+    async def default_made(self) -> bool:
+        return bool(await self.client.exists(DEFAULT_MADE))
+
+    async def mark_default_made(self) -> None:
+        await self.client.set(DEFAULT_MADE, int(time.time()))
 
     async def drop_idle_connections(self) -> None:
         """After a connection error: the others in the pool are likely dead too."""
@@ -136,8 +200,10 @@ class Store:
     async def create_model(self, name: str, config_json: str, epoch: str) -> str | None:
         """Create the model; returns None when created, else the existing config JSON."""
         keys = ModelKeys(name)
-        reply = await self._create(keys=[keys.meta], args=[config_json, epoch, int(time.time())])
+        # Listed first: a registry name without its model is skipped by readers, while a
+        # model missing from the registry would be invisible.
         await self.client.sadd(REGISTRY, name)
+        reply = await self._create(keys=[keys.meta], args=[config_json, epoch, int(time.time())])
         return None if int(reply[0]) == 1 else _str(reply[1])
 
     async def model_names(self) -> list[str]:
@@ -185,8 +251,8 @@ class Store:
         args: list[Arg] = [config_json, epoch, created, version, seen, weights]
         for field, value in counters.items():
             args += [field, value]
-        await self._replace(keys=list(keys.all), args=args)
         await self.client.sadd(REGISTRY, name)
+        await self._replace(keys=list(keys.all), args=args)
 
     async def delete_model(self, name: str) -> bool:
         keys = ModelKeys(name)
@@ -200,8 +266,7 @@ class Store:
     async def sync(self, name: str, from_version: int) -> SyncData:
         keys = ModelKeys(name)
         reply = await self._sync(keys=[keys.meta, keys.snap, keys.log], args=[from_version])
-        if int(reply[0]) == -1:
-            raise ModelNotFound(name)
+        self._check(name, reply)
         return await self._sync_data(keys, reply, from_version)
 
     async def _sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
@@ -222,23 +287,37 @@ class Store:
         for _ in range(READ_ATTEMPTS):
             whole = from_version < snapv  # the copy needs the snapshot, then the whole log
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hmget(keys.meta, "epoch", "version", "seen", "snapv")
+                pipe.hmget(keys.meta, "epoch", "version", "seen", "snapv", "snaplen")
                 if whole:
                     pipe.get(keys.snap)
                 pipe.lrange(keys.log, 0 if whole else from_version - snapv, -1)
-                pipe.hget(keys.meta, "snapv")
+                pipe.hmget(keys.meta, "snapv", "epoch")
                 replies = await pipe.execute()
-            (epoch, version, seen, before), after = replies[0], replies[-1]
+            (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
             if epoch is None or after is None:
                 raise ModelNotFound(keys.name)
+            if epoch_after != epoch:
+                raise StaleModel(keys.name)
             if int(before) == snapv == int(after):
+                base = snapv if whole else from_version
+                entries = list(replies[-2])
+                snapshot = bytes(replies[1] or b"") if whole else None
+                # Entries appended meanwhile may come too, never fewer than the version says.
+                if len(entries) < int(version) - base:
+                    raise _lost(keys.name, "its update log is incomplete")
+                if snapshot is not None and (
+                    len(snapshot) != int(snaplen)
+                    if snaplen is not None
+                    else snapv > 0 and not snapshot  # written before snaplen was kept
+                ):
+                    raise _lost(keys.name, "its weights snapshot is missing")
                 return SyncData(
                     epoch=_str(epoch),
                     version=int(version),
                     seen=int(seen),
-                    base=snapv if whole else from_version,
-                    snapshot=bytes(replies[1] or b"") if whole else None,
-                    entries=list(replies[-2]),
+                    base=base,
+                    snapshot=snapshot,
+                    entries=entries,
                 )
             snapv = int(after)
         raise Unavailable(
@@ -255,17 +334,32 @@ class Store:
         tokens: Sequence[str],
         records: Sequence[bytes],
         ttl_s: int,
+        max_pending_bytes: int = 0,
         force: bool = False,
     ) -> SyncData | None:
         """Store pending predictions made at ``made.version`` (and ``made.seen``).
 
         Returns None when stored, or, when the model has moved on and ``force`` is off, what
-        the caller's copy lacks; nothing is stored then.
+        the caller's copy lacks; nothing is stored then. Raises TooManyPending when the model
+        would hold more than ``max_pending_bytes`` of predictions awaiting their label.
         """
         keys = ModelKeys(name)
         pending = [keys.pending(t) for t in tokens]
-        args: list[Arg] = [epoch, *made.guard, int(force), ttl_s, made.r2, *records]
-        reply = await self._predict(keys=[keys.meta, keys.snap, keys.log, *pending], args=args)
+        args: list[Arg] = [epoch, *made.guard, int(force), ttl_s, made.r2, max_pending_bytes]
+        args += records
+        reply = await self._predict(
+            keys=[keys.meta, keys.snap, keys.log, keys.pend, *pending], args=args
+        )
+        if int(reply[0]) == PENDING_FULL:
+            wait, held, size = int(reply[1]), int(reply[2]), int(reply[3])
+            raise TooManyPending(
+                f"Model {name!r} holds {held} bytes of predictions awaiting their label; "
+                f"these {len(tokens)} would take {size} more, past its limit of "
+                f"{max_pending_bytes} (PERCEPTRON_MAX_PENDING_BYTES). Send feedback for "
+                "pending predictions, lower the model's feedback_ttl_s, or retry after "
+                f"{wait} s, when the oldest lapse.",
+                retry_after_s=wait,
+            )
         if self._check(name, reply) == 0:
             return await self._sync_data(keys, reply, made.version)
         return None
@@ -278,13 +372,14 @@ class Store:
         labels: Sequence[int],
         n_classes: int,
         when: Bucket,
+        ttl_s: int,
     ) -> FeedbackBatch:
         """Apply the true class index of each pending prediction, once each."""
         keys = ModelKeys(name)
         pending = [keys.pending(t) for t in tokens]
         reply = await self._feedback(
-            keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, *pending],
-            args=[epoch, n_classes, when.bucket, when.keep, *labels],
+            keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, keys.pend, *pending],
+            args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
         self._check(name, reply)
         flat = [int(v) for v in reply[2:]]
@@ -330,8 +425,15 @@ class Store:
     def _check(name: str, reply: list[Any]) -> int:
         """A script's status, once the model is known to exist at the caller's epoch."""
         status = int(reply[0])
-        if status == -1:
+        if status == NO_MODEL:
             raise ModelNotFound(name)
-        if status == -2:
+        if status == STALE_EPOCH:
             raise StaleModel(name)
+        if status == STATE_LOST:
+            raise _lost(name, _str(reply[1]))
         return status
+
+
+def _lost(name: str, what: str) -> ModelStateLost:
+    log.error("model %r is not served: %s", name, what)
+    return ModelStateLost(name, what)

@@ -10,7 +10,27 @@ A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payl
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
 "|" .. version``. Status codes: 1 done, 2 duplicate, 0 stale copy (sync data follows),
 -1 no such model, -2 the caller's model epoch is stale, -3 unknown or expired prediction,
--4 conflicting feedback.
+-4 conflicting feedback, -5 the model's state is incomplete (``{-5, what}``), -6 the model
+holds as many pending bytes as it may (``{-6, seconds until some lapse}``).
+
+``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
+log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
+model whose keys were evicted or deleted by hand is refused, never served from zeros.
+"""
+
+# Protocol constants the scripts share with Python, written once here.
+RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
+RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
+RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
+PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
+PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
+
+_CONSTANTS = f"""
+local WINDOW = {RING_SIZE}
+local RECENT_KEPT = {RECENT_KEPT}
+local RECENT_MAX_BYTES = {RECENT_MAX_BYTES}
+local PENDING_BUCKETS = {PENDING_BUCKETS}
+local PENDING_OVERHEAD = {PENDING_OVERHEAD}
 """
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
@@ -21,9 +41,17 @@ Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. 
 # as much as a plain LRANGE.
 _SYNC = """
 local INLINE = 64
-local function sync(meta, log, from)
-  local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv')
+local function sync(meta, snap, log, from)
+  local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv', 'snaplen')
   local snapv = tonumber(st[4])
+  if redis.call('LLEN', log) ~= tonumber(st[2]) - snapv then
+    return {-5, 'its update log is incomplete'}
+  end
+  local snaplen = tonumber(st[5] or -1)
+  local held = redis.call('STRLEN', snap)
+  if (snaplen >= 0 and held ~= snaplen) or (snaplen < 0 and snapv > 0 and held == 0) then
+    return {-5, 'its weights snapshot is missing'}
+  end
   if from < snapv or tonumber(st[2]) - from > INLINE then
     return {1, st[1], st[2], st[3], snapv, 1, {}}
   end
@@ -37,7 +65,7 @@ CREATE = """
 local cfg = redis.call('HGET', KEYS[1], 'cfg')
 if cfg then return {0, cfg} end
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
-  'version', 0, 'seen', 0, 'snapv', 0)
+  'version', 0, 'seen', 0, 'snapv', 0, 'snaplen', 0)
 return {1}
 """
 
@@ -47,7 +75,7 @@ SYNC = (
     _SYNC
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
-return sync(KEYS[1], KEYS[3], tonumber(ARGV[1]))
+return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 """
 )
 
@@ -58,7 +86,6 @@ return sync(KEYS[1], KEYS[3], tonumber(ARGV[1]))
 # record(..., seen before, n examples, marks: '0'/'1' per example in order (the last ones at
 # least), mistakes, cells: {confusion field = count}, recent: entries, oldest first)
 _RECORD = """
-local WINDOW = 1000
 local function record(meta, series, ring, recentkey, bucket, keep, seen, n, marks, mistakes,
     cells, recent)
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
@@ -83,46 +110,114 @@ local function record(meta, series, ring, recentkey, bucket, keep, seen, n, mark
   if bucket > last or not known then redis.call('HSET', series, 'last', bucket) end
   redis.call('HINCRBY', series, bucket .. ':n', n)
   if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
-  if #recent > 0 then
-    local length = redis.call('LPUSH', recentkey, unpack(recent, math.max(1, #recent - 99)))
-    if length > 150 then redis.call('LTRIM', recentkey, 0, 99) end
+  local kept = {}
+  for i = math.max(1, #recent - RECENT_KEPT + 1), #recent do
+    if #recent[i] <= RECENT_MAX_BYTES then kept[#kept + 1] = recent[i] end
+  end
+  if #kept > 0 then
+    local length = redis.call('LPUSH', recentkey, unpack(kept))
+    if length > RECENT_KEPT + RECENT_KEPT / 2 then
+      redis.call('LTRIM', recentkey, 0, RECENT_KEPT - 1)
+    end
   end
 end
 """
 
-# KEYS = meta, snap, log, pending_1 .. pending_n  /  ARGV[1] = epoch, ARGV[2] = version the
-# predictions used, ARGV[3] = seen count they used ('' when it does not matter), ARGV[4] =
-# '1' to store whatever the version, ARGV[5] = ttl seconds, ARGV[6] = largest squared feature
-# norm among them, ARGV[6 + i] = pending record i
-# returns {1} stored, the sync reply with status 0 when the copy was stale, -1 or -2
+# Shared by the scripts that store or answer predictions: what each model holds pending,
+# counted in bytes per creation bucket of ttl / PENDING_BUCKETS seconds, by Redis's clock.
+# Hash ``pend``: field <bucket> = bytes made then and not answered yet, ``bytes`` = their
+# sum, ``oldest`` = the oldest bucket held. Every key made in bucket b is gone by
+# (b + 1) * width + ttl; a bucket is dropped then (a rescan, at most once per bucket width).
+_PENDING = """
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function pending_width(ttl) return math.max(1, math.ceil(ttl / PENDING_BUCKETS)) end
+local function pending_held(pend, ttl, now)
+  local width = pending_width(ttl)
+  local st = redis.call('HMGET', pend, 'bytes', 'oldest')
+  local bytes, oldest = tonumber(st[1] or 0), tonumber(st[2])
+  if oldest and (oldest + 1) * width + ttl <= now then
+    local all = redis.call('HGETALL', pend)
+    bytes, oldest = 0, nil
+    for i = 1, #all, 2 do
+      local b = tonumber(all[i])
+      if b then
+        if (b + 1) * width + ttl <= now then
+          redis.call('HDEL', pend, all[i])
+        else
+          bytes = bytes + tonumber(all[i + 1])
+          if not oldest or b < oldest then oldest = b end
+        end
+      end
+    end
+    if oldest then
+      redis.call('HSET', pend, 'bytes', bytes, 'oldest', oldest)
+    else
+      redis.call('DEL', pend)
+    end
+  end
+  return math.max(0, bytes), oldest, width
+end
+local function pending_size(key, record) return #key + #record + PENDING_OVERHEAD end
+"""
+
+# KEYS = meta, snap, log, pend, pending_1 .. pending_n  /  ARGV[1] = epoch, ARGV[2] = version
+# the predictions used, ARGV[3] = seen count they used ('' when it does not matter), ARGV[4]
+# = '1' to store whatever the version, ARGV[5] = ttl seconds, ARGV[6] = largest squared
+# feature norm among them, ARGV[7] = most bytes the model may hold pending (0: no limit),
+# ARGV[7 + i] = pending record i
+# returns {1} stored, the sync reply with status 0 when the copy was stale, -1, -2, -5, or
+# {-6, seconds until some pending bytes lapse, bytes held, bytes of these predictions}
 PREDICT = (
-    _SYNC
+    _CONSTANTS
+    + _SYNC
+    + _PENDING
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3])) then
-  local reply = sync(KEYS[1], KEYS[3], tonumber(ARGV[2]))
-  reply[1] = 0
+  local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
+  if reply[1] == 1 then reply[1] = 0 end
   return reply
 end
-for i = 4, #KEYS do
-  redis.call('SET', KEYS[i], ARGV[i + 3], 'EX', ARGV[5])
+local ttl, cap, now = tonumber(ARGV[5]), tonumber(ARGV[7]), clock()
+local held, oldest, width = pending_held(KEYS[4], ttl, now)
+local size = 0
+for i = 5, #KEYS do size = size + pending_size(KEYS[i], ARGV[i + 3]) end
+if cap > 0 and held + size > cap then
+  local wait = ttl
+  if oldest then wait = math.ceil((oldest + 1) * width + ttl - now) end
+  return {-6, math.max(1, wait), held, size}
 end
-redis.call('HINCRBY', KEYS[1], 'predictions', #KEYS - 3)
+for i = 5, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + 3], 'EX', ttl)
+end
+local bucket = math.floor(now / width)
+redis.call('HINCRBY', KEYS[4], bucket, size)
+redis.call('HINCRBY', KEYS[4], 'bytes', size)
+if not oldest then redis.call('HSET', KEYS[4], 'oldest', bucket) end
+redis.call('HINCRBY', KEYS[1], 'predictions', #KEYS - 4)
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
 return {1}
 """
 )
 
-# KEYS = meta, log, series, ring, recent, pending_1 .. pending_n  /  ARGV[1] = epoch of the
-# caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] = buckets kept,
-# ARGV[4 + i] = true class index of prediction i
+# KEYS = meta, log, series, ring, recent, pend, pending_1 .. pending_n  /  ARGV[1] = epoch
+# of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] =
+# buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index of
+# prediction i. An answer is kept ttl seconds after it was given, so that the same feedback
+# sent again within that time is a duplicate; its prediction's bytes no longer count as
+# pending.
 # returns {-1} or {-2} for the whole call, else {version, log length, then per prediction:
 # status (1 applied, 2 duplicate, -3 unknown or expired, -4 conflict), mistake, updated,
 # version (for -4: the class index given before)}
 FEEDBACK = (
-    _RECORD
+    _CONSTANTS
+    + _RECORD
+    + _PENDING
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
 local epoch = st[1]
@@ -136,7 +231,8 @@ local function answer(status, m, u, v)
   n = n + 4
 end
 local unknown, dups, conflicts = 0, 0, 0
-for i = 6, #KEYS do
+local ttl, now = tonumber(ARGV[5]), nil
+for i = 7, #KEYS do
   local t = ARGV[i - 1]
   local p = redis.call('GET', KEYS[i])
   if not p or string.sub(p, 2, 17) ~= epoch then
@@ -167,8 +263,16 @@ for i = 6, #KEYS do
     mistakes = mistakes + m
     local cell = 'cm:' .. served .. ':' .. t
     cells[cell] = (cells[cell] or 0) + 1
+    now = now or clock()
+    local made = now - ttl + redis.call('PTTL', KEYS[i]) / 1000
+    local b = math.floor(made / pending_width(ttl))
+    if redis.call('HEXISTS', KEYS[6], b) == 1 then
+      local size = pending_size(KEYS[i], p)
+      if redis.call('HINCRBY', KEYS[6], b, -size) <= 0 then redis.call('HDEL', KEYS[6], b) end
+      redis.call('HINCRBY', KEYS[6], 'bytes', -size)
+    end
     redis.call('SET', KEYS[i],
-      'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'KEEPTTL')
+      'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'EX', ttl)
     answer(1, m, updated, version)
   end
 end
@@ -199,15 +303,16 @@ return out
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2
 LEARN = (
-    _SYNC
+    _CONSTANTS
+    + _SYNC
     + _RECORD
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
-  local reply = sync(KEYS[1], KEYS[3], tonumber(ARGV[2]))
-  reply[1] = 0
+  local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
+  if reply[1] == 1 then reply[1] = 0 end
   return reply
 end
 local seen, version = tonumber(st[3]), tonumber(st[2])
@@ -237,11 +342,12 @@ return {1, version, seen + n, log_length}
 # KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = config JSON, ARGV[2] = new
 # epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights at
 # that version ('' for zeros), then counter field / value pairs
-# returns 1; the model's pending predictions become unknown (the epoch changed)
+# returns 1; the model's pending predictions become unknown (the epoch changed), though their
+# keys, and so their count in ``pend``, stay until they expire
 REPLACE = """
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
-  'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4])
+  'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4], 'snaplen', #ARGV[6])
 for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6]) end
 return 1
@@ -257,6 +363,6 @@ local v, snapv = tonumber(ARGV[2]), tonumber(st[3])
 if v <= snapv or v > tonumber(st[2]) then return 0 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[3], v - snapv, -1)
-redis.call('HSET', KEYS[1], 'snapv', v)
+redis.call('HSET', KEYS[1], 'snapv', v, 'snaplen', #ARGV[3])
 return 1
 """
