@@ -608,12 +608,12 @@ def test_averaged_prediction_uses_the_mean_of_past_weights() -> None:
     [
         pytest.param(
             {"margin": -1},
-            "The 'margin' parameter must be a float >= 0. Got -1 instead.",
+            "The 'margin' parameter must be a float in [0, 1e12]. Got -1 instead.",
             id="margin",
         ),
         pytest.param(
             {"margin": math.nan},
-            "The 'margin' parameter must be a float >= 0. Got nan instead.",
+            "The 'margin' parameter must be a float in [0, 1e12]. Got nan instead.",
             id="margin-nan",
         ),
         pytest.param(
@@ -676,7 +676,7 @@ def test_averaged_prediction_uses_the_mean_of_past_weights() -> None:
         ),
         pytest.param(
             {"feedback_ttl_s": 0},
-            "The 'feedback_ttl_s' parameter must be an int >= 1. Got 0 instead.",
+            "The 'feedback_ttl_s' parameter must be an int in [1, 2592000] (30 days). Got 0 instead.",
             id="feedback-ttl",
         ),
         pytest.param(

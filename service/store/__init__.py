@@ -18,7 +18,7 @@ from .redis_store import (
     Store,
     SyncData,
 )
-from .scripts import RING_SIZE
+from .scripts import RECENT_KEPT, RING_SIZE
 
 __all__ = [
     "APPLIED",
@@ -32,6 +32,7 @@ __all__ = [
     "LearnBatch",
     "Made",
     "Observations",
+    "RECENT_KEPT",
     "RING_SIZE",
     "LearnResult",
     "ModelKeys",

@@ -14,6 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
 from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
+from .scripts import RECENT_KEPT
 
 Client = Redis | RedisCluster
 log = logging.getLogger("perceptron")
@@ -224,7 +225,7 @@ class Store:
             pipe.hgetall(keys.meta)
             pipe.get(keys.ring)
             pipe.hgetall(keys.series)
-            pipe.lrange(keys.recent, 0, 99)  # the list may hold up to 150 between trims
+            pipe.lrange(keys.recent, 0, RECENT_KEPT - 1)  # it may hold more between trims
             meta, ring, series, recent = await pipe.execute()
         if not meta:
             return None
