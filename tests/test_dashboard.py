@@ -79,6 +79,11 @@ def page(browser: BrowserContext) -> Iterator[Page]:
     expect.set_options(timeout=10_000)  # the page refreshes every 2 s
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    # The service's Content-Security-Policy must not block any part of its own page.
+    page.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     yield page
     assert errors == [], f"the page raised: {errors}"
 
