@@ -676,7 +676,8 @@ def test_averaged_prediction_uses_the_mean_of_past_weights() -> None:
         ),
         pytest.param(
             {"feedback_ttl_s": 0},
-            "The 'feedback_ttl_s' parameter must be an int in [1, 2592000] (30 days). Got 0 instead.",
+            "The 'feedback_ttl_s' parameter must be an int in [1, 2592000] (30 days). "
+            "Got 0 instead.",
             id="feedback-ttl",
         ),
         pytest.param(
