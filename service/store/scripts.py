@@ -231,7 +231,7 @@ local function answer(status, m, u, v)
   n = n + 4
 end
 local unknown, dups, conflicts = 0, 0, 0
-local ttl, now = tonumber(ARGV[5]), nil
+local ttl, now, answered = tonumber(ARGV[5]), nil, {}
 for i = 7, #KEYS do
   local t = ARGV[i - 1]
   local p = redis.call('GET', KEYS[i])
@@ -266,14 +266,22 @@ for i = 7, #KEYS do
     now = now or clock()
     local made = now - ttl + redis.call('PTTL', KEYS[i]) / 1000
     local b = math.floor(made / pending_width(ttl))
-    if redis.call('HEXISTS', KEYS[6], b) == 1 then
-      local size = pending_size(KEYS[i], p)
-      if redis.call('HINCRBY', KEYS[6], b, -size) <= 0 then redis.call('HDEL', KEYS[6], b) end
-      redis.call('HINCRBY', KEYS[6], 'bytes', -size)
-    end
+    answered[b] = (answered[b] or 0) + pending_size(KEYS[i], p)
     redis.call('SET', KEYS[i],
       'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'EX', ttl)
     answer(1, m, updated, version)
+  end
+end
+-- Answered predictions no longer count as pending: their bytes leave their buckets.
+for b, size in pairs(answered) do
+  local held = tonumber(redis.call('HGET', KEYS[6], b))
+  if held then
+    if held <= size then
+      redis.call('HDEL', KEYS[6], b)
+    else
+      redis.call('HSET', KEYS[6], b, held - size)
+    end
+    redis.call('HINCRBY', KEYS[6], 'bytes', -math.min(held, size))
   end
 end
 if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) end
