@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import operator
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -30,15 +31,18 @@ from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .replica import Replica
 from .sequence import run_sequence
+from .settings import Settings
 from .store import (
     APPLIED,
     UNKNOWN,
     Bucket,
     Made,
+    Store,
     SyncData,
     valid_name,
     valid_token,
 )
+from .writer import Learned, Writers
 
 log = logging.getLogger("perceptron")
 
@@ -64,14 +68,20 @@ class Feedback:
     duplicate: bool
 
 
-# What learning one example did: (the label predicted before learning it, whether that was a
-# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
-# makes thousands.
-Learned = tuple[Label, bool, bool, int]
-
-
 class Engine(Catalog):
     """What each learning endpoint does; one per worker process."""
+
+    def __init__(
+        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
+    ) -> None:
+        super().__init__(store, settings, clock)
+        self.writers = Writers(
+            store, settings, clock, self._writer_replica, self._learn_here, self._learning
+        )
+
+    async def close(self) -> None:
+        await self.writers.close()
+        await super().close()
 
     def _encode_all(self, config: ModelConfig, batch: Batch) -> list[Example]:
         s = self.settings
@@ -230,13 +240,24 @@ class Engine(Catalog):
                     code="length_mismatch",
                 )
             ts = [_class_index(rep.config, label) for label in labels]
-            examples = list(zip(xs, ts, strict=True))
-            result: list[Learned] = await self._coalescer("learn", rep, self._learn).submit(
-                examples
-            )
-            return result
+            return await self.writers.learn(rep, list(zip(xs, ts, strict=True)))
 
         result: list[Learned] = await self._on_replica(name, run)
+        return result
+
+    async def _writer_replica(self, name: str, fresh: bool) -> Replica:
+        if fresh:
+            self._drop(name)
+        return await self.replica(name)
+
+    def _learning(self, name: str) -> bool:
+        rep = self._replicas.get(name)
+        queue = rep.queues.get("learn") if rep is not None else None
+        return queue is not None and not queue.idle
+
+    async def _learn_here(self, rep: Replica, examples: list[tuple[Example, int]]) -> list[Learned]:
+        """Learn on this worker's replica, in the group commit of the model's learns."""
+        result: list[Learned] = await self._coalescer("learn", rep, self._learn).submit(examples)
         return result
 
     async def _learn(self, rep: Replica, examples: list[tuple[Example, int]]) -> list[Learned]:

@@ -30,6 +30,12 @@ class Settings(BaseSettings):
         default=86_400, ge=60, description="How far back the mistake-rate time series goes."
     )
     max_batch: int = Field(default=10_000, ge=1, description="Most examples in one batch request.")
+    learn_wait_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="How long a /learn waits for the model's writer (the worker learning for "
+        "it) before a 503; the examples may have been learned then.",
+    )
     learn_attempts: int = Field(
         default=50, ge=1, description="Optimistic retries of one /learn before answering 503."
     )

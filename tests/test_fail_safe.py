@@ -131,6 +131,9 @@ def test_a_model_whose_keys_were_lost_is_never_served(
         wait_until(lambda: int(r.hget("pcp:{m}:meta", "snapv") or 0) > 0, what="compaction")
         learn(api.http, "m", 50)  # updates past the snapshot, in the log
         assert r.llen("pcp:{m}:log") > 0
+        pid = api.http.post("/predict", json={"model": "m", "features": [1, 0, 0]}).json()[
+            "prediction_id"
+        ]
         if "snapshot" in lost:
             r.delete("pcp:{m}:snap")
         if "log" in lost:
@@ -147,6 +150,13 @@ def test_a_model_whose_keys_were_lost_is_never_served(
             found = error(fresh.http.request(method, path, json=body), 503, "model_state_lost")
             assert "import" in found["detail"], found
     assert any("not served" in r.getMessage() for r in caplog.records)
+    # A worker that still holds the whole model in memory extends no broken log either.
+    if "log" in lost:
+        for path, body in [
+            ("/learn", {"model": "m", "features": [1, 0, 0], "label": 1}),
+            ("/feedback", {"prediction_id": pid, "label": 1}),
+        ]:
+            error(api.http.post(path, json=body), 503, "model_state_lost")
     # What an admin can do about it: import a good export, or reset.
     assert fresh.http.post("/models/m/reset").status_code == 200
     assert (

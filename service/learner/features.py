@@ -36,10 +36,13 @@ class Example:
 
     values: np.ndarray
     index: np.ndarray | None = None
+    sq: float | None = None  # the squared norm, once computed (or carried with the example)
 
     @property
     def sq_norm(self) -> float:
-        return float(self.values.dot(self.values))
+        if self.sq is None:
+            self.sq = float(self.values.dot(self.values))
+        return self.sq
 
 
 def bucket(name: str, hash_bits: int) -> int:

@@ -63,6 +63,22 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:pend"
 
     @property
+    def writer(self) -> str:
+        """The lease of the worker that learns for the model now (scripts.HANDOFF)."""
+        return f"{PREFIX}:{{{self.name}}}:writer"
+
+    @property
+    def learns(self) -> str:
+        """Learn requests handed to the model's writer, oldest first."""
+        return f"{PREFIX}:{{{self.name}}}:learns"
+
+    def answer(self, token: str) -> str:
+        """Where the writer pushes the answer to one handed-off request."""
+        if not valid_token(token):
+            raise ValueError("Invalid request token.")
+        return f"{PREFIX}:{{{self.name}}}:a:{token}"
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every key of the model but its pending predictions (those expire on their own)."""
         return (self.meta, self.snap, self.log, self.series, self.ring, self.recent, self.pend)

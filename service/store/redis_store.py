@@ -120,6 +120,10 @@ class LearnResult:
     log_length: int
 
 
+def _bytes(v: bytes | str) -> bytes:
+    return v if isinstance(v, bytes) else v.encode()
+
+
 def _str(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
@@ -140,6 +144,9 @@ class Store:
         self._learn = client.register_script(scripts.LEARN)
         self._compact = client.register_script(scripts.COMPACT)
         self._replace = client.register_script(scripts.REPLACE)
+        self._handoff = client.register_script(scripts.HANDOFF)
+        self._take = client.register_script(scripts.TAKE)
+        self._release = client.register_script(scripts.RELEASE)
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -421,6 +428,49 @@ class Store:
             keys=[keys.meta, keys.snap, keys.log], args=[epoch, version, data]
         )
         return int(reply) == 1
+
+    # -- one writer per model (scripts.HANDOFF) -------------------------------------------
+
+    async def hand_off(self, name: str, me: str, lease_ms: int, request: bytes) -> bool:
+        """Queue a learn request for the model's writer; True (nothing queued) when the
+        caller holds, or just took, the lease and learns it itself."""
+        keys = ModelKeys(name)
+        reply = await self._handoff(keys=[keys.writer, keys.learns], args=[me, lease_ms, request])
+        return int(reply) == 1
+
+    async def claim_writer(self, name: str, me: str, lease_ms: int) -> bool:
+        """Take the lease if no worker holds it."""
+        return bool(await self.client.set(ModelKeys(name).writer, me, nx=True, px=lease_ms))
+
+    async def take_learns(self, name: str, me: str, lease_ms: int, most: int) -> list[bytes] | None:
+        """Renew the lease and take up to ``most`` queued requests; None: another holds it."""
+        keys = ModelKeys(name)
+        reply = await self._take(keys=[keys.writer, keys.learns], args=[me, lease_ms, most])
+        if int(reply[0]) == 0:
+            return None
+        return list(reply[1:])
+
+    async def wait_learn(self, name: str, wait_s: float) -> bytes | None:
+        """The next queued request, waiting up to ``wait_s`` for one."""
+        got = await self.client.blpop([ModelKeys(name).learns], timeout=wait_s)
+        return None if got is None else _bytes(got[1])
+
+    async def release_writer(self, name: str, me: str, force: bool = False) -> bool:
+        """Give the lease up, unless requests are waiting (or ``force``); whether it was."""
+        keys = ModelKeys(name)
+        reply = await self._release(keys=[keys.writer, keys.learns], args=[me, int(force)])
+        return int(reply) == 1
+
+    async def push_answer(self, name: str, token: str, data: bytes, ttl_s: int) -> None:
+        key = ModelKeys(name).answer(token)
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.rpush(key, data)
+            pipe.expire(key, ttl_s)
+            await pipe.execute()
+
+    async def wait_answer(self, name: str, token: str, wait_s: float) -> bytes | None:
+        got = await self.client.blpop([ModelKeys(name).answer(token)], timeout=wait_s)
+        return None if got is None else _bytes(got[1])
 
     @staticmethod
     def _check(name: str, reply: list[Any]) -> int:

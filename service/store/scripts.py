@@ -41,17 +41,24 @@ local PENDING_OVERHEAD = {PENDING_OVERHEAD}
 # as much as a plain LRANGE.
 _SYNC = """
 local INLINE = 64
-local function sync(meta, snap, log, from)
-  local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv', 'snaplen')
-  local snapv = tonumber(st[4])
-  if redis.call('LLEN', log) ~= tonumber(st[2]) - snapv then
-    return {-5, 'its update log is incomplete'}
+local function lost(meta, snap, log)
+  local st = redis.call('HMGET', meta, 'version', 'snapv', 'snaplen')
+  local snapv = tonumber(st[2])
+  if redis.call('LLEN', log) ~= tonumber(st[1]) - snapv then
+    return 'its update log is incomplete'
   end
-  local snaplen = tonumber(st[5] or -1)
+  local snaplen = tonumber(st[3] or -1)
   local held = redis.call('STRLEN', snap)
   if (snaplen >= 0 and held ~= snaplen) or (snaplen < 0 and snapv > 0 and held == 0) then
-    return {-5, 'its weights snapshot is missing'}
+    return 'its weights snapshot is missing'
   end
+  return nil
+end
+local function sync(meta, snap, log, from)
+  local why = lost(meta, snap, log)
+  if why then return {-5, why} end
+  local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv')
+  local snapv = tonumber(st[4])
   if from < snapv or tonumber(st[2]) - from > INLINE then
     return {1, st[1], st[2], st[3], snapv, 1, {}}
   end
@@ -219,10 +226,13 @@ FEEDBACK = (
     + _RECORD
     + _PENDING
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen')
+local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'snapv')
 local epoch = st[1]
 if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
+if redis.call('LLEN', KEYS[2]) ~= tonumber(st[2]) - tonumber(st[4]) then
+  return {-5, 'its update log is incomplete'}  -- never extend a log that lost entries
+end
 local version, seen = tonumber(st[2]), tonumber(st[3])
 local out, entries, marks, cells, recent = {}, {}, {}, {}, {}
 local mistakes, n = 0, 0
@@ -323,6 +333,8 @@ if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   if reply[1] == 1 then reply[1] = 0 end
   return reply
 end
+local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
+if why then return {-5, why} end
 local seen, version = tonumber(st[3]), tonumber(st[2])
 local n, mistakes = tonumber(ARGV[7]), tonumber(ARGV[8])
 local cells, i = {}, 11
@@ -372,5 +384,49 @@ if v <= snapv or v > tonumber(st[2]) then return 0 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[3], v - snapv, -1)
 redis.call('HSET', KEYS[1], 'snapv', v, 'snaplen', #ARGV[3])
+return 1
+"""
+
+# One writer per model: the worker that holds ``writer`` (a lease, renewed while it works)
+# learns every /learn of the model; the others push their checked examples to ``learns`` and
+# wait for the answer. Correctness never rests on the lease: a learn commit is still guarded
+# by the version it was computed on, so two writers at once (a lease that lapsed) cost a
+# retry, never an update.
+
+# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = lease ms, ARGV[3] = request
+# returns 1 when the caller holds the lease (it learns the request itself; nothing queued),
+# 0 when the request was queued for the writer
+HANDOFF = """
+local holder = redis.call('GET', KEYS[1])
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if holder == ARGV[1] then return 1 end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+return 0
+"""
+
+# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = lease ms, ARGV[3] = most
+# requests to take
+# returns {1, requests...} and renews the lease while the caller holds it (or takes it when
+# free); {0} when another worker holds it
+TAKE = """
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then return {0} end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local taken = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
+if not taken then return {1} end
+table.insert(taken, 1, 1)
+return taken
+"""
+
+# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = '1' to give it up even
+# with requests waiting (the worker stops)
+# gives the lease up unless requests are waiting; returns 1 when given up, 0 when kept
+RELEASE = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 end
+if ARGV[2] ~= '1' and redis.call('LLEN', KEYS[2]) > 0 then return 0 end
+redis.call('DEL', KEYS[1])
 return 1
 """

@@ -1,0 +1,216 @@
+"""One model, many writers: packed /learn/batch throughput as workers are added.
+
+    .venv/bin/python deploy/bench/writers.py                       # this tree alone
+    .venv/bin/python deploy/bench/writers.py --baseline REV        # and REV, alternated
+
+For each W in --workers: a fresh redis-server and ``perceptron serve --workers W`` on
+loopback, one dense binary model (d=100), and --clients writer processes that each send
+packed 1000 x 100 batches to that model, back to back on one keep-alive connection, for
+--seconds. Reported: examples learned per second (from the model's own counter), requests
+that did not answer 200, and the model's version against the updates the answers
+acknowledged (they must be equal). With --baseline, the same runs on a checkout of REV
+(a git worktree made here, removed at the end), alternated run by run, and the ratio.
+Every process is started here, bound to 127.0.0.1, and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+DIM, BATCH = 100, 1000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(what)
+
+
+def call(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=data, headers={"content-type": "application/json"})
+    r = conn.getresponse()
+    out = r.status, r.read()
+    conn.close()
+    return out
+
+
+def bodies(seed: int, n: int = 8) -> list[bytes]:
+    """Packed batches of a linearly separable problem with some noise (updates throughout)."""
+    rng = np.random.default_rng(seed)
+    truth = np.random.default_rng(0).normal(size=DIM)
+    out = []
+    for _ in range(n):
+        x = rng.normal(size=(BATCH, DIM))
+        y = np.where(x @ truth + rng.normal(scale=2.0, size=BATCH) > 0, 1, -1)
+        packed = base64.b64encode(x.astype("<f8").tobytes()).decode()
+        out.append(
+            json.dumps({"model": "w", "packed_features": packed, "labels": y.tolist()}).encode()
+        )
+    return out
+
+
+def writer(port: int, seed: int, until: float, out: Any) -> None:
+    batches = bodies(seed)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"content-type": "application/json"}
+    sent = ok = updates = 0
+    statuses: dict[int, int] = {}
+    while time.time() < until:
+        conn.request("POST", "/learn/batch", body=batches[sent % len(batches)], headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        sent += 1
+        if r.status == 200:
+            ok += 1
+            updates += sum(json.loads(data)["updated"])
+        else:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+    conn.close()
+    out.put((ok, updates, statuses))
+
+
+class Run:
+    def __init__(self, tree: Path, workers: int, clients: int, seconds: float) -> None:
+        self.tree, self.workers, self.clients, self.seconds = tree, workers, clients, seconds
+
+    def __call__(self) -> dict[str, Any]:
+        rport, port = free_port(), free_port()
+        folder = tempfile.mkdtemp(prefix="pcp-writers-")
+        redis_proc = subprocess.Popen(
+            ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", folder],
+            stdout=subprocess.DEVNULL,
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(self.tree),
+            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
+            "PERCEPTRON_AUTH": "false",
+            "PERCEPTRON_DEFAULT_MODEL": "false",
+            "PERCEPTRON_LOG_LEVEL": "warning",
+        }
+        service = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve", "--port", str(port),
+             "--workers", str(self.workers)],
+            cwd=self.tree, env=env,
+        )
+        try:
+            wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
+            assert call(port, "PUT", "/models/w", {"n_features": DIM})[0] == 201
+            warm = bodies(99, 2)
+            for _ in range(2 * self.workers):  # every worker loads the model
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("POST", "/learn/batch", body=warm[0],
+                             headers={"content-type": "application/json"})
+                conn.getresponse().read()
+                conn.close()
+            before = json.loads(call(port, "GET", "/models/w")[1])
+            queue: Any = mp.Queue()
+            until = time.time() + self.seconds
+            procs = [mp.Process(target=writer, args=(port, 1 + i, until, queue))
+                     for i in range(self.clients)]
+            start = time.time()
+            for p in procs:
+                p.start()
+            results = [queue.get(timeout=self.seconds + 120) for _ in procs]
+            elapsed = time.time() - start
+            for p in procs:
+                p.join(30)
+            after = json.loads(call(port, "GET", "/models/w")[1])
+        finally:
+            service.send_signal(signal.SIGTERM)
+            service.wait(30)
+            redis_proc.send_signal(signal.SIGTERM)
+            redis_proc.wait(30)
+        statuses: dict[int, int] = {}
+        for _, _, s in results:
+            for k, v in s.items():
+                statuses[k] = statuses.get(k, 0) + v
+        learned = after["counters"]["learned"] - before["counters"]["learned"]
+        acknowledged = sum(u for _, u, _ in results)
+        return {
+            "examples_per_s": learned / elapsed,
+            "ok": sum(o for o, _, _ in results),
+            "failed": statuses,
+            "exact": after["version"] - before["version"] == acknowledged,
+        }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", default="1,2,4,6")
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--baseline", default=None, help="a git revision to compare with")
+    args = ap.parse_args()
+    trees = {"this": ROOT}
+    made = None
+    if args.baseline:
+        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
+                       cwd=ROOT, check=True)
+        trees["baseline"] = made
+    table: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    try:
+        for w in [int(v) for v in args.workers.split(",")]:
+            for _ in range(args.repeat):
+                for name, tree in trees.items():
+                    r = Run(tree, w, args.clients, args.seconds)()
+                    table.setdefault((name, w), []).append(r)
+                    print(f"W={w} {name}: {r['examples_per_s']:,.0f} examples/s, "
+                          f"{r['ok']} ok, failed {r['failed']}, exact {r['exact']}", flush=True)
+    finally:
+        if made is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
+    print(f"\n{args.clients} writer processes, packed {BATCH} x {DIM} batches, one model, "
+          f"{args.seconds:g} s runs, median of {args.repeat}")
+    head = "| W | " + " | ".join(f"{n} examples/s | {n} non-200" for n in trees)
+    print(head + (" | ratio |" if len(trees) > 1 else " |"))
+    print("|" + "---|" * (1 + 2 * len(trees) + (len(trees) > 1)))
+    for w in sorted({w for _, w in table}):
+        cells, meds = [], []
+        for n in trees:
+            runs = table[n, w]
+            med = statistics.median(r["examples_per_s"] for r in runs)
+            meds.append(med)
+            failed = sum(sum(r["failed"].values()) for r in runs)
+            total = failed + sum(r["ok"] for r in runs)
+            cells += [f"{med:,.0f}", f"{failed} of {total}"]
+        ratio = f" {meds[0] / meds[1]:.2f} |" if len(meds) > 1 else ""
+        print(f"| {w} | " + " | ".join(cells) + " |" + ratio)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Learn requests handed to a model's writer, and its answers: byte layouts. Pure: no I/O.
+
+A worker that does not write a model sends the examples it has already checked, as the
+learner holds them, so the writer only decodes arrays:
+
+request: ``b"L" token(22) deadline_ms(int64) epoch(16) n(uint32)``, then ``n`` class indices
+(int32) and ``n`` squared norms (float64, as the requester computed them), then the
+examples: for a dense model ``n x dim`` float64 values; for named features ``n`` non-zero
+counts (int32), every index (int32), every value (float64).
+
+answer: ``b"R"`` then the version just before the request's first example (int64), then per
+example the served class index (int32) and whether it updated (uint8): the versions after
+each follow as running sums. Or ``b"E"`` and a JSON object ``{status, code, detail}``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from itertools import accumulate
+
+import numpy as np
+
+from .errors import ServiceError
+from .learner import Example
+
+TOKEN_LENGTH = 22  # secrets.token_urlsafe(16)
+_HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq16sI")
+_START = struct.Struct("<q")
+
+
+@dataclass(frozen=True, slots=True)
+class LearnRequest:
+    token: str  # names the key its answer is pushed to
+    deadline_ms: int  # unix ms past which the requester no longer waits: not learned then
+    epoch: str
+    examples: list[tuple[Example, int]]
+
+
+def pack_request(
+    token: str, deadline_ms: int, epoch: str, examples: list[tuple[Example, int]]
+) -> bytes:
+    xs = [x for x, _ in examples]
+    ts = np.fromiter((t for _, t in examples), dtype="<i4", count=len(examples))
+    sq = np.fromiter((x.sq_norm for x in xs), dtype="<f8", count=len(xs))
+    head = _HEAD.pack(b"L", token.encode(), deadline_ms, epoch.encode(), len(examples)) + (
+        ts.tobytes() + sq.tobytes()
+    )
+    if xs[0].index is None:
+        return b"".join((head, _dense_values(xs)))
+    counts = np.fromiter((len(x.values) for x in xs), dtype="<i4", count=len(xs))
+    index = np.concatenate([x.index for x in xs if x.index is not None]).astype("<i4")
+    values = np.concatenate([x.values for x in xs]).astype("<f8", copy=False)
+    return head + counts.tobytes() + index.tobytes() + values.tobytes()
+
+
+def _dense_values(xs: list[Example]) -> memoryview | bytes:
+    """Every example's values end to end: without a copy when they are the consecutive rows
+    of one array (a packed batch), else joined."""
+    first, base = xs[0].values, xs[0].values.base
+    if isinstance(base, np.ndarray) and base.flags.c_contiguous and base.dtype == "<f8":
+        d, start = first.size, base.__array_interface__["data"][0]
+        rows = [v.__array_interface__["data"][0] for v in (first, xs[-1].values)]
+        if base.size == d * len(xs) and rows == [start, start + 8 * d * (len(xs) - 1)]:
+            return base.data.cast("B")
+    return np.concatenate([x.values for x in xs]).astype("<f8", copy=False).tobytes()
+
+
+def request_token(data: bytes) -> str:
+    """The token of a request, to answer it even when its examples cannot be read."""
+    token: bytes = _HEAD.unpack_from(data)[1]
+    return token.decode()
+
+
+def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
+    """The request; ``dense_dim`` is the model's n_features (None: named features)."""
+    kind, token, deadline_ms, epoch, n = _HEAD.unpack_from(data)
+    if kind != b"L":
+        raise ValueError("not a learn request")
+    at = _HEAD.size
+    ts = np.frombuffer(data, dtype="<i4", count=n, offset=at).tolist()
+    at += 4 * n
+    sq = np.frombuffer(data, dtype="<f8", count=n, offset=at).tolist()
+    at += 8 * n
+    xs: list[Example]
+    if dense_dim is not None:
+        values = np.frombuffer(data, dtype="<f8", count=n * dense_dim, offset=at)
+        rows = values.reshape(n, dense_dim)  # read-only views of the request
+        xs = [Example(row, None, s) for row, s in zip(rows, sq, strict=True)]
+    else:
+        counts = np.frombuffer(data, dtype="<i4", count=n, offset=at)
+        at += 4 * n
+        total = int(counts.sum())
+        index = np.frombuffer(data, dtype="<i4", count=total, offset=at).astype(np.int64)
+        at += 4 * total
+        values = np.frombuffer(data, dtype="<f8", count=total, offset=at).astype(np.float64)
+        cuts = np.cumsum(counts)[:-1]
+        xs = [
+            Example(v, i, s)
+            for v, i, s in zip(np.split(values, cuts), np.split(index, cuts), sq, strict=True)
+        ]
+    return LearnRequest(token.decode(), deadline_ms, epoch.decode(), list(zip(xs, ts, strict=True)))
+
+
+def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:
+    pairs = np.empty(len(served), dtype=[("served", "<i4"), ("updated", "u1")])
+    pairs["served"], pairs["updated"] = served, updated
+    return b"R" + _START.pack(start) + pairs.tobytes()
+
+
+def unpack_answer(data: bytes) -> tuple[list[int], list[bool], list[int]]:
+    """(served class indices, updated flags, the version after each example); raises the
+    writer's error for an error answer."""
+    if data[:1] == b"E":
+        raise error_of(json.loads(data[1:]))
+    (start,) = _START.unpack_from(data, 1)
+    pairs = np.frombuffer(data, dtype=[("served", "<i4"), ("updated", "u1")], offset=9)
+    updated = pairs["updated"].astype(bool).tolist()
+    versions = list(accumulate(updated, initial=start))[1:]
+    return pairs["served"].tolist(), updated, versions
+
+
+def pack_error(e: ServiceError) -> bytes:
+    return b"E" + json.dumps({"status": e.status, "code": e.code, "detail": e.message}).encode()
+
+
+def error_of(body: dict[str, object]) -> ServiceError:
+    e = ServiceError(str(body["detail"]), code=str(body["code"]))
+    e.status = int(str(body["status"]))
+    return e

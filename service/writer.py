@@ -1,0 +1,205 @@
+"""One writer per model: the worker holding a model's lease learns every /learn of it.
+
+Every /learn must be computed on the model's latest weights. When workers each computed and
+committed their own, each commit found the model changed by another worker's, caught up and
+computed again: the more workers, the more work thrown away, and requests failed. Here one
+worker at a time, the writer, learns for the model: it holds a lease in Redis, renewed while
+it works; the other workers push the examples they have checked (``handoff.py``) to the
+model's queue in Redis and wait for the answer. The writer takes the queue in order and
+learns everything waiting in one group commit (``batching.py``), so its replica is always
+current: no catch-up, no retry, whatever the number of workers. A worker that finds no writer
+becomes it (in the same script that would queue its request); a writer with nothing left to
+do gives the lease up; a writer that dies leaves the lease to lapse, and a waiting worker
+takes it and serves the queue.
+
+Correctness never rests on the lease: a commit is still guarded by the version it was
+computed on (``Engine._learn``), so two writers at once cost a retry, never an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
+from .errors import ServiceError, StaleModel, Unavailable
+from .handoff import (
+    pack_answer,
+    pack_error,
+    pack_request,
+    request_token,
+    unpack_answer,
+    unpack_request,
+)
+from .learner import Example, Label
+from .replica import Replica
+from .settings import Settings
+from .store import Store
+
+log = logging.getLogger("perceptron")
+
+# What learning one example did: (the label predicted before learning it, whether that was a
+# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
+# makes thousands.
+Learned = tuple[Label, bool, bool, int]
+Examples = list[tuple[Example, int]]
+
+LEASE_MS = 2000  # a writer that stops renewing is replaced after this
+WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
+IDLE_S = 0.2  # a writer with no request for this long gives the lease up
+ANSWER_WAIT_S = 0.25  # a requester's wait for its answer before it checks on the writer
+ANSWER_TTL_S = 60  # an answer nobody took is dropped after this
+MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
+STALE = "stale_model"  # the answer's code when the model was replaced since the request
+
+
+class Writers:
+    """This worker's side of the writers of every model: hand-offs, leases, queue drains."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        clock: Callable[[], float],
+        replica: Callable[[str, bool], Awaitable[Replica]],
+        learn_here: Callable[[Replica, Examples], Awaitable[list[Learned]]],
+        learning: Callable[[str], bool],
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self._replica = replica
+        self._learn_here = learn_here
+        self._learning = learning  # whether this worker has learns of the model in flight
+        self.me = secrets.token_hex(8)
+        self._writing: dict[str, asyncio.Task[None]] = {}
+        self._held: set[str] = set()  # models whose lease this worker took (maybe lapsed)
+        self._closing = False
+
+    def writes(self, name: str) -> bool:
+        return name in self._writing
+
+    async def learn(self, rep: Replica, examples: Examples) -> list[Learned]:
+        """Learn ``examples`` in order on the model's latest weights, wherever its writer is."""
+        if self.store.embedded or rep.name in self._writing:
+            return await self._learn_here(rep, examples)
+        token = secrets.token_urlsafe(16)
+        deadline = self.clock() + self.settings.learn_wait_s
+        request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
+        if await self.store.hand_off(rep.name, self.me, LEASE_MS, request):
+            self._start(rep.name)
+            return await self._learn_here(rep, examples)
+        while True:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise Unavailable(
+                    f"Model {rep.name!r}'s writer did not answer within "
+                    f"{self.settings.learn_wait_s:g} s (PERCEPTRON_LEARN_WAIT_S); the examples "
+                    "may have been learned.",
+                    code="learn_timeout",
+                )
+            answer = await self.store.wait_answer(rep.name, token, min(ANSWER_WAIT_S, left))
+            if answer is not None:
+                break
+            # No answer yet: a writer that died leaves the lease to lapse; then serve the queue.
+            if not self.writes(rep.name) and not self._closing:
+                if await self.store.claim_writer(rep.name, self.me, LEASE_MS):
+                    self._start(rep.name)
+        try:
+            served, updated, versions = unpack_answer(answer)
+        except ServiceError as e:
+            if e.code == STALE:
+                raise StaleModel(rep.name) from e
+            raise
+        classes = rep.config.classes
+        return [
+            (classes[s], s != t, u, v)
+            for s, u, v, (_, t) in zip(served, updated, versions, examples, strict=True)
+        ]
+
+    def _start(self, name: str) -> None:
+        if name not in self._writing and not self._closing:
+            self._held.add(name)
+            self._writing[name] = asyncio.create_task(self._write(name))
+
+    async def _write(self, name: str) -> None:
+        """Serve the model's queue while this worker holds its lease."""
+        in_flight: set[asyncio.Task[None]] = set()
+        idle_since = self.clock()
+        try:
+            while not self._closing:
+                room = MOST_IN_FLIGHT - len(in_flight)
+                if room <= 0:
+                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                taken = await self.store.take_learns(name, self.me, LEASE_MS, room)
+                if taken is None:
+                    break  # another worker writes the model now
+                if not taken:
+                    idle = not in_flight and not self._learning(name)
+                    if idle and self.clock() - idle_since > IDLE_S:
+                        if await self.store.release_writer(name, self.me):
+                            break
+                    one = await self.store.wait_learn(name, WAIT_S)
+                    if one is None:
+                        continue
+                    taken = [one]
+                idle_since = self.clock()
+                for request in taken:  # created in order: they join the group commit in order
+                    task = asyncio.create_task(self._serve(name, request))
+                    in_flight.add(task)
+                    task.add_done_callback(in_flight.discard)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the store is away: requesters time out or take the lease over
+            log.exception("the writer of model %r stopped", name)
+        finally:
+            del self._writing[name]
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
+
+    async def _serve(self, name: str, data: bytes) -> None:
+        """Learn one handed-off request and push its answer."""
+        try:
+            token = request_token(data)
+        except Exception:
+            log.error("model %r's queue held something that is not a learn request", name)
+            return
+        try:
+            rep = await self._replica(name, False)
+            request = unpack_request(data, rep.config.n_features)
+            if request.deadline_ms < self.clock() * 1000:
+                return  # its requester no longer waits: not learned, as it will have answered
+            if request.epoch != rep.epoch:  # one of the two copies is older than the model
+                rep = await self._replica(name, True)
+                if request.epoch != rep.epoch:
+                    raise StaleModel(name)
+            results = await self._learn_here(rep, request.examples)
+            index = {c: i for i, c in enumerate(rep.config.classes)}
+            served = [index[label] for label, _, _, _ in results]
+            updated = [u for _, _, u, _ in results]
+            answer = pack_answer(results[0][3] - updated[0], served, updated)
+        except StaleModel:
+            answer = pack_error(ServiceError("The model was replaced.", code=STALE))
+        except ServiceError as e:
+            answer = pack_error(e)
+        except Exception:
+            log.exception("learning a handed-off request of model %r failed", name)
+            answer = pack_error(ServiceError("The model's writer failed; this is a bug."))
+        with suppress(Exception):  # unanswered, the requester times out with a 503
+            await self.store.push_answer(name, token, answer, ANSWER_TTL_S)
+
+    async def close(self) -> None:
+        """Stop taking requests, finish those taken, and give every lease up."""
+        self._closing = True
+        tasks = list(self._writing.values())
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.settings.learn_wait_s)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for name in self._held:  # waiting requesters need not wait for the leases to lapse
+            with suppress(Exception):
+                await self.store.release_writer(name, self.me, force=True)
