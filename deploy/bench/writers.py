@@ -8,7 +8,8 @@ loopback, one dense binary model (d=100), and --clients writer processes that ea
 packed 1000 x 100 batches to that model, back to back on one keep-alive connection, for
 --seconds. Reported: examples learned per second (from the model's own counter), requests
 that did not answer 200, and the model's version against the updates the answers
-acknowledged (they must be equal). With --baseline, the same runs on a checkout of REV
+acknowledged (they must be equal), and first the ceiling: the learner loop alone on one core. With
+--baseline, the same runs on a checkout of REV
 (a git worktree made here, removed at the end), alternated run by run, and the ratio.
 Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
@@ -35,6 +36,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM, BATCH = 100, 1000
+
+
+def say(*parts: Any, flush: bool = True) -> None:
+    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+    if flush:
+        sys.stdout.flush()
 
 
 def free_port() -> int:
@@ -108,8 +115,19 @@ class Run:
         rport, port = free_port(), free_port()
         folder = tempfile.mkdtemp(prefix="pcp-writers-")
         redis_proc = subprocess.Popen(
-            ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", folder],
+            [
+                "redis-server",
+                "--port",
+                str(rport),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                folder,
+            ],
             stdout=subprocess.DEVNULL,
         )
         env = {
@@ -121,9 +139,18 @@ class Run:
             "PERCEPTRON_LOG_LEVEL": "warning",
         }
         service = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port),
-             "--workers", str(self.workers)],
-            cwd=self.tree, env=env,
+            [
+                sys.executable,
+                "-m",
+                "service.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                str(self.workers),
+            ],
+            cwd=self.tree,
+            env=env,
         )
         try:
             wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
@@ -131,15 +158,21 @@ class Run:
             warm = bodies(99, 2)
             for _ in range(2 * self.workers):  # every worker loads the model
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-                conn.request("POST", "/learn/batch", body=warm[0],
-                             headers={"content-type": "application/json"})
+                conn.request(
+                    "POST",
+                    "/learn/batch",
+                    body=warm[0],
+                    headers={"content-type": "application/json"},
+                )
                 conn.getresponse().read()
                 conn.close()
             before = json.loads(call(port, "GET", "/models/w")[1])
             queue: Any = mp.Queue()
             until = time.time() + self.seconds
-            procs = [mp.Process(target=writer, args=(port, 1 + i, until, queue))
-                     for i in range(self.clients)]
+            procs = [
+                mp.Process(target=writer, args=(port, 1 + i, until, queue))
+                for i in range(self.clients)
+            ]
             start = time.time()
             for p in procs:
                 p.start()
@@ -167,6 +200,26 @@ class Run:
         }
 
 
+def ceiling() -> float:
+    """The learner loop alone: examples/s of run_sequence on packed 1000 x 100 batches, the
+    best of 30 (one core, no HTTP, no Redis): what one model's writer can at most learn."""
+    sys.path.insert(0, str(ROOT))
+    from service.learner import ModelConfig, Weights
+    from service.learner.features import encode_matrix
+    from service.sequence import run_sequence
+
+    cfg = ModelConfig(n_features=DIM)
+    body = json.loads(bodies(5, 1)[0])
+    x = np.frombuffer(base64.b64decode(body["packed_features"]), dtype="<f8")
+    xs, ts = encode_matrix(cfg, x), [1 if y == 1 else 0 for y in body["labels"]]
+    best = float("inf")
+    for _ in range(30):
+        start = time.perf_counter()
+        run_sequence(cfg, "e" * 16, Weights.zeros(cfg), xs, ts)
+        best = min(best, time.perf_counter() - start)
+    return BATCH / best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", default="1,2,4,6")
@@ -175,12 +228,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--baseline", default=None, help="a git revision to compare with")
     args = ap.parse_args()
+    say(f"the learner loop alone (run_sequence, d={DIM}): {ceiling():,.0f} examples/s")
     trees = {"this": ROOT}
     made = None
     if args.baseline:
         made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
-                       cwd=ROOT, check=True)
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
+            cwd=ROOT,
+            check=True,
+        )
         trees["baseline"] = made
     table: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
@@ -189,16 +246,21 @@ def main() -> None:
                 for name, tree in trees.items():
                     r = Run(tree, w, args.clients, args.seconds)()
                     table.setdefault((name, w), []).append(r)
-                    print(f"W={w} {name}: {r['examples_per_s']:,.0f} examples/s, "
-                          f"{r['ok']} ok, failed {r['failed']}, exact {r['exact']}", flush=True)
+                    say(
+                        f"W={w} {name}: {r['examples_per_s']:,.0f} examples/s, "
+                        f"{r['ok']} ok, failed {r['failed']}, exact {r['exact']}",
+                        flush=True,
+                    )
     finally:
         if made is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
-    print(f"\n{args.clients} writer processes, packed {BATCH} x {DIM} batches, one model, "
-          f"{args.seconds:g} s runs, median of {args.repeat}")
+    say(
+        f"\n{args.clients} writer processes, packed {BATCH} x {DIM} batches, one model, "
+        f"{args.seconds:g} s runs, median of {args.repeat}"
+    )
     head = "| W | " + " | ".join(f"{n} examples/s | {n} non-200" for n in trees)
-    print(head + (" | ratio |" if len(trees) > 1 else " |"))
-    print("|" + "---|" * (1 + 2 * len(trees) + (len(trees) > 1)))
+    say(head + (" | ratio |" if len(trees) > 1 else " |"))
+    say("|" + "---|" * (1 + 2 * len(trees) + (len(trees) > 1)))
     for w in sorted({w for _, w in table}):
         cells, meds = [], []
         for n in trees:
@@ -209,7 +271,7 @@ def main() -> None:
             total = failed + sum(r["ok"] for r in runs)
             cells += [f"{med:,.0f}", f"{failed} of {total}"]
         ratio = f" {meds[0] / meds[1]:.2f} |" if len(meds) > 1 else ""
-        print(f"| {w} | " + " | ".join(cells) + " |" + ratio)
+        say(f"| {w} | " + " | ".join(cells) + " |" + ratio)
 
 
 if __name__ == "__main__":
