@@ -3,9 +3,13 @@
 Each route takes one dependency (``Reader``, ``Trainer`` or ``Admin``): resolving a
 dependency is a noticeable part of a request's cost, so the caller's key and the engine come
 together.
+
+The key is resolved once per request and kept in ``request.state``: routes of
+``FastJSONRoute`` resolve it, and check the route's role, before reading the body (a caller
+without a valid key must not get a large body read and parsed); the dependency then finds it
+there and checks the model, which only the body names.
 """
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -30,24 +34,50 @@ class Caller:
 
 
 def principal_of(request: Request) -> Principal:
+    """Who is calling: the principal ``authenticate`` kept, or else the key's, looked up now."""
+    known: Principal | None = getattr(request.state, "principal", None)
+    return known if known is not None else authenticate(request)
+
+
+def authenticate(request: Request) -> Principal:
+    """Who is calling, by the request's key (401 without a valid one); kept in
+    ``request.state`` for the request's dependencies."""
     keys: KeyRing | None = request.app.state.keys
     if keys is None:
-        return NOBODY_NEEDED
-    key = key_from_headers(request.headers.get("authorization"), request.headers.get("x-api-key"))
-    if key is None:
-        raise Unauthorized("An API key is needed: send 'Authorization: Bearer <key>'.")
-    principal = keys.find(key)
-    if principal is None:
-        raise Unauthorized("The API key is not valid.")
+        principal = NOBODY_NEEDED
+    else:
+        key = key_from_headers(
+            request.headers.get("authorization"), request.headers.get("x-api-key")
+        )
+        if key is None:
+            raise Unauthorized("An API key is needed: send 'Authorization: Bearer <key>'.")
+        found = keys.find(key)
+        if found is None:
+            raise Unauthorized("The API key is not valid.")
+        principal = found
+    request.state.principal = principal
     return principal
 
 
-def caller(role: Role) -> Callable[[Request], Awaitable[Caller]]:
-    # A coroutine: a plain function would cost a trip to a worker thread.
-    async def resolve(request: Request) -> Caller:
-        return Caller(request.app.state.engine, principal_of(request).check(role))
+class CallerOf:
+    """The dependency of a route that needs a key with ``role``: its ``Caller``.
 
-    return resolve
+    A class rather than a closure so that a route can see which role it needs
+    (``FastJSONRoute`` checks it before reading the body).
+    """
+
+    __slots__ = ("role",)
+
+    def __init__(self, role: Role) -> None:
+        self.role = role
+
+    # A coroutine: a plain function would cost a trip to a worker thread.
+    async def __call__(self, request: Request) -> Caller:
+        return Caller(request.app.state.engine, principal_of(request).check(self.role))
+
+
+def caller(role: Role) -> CallerOf:
+    return CallerOf(role)
 
 
 async def get_engine(request: Request) -> Engine:

@@ -18,7 +18,13 @@ class BodyTooLarge(TooLarge):
 
 
 class BodyLimit:
-    """Refuse bodies over ``max_bytes``: by Content-Length at once, else before handling."""
+    """Refuse bodies over ``max_bytes``: by Content-Length at once, else as they are read.
+
+    A chunked body (no length given) is counted as the handler reads it, not read ahead: a
+    handler that refuses the request first (no valid key) never has it read at all. Past the
+    limit, reading raises ``BodyTooLarge``, which the app answers 413 (routes read bodies in
+    ``FastJSONRoute``, which lets it through to the app's ServiceError handler).
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -35,24 +41,28 @@ class BodyLimit:
                     return
                 await self.app(scope, receive, send)
                 return
-        # No length given (a chunked body): read it, up to the limit, before the handler does.
-        messages: list[Message] = []
         size = 0
-        while True:
+        started = False
+
+        async def counted() -> Message:
+            nonlocal size
             message = await receive()
-            messages.append(message)
             size += len(message.get("body", b""))
             if size > self.max_bytes:
-                await _refuse(send, self.max_bytes)
-                return
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        replay = iter(messages)
+                raise BodyTooLarge(self.max_bytes)  # the app's handler answers 413
+            return message
 
-        async def replayed() -> Message:
-            return next(replay, None) or await receive()
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
-        await self.app(scope, replayed, send)
+        try:
+            await self.app(scope, counted, watched)
+        except BodyTooLarge:
+            if started:
+                raise
+            await _refuse(send, self.max_bytes)  # an app that let it through: answered here
 
 
 async def _refuse(send: Send, limit: int) -> None:
