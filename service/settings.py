@@ -29,7 +29,12 @@ class Settings(BaseSettings):
     series_keep_s: int = Field(
         default=86_400, ge=60, description="How far back the mistake-rate time series goes."
     )
-    max_batch: int = Field(default=10_000, ge=1, description="Most examples in one batch request.")
+    max_batch: int = Field(
+        default=1000,
+        ge=1,
+        description="Most examples (or feedback items) in one batch request; larger batches "
+        "hold a worker longer (deploy/bench/stall.py).",
+    )
     learn_wait_s: float = Field(
         default=10.0,
         gt=0,
@@ -49,7 +54,10 @@ class Settings(BaseSettings):
         default=None, description="A file of key entries, one per line (e.g. a mounted secret)."
     )
     max_body_bytes: int = Field(
-        default=32 * 1024 * 1024, ge=1024, description="Largest request body, in bytes."
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest request body, in bytes: a packed batch of 1000 x 390 values, or "
+        "1000 x 100 as JSON numbers.",
     )
     max_features: int = Field(default=100_000, ge=1, description="Most features in one example.")
     max_name_length: int = Field(default=256, ge=1, description="Longest feature name.")

@@ -212,7 +212,10 @@ SENT = 64 * 1024
 
 @pytest.fixture
 def secured(make_service: MakeService) -> httpx.Client:
-    client = make_service(auth=True, api_keys=KEYS)
+    # Limits above the defaults: these bodies are large, yet within what the service accepts.
+    client = make_service(
+        auth=True, api_keys=KEYS, max_body_bytes=32 * 1024 * 1024, max_batch=10_000
+    )
     assert client.put("/models/m", json={"n_features": 2}, headers=auth(ADMIN)).status_code == 201
     return client
 

@@ -2,10 +2,10 @@
 
     .venv/bin/python deploy/bench/stall.py                 # every scenario, ~3 min
     .venv/bin/python deploy/bench/stall.py --phases        # where one batch's time goes, ~1 min
-    .venv/bin/python deploy/bench/stall.py --max-body 4194304 --max-batch 1000
+    .venv/bin/python deploy/bench/stall.py --max-body 33554432 --max-batch 10000  # the old ones
 
 Scenarios: /learn/batch and /predict/batch with the largest body the limits allow (by
-default 32 MiB and 10,000 examples), as JSON floats for a dense model, JSON 0/1 for a dense
+default 4 MiB and 1000 examples), as JSON floats for a dense model, JSON 0/1 for a dense
 model of --dense features, JSON named features (300 per example) and packed_features.
 
 Default mode: starts redis-server and ``perceptron serve --workers 1`` on 127.0.0.1 (with
@@ -44,8 +44,8 @@ import numpy as np
 import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_BODY = 32 * 1024 * 1024  # the service's defaults; --max-body and --max-batch change both
-MAX_BATCH = 10_000
+MAX_BODY = 4 * 1024 * 1024  # the service's defaults; --max-body and --max-batch change both
+MAX_BATCH = 1000
 NAMED_PER_EXAMPLE = 300
 
 
@@ -55,7 +55,7 @@ def out(line: str) -> None:
 
 
 def floats_per_example() -> int:
-    return MAX_BODY // MAX_BATCH // 20  # about 20 bytes per JSON float: 167 by default
+    return MAX_BODY // MAX_BATCH // 20  # about 20 bytes per JSON float: 209 by default
 
 
 def fill(make_example: Callable[[], Any]) -> list[Any]:
