@@ -42,7 +42,7 @@ from .store import (
     valid_name,
     valid_token,
 )
-from .writer import Learned, Writers
+from .writer import GROUP_MOST, Learned, Writers
 
 log = logging.getLogger("perceptron")
 
@@ -50,9 +50,6 @@ Features = Sequence[float] | Mapping[str, float]
 # A batch: examples one by one, or a dense model's feature values laid end to end (packed).
 Batch = Sequence[Features] | np.ndarray
 ID_SEPARATOR = ":"
-# Examples (or predictions) one group commit may hold: several requests of up to
-# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
-GROUP_MOST = 10_000
 
 
 @dataclass(frozen=True, slots=True)

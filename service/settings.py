@@ -35,6 +35,12 @@ class Settings(BaseSettings):
         description="Most examples (or feedback items) in one batch request; larger batches "
         "hold a worker longer (deploy/bench/stall.py).",
     )
+    one_writer: bool = Field(
+        default=False,
+        description="One worker at a time learns each model's /learn requests, the others hand "
+        "theirs over (no request fails for contention; slower with two workers or fewer); "
+        "false: each worker commits its own, retrying when another committed first.",
+    )
     learn_wait_s: float = Field(
         default=10.0,
         gt=0,

@@ -23,7 +23,9 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from functools import partial
 
+from .batching import Coalescer
 from .errors import ServiceError, StaleModel, Unavailable
 from .handoff import (
     pack_answer,
@@ -53,6 +55,9 @@ ANSWER_WAIT_S = 0.25  # a requester's wait for its answer before it checks on th
 ANSWER_TTL_S = 60  # an answer nobody took is dropped after this
 MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
 STALE = "stale_model"  # the answer's code when the model was replaced since the request
+# Examples one group commit (or one hand-over) may hold: several requests of up to
+# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
+GROUP_MOST = 10_000
 
 
 class Writers:
@@ -82,8 +87,22 @@ class Writers:
         return name in self._writing
 
     async def learn(self, rep: Replica, examples: Examples) -> list[Learned]:
-        """Learn ``examples`` in order on the model's latest weights, wherever its writer is."""
-        if self.store.embedded or rep.name in self._writing:
+        """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
+
+        Requests of this worker for one model that arrive while its hand-over is in flight
+        share the next one (``batching.py``): one request to the writer for many.
+        """
+        if not self.settings.one_writer or self.store.embedded or rep.name in self._writing:
+            return await self._learn_here(rep, examples)
+        group = rep.queues.get("hand-over")
+        if group is None:
+            most = max(self.settings.max_batch, GROUP_MOST)
+            group = rep.queues["hand-over"] = Coalescer(partial(self._hand_over, rep), most)
+        result: list[Learned] = await group.submit(examples)
+        return result
+
+    async def _hand_over(self, rep: Replica, examples: Examples) -> list[Learned]:
+        if rep.name in self._writing:  # this worker became the writer meanwhile
             return await self._learn_here(rep, examples)
         token = secrets.token_urlsafe(16)
         deadline = self.clock() + self.settings.learn_wait_s

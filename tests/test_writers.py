@@ -1,8 +1,9 @@
 """One model, many writers: real worker processes learn one model, none fails, none is lost.
 
-Every /learn is learned by the model's writer (service/writer.py); the other workers hand
-their examples to it. With integer features and a binary model (learning rate 1, margin 0),
-the weights must be exactly the sum of ``y * x`` over the examples the answers said updated.
+With PERCEPTRON_ONE_WRITER=true every /learn is learned by the model's writer
+(service/writer.py); the other workers hand their examples to it. With integer features and a
+binary model (learning rate 1, margin 0), the weights must be exactly the sum of ``y * x`` over
+the examples the answers said updated.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ def test_eight_workers_and_eight_writers_on_one_model_all_succeed_exactly(
     # No contention to retry against: one spare attempt for the writer's first commit after
     # it took the lease over (its copy may be behind the previous writer's last commit).
     service = ServiceProcess(
-        redis_url, workers=8, PERCEPTRON_COMPACT_EVERY="200", PERCEPTRON_LEARN_ATTEMPTS="2"
+        redis_url,
+        workers=8,
+        PERCEPTRON_ONE_WRITER="true",
+        PERCEPTRON_COMPACT_EVERY="200",
+        PERCEPTRON_LEARN_ATTEMPTS="2",
     )
     with running(service), httpx.Client(base_url=service.url, timeout=60) as c:
         assert c.put("/models/m", json={"n_features": D}).status_code == 201
@@ -85,7 +90,7 @@ def test_eight_workers_and_eight_writers_on_one_model_all_succeed_exactly(
 
 def test_a_learn_on_an_idle_model_needs_no_writer_to_be_running(redis_url: str) -> None:
     """Each worker can become the writer; the lease is given up when the model goes idle."""
-    service = ServiceProcess(redis_url, workers=2)
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_ONE_WRITER="true")
     with running(service), httpx.Client(base_url=service.url, timeout=30) as c:
         c.put("/models/m", json={"n_features": 2})
         for _ in range(2):
@@ -118,7 +123,7 @@ def test_learns_handed_to_the_writer_answer_as_learned_there(redis_url: str, kin
     def run(workers: int) -> list[Any]:
         with redis.Redis.from_url(redis_url) as r:
             r.flushall()
-        service = ServiceProcess(redis_url, workers=workers)
+        service = ServiceProcess(redis_url, workers=workers, PERCEPTRON_ONE_WRITER="true")
         out = []
         with running(service), httpx.Client(base_url=service.url, timeout=30) as c:
             c.put("/models/m", json=spec)
@@ -133,3 +138,15 @@ def test_learns_handed_to_the_writer_answer_as_learned_there(redis_url: str, kin
         return out
 
     assert run(2) == run(1)
+
+
+def test_by_default_each_worker_commits_its_own(redis_url: str) -> None:
+    service = ServiceProcess(redis_url, workers=2)
+    with running(service), httpx.Client(base_url=service.url, timeout=30) as c:
+        c.put("/models/m", json={"n_features": 2})
+        with redis.Redis.from_url(redis_url) as r:
+            for _ in range(20):
+                resp = c.post("/learn", json={"model": "m", "features": [1, 0], "label": -1})
+                assert resp.status_code == 200
+                assert not r.exists("pcp:{m}:writer")
+        assert c.get("/models/m").json()["counters"]["learned"] == 20

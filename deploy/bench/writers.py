@@ -1,17 +1,18 @@
 """One model, many writers: packed /learn/batch throughput as workers are added.
 
-    .venv/bin/python deploy/bench/writers.py                       # this tree alone
-    .venv/bin/python deploy/bench/writers.py --baseline REV        # and REV, alternated
+    .venv/bin/python deploy/bench/writers.py                       # about 4 minutes
+    .venv/bin/python deploy/bench/writers.py --baseline REV        # and a checkout of REV
 
 For each W in --workers: a fresh redis-server and ``perceptron serve --workers W`` on
 loopback, one dense binary model (d=100), and --clients writer processes that each send
 packed 1000 x 100 batches to that model, back to back on one keep-alive connection, for
 --seconds. Reported: examples learned per second (from the model's own counter), requests
 that did not answer 200, and the model's version against the updates the answers
-acknowledged (they must be equal), and first the ceiling: the learner loop alone on one core. With
---baseline, the same runs on a checkout of REV
-(a git worktree made here, removed at the end), alternated run by run, and the ratio.
-Every process is started here, bound to 127.0.0.1, and stopped by its PID.
+acknowledged (they must be equal), and first the ceiling: the learner loop alone on one core.
+Each W runs this tree with PERCEPTRON_ONE_WRITER=true and with it false (each worker commits
+its own), alternated run by run, and their ratio; with --baseline, a checkout of REV too (a git
+worktree made here, removed at the end). Every process is started here, bound to 127.0.0.1,
+and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -108,8 +109,11 @@ def writer(port: int, seed: int, until: float, out: Any) -> None:
 
 
 class Run:
-    def __init__(self, tree: Path, workers: int, clients: int, seconds: float) -> None:
-        self.tree, self.workers, self.clients, self.seconds = tree, workers, clients, seconds
+    def __init__(
+        self, tree: Path, env: dict[str, str], workers: int, clients: int, seconds: float
+    ) -> None:
+        self.tree, self.extra, self.workers = tree, env, workers
+        self.clients, self.seconds = clients, seconds
 
     def __call__(self) -> dict[str, Any]:
         rport, port = free_port(), free_port()
@@ -137,6 +141,7 @@ class Run:
             "PERCEPTRON_AUTH": "false",
             "PERCEPTRON_DEFAULT_MODEL": "false",
             "PERCEPTRON_LOG_LEVEL": "warning",
+            **self.extra,
         }
         service = subprocess.Popen(
             [
@@ -229,7 +234,10 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a git revision to compare with")
     args = ap.parse_args()
     say(f"the learner loop alone (run_sequence, d={DIM}): {ceiling():,.0f} examples/s")
-    trees = {"this": ROOT}
+    trees: dict[str, tuple[Path, dict[str, str]]] = {
+        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
+        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
+    }
     made = None
     if args.baseline:
         made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
@@ -238,13 +246,13 @@ def main() -> None:
             cwd=ROOT,
             check=True,
         )
-        trees["baseline"] = made
+        trees["baseline"] = (made, {})
     table: dict[tuple[str, int], list[dict[str, Any]]] = {}
     try:
         for w in [int(v) for v in args.workers.split(",")]:
             for _ in range(args.repeat):
-                for name, tree in trees.items():
-                    r = Run(tree, w, args.clients, args.seconds)()
+                for name, (tree, env) in trees.items():
+                    r = Run(tree, env, w, args.clients, args.seconds)()
                     table.setdefault((name, w), []).append(r)
                     say(
                         f"W={w} {name}: {r['examples_per_s']:,.0f} examples/s, "
