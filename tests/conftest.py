@@ -62,3 +62,16 @@ def make_service(redis_url: str) -> Iterator[MakeService]:
 @pytest.fixture
 def client(make_service: MakeService) -> httpx.Client:
     return make_service()
+
+
+@pytest.fixture
+def store() -> Iterator[RedisServer]:
+    """A dedicated redis-server (not the session's), append-only file on and DEBUG allowed:
+    the tests that take it stop, restart (same port and folder) and pause it."""
+    server = RedisServer(
+        "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local"
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -54,18 +54,6 @@ STORE_CALLS: list[tuple[str, str, Any]] = [
 
 
 @pytest.fixture
-def store() -> Iterator[RedisServer]:
-    """A dedicated redis-server (not the session's): these tests stop and pause it."""
-    server = RedisServer(
-        "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local"
-    ).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def api(store: RedisServer) -> Iterator[httpx.Client]:
     service = ServiceThread(
         Settings(redis_url=store.url, auth=False, redis_timeout_s=TIMEOUT, default_model=False)

@@ -41,17 +41,6 @@ FIRST: dict[str, tuple[str, str, Any]] = {
 
 
 @pytest.fixture
-def store() -> Iterator[RedisServer]:
-    server = RedisServer(
-        "--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local"
-    ).start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def api(store: RedisServer) -> Iterator[httpx.Client]:
     service = ServiceThread(
         Settings(redis_url=store.url, auth=False, redis_timeout_s=TIMEOUT, default_model=False)
