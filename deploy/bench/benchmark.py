@@ -477,6 +477,7 @@ class Bench:
                 "PERCEPTRON_REDIS_URL": self.redis_url,
                 "PERCEPTRON_LOG_LEVEL": "warning",
                 "PERCEPTRON_API_KEYS": f"admin:{API_KEY}",
+                **{f"PERCEPTRON_{k}": v for k, v in (a.split("=", 1) for a in self.args.setting)},
                 **extra_env,
             }
         )
@@ -1612,6 +1613,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument(
         "--figures", default="1,2,3,4", help="which figures to measure (default 1,2,3,4; 2 needs 1)"
+    )
+    ap.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a PERCEPTRON_ setting for the service under test, e.g. ONE_WRITER=true (repeatable)",
     )
     args = ap.parse_args(argv)
     figs = set(args.figures.split(","))
