@@ -3,7 +3,9 @@
 A worker runs at most one commit per model and operation at a time. Whatever arrives in the
 meantime waits and goes, in arrival order, into the next commit: one Redis round trip for
 many requests when busy, no added delay when idle. Every item keeps its own place in the
-sequence, so the result is the one the same requests would get one after another.
+sequence, so the result is the one the same requests would get one after another. A request
+may carry a tag (a handed-off learn's token): the run gets, beside the items, where each tagged
+request's items lie.
 """
 
 from __future__ import annotations
@@ -14,24 +16,29 @@ from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+# A tagged request in one run: (its tag, where its items start, where they stop).
+Span = tuple[str, int, int]
 
 
 class Coalescer(Generic[Item, Result]):
-    """Runs ``run(items)`` for queued requests, one call at a time, at most ``limit`` items."""
+    """Runs ``run(items, spans)`` for queued requests, one call at a time, at most ``limit``
+    items."""
 
-    def __init__(self, run: Callable[[list[Item]], Awaitable[list[Result]]], limit: int) -> None:
+    def __init__(
+        self, run: Callable[[list[Item], list[Span]], Awaitable[list[Result]]], limit: int
+    ) -> None:
         self._run = run
         self._limit = limit
-        self._queue: list[tuple[list[Item], asyncio.Future[list[Result]]]] = []
+        self._queue: list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]] = []
         self._task: asyncio.Task[None] | None = None
 
     @property
     def idle(self) -> bool:
         return self._task is None and not self._queue
 
-    async def submit(self, items: list[Item]) -> list[Result]:
+    async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
-        self._queue.append((items, future))
+        self._queue.append((items, tag, future))
         if self._task is None:
             self._task = asyncio.create_task(self._drain())
         return await future
@@ -46,24 +53,30 @@ class Coalescer(Generic[Item, Result]):
                     size += len(self._queue[taken][0])
                     taken += 1
                 batch, self._queue = self._queue[:taken], self._queue[taken:]
-                flat = [item for items, _ in batch for item in items]
+                flat = [item for items, _, _ in batch for item in items]
+                spans: list[Span] = []
+                start = 0
+                for items, tag, _ in batch:
+                    if tag is not None:
+                        spans.append((tag, start, start + len(items)))
+                    start += len(items)
                 try:
-                    results = await self._run(flat)
+                    results = await self._run(flat, spans)
                 except BaseException as e:  # every request of the commit gets its error
-                    for _, future in batch:
+                    for _, _, future in batch:
                         if not future.done():
                             future.set_exception(e)
                     if isinstance(e, asyncio.CancelledError):
                         raise
                     continue
                 start = 0
-                for items, future in batch:
+                for items, _, future in batch:
                     if not future.done():  # a client may have gone away meanwhile
                         future.set_result(results[start : start + len(items)])
                     start += len(items)
         finally:
             self._task = None
-            for _, future in self._queue:  # only when cancelled: nothing will run them now
+            for _, _, future in self._queue:  # only when cancelled: nothing will run them now
                 if not future.done():
                     future.cancel()
             self._queue.clear()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .batching import Coalescer
+from .batching import Coalescer, Span
 from .catalog import Catalog
 from .errors import (
     Conflict,
@@ -26,6 +26,7 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
+from .handoff import pack_answer
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
@@ -37,12 +38,13 @@ from .store import (
     UNKNOWN,
     Bucket,
     Made,
+    RequestsGone,
     Store,
     SyncData,
     valid_name,
     valid_token,
 )
-from .writer import GROUP_MOST, Learned, Writers
+from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
 
@@ -130,7 +132,7 @@ class Engine(Catalog):
         result: tuple[ModelConfig, list[Predicted]] = await self._on_replica(name, run)
         return result
 
-    async def _predict(self, rep: Replica, xs: list[Example]) -> list[Predicted]:
+    async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
         self._check_current(rep)
         r2 = max(x.sq_norm for x in xs)
         tokens = [secrets.token_urlsafe(12) for _ in xs]
@@ -196,7 +198,7 @@ class Engine(Catalog):
         return results
 
     async def _feedback(
-        self, rep: Replica, labelled: list[tuple[str, int]]
+        self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span]
     ) -> list[Feedback | ServiceError]:
         self._check_current(rep)
         batch = await self.store.commit_feedback(
@@ -256,13 +258,38 @@ class Engine(Catalog):
         queue = rep.queues.get("learn") if rep is not None else None
         return queue is not None and not queue.idle
 
-    async def _learn_here(self, rep: Replica, examples: list[tuple[Example, int]]) -> list[Learned]:
-        """Learn on this worker's replica, in the group commit of the model's learns."""
-        result: list[Learned] = await self._coalescer("learn", rep, self._learn).submit(examples)
+    async def _learn_here(
+        self, rep: Replica, examples: list[tuple[Example, int]], handed: str | None
+    ) -> list[Learned]:
+        """Learn on this worker's replica, in the group commit of the model's learns;
+        ``handed``: the token of a request handed over by another worker (``writer.py``)."""
+        c = self._coalescer("learn", rep, self._learn)
+        result: list[Learned] = await c.submit(examples, handed)
         return result
 
-    async def _learn(self, rep: Replica, examples: list[tuple[Example, int]]) -> list[Learned]:
+    async def _learn(
+        self, rep: Replica, examples: list[tuple[Example, int]], handed: list[Span]
+    ) -> list[Learned]:
+        """Learn a group commit's examples; the commit answers each handed-off request in it,
+        unless it no longer waits (then it is left out: its results are never read)."""
         self._check_current(rep)
+        keep = [True] * len(examples)
+        while True:
+            at = list(accumulate(keep, initial=0))  # where each example lands among those kept
+            spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
+            kept = [e for e, k in zip(examples, keep, strict=True) if k]
+            res = await self._commit_learn(rep, kept, spans) if kept else []
+            if isinstance(res, RequestsGone):
+                for tag, a, b in handed:
+                    if tag in res.tokens:
+                        keep[a:b] = [False] * (b - a)
+                continue
+            results = iter(res)
+            return [next(results) if k else NOT_LEARNED for k in keep]
+
+    async def _commit_learn(
+        self, rep: Replica, examples: list[tuple[Example, int]], spans: list[Span]
+    ) -> list[Learned] | RequestsGone:
         cfg = rep.config
         xs = [x for x, _ in examples]
         ts = [t for _, t in examples]
@@ -271,9 +298,20 @@ class Engine(Catalog):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
             seq = run_sequence(cfg, rep.epoch, base, xs, ts)
+            answers = [
+                (
+                    tag,
+                    pack_answer(
+                        made.version + sum(seq.updated[:a]), seq.served[a:b], seq.updated[a:b]
+                    ),
+                )
+                for tag, a, b in spans
+            ]
             res = await self.store.commit_learn(
-                rep.name, rep.epoch, made, self._bucket(), seq.batch
+                rep.name, rep.epoch, made, self._bucket(), seq.batch, answers
             )
+            if isinstance(res, RequestsGone):
+                return res
             if isinstance(res, SyncData):
                 self._catch_up(rep, res)
                 continue

@@ -36,16 +36,16 @@ class Settings(BaseSettings):
         "hold a worker longer (deploy/bench/stall.py).",
     )
     one_writer: bool = Field(
-        default=False,
+        default=True,
         description="One worker at a time learns each model's /learn requests, the others hand "
-        "theirs over (no request fails for contention; slower with two workers or fewer); "
-        "false: each worker commits its own, retrying when another committed first.",
+        "theirs over (no request fails for contention); false: each worker commits its own, "
+        "retrying when another committed first (PERCEPTRON_LEARN_ATTEMPTS).",
     )
     learn_wait_s: float = Field(
         default=10.0,
         gt=0,
         description="How long a /learn waits for the model's writer (the worker learning for "
-        "it) before a 503; the examples may have been learned then.",
+        "it) before a 503 learn_timeout; the examples were then not learned.",
     )
     learn_attempts: int = Field(
         default=50, ge=1, description="Optimistic retries of one /learn before answering 503."

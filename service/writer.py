@@ -22,20 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
 
-from .batching import Coalescer
+from .batching import Coalescer, Span
 from .errors import ServiceError, StaleModel, Unavailable
-from .handoff import (
-    pack_answer,
-    pack_error,
-    pack_request,
-    request_token,
-    unpack_answer,
-    unpack_request,
-)
+from .handoff import pack_error, pack_request, request_token, unpack_answer, unpack_request
 from .learner import Example, Label
 from .replica import Replica
 from .settings import Settings
@@ -48,12 +42,14 @@ log = logging.getLogger("perceptron")
 # makes thousands.
 Learned = tuple[Label, bool, bool, int]
 Examples = list[tuple[Example, int]]
+# In a group commit's results, what stands for the examples of a handed-off request that the
+# commit left out (another writer learned it, or its requester withdrew it): never read.
+NOT_LEARNED: Learned = ("", False, False, -1)
 
 LEASE_MS = 2000  # a writer that stops renewing is replaced after this
 WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
 ANSWER_WAIT_S = 0.25  # a requester's wait for its answer before it checks on the writer
-ANSWER_TTL_S = 60  # an answer nobody took is dropped after this
 MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
 STALE = "stale_model"  # the answer's code when the model was replaced since the request
 # Examples one group commit (or one hand-over) may hold: several requests of up to
@@ -70,7 +66,7 @@ class Writers:
         settings: Settings,
         clock: Callable[[], float],
         replica: Callable[[str, bool], Awaitable[Replica]],
-        learn_here: Callable[[Replica, Examples], Awaitable[list[Learned]]],
+        learn_here: Callable[[Replica, Examples, str | None], Awaitable[list[Learned]]],
         learning: Callable[[str], bool],
     ) -> None:
         self.store = store
@@ -94,7 +90,7 @@ class Writers:
         share the next one (``batching.py``): one request to the writer for many.
         """
         if not self.settings.one_writer or self.store.embedded or rep.name in self._writing:
-            return await self._learn_here(rep, examples)
+            return await self._learn_here(rep, examples, None)
         group = rep.queues.get("hand-over")
         if group is None:
             most = max(self.settings.max_batch, GROUP_MOST)
@@ -102,31 +98,16 @@ class Writers:
         result: list[Learned] = await group.submit(examples)
         return result
 
-    async def _hand_over(self, rep: Replica, examples: Examples) -> list[Learned]:
+    async def _hand_over(self, rep: Replica, examples: Examples, _: list[Span]) -> list[Learned]:
         if rep.name in self._writing:  # this worker became the writer meanwhile
-            return await self._learn_here(rep, examples)
+            return await self._learn_here(rep, examples, None)
         token = secrets.token_urlsafe(16)
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
-        if await self.store.hand_off(rep.name, self.me, LEASE_MS, request):
+        if await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request):
             self._start(rep.name)
-            return await self._learn_here(rep, examples)
-        while True:
-            left = deadline - self.clock()
-            if left <= 0:
-                raise Unavailable(
-                    f"Model {rep.name!r}'s writer did not answer within "
-                    f"{self.settings.learn_wait_s:g} s (PERCEPTRON_LEARN_WAIT_S); the examples "
-                    "may have been learned.",
-                    code="learn_timeout",
-                )
-            answer = await self.store.wait_answer(rep.name, token, min(ANSWER_WAIT_S, left))
-            if answer is not None:
-                break
-            # No answer yet: a writer that died leaves the lease to lapse; then serve the queue.
-            if not self.writes(rep.name) and not self._closing:
-                if await self.store.claim_writer(rep.name, self.me, LEASE_MS):
-                    self._start(rep.name)
+            return await self._learn_here(rep, examples, None)
+        answer = await self._answer(rep.name, token, deadline)
         try:
             served, updated, versions = unpack_answer(answer)
         except ServiceError as e:
@@ -139,6 +120,29 @@ class Writers:
             for s, u, v, (_, t) in zip(served, updated, versions, examples, strict=True)
         ]
 
+    async def _answer(self, name: str, token: str, deadline: float) -> bytes:
+        """The answer to a handed-off request, or a 503 that says it was not learned."""
+        while True:
+            left = deadline - self.clock()
+            if left <= 0:
+                answer = await self.store.withdraw_learn(name, token)
+                if answer is not None:
+                    return answer
+                raise Unavailable(
+                    f"Model {name!r}'s writer did not learn the examples within "
+                    f"{self.settings.learn_wait_s:g} s (PERCEPTRON_LEARN_WAIT_S); they were not "
+                    "learned and will not be: send them again.",
+                    code="learn_timeout",
+                )
+            answer = await self.store.wait_answer(name, token, min(ANSWER_WAIT_S, left))
+            if answer is not None:
+                return answer
+            # No answer yet: a writer that died leaves the lease to lapse; then take it over:
+            # what the dead writer took goes back to the queue (scripts._ACQUIRE).
+            if not self.writes(name) and not self._closing:
+                if await self.store.claim_writer(name, self.me, LEASE_MS):
+                    self._start(name)
+
     def _start(self, name: str) -> None:
         if name not in self._writing and not self._closing:
             self._held.add(name)
@@ -150,10 +154,9 @@ class Writers:
         idle_since = self.clock()
         try:
             while not self._closing:
-                room = MOST_IN_FLIGHT - len(in_flight)
-                if room <= 0:
-                    await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                    continue
+                if len(in_flight) >= MOST_IN_FLIGHT:  # renew the lease meanwhile
+                    await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+                room = max(1, MOST_IN_FLIGHT - len(in_flight))
                 taken = await self.store.take_learns(name, self.me, LEASE_MS, room)
                 if taken is None:
                     break  # another worker writes the model now
@@ -162,10 +165,8 @@ class Writers:
                     if idle and self.clock() - idle_since > IDLE_S:
                         if await self.store.release_writer(name, self.me):
                             break
-                    one = await self.store.wait_learn(name, WAIT_S)
-                    if one is None:
-                        continue
-                    taken = [one]
+                    await self.store.wait_learn(name, WAIT_S)
+                    continue
                 idle_since = self.clock()
                 for request in taken:  # created in order: they join the group commit in order
                     task = asyncio.create_task(self._serve(name, request))
@@ -173,7 +174,7 @@ class Writers:
                     task.add_done_callback(in_flight.discard)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the store is away: requesters time out or take the lease over
+        except Exception:  # the store is away: requesters take the lease over, or withdraw
             log.exception("the writer of model %r stopped", name)
         finally:
             del self._writing[name]
@@ -181,7 +182,8 @@ class Writers:
                 await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
 
     async def _serve(self, name: str, data: bytes) -> None:
-        """Learn one handed-off request and push its answer."""
+        """Learn one handed-off request: its commit answers it (scripts.LEARN); or answer it
+        with the error that kept it from being learned."""
         try:
             token = request_token(data)
         except Exception:
@@ -191,16 +193,15 @@ class Writers:
             rep = await self._replica(name, False)
             request = unpack_request(data, rep.config.n_features)
             if request.deadline_ms < self.clock() * 1000:
-                return  # its requester no longer waits: not learned, as it will have answered
+                # its requester no longer waits: it withdraws it and answers 503, not learned
+                await self.store.refuse_learn(name, token, b"")
+                return
             if request.epoch != rep.epoch:  # one of the two copies is older than the model
                 rep = await self._replica(name, True)
                 if request.epoch != rep.epoch:
                     raise StaleModel(name)
-            results = await self._learn_here(rep, request.examples)
-            index = {c: i for i, c in enumerate(rep.config.classes)}
-            served = [index[label] for label, _, _, _ in results]
-            updated = [u for _, _, u, _ in results]
-            answer = pack_answer(results[0][3] - updated[0], served, updated)
+            await self._learn_here(rep, request.examples, token)
+            return
         except StaleModel:
             answer = pack_error(ServiceError("The model was replaced.", code=STALE))
         except ServiceError as e:
@@ -208,8 +209,9 @@ class Writers:
         except Exception:
             log.exception("learning a handed-off request of model %r failed", name)
             answer = pack_error(ServiceError("The model's writer failed; this is a bug."))
-        with suppress(Exception):  # unanswered, the requester times out with a 503
-            await self.store.push_answer(name, token, answer, ANSWER_TTL_S)
+        # Only if it still waits: a commit whose reply was lost may have learned and answered it.
+        with suppress(Exception):  # else its requester withdraws it at its deadline
+            await self.store.refuse_learn(name, token, answer)
 
     async def close(self) -> None:
         """Stop taking requests, finish those taken, and give every lease up."""

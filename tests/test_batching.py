@@ -6,13 +6,13 @@ import asyncio
 
 import pytest
 
-from service.batching import Coalescer
+from service.batching import Coalescer, Span
 
 
 def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
     calls: list[list[int]] = []
 
-    async def run(items: list[int]) -> list[int]:
+    async def run(items: list[int], _: list[Span]) -> list[int]:
         calls.append(list(items))
         await asyncio.sleep(0.01)
         return [i * 10 for i in items]
@@ -33,7 +33,7 @@ def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
 def test_a_commit_never_exceeds_the_limit() -> None:
     sizes: list[int] = []
 
-    async def run(items: list[int]) -> list[int]:
+    async def run(items: list[int], _: list[Span]) -> list[int]:
         sizes.append(len(items))
         await asyncio.sleep(0)
         return items
@@ -48,7 +48,7 @@ def test_a_commit_never_exceeds_the_limit() -> None:
 
 
 def test_an_error_reaches_every_request_of_its_commit_only() -> None:
-    async def run(items: list[int]) -> list[int]:
+    async def run(items: list[int], _: list[Span]) -> list[int]:
         await asyncio.sleep(0.01)
         if -1 in items:
             raise ValueError("bad batch")
@@ -68,3 +68,27 @@ def test_an_error_reaches_every_request_of_its_commit_only() -> None:
         assert c.idle
 
     asyncio.run(main())
+
+
+def test_a_run_knows_where_each_tagged_request_lies() -> None:
+    seen: list[list[Span]] = []
+
+    async def run(items: list[int], spans: list[Span]) -> list[int]:
+        seen.append(spans)
+        await asyncio.sleep(0.01)
+        return items
+
+    async def main() -> None:
+        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        first = asyncio.ensure_future(c.submit([0], "a"))
+        await asyncio.sleep(0.001)
+        rest = [
+            asyncio.ensure_future(c.submit([1, 2])),
+            asyncio.ensure_future(c.submit([3, 4, 5], "b")),
+            asyncio.ensure_future(c.submit([6], "c")),
+        ]
+        assert await first == [0]
+        assert [await r for r in rest] == [[1, 2], [3, 4, 5], [6]]
+
+    asyncio.run(main())
+    assert seen == [[("a", 0, 1)], [("b", 2, 5), ("c", 5, 6)]]

@@ -1,6 +1,6 @@
 """One model, many writers: real worker processes learn one model, none fails, none is lost.
 
-With PERCEPTRON_ONE_WRITER=true every /learn is learned by the model's writer
+By default (PERCEPTRON_ONE_WRITER=true) every /learn is learned by the model's writer
 (service/writer.py); the other workers hand their examples to it. With integer features and a
 binary model (learning rate 1, margin 0), the weights must be exactly the sum of ``y * x`` over
 the examples the answers said updated.
@@ -8,14 +8,27 @@ the examples the answers said updated.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import secrets
+import signal
 import threading
+import time
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import redis
+
+from service.engine import Engine
+from service.errors import Unavailable
+from service.handoff import pack_request, unpack_answer
+from service.learner import Example
+from service.learner.features import encode_matrix
+from service.settings import Settings
+from service.store import ModelKeys, open_store
+from service.writer import NOT_LEARNED
 
 from .servers import ServiceProcess, running, wait_until
 
@@ -30,7 +43,6 @@ def test_eight_workers_and_eight_writers_on_one_model_all_succeed_exactly(
     service = ServiceProcess(
         redis_url,
         workers=8,
-        PERCEPTRON_ONE_WRITER="true",
         PERCEPTRON_COMPACT_EVERY="200",
         PERCEPTRON_LEARN_ATTEMPTS="2",
     )
@@ -140,8 +152,8 @@ def test_learns_handed_to_the_writer_answer_as_learned_there(redis_url: str, kin
     assert run(2) == run(1)
 
 
-def test_by_default_each_worker_commits_its_own(redis_url: str) -> None:
-    service = ServiceProcess(redis_url, workers=2)
+def test_with_one_writer_off_each_worker_commits_its_own(redis_url: str) -> None:
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_ONE_WRITER="false")
     with running(service), httpx.Client(base_url=service.url, timeout=30) as c:
         c.put("/models/m", json={"n_features": 2})
         with redis.Redis.from_url(redis_url) as r:
@@ -150,3 +162,168 @@ def test_by_default_each_worker_commits_its_own(redis_url: str) -> None:
                 assert resp.status_code == 200
                 assert not r.exists("pcp:{m}:writer")
         assert c.get("/models/m").json()["counters"]["learned"] == 20
+
+
+# -- a writer that dies or lapses: every handed-off request learned once, or refused -------
+
+
+def _engine(redis_url: str, **overrides: Any) -> Engine:
+    settings = Settings(redis_url=redis_url, one_writer=True, default_model=False, **overrides)
+    return Engine(open_store(settings), settings)
+
+
+async def _close(*engines: Engine) -> None:
+    for engine in engines:
+        await engine.close()
+        await engine.store.close()
+
+
+def _examples(rep: Any, n: int) -> list[tuple[Example, int]]:
+    rng = np.random.default_rng(n)
+    xs = encode_matrix(rep.config, rng.integers(-3, 4, size=n * D).astype(float))
+    return [(x, int(rng.integers(0, 2))) for x in xs]
+
+
+@pytest.mark.parametrize("first", ["new writer", "lapsed writer"])
+def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first: str) -> None:
+    """A writer whose lease lapsed while it held a request, and the worker that took the lease
+    over (and the request back to the queue): whichever commits it first learns and answers
+    it; the other's commit leaves it out."""
+
+    async def main() -> None:
+        lapsed, new = _engine(redis_url), _engine(redis_url)
+        store = lapsed.store
+        try:
+            await lapsed.create_model("m", {"n_features": D})
+            reps = [await lapsed.replica("m"), await new.replica("m")]
+            examples = _examples(reps[0], 7)
+            token = secrets.token_urlsafe(16)
+            request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
+            assert await store.claim_writer("m", "lapsed", 60_000)
+            assert not await store.hand_off("m", "requester", 60_000, token, request)
+            assert await store.take_learns("m", "lapsed", 60_000, 10) == [request]
+            await store.client.delete(ModelKeys("m").writer)  # the lease lapses
+            assert await store.claim_writer("m", "new", 60_000)  # the request goes back
+            assert await store.take_learns("m", "new", 60_000, 10) == [request]
+
+            order = [(new, reps[1]), (lapsed, reps[0])]
+            if first == "lapsed writer":
+                order.reverse()
+            learned = await order[0][0]._learn_here(order[0][1], examples, token)
+            assert [v for *_, v in learned] != [-1] * 7
+            left_out = await order[1][0]._learn_here(order[1][1], examples, token)
+            assert left_out == [NOT_LEARNED] * 7
+
+            meta = await store.client.hgetall(ModelKeys("m").meta)
+            assert int(meta[b"learned"]) == 7
+            k = ModelKeys("m")
+            assert await store.client.llen(k.answer(token)) == 1
+            assert await store.client.hlen(k.reqs) == 0
+            assert await store.client.scard(k.taken) == 0
+            served, updated, _ = unpack_answer(await store.client.lpop(k.answer(token)))
+            assert updated == [u for _, _, u, _ in learned]
+        finally:
+            await _close(lapsed, new)
+
+    asyncio.run(main())
+
+
+def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str) -> None:
+    """The requester gives up at PERCEPTRON_LEARN_WAIT_S and says the examples were not
+    learned: they are off the queue, so no writer learns them afterwards."""
+
+    async def main() -> None:
+        requester = _engine(redis_url, learn_wait_s=0.5)
+        writer = _engine(redis_url)
+        store = requester.store
+        try:
+            await requester.create_model("m", {"n_features": D})
+            rep = await requester.replica("m")
+            assert await store.claim_writer("m", "stalled", 60_000)  # holds it, serves nothing
+            with pytest.raises(Unavailable, match="were not learned") as e:
+                await requester.writers.learn(rep, _examples(rep, 5))
+            assert e.value.code == "learn_timeout"
+            await store.client.delete(ModelKeys("m").writer)
+            wrep = await writer.replica("m")
+            assert await writer.writers.learn(wrep, _examples(wrep, 2))  # now the writer
+            meta = await store.client.hgetall(ModelKeys("m").meta)
+            assert int(meta[b"learned"]) == 2
+            assert await store.client.hlen(ModelKeys("m").reqs) == 0
+        finally:
+            await _close(requester, writer)
+
+    asyncio.run(main())
+
+
+def test_a_writer_killed_mid_work_leaves_no_request_unanswered(redis_url: str) -> None:
+    """kill -9 the writer while it holds requests handed over by two other services: they
+    take the lease over when it lapses and learn what the dead writer took and did not
+    commit; every request answers 200 and the weights are exactly those of the answers."""
+    env = {"PERCEPTRON_ONE_WRITER": "true", "PERCEPTRON_DEFAULT_MODEL": "false"}
+    writer = ServiceProcess(redis_url, **env)
+    others = [ServiceProcess(redis_url, **env), ServiceProcess(redis_url, **env)]
+    answers: list[tuple[list[list[int]], list[int], dict[str, Any]]] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    with running(writer), running(others[0]), running(others[1]):
+        with httpx.Client(base_url=writer.url, timeout=60) as c:
+            assert c.put("/models/m", json={"n_features": D}).status_code == 201
+            r = c.post("/learn", json={"model": "m", "features": [1, 0, 0, 0], "label": 1})
+            assert r.status_code == 200  # the writer holds the lease now
+            answers.append(([[1, 0, 0, 0]], [1], r.json()))
+
+        def send(url: str, seed: int) -> None:
+            rng = random.Random(seed)
+            with httpx.Client(base_url=url, timeout=60) as w:
+                while not stop.is_set():
+                    n = rng.randint(1, 30)
+                    xs = [[rng.randint(-3, 3) for _ in range(D)] for _ in range(n)]
+                    ys = [rng.choice([-1, 1]) for _ in range(n)]
+                    r = w.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys})
+                    with lock:
+                        if r.status_code == 200:
+                            answers.append((xs, ys, r.json()))
+                        else:
+                            failures.append(f"{r.status_code} {r.text}")
+
+        threads = [threading.Thread(target=send, args=(s.url, i)) for i, s in enumerate(others * 2)]
+        for t in threads:
+            t.start()
+        assert writer.proc is not None
+        with redis.Redis.from_url(redis_url) as r:
+            # Stop the writer at a moment it holds a request it took, then kill it there.
+            deadline = time.monotonic() + 30
+            while True:
+                writer.proc.send_signal(signal.SIGSTOP)
+                if r.scard("pcp:{m}:taken") > 0:
+                    break
+                writer.proc.send_signal(signal.SIGCONT)
+                assert time.monotonic() < deadline, "the writer never held a request"
+                time.sleep(0.005)
+            writer.proc.kill()
+            writer.proc.wait()
+            done = len(answers)
+            wait_until(lambda: len(answers) > done + 20, timeout=30, what="learning to go on")
+            stop.set()
+            for t in threads:
+                t.join(60)
+            assert r.hlen("pcp:{m}:reqs") == r.scard("pcp:{m}:taken") == 0
+        assert failures == []
+
+        w, b, updates, examples = np.zeros(D), 0.0, 0, 0
+        for xs, ys, a in answers:
+            updated = a["updated"] if isinstance(a["updated"], list) else [a["updated"]]
+            examples += len(xs)
+            for x, y, u in zip(xs, ys, updated, strict=True):
+                if u:
+                    w += y * np.array(x, dtype=float)
+                    b += y
+                    updates += 1
+        with httpx.Client(base_url=others[0].url, timeout=60) as c:
+            info = c.get("/models/m").json()
+            assert info["version"] == updates
+            assert info["counters"]["learned"] == examples
+            weights = c.get("/models/m/weights").json()
+        assert weights["rows"][0]["weights"] == w.tolist()
+        assert weights["rows"][0]["bias"] == b

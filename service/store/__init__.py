@@ -15,6 +15,7 @@ from .redis_store import (
     LearnResult,
     Made,
     Observations,
+    RequestsGone,
     Store,
     SyncData,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Observations",
     "RECENT_KEPT",
     "RING_SIZE",
+    "RequestsGone",
     "LearnResult",
     "ModelKeys",
     "Store",

@@ -69,8 +69,18 @@ class ModelKeys:
 
     @property
     def learns(self) -> str:
-        """Learn requests handed to the model's writer, oldest first."""
+        """Tokens of the learn requests waiting for the model's writer, oldest first."""
         return f"{PREFIX}:{{{self.name}}}:learns"
+
+    @property
+    def taken(self) -> str:
+        """Tokens of the requests the writer took and has not answered yet."""
+        return f"{PREFIX}:{{{self.name}}}:taken"
+
+    @property
+    def reqs(self) -> str:
+        """Every waiting or taken learn request: token -> request bytes (``handoff.py``)."""
+        return f"{PREFIX}:{{{self.name}}}:reqs"
 
     def answer(self, token: str) -> str:
         """Where the writer pushes the answer to one handed-off request."""

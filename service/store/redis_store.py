@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
 from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
-from .scripts import RECENT_KEPT
+from .scripts import RECENT_KEPT, RING_SIZE
 
 Client = Redis | RedisCluster
 log = logging.getLogger("perceptron")
@@ -79,7 +79,7 @@ class Observations:
 # Per-prediction feedback statuses.
 APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
 # Statuses of a whole script call (scripts.py's docstring).
-NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL = -1, -2, -5, -6
+NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL, REQUESTS_GONE = -1, -2, -5, -6, -7
 # Eviction policies that never drop a model's keys (those with no expiry): the volatile ones
 # may only drop pending predictions, which then answer 404 like expired ones.
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
@@ -120,6 +120,14 @@ class LearnResult:
     log_length: int
 
 
+@dataclass(frozen=True, slots=True)
+class RequestsGone:
+    """A writer's commit refused: these handed-off requests no longer wait for it (learned
+    by another writer, or withdrawn). Nothing was written."""
+
+    tokens: frozenset[str]
+
+
 def _bytes(v: bytes | str) -> bytes:
     return v if isinstance(v, bytes) else v.encode()
 
@@ -145,8 +153,11 @@ class Store:
         self._compact = client.register_script(scripts.COMPACT)
         self._replace = client.register_script(scripts.REPLACE)
         self._handoff = client.register_script(scripts.HANDOFF)
+        self._claim = client.register_script(scripts.CLAIM)
         self._take = client.register_script(scripts.TAKE)
         self._release = client.register_script(scripts.RELEASE)
+        self._refuse = client.register_script(scripts.REFUSE)
+        self._withdraw = client.register_script(scripts.WITHDRAW)
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -395,9 +406,16 @@ class Store:
         return FeedbackBatch(version=int(reply[0]), log_length=int(reply[1]), items=items)
 
     async def commit_learn(
-        self, name: str, epoch: str, made: Made, when: Bucket, batch: LearnBatch
-    ) -> LearnResult | SyncData:
-        """Count and log learned examples, if the caller's copy was current."""
+        self,
+        name: str,
+        epoch: str,
+        made: Made,
+        when: Bucket,
+        batch: LearnBatch,
+        answers: Sequence[tuple[str, bytes]] = (),
+    ) -> LearnResult | SyncData | RequestsGone:
+        """Count and log learned examples, if the caller's copy was current; ``answers``:
+        (token, answer) of each handed-off request the commit learns (scripts.LEARN)."""
         keys = ModelKeys(name)
         args: list[Arg] = [
             epoch,
@@ -407,16 +425,20 @@ class Store:
             made.r2,
             batch.n,
             batch.mistakes,
-            batch.marks[-1000:],
+            batch.marks[-RING_SIZE:],
             len(batch.cells),
         ]
         for field, count in batch.cells.items():
             args += [field, count]
         args += [len(batch.entries), *batch.entries, *batch.recent]
-        reply = await self._learn(
-            keys=[keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent],
-            args=args,
-        )
+        script_keys = [keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent]
+        if answers:
+            script_keys += [keys.taken, keys.reqs, *(keys.answer(t) for t, _ in answers)]
+            for token, data in answers:
+                args += [token, data]
+        reply = await self._learn(keys=script_keys, args=args)
+        if int(reply[0]) == REQUESTS_GONE:
+            return RequestsGone(frozenset(_str(t) for t in reply[1:]))
         if self._check(name, reply) == 1:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
         return await self._sync_data(keys, reply, made.version)
@@ -431,46 +453,62 @@ class Store:
 
     # -- one writer per model (scripts.HANDOFF) -------------------------------------------
 
-    async def hand_off(self, name: str, me: str, lease_ms: int, request: bytes) -> bool:
+    async def hand_off(self, name: str, me: str, lease_ms: int, token: str, request: bytes) -> bool:
         """Queue a learn request for the model's writer; True (nothing queued) when the
         caller holds, or just took, the lease and learns it itself."""
-        keys = ModelKeys(name)
-        reply = await self._handoff(keys=[keys.writer, keys.learns], args=[me, lease_ms, request])
+        k = ModelKeys(name)
+        reply = await self._handoff(
+            keys=[k.writer, k.learns, k.taken, k.reqs], args=[me, lease_ms, token, request]
+        )
         return int(reply) == 1
 
     async def claim_writer(self, name: str, me: str, lease_ms: int) -> bool:
         """Take the lease if no worker holds it."""
-        return bool(await self.client.set(ModelKeys(name).writer, me, nx=True, px=lease_ms))
+        k = ModelKeys(name)
+        return int(await self._claim(keys=[k.writer, k.learns, k.taken], args=[me, lease_ms])) == 1
 
     async def take_learns(self, name: str, me: str, lease_ms: int, most: int) -> list[bytes] | None:
         """Renew the lease and take up to ``most`` queued requests; None: another holds it."""
-        keys = ModelKeys(name)
-        reply = await self._take(keys=[keys.writer, keys.learns], args=[me, lease_ms, most])
+        k = ModelKeys(name)
+        reply = await self._take(
+            keys=[k.writer, k.learns, k.taken, k.reqs], args=[me, lease_ms, most]
+        )
         if int(reply[0]) == 0:
             return None
-        return list(reply[1:])
+        return [_bytes(r) for r in reply[1:]]
 
-    async def wait_learn(self, name: str, wait_s: float) -> bytes | None:
-        """The next queued request, waiting up to ``wait_s`` for one."""
-        got = await self.client.blpop([ModelKeys(name).learns], timeout=wait_s)
-        return None if got is None else _bytes(got[1])
+    async def wait_learn(self, name: str, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for a queued request, without taking it; whether one is."""
+        learns = ModelKeys(name).learns
+        # (redis-py types BLMOVE's timeout as whole seconds; Redis takes fractions)
+        got = await self.client.execute_command("BLMOVE", learns, learns, "LEFT", "LEFT", wait_s)
+        return got is not None
 
     async def release_writer(self, name: str, me: str, force: bool = False) -> bool:
         """Give the lease up, unless requests are waiting (or ``force``); whether it was."""
-        keys = ModelKeys(name)
-        reply = await self._release(keys=[keys.writer, keys.learns], args=[me, int(force)])
+        k = ModelKeys(name)
+        reply = await self._release(keys=[k.writer, k.learns, k.taken], args=[me, int(force)])
         return int(reply) == 1
 
-    async def push_answer(self, name: str, token: str, data: bytes, ttl_s: int) -> None:
-        key = ModelKeys(name).answer(token)
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.rpush(key, data)
-            pipe.expire(key, ttl_s)
-            await pipe.execute()
+    async def refuse_learn(self, name: str, token: str, data: bytes) -> bool:
+        """Answer a taken request without learning it (``data``: b"" for no answer); False
+        when it no longer waited."""
+        k = ModelKeys(name)
+        reply = await self._refuse(keys=[k.taken, k.reqs, k.answer(token)], args=[token, data])
+        return int(reply) == 1
 
     async def wait_answer(self, name: str, token: str, wait_s: float) -> bytes | None:
         got = await self.client.blpop([ModelKeys(name).answer(token)], timeout=wait_s)
         return None if got is None else _bytes(got[1])
+
+    async def withdraw_learn(self, name: str, token: str) -> bytes | None:
+        """Give a handed-off request up: None when it was not learned (and never will be),
+        else its answer."""
+        k = ModelKeys(name)
+        reply = await self._withdraw(
+            keys=[k.learns, k.taken, k.reqs, k.answer(token)], args=[token]
+        )
+        return _bytes(reply[1]) if int(reply[0]) == 1 else None
 
     @staticmethod
     def _check(name: str, reply: list[Any]) -> int:

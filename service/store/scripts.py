@@ -11,7 +11,8 @@ Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. 
 "|" .. version``. Status codes: 1 done, 2 duplicate, 0 stale copy (sync data follows),
 -1 no such model, -2 the caller's model epoch is stale, -3 unknown or expired prediction,
 -4 conflicting feedback, -5 the model's state is incomplete (``{-5, what}``), -6 the model
-holds as many pending bytes as it may (``{-6, seconds until some lapse}``).
+holds as many pending bytes as it may (``{-6, seconds until some lapse}``), -7 a learn request
+handed to the model's writer is no longer waiting for this commit (``{-7, tokens...}``).
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
 log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
@@ -24,6 +25,7 @@ RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
+ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
 
 _CONSTANTS = f"""
 local WINDOW = {RING_SIZE}
@@ -31,6 +33,7 @@ local RECENT_KEPT = {RECENT_KEPT}
 local RECENT_MAX_BYTES = {RECENT_MAX_BYTES}
 local PENDING_BUCKETS = {PENDING_BUCKETS}
 local PENDING_OVERHEAD = {PENDING_OVERHEAD}
+local ANSWER_TTL_S = {ANSWER_TTL_S}
 """
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
@@ -92,6 +95,42 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 # labelled examples (as log entries, "k|t|" .. payload).
 # record(..., seen before, n examples, marks: '0'/'1' per example in order (the last ones at
 # least), mistakes, cells: {confusion field = count}, recent: entries, oldest first)
+# One writer per model (``writer.py``): the worker that holds ``writer`` (a lease, renewed
+# while it works) learns every /learn of the model; the other workers hand their checked
+# examples over and wait for the answer. A request waiting for the writer has its token in
+# ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash, token -> request); the
+# writer moves the tokens it takes into ``taken`` (a set) and the commit that learns a request
+# takes it out of both keys and pushes its answer, in one script (LEARN). A request leaves
+# ``reqs`` once: learned and answered, answered with an error, or withdrawn by its requester,
+# so it is learned at most once and its requester always learns which. A worker that takes
+# the lease puts every taken token back at the head of the queue: the writer before it may
+# have died with them; if it lives on, the commit of whichever learns a request first wins.
+
+# Answer one request: it leaves the queue's keys and its answer waits ANSWER_TTL_S for its
+# requester.
+_ANSWER = """
+local function answer(taken, reqs, key, token, data)
+  redis.call('SREM', taken, token)
+  redis.call('HDEL', reqs, token)
+  if data ~= '' then
+    redis.call('RPUSH', key, data)
+    redis.call('EXPIRE', key, ANSWER_TTL_S)
+  end
+end
+"""
+
+# Take the lease; what an earlier writer took and did not answer goes back to be learned.
+_ACQUIRE = """
+local function acquire(writer, learns, taken, me, ms)
+  redis.call('SET', writer, me, 'PX', ms)
+  local back = redis.call('SMEMBERS', taken)
+  for i = 1, #back, 4000 do
+    redis.call('LPUSH', learns, unpack(back, i, math.min(i + 3999, #back)))
+  end
+  redis.call('DEL', taken)
+end
+"""
+
 _RECORD = """
 local function record(meta, series, ring, recentkey, bucket, keep, seen, n, marks, mistakes,
     cells, recent)
@@ -319,11 +358,18 @@ return out
 # ARGV[9] = marks ('0'/'1' per example, the last ones at least), ARGV[10] = number c of
 # confusion cells, then c (field, count) pairs, then the number u of updates and their log
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
-# returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2
+# The writer of a model (``HANDOFF`` below) also passes, for each handed-off request of the
+# commit, its answer key as KEYS[9...] (KEYS[7] = taken, KEYS[8] = reqs) and its (token,
+# answer) as the last ARGV pairs: the commit learns each one only if it still waits for this
+# commit, takes it off the queue's keys and pushes its answer, all at once, so a request is
+# learned once and answered, or not learned, whatever worker dies or lease lapses.
+# returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2,
+# -5, or {-7, tokens} naming the handed-off requests that no longer wait (nothing written)
 LEARN = (
     _CONSTANTS
     + _SYNC
     + _RECORD
+    + _ANSWER
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
@@ -335,6 +381,17 @@ if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
 end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
 if why then return {-5, why} end
+local answers = #KEYS - 8
+local last = #ARGV - 2 * math.max(answers, 0)
+if answers > 0 then
+  local gone = {}
+  for a = 1, answers do
+    local token = ARGV[last + 2 * a - 1]
+    if redis.call('SISMEMBER', KEYS[7], token) == 0 or redis.call('HEXISTS', KEYS[8], token) == 0
+    then gone[#gone + 1] = token end
+  end
+  if #gone > 0 then return {-7, unpack(gone)} end
+end
 local seen, version = tonumber(st[3]), tonumber(st[2])
 local n, mistakes = tonumber(ARGV[7]), tonumber(ARGV[8])
 local cells, i = {}, 11
@@ -345,7 +402,7 @@ end
 local updates = tonumber(ARGV[i])
 local first = i + 1
 local recent = {}
-for j = first + updates, #ARGV do recent[#recent + 1] = ARGV[j] end
+for j = first + updates, last do recent[#recent + 1] = ARGV[j] end
 record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, n,
   ARGV[9], mistakes, cells, recent)
 redis.call('HINCRBY', KEYS[1], 'learned', n)
@@ -355,6 +412,9 @@ for j = first, stop, 4000 do
 end
 if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
+for a = 1, answers do
+  answer(KEYS[7], KEYS[8], KEYS[8 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
+end
 return {1, version, seen + n, log_length}
 """
 )
@@ -387,46 +447,104 @@ redis.call('HSET', KEYS[1], 'snapv', v, 'snaplen', #ARGV[3])
 return 1
 """
 
-# One writer per model: the worker that holds ``writer`` (a lease, renewed while it works)
-# learns every /learn of the model; the others push their checked examples to ``learns`` and
-# wait for the answer. Correctness never rests on the lease: a learn commit is still guarded
-# by the version it was computed on, so two writers at once (a lease that lapsed) cost a
-# retry, never an update.
 
-# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = lease ms, ARGV[3] = request
-# returns 1 when the caller holds the lease (it learns the request itself; nothing queued),
-# 0 when the request was queued for the writer
-HANDOFF = """
+# KEYS = writer, learns, taken, reqs  /  ARGV[1] = this worker's id, ARGV[2] = lease ms,
+# ARGV[3] = request token, ARGV[4] = request
+# returns 1 when the caller holds, or just took, the lease (it learns the request itself;
+# nothing queued), 0 when the request was queued for the writer
+HANDOFF = (
+    _ACQUIRE
+    + """
 local holder = redis.call('GET', KEYS[1])
 if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
   return 1
 end
 if holder == ARGV[1] then return 1 end
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
 redis.call('RPUSH', KEYS[2], ARGV[3])
 return 0
 """
+)
 
-# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = lease ms, ARGV[3] = most
-# requests to take
+# KEYS = writer, learns, taken  /  ARGV[1] = this worker's id, ARGV[2] = lease ms
+# returns 1 when the caller took the lease (no worker held it), else 0
+CLAIM = (
+    _ACQUIRE
+    + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS = writer, learns, taken, reqs  /  ARGV[1] = this worker's id, ARGV[2] = lease ms,
+# ARGV[3] = most requests to take
 # returns {1, requests...} and renews the lease while the caller holds it (or takes it when
 # free); {0} when another worker holds it
-TAKE = """
+TAKE = (
+    _ACQUIRE
+    + """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return {0} end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local taken = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
-if not taken then return {1} end
-table.insert(taken, 1, 1)
+if holder then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+end
+local taken = {1}
+local tokens = redis.call('LPOP', KEYS[2], tonumber(ARGV[3]))
+if not tokens then return taken end
+for _, token in ipairs(tokens) do
+  local data = redis.call('HGET', KEYS[4], token)
+  if data then  -- else withdrawn by its requester
+    redis.call('SADD', KEYS[3], token)
+    taken[#taken + 1] = data
+  end
+end
 return taken
 """
+)
 
-# KEYS = writer, learns  /  ARGV[1] = this worker's id, ARGV[2] = '1' to give it up even
-# with requests waiting (the worker stops)
-# gives the lease up unless requests are waiting; returns 1 when given up, 0 when kept
+# KEYS = writer, learns, taken  /  ARGV[1] = this worker's id, ARGV[2] = '1' to give it up even
+# with requests waiting (the worker stops: what it took goes back to the queue)
+# gives the lease up unless requests are waiting or taken; returns 1 when given up, 0 when kept
 RELEASE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 end
-if ARGV[2] ~= '1' and redis.call('LLEN', KEYS[2]) > 0 then return 0 end
-redis.call('DEL', KEYS[1])
+if ARGV[2] ~= '1' and (redis.call('LLEN', KEYS[2]) > 0 or redis.call('SCARD', KEYS[3]) > 0) then
+  return 0
+end
+local back = redis.call('SMEMBERS', KEYS[3])
+for i = 1, #back, 4000 do
+  redis.call('LPUSH', KEYS[2], unpack(back, i, math.min(i + 3999, #back)))
+end
+redis.call('DEL', KEYS[1], KEYS[3])
 return 1
+"""
+
+# KEYS = taken, reqs, answer  /  ARGV[1] = token, ARGV[2] = the answer ('' for none)
+# answers a request the writer took without learning it (an error, or its requester gave up);
+# returns 1, or 0 when it no longer waited (learned meanwhile, or withdrawn)
+REFUSE = (
+    _CONSTANTS
+    + _ANSWER
+    + """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 0 then return 0 end
+answer(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS = learns, taken, reqs, answer  /  ARGV[1] = token
+# the requester gives up: returns {0} when the request was not learned (and now never will
+# be), {1, answer} when it was, or was answered with an error, meanwhile
+WITHDRAW = """
+if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
+  redis.call('LREM', KEYS[1], 1, ARGV[1])
+  redis.call('SREM', KEYS[2], ARGV[1])
+  return {0}
+end
+local a = redis.call('LPOP', KEYS[4])
+if a then return {1, a} end
+return {0}
 """
