@@ -1,20 +1,23 @@
-"""One writer per model (PERCEPTRON_ONE_WRITER=true): the worker holding a model's lease
-learns every /learn of it.
+"""One writer per model (the default; PERCEPTRON_ONE_WRITER=false turns it off): the worker
+holding a model's lease learns every /learn of it.
 
 Every /learn must be computed on the model's latest weights. When workers each compute and
-commit their own (the default), a commit often finds the model changed by another worker's,
-catches up and computes again: the more workers, the more work thrown away, and requests can
-fail. Here one worker at a time, the writer, learns for the model: it holds a lease in Redis,
-renewed while it works; the other workers push the examples they have checked
-(``handoff.py``) to the model's queue in Redis and wait for the answer. The writer takes the
-queue in order and learns everything waiting in one group commit (``batching.py``), so its
-replica is always current: no catch-up, no retry, whatever the number of workers. A worker
-that finds no writer becomes it (in the same script that would queue its request); a writer
-with nothing left to do gives the lease up; a writer that dies leaves the lease to lapse, and
-a waiting worker takes it and serves the queue.
+commit their own, a commit often finds the model changed by another worker's, catches up and
+computes again: the more workers, the more work thrown away, and requests can fail. Here one
+worker at a time, the writer, learns for the model: it holds a lease in Redis, renewed while it
+works; the other workers hand the examples they have checked (``handoff.py``) to the model's
+queue in Redis and wait for the answer. The writer takes the queue in order and learns
+everything waiting in one group commit (``batching.py``), so its replica is always current: no
+catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
+(in the same script that would queue its request); a writer with nothing left to do gives the
+lease up; a writer that dies leaves the lease to lapse, and a waiting worker takes it over,
+with the requests the dead writer had taken (scripts.py, ``_ACQUIRE``).
 
-Correctness never rests on the lease: a commit is still guarded by the version it was
-computed on (``Engine._learn``), so two writers at once cost a retry, never an update.
+A handed-off request is learned once or not at all: the commit that learns it also takes it
+off the queue's keys and pushes its answer, and refuses to learn it if it no longer waits
+(another writer learned it, or its requester withdrew it at its deadline). Correctness never
+rests on the lease: a commit is still guarded by the version it was computed on
+(``Engine._learn``), so two writers at once cost a retry, never an update.
 """
 
 from __future__ import annotations

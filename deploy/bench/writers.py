@@ -88,8 +88,9 @@ def bodies(seed: int, n: int = 8) -> list[bytes]:
     return out
 
 
-def writer(port: int, seed: int, until: float, out: Any) -> None:
-    batches = bodies(seed)
+def writer(port: int, seed: int, start: float, until: float, out: Any) -> None:
+    batches = bodies(seed)  # made before the clock starts: every client starts at ``start``
+    time.sleep(max(0.0, start - time.time()))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"content-type": "application/json"}
     sent = ok = updates = 0
@@ -173,12 +174,12 @@ class Run:
                 conn.close()
             before = json.loads(call(port, "GET", "/models/w")[1])
             queue: Any = mp.Queue()
-            until = time.time() + self.seconds
+            start = time.time() + 2.0
+            until = start + self.seconds
             procs = [
-                mp.Process(target=writer, args=(port, 1 + i, until, queue))
+                mp.Process(target=writer, args=(port, 1 + i, start, until, queue))
                 for i in range(self.clients)
             ]
-            start = time.time()
             for p in procs:
                 p.start()
             results = [queue.get(timeout=self.seconds + 120) for _ in procs]
