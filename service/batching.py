@@ -21,26 +21,30 @@ Span = tuple[str, int, int]
 
 
 class Coalescer(Generic[Item, Result]):
-    """Runs ``run(items, spans)`` for queued requests, one call at a time, at most ``limit``
-    items."""
+    """Runs ``run(items, spans)`` for queued requests, at most ``limit`` items a call and
+    ``concurrency`` calls at a time (one, for a commit)."""
 
     def __init__(
-        self, run: Callable[[list[Item], list[Span]], Awaitable[list[Result]]], limit: int
+        self,
+        run: Callable[[list[Item], list[Span]], Awaitable[list[Result]]],
+        limit: int,
+        concurrency: int = 1,
     ) -> None:
         self._run = run
         self._limit = limit
+        self._concurrency = concurrency
         self._queue: list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def idle(self) -> bool:
-        return self._task is None and not self._queue
+        return not self._tasks and not self._queue
 
     async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         self._queue.append((items, tag, future))
-        if self._task is None:
-            self._task = asyncio.create_task(self._drain())
+        if len(self._tasks) < self._concurrency:
+            self._tasks.add(asyncio.create_task(self._drain()))
         return await future
 
     async def _drain(self) -> None:
@@ -75,7 +79,8 @@ class Coalescer(Generic[Item, Result]):
                         future.set_result(results[start : start + len(items)])
                     start += len(items)
         finally:
-            self._task = None
+            # At once, not in a done callback: a request queued from now on starts a new run.
+            self._tasks.discard(asyncio.current_task())
             for _, _, future in self._queue:  # only when cancelled: nothing will run them now
                 if not future.done():
                     future.cancel()

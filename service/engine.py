@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import operator
 import secrets
@@ -37,6 +38,7 @@ from .store import (
     APPLIED,
     UNKNOWN,
     Bucket,
+    Held,
     Made,
     RequestsGone,
     Store,
@@ -52,6 +54,7 @@ Features = Sequence[float] | Mapping[str, float]
 # A batch: examples one by one, or a dense model's feature values laid end to end (packed).
 Batch = Sequence[Features] | np.ndarray
 ID_SEPARATOR = ":"
+HOLD_POLL_MS = 5  # how often feedback looks again at a model its writer holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,9 @@ class Engine(Catalog):
         self.writers = Writers(
             store, settings, clock, self._writer_replica, self._learn_here, self._learning
         )
+        # Whether this worker's learn commits are a model writer's (writer.py): they hold
+        # the model against feedback when they find it moved (scripts.LEARN).
+        self._writes = settings.one_writer and not store.embedded
 
     async def close(self) -> None:
         await self.writers.close()
@@ -201,15 +207,26 @@ class Engine(Catalog):
         self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span]
     ) -> list[Feedback | ServiceError]:
         self._check_current(rep)
-        batch = await self.store.commit_feedback(
-            rep.name,
-            rep.epoch,
-            [token for token, _ in labelled],
-            [t for _, t in labelled],
-            rep.config.n_classes,
-            self._bucket(),
-            rep.config.feedback_ttl_s,
-        )
+        deadline = self.clock() + self.settings.learn_wait_s
+        while True:
+            batch = await self.store.commit_feedback(
+                rep.name,
+                rep.epoch,
+                [token for token, _ in labelled],
+                [t for _, t in labelled],
+                rep.config.n_classes,
+                self._bucket(),
+                rep.config.feedback_ttl_s,
+            )
+            if not isinstance(batch, Held):
+                break
+            # The model's writer holds it for one commit (milliseconds; HOLD_MS if it died).
+            if self.clock() > deadline:
+                raise Unavailable(
+                    f"Model {rep.name!r} stayed held by its writer; retry shortly.",
+                    code="model_busy",
+                )
+            await asyncio.sleep(min(batch.ms, HOLD_POLL_MS) / 1000)
         out: list[Feedback | ServiceError] = []
         for item in batch.items:
             if item.status == UNKNOWN:
@@ -308,7 +325,7 @@ class Engine(Catalog):
                 for tag, a, b in spans
             ]
             res = await self.store.commit_learn(
-                rep.name, rep.epoch, made, self._bucket(), seq.batch, answers
+                rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._writes
             )
             if isinstance(res, RequestsGone):
                 return res

@@ -54,6 +54,9 @@ WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
 ANSWER_WAIT_S = 0.25  # a requester's wait for its answer before it checks on the writer
 MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
+# Hand-overs of one worker for one model in flight at once: the writer learns those waiting
+# together, and each waits for a busy writer's event loop several times over.
+HAND_OVERS_IN_FLIGHT = 4
 STALE = "stale_model"  # the answer's code when the model was replaced since the request
 # Examples one group commit (or one hand-over) may hold: several requests of up to
 # PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
@@ -89,15 +92,17 @@ class Writers:
     async def learn(self, rep: Replica, examples: Examples) -> list[Learned]:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
 
-        Requests of this worker for one model that arrive while its hand-over is in flight
-        share the next one (``batching.py``): one request to the writer for many.
+        Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
+        hand-overs are in flight share the next one (``batching.py``).
         """
         if not self.settings.one_writer or self.store.embedded or rep.name in self._writing:
             return await self._learn_here(rep, examples, None)
         group = rep.queues.get("hand-over")
         if group is None:
             most = max(self.settings.max_batch, GROUP_MOST)
-            group = rep.queues["hand-over"] = Coalescer(partial(self._hand_over, rep), most)
+            group = rep.queues["hand-over"] = Coalescer(
+                partial(self._hand_over, rep), most, HAND_OVERS_IN_FLIGHT
+            )
         result: list[Learned] = await group.submit(examples)
         return result
 

@@ -92,3 +92,25 @@ def test_a_run_knows_where_each_tagged_request_lies() -> None:
 
     asyncio.run(main())
     assert seen == [[("a", 0, 1)], [("b", 2, 5), ("c", 5, 6)]]
+
+
+def test_with_concurrency_several_runs_go_at_once_and_none_is_left_behind() -> None:
+    running: list[int] = []
+    most = [0]
+
+    async def run(items: list[int], _: list[Span]) -> list[int]:
+        running.append(1)
+        most[0] = max(most[0], len(running))
+        await asyncio.sleep(0.005)
+        running.pop()
+        return items
+
+    async def main() -> None:
+        c: Coalescer[int, int] = Coalescer(run, limit=1, concurrency=3)
+        for _ in range(3):  # waves: a request that arrives as a run ends starts a new one
+            out = await asyncio.gather(*(c.submit([i]) for i in range(10)))
+            assert [o[0] for o in out] == list(range(10))
+            assert c.idle
+
+    asyncio.run(main())
+    assert most[0] == 3

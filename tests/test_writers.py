@@ -327,3 +327,61 @@ def test_a_writer_killed_mid_work_leaves_no_request_unanswered(redis_url: str) -
             weights = c.get("/models/m/weights").json()
         assert weights["rows"][0]["weights"] == w.tolist()
         assert weights["rows"][0]["bias"] == b
+
+
+def test_learns_mixed_with_heavy_feedback_on_one_model_all_succeed(redis_url: str) -> None:
+    """Feedback moves the model between the writer's commits: its updates were decided when
+    the predictions were served and need no writer. A writer's commit that finds the model
+    moved holds it against feedback until its next commit (scripts.LEARN), so two attempts
+    always do (with one, this fails), and every update lands once."""
+    service = ServiceProcess(
+        redis_url,
+        workers=4,
+        PERCEPTRON_LEARN_ATTEMPTS="2",
+        PERCEPTRON_DEFAULT_MODEL="false",
+    )
+    failures: list[str] = []
+    updates = [0]
+    lock = threading.Lock()
+    until = time.monotonic() + 8
+    with running(service), httpx.Client(base_url=service.url, timeout=60) as c:
+        assert c.put("/models/m", json={"n_features": D}).status_code == 201
+
+        def learner(seed: int) -> None:
+            rng = random.Random(seed)
+            with httpx.Client(base_url=service.url, timeout=60) as w:
+                while time.monotonic() < until:
+                    xs = [[rng.randint(-3, 3) for _ in range(D)] for _ in range(50)]
+                    ys = [rng.choice([-1, 1]) for _ in range(50)]
+                    r = w.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys})
+                    with lock:
+                        if r.status_code != 200:
+                            failures.append(f"learn {r.status_code} {r.text}")
+                        else:
+                            updates[0] += sum(r.json()["updated"])
+
+        def teacher(seed: int) -> None:
+            rng = random.Random(seed)
+            with httpx.Client(base_url=service.url, timeout=60) as w:
+                while time.monotonic() < until:
+                    xs = [[rng.randint(-3, 3) for _ in range(D)] for _ in range(100)]
+                    p = w.post("/predict/batch", json={"model": "m", "features": xs}).json()
+                    items = [
+                        {"prediction_id": q["prediction_id"], "label": -q["label"]}
+                        for q in p["predictions"]
+                    ]
+                    r = w.post("/feedback/batch", json={"feedback": items})
+                    with lock:
+                        if r.status_code != 200:
+                            failures.append(f"feedback {r.status_code} {r.text}")
+                        else:
+                            updates[0] += sum(a["updated"] for a in r.json()["results"])
+
+        threads = [threading.Thread(target=learner, args=(i,)) for i in range(4)]
+        threads += [threading.Thread(target=teacher, args=(10 + i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert failures == []
+        assert c.get("/models/m").json()["version"] == updates[0]

@@ -73,6 +73,11 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:learns"
 
     @property
+    def hold(self) -> str:
+        """Set while the writer's next commit must find the model unmoved: feedback waits."""
+        return f"{PREFIX}:{{{self.name}}}:hold"
+
+    @property
     def taken(self) -> str:
         """Tokens of the requests the writer took and has not answered yet."""
         return f"{PREFIX}:{{{self.name}}}:taken"

@@ -79,7 +79,7 @@ class Observations:
 # Per-prediction feedback statuses.
 APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
 # Statuses of a whole script call (scripts.py's docstring).
-NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL, REQUESTS_GONE = -1, -2, -5, -6, -7
+NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL, REQUESTS_GONE, HELD = -1, -2, -5, -6, -7, -8
 # Eviction policies that never drop a model's keys (those with no expiry): the volatile ones
 # may only drop pending predictions, which then answer 404 like expired ones.
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
@@ -118,6 +118,13 @@ class LearnResult:
     version: int
     seen: int
     log_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Feedback refused for now: the model's writer holds it for its next commit."""
+
+    ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,14 +399,17 @@ class Store:
         n_classes: int,
         when: Bucket,
         ttl_s: int,
-    ) -> FeedbackBatch:
-        """Apply the true class index of each pending prediction, once each."""
-        keys = ModelKeys(name)
-        pending = [keys.pending(t) for t in tokens]
+    ) -> FeedbackBatch | Held:
+        """Apply the true class index of each pending prediction, once each; or nothing,
+        while the model's writer holds it."""
+        k = ModelKeys(name)
+        pending = [k.pending(t) for t in tokens]
         reply = await self._feedback(
-            keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, keys.pend, *pending],
+            keys=[k.meta, k.log, k.series, k.ring, k.recent, k.pend, k.hold, *pending],
             args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
+        if int(reply[0]) == HELD:
+            return Held(int(reply[1]))
         self._check(name, reply)
         flat = [int(v) for v in reply[2:]]
         items = [FeedbackItem(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
@@ -413,9 +423,11 @@ class Store:
         when: Bucket,
         batch: LearnBatch,
         answers: Sequence[tuple[str, bytes]] = (),
+        writer: bool = False,
     ) -> LearnResult | SyncData | RequestsGone:
-        """Count and log learned examples, if the caller's copy was current; ``answers``:
-        (token, answer) of each handed-off request the commit learns (scripts.LEARN)."""
+        """Count and log learned examples, if the caller's copy was current. A model's
+        ``writer`` holds the model when it was not (scripts.LEARN); ``answers``: (token,
+        answer) of each handed-off request the commit learns."""
         keys = ModelKeys(name)
         args: list[Arg] = [
             epoch,
@@ -432,8 +444,8 @@ class Store:
             args += [field, count]
         args += [len(batch.entries), *batch.entries, *batch.recent]
         script_keys = [keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent]
-        if answers:
-            script_keys += [keys.taken, keys.reqs, *(keys.answer(t) for t, _ in answers)]
+        if writer or answers:
+            script_keys += [keys.hold, keys.taken, keys.reqs, *(keys.answer(t) for t, _ in answers)]
             for token, data in answers:
                 args += [token, data]
         reply = await self._learn(keys=script_keys, args=args)

@@ -12,7 +12,8 @@ Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. 
 -1 no such model, -2 the caller's model epoch is stale, -3 unknown or expired prediction,
 -4 conflicting feedback, -5 the model's state is incomplete (``{-5, what}``), -6 the model
 holds as many pending bytes as it may (``{-6, seconds until some lapse}``), -7 a learn request
-handed to the model's writer is no longer waiting for this commit (``{-7, tokens...}``).
+handed to the model's writer is no longer waiting for this commit (``{-7, tokens...}``), -8
+the model is held for its writer's next commit (``{-8, ms left}``).
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
 log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
@@ -26,6 +27,7 @@ RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is the
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
 ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
+HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
 
 _CONSTANTS = f"""
 local WINDOW = {RING_SIZE}
@@ -34,6 +36,7 @@ local RECENT_MAX_BYTES = {RECENT_MAX_BYTES}
 local PENDING_BUCKETS = {PENDING_BUCKETS}
 local PENDING_OVERHEAD = {PENDING_OVERHEAD}
 local ANSWER_TTL_S = {ANSWER_TTL_S}
+local HOLD_MS = {HOLD_MS}
 """
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
@@ -251,10 +254,11 @@ return {1}
 """
 )
 
-# KEYS = meta, log, series, ring, recent, pend, pending_1 .. pending_n  /  ARGV[1] = epoch
-# of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] =
+# KEYS = meta, log, series, ring, recent, pend, hold, pending_1 .. pending_n  /  ARGV[1] =
+# epoch of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] =
 # buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index of
-# prediction i. An answer is kept ttl seconds after it was given, so that the same feedback
+# prediction i. While the model's writer holds it (LEARN), nothing is applied: {-8, ms left}.
+# An answer is kept ttl seconds after it was given, so that the same feedback
 # sent again within that time is a duplicate; its prediction's bytes no longer count as
 # pending.
 # returns {-1} or {-2} for the whole call, else {version, log length, then per prediction:
@@ -269,6 +273,8 @@ local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'snapv')
 local epoch = st[1]
 if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
+local held = redis.call('PTTL', KEYS[7])
+if held > 0 then return {-8, held} end
 if redis.call('LLEN', KEYS[2]) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {-5, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
@@ -281,8 +287,8 @@ local function answer(status, m, u, v)
 end
 local unknown, dups, conflicts = 0, 0, 0
 local ttl, now, answered = tonumber(ARGV[5]), nil, {}
-for i = 7, #KEYS do
-  local t = ARGV[i - 1]
+for i = 8, #KEYS do
+  local t = ARGV[i - 2]
   local p = redis.call('GET', KEYS[i])
   if not p or string.sub(p, 2, 17) ~= epoch then
     unknown = unknown + 1
@@ -358,11 +364,14 @@ return out
 # ARGV[9] = marks ('0'/'1' per example, the last ones at least), ARGV[10] = number c of
 # confusion cells, then c (field, count) pairs, then the number u of updates and their log
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
-# The writer of a model (``HANDOFF`` below) also passes, for each handed-off request of the
-# commit, its answer key as KEYS[9...] (KEYS[7] = taken, KEYS[8] = reqs) and its (token,
-# answer) as the last ARGV pairs: the commit learns each one only if it still waits for this
-# commit, takes it off the queue's keys and pushes its answer, all at once, so a request is
-# learned once and answered, or not learned, whatever worker dies or lease lapses.
+# The writer of a model (``HANDOFF`` below) also passes KEYS[7] = hold, KEYS[8] = taken,
+# KEYS[9] = reqs and, for each handed-off request of the commit, its answer key as
+# KEYS[10...] and its (token, answer) as the last ARGV pairs: the commit learns each one only
+# if it still waits for this commit, takes it off the queue's keys and pushes its answer, all
+# at once, so a request is learned once and answered, or not learned, whatever worker dies or
+# lease lapses. And a writer's commit that finds the model moved (by feedback) holds it: no
+# feedback is applied until the writer's next commit, which is then sure to find its copy
+# current once caught up (or until HOLD_MS pass, should the writer die).
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2,
 # -5, or {-7, tokens} naming the handed-off requests that no longer wait (nothing written)
 LEARN = (
@@ -374,20 +383,24 @@ LEARN = (
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
+local writer = #KEYS >= 9
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
-  if reply[1] == 1 then reply[1] = 0 end
+  if reply[1] == 1 then
+    reply[1] = 0
+    if writer then redis.call('SET', KEYS[7], '1', 'PX', HOLD_MS) end
+  end
   return reply
 end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
 if why then return {-5, why} end
-local answers = #KEYS - 8
-local last = #ARGV - 2 * math.max(answers, 0)
+local answers = writer and #KEYS - 9 or 0
+local last = #ARGV - 2 * answers
 if answers > 0 then
   local gone = {}
   for a = 1, answers do
     local token = ARGV[last + 2 * a - 1]
-    if redis.call('SISMEMBER', KEYS[7], token) == 0 or redis.call('HEXISTS', KEYS[8], token) == 0
+    if redis.call('SISMEMBER', KEYS[8], token) == 0 or redis.call('HEXISTS', KEYS[9], token) == 0
     then gone[#gone + 1] = token end
   end
   if #gone > 0 then return {-7, unpack(gone)} end
@@ -413,8 +426,9 @@ end
 if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
 for a = 1, answers do
-  answer(KEYS[7], KEYS[8], KEYS[8 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
+  answer(KEYS[8], KEYS[9], KEYS[9 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
 end
+if writer then redis.call('DEL', KEYS[7]) end
 return {1, version, seen + n, log_length}
 """
 )
