@@ -60,7 +60,7 @@ class LearnBatch:
 
     n: int
     mistakes: int
-    marks: bytes  # b"0" or b"1" (a mistake) per example, in order; the last 1000 suffice
+    marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
     cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
     entries: list[bytes]  # the log entries of the examples that updated, in order
     recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
@@ -74,6 +74,7 @@ class Observations:
     ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
+    curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
 
 
 # Per-prediction feedback statuses.
@@ -233,7 +234,8 @@ class Store:
             pipe.get(keys.ring)
             pipe.hgetall(keys.series)
             pipe.lrange(keys.recent, 0, RECENT_KEPT - 1)  # it may hold more between trims
-            meta, ring, series, recent = await pipe.execute()
+            pipe.hgetall(keys.curve)
+            meta, ring, series, recent, curve = await pipe.execute()
         if not meta:
             return None
         return Observations(
@@ -241,6 +243,7 @@ class Store:
             ring=bytes(ring or b""),
             series={_str(k): int(v) for k, v in series.items()},
             recent=list(recent),
+            curve={_str(k): int(v) for k, v in curve.items()},
         )
 
     async def replace_model(
@@ -260,7 +263,8 @@ class Store:
         for field, value in counters.items():
             args += [field, value]
         await self.client.sadd(REGISTRY, name)
-        await self._replace(keys=list(keys.all), args=args)
+        replaced = [k for k in keys.all if k != keys.pend]  # pending bytes lapse on their own
+        await self._replace(keys=replaced, args=args)
 
     async def delete_model(self, name: str) -> bool:
         keys = ModelKeys(name)
@@ -386,7 +390,16 @@ class Store:
         keys = ModelKeys(name)
         pending = [keys.pending(t) for t in tokens]
         reply = await self._feedback(
-            keys=[keys.meta, keys.log, keys.series, keys.ring, keys.recent, keys.pend, *pending],
+            keys=[
+                keys.meta,
+                keys.log,
+                keys.series,
+                keys.ring,
+                keys.recent,
+                keys.pend,
+                keys.curve,
+                *pending,
+            ],
             args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
         self._check(name, reply)
@@ -407,14 +420,22 @@ class Store:
             made.r2,
             batch.n,
             batch.mistakes,
-            batch.marks[-1000:],
+            batch.marks,
             len(batch.cells),
         ]
         for field, count in batch.cells.items():
             args += [field, count]
         args += [len(batch.entries), *batch.entries, *batch.recent]
         reply = await self._learn(
-            keys=[keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent],
+            keys=[
+                keys.meta,
+                keys.snap,
+                keys.log,
+                keys.series,
+                keys.ring,
+                keys.recent,
+                keys.curve,
+            ],
             args=args,
         )
         if self._check(name, reply) == 1:

@@ -5,6 +5,13 @@ Per model (all keys share the hash tag ``{name}``, so a script may touch them al
 ``snapv``), ``log`` (list: update entries for versions ``snapv+1 .. version``) and one
 ``pending`` string per prediction awaiting its label.
 
+The learning curve, ``curve`` (hash), holds the mistakes made up to every ``every``-th
+labelled example: field ``<k>`` = mistakes among the first ``k`` labelled examples, for ``k`` a
+multiple of ``every``, and field ``every``. It keeps at most ``CURVE_POINTS`` points: when one
+more would not fit, ``every`` doubles and the points that are not multiples of it go. It is
+written by the scripts that count mistakes, in the same step, so each point is exactly the
+count the ``mistakes`` counter had after that example.
+
 A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payload`` where
 ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates the weights.
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
@@ -24,6 +31,7 @@ RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
+CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 
 _CONSTANTS = f"""
 local WINDOW = {RING_SIZE}
@@ -31,6 +39,7 @@ local RECENT_KEPT = {RECENT_KEPT}
 local RECENT_MAX_BYTES = {RECENT_MAX_BYTES}
 local PENDING_BUCKETS = {PENDING_BUCKETS}
 local PENDING_OVERHEAD = {PENDING_OVERHEAD}
+local CURVE_POINTS = {CURVE_POINTS}
 """
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
@@ -88,13 +97,41 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 
 # Shared by the scripts that count labelled examples: counters, the confusion matrix, the
 # ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
-# counts per time bucket (buckets older than the retention are dropped), and the most recent
-# labelled examples (as log entries, "k|t|" .. payload).
-# record(..., seen before, n examples, marks: '0'/'1' per example in order (the last ones at
-# least), mistakes, cells: {confusion field = count}, recent: entries, oldest first)
+# counts per time bucket (buckets older than the retention are dropped), the learning curve,
+# and the most recent labelled examples (as log entries, "k|t|" .. payload).
+# record(..., seen before, n examples, marks: '0'/'1' per example in order, all n of them,
+# mistakes, cells: {confusion field = count}, recent: entries, oldest first)
 _RECORD = """
-local function record(meta, series, ring, recentkey, bucket, keep, seen, n, marks, mistakes,
-    cells, recent)
+local function curve_add(curve, meta, seen, n, marks)
+  local total = seen + n
+  local every = tonumber(redis.call('HGET', curve, 'every') or 1)
+  if math.floor(total / every) == math.floor(seen / every) then return end
+  local held = math.max(0, redis.call('HLEN', curve) - 1)
+  while held + math.floor(total / every) - math.floor(seen / every) > CURVE_POINTS do
+    every = every * 2
+    local gone = {}
+    for _, field in ipairs(redis.call('HKEYS', curve)) do
+      local k = tonumber(field)
+      if k and k % every ~= 0 then gone[#gone + 1] = field end
+    end
+    for i = 1, #gone, 4000 do
+      redis.call('HDEL', curve, unpack(gone, i, math.min(i + 3999, #gone)))
+    end
+    held = math.max(0, redis.call('HLEN', curve) - 1)
+  end
+  local m = tonumber(redis.call('HGET', meta, 'mistakes') or 0)
+  local points, at = {'every', string.format('%d', every)}, 0
+  for k = (math.floor(seen / every) + 1) * every, total, every do
+    local _, wrong = string.gsub(string.sub(marks, at + 1, k - seen), '1', '')
+    m, at = m + wrong, k - seen
+    points[#points + 1] = string.format('%d', k)
+    points[#points + 1] = string.format('%d', m)
+  end
+  redis.call('HSET', curve, unpack(points))
+end
+local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
+    mistakes, cells, recent)
+  curve_add(curve, meta, seen, n, marks)  -- before 'mistakes' counts these
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
   local start = (seen + n - #marks) % WINDOW
   local first = math.min(#marks, WINDOW - start)
@@ -212,7 +249,7 @@ return {1}
 """
 )
 
-# KEYS = meta, log, series, ring, recent, pend, pending_1 .. pending_n  /  ARGV[1] = epoch
+# KEYS = meta, log, series, ring, recent, pend, curve, pending_1 .. pending_n  /  ARGV[1] = epoch
 # of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] =
 # buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index of
 # prediction i. An answer is kept ttl seconds after it was given, so that the same feedback
@@ -242,8 +279,8 @@ local function answer(status, m, u, v)
 end
 local unknown, dups, conflicts = 0, 0, 0
 local ttl, now, answered = tonumber(ARGV[5]), nil, {}
-for i = 7, #KEYS do
-  local t = ARGV[i - 1]
+for i = 8, #KEYS do
+  local t = ARGV[i - 2]
   local p = redis.call('GET', KEYS[i])
   if not p or string.sub(p, 2, 17) ~= epoch then
     unknown = unknown + 1
@@ -298,7 +335,7 @@ if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) 
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 if conflicts > 0 then redis.call('HINCRBY', KEYS[1], 'conflicts', conflicts) end
 if #marks > 0 then
-  record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]),
+  record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[7], tonumber(ARGV[3]), tonumber(ARGV[4]),
     seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
   redis.call('HINCRBY', KEYS[1], 'feedback', #marks)
 end
@@ -313,10 +350,10 @@ return out
 """
 )
 
-# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = epoch, ARGV[2] = version used,
-# ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] = buckets
-# kept, ARGV[6] = largest squared feature norm, ARGV[7] = examples n, ARGV[8] = mistakes,
-# ARGV[9] = marks ('0'/'1' per example, the last ones at least), ARGV[10] = number c of
+# KEYS = meta, snap, log, series, ring, recent, curve  /  ARGV[1] = epoch, ARGV[2] = version
+# used, ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] =
+# buckets kept, ARGV[6] = largest squared feature norm, ARGV[7] = examples n, ARGV[8] =
+# mistakes, ARGV[9] = marks ('0'/'1' per example, all n of them), ARGV[10] = number c of
 # confusion cells, then c (field, count) pairs, then the number u of updates and their log
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2
@@ -346,8 +383,8 @@ local updates = tonumber(ARGV[i])
 local first = i + 1
 local recent = {}
 for j = first + updates, #ARGV do recent[#recent + 1] = ARGV[j] end
-record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, n,
-  ARGV[9], mistakes, cells, recent)
+record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[4]), tonumber(ARGV[5]),
+  seen, n, ARGV[9], mistakes, cells, recent)
 redis.call('HINCRBY', KEYS[1], 'learned', n)
 local log_length, stop = -1, first + updates - 1
 for j = first, stop, 4000 do
@@ -359,13 +396,13 @@ return {1, version, seen + n, log_length}
 """
 )
 
-# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = config JSON, ARGV[2] = new
-# epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights at
-# that version ('' for zeros), then counter field / value pairs
+# KEYS = meta, snap, log, series, ring, recent, curve  /  ARGV[1] = config JSON, ARGV[2] =
+# new epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights
+# at that version ('' for zeros), then counter field / value pairs
 # returns 1; the model's pending predictions become unknown (the epoch changed), though their
 # keys, and so their count in ``pend``, stay until they expire
 REPLACE = """
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
   'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4], 'snaplen', #ARGV[6])
 for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
