@@ -253,6 +253,7 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
     c = len(curve["points"])
     expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(c))
     assert vertices(page, "#chart-examples .series-running polyline") == c
+    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(0)
     expect(page.locator("#chart-examples .series-window circle.pt")).to_have_count(c - 12)
     expect(page.locator("#window-legend")).to_have_text("last 104")
 
@@ -417,6 +418,7 @@ def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> N
         assert ys == ["0%", "25%", "50%", "75%", "100%"], (chart, ys)
     xs = page.locator("#chart-examples text.tick-x").all_text_contents()
     assert xs == ["0", "1"]
+    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(1)
     assert aborted == []
 
 

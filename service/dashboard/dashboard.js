@@ -752,7 +752,8 @@
       emptyText: m.counters.seen ? 'No point on the curve yet' : 'No labelled examples yet',
       lines: [
         { cls: 'window', name: `last ${fmtInt(recent.span)}`, ys: recent.rates, dots: 200, r: 2.4 },
-        { cls: 'running', name: 'running rate', ys: curve.map((p) => p.rate), polyline: true, area: true },
+        // (dotted while the curve is short: a line of one point is not seen)
+        { cls: 'running', name: 'running rate', ys: curve.map((p) => p.rate), polyline: true, area: true, dots: 20, r: 3 },
       ],
       label: (i) => `after ${nCount(curve[i].examples, 'example')}`,
       extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
