@@ -155,6 +155,7 @@ def serving_local_redis(folder: str, serve: Callable[[], int]) -> int:
     try:
         os.environ["PERCEPTRON_REDIS_URL"] = store.start()
     except LocalRedisError as e:
+        store.stop()
         sys.stderr.write(f"perceptron serve: {e}\n")
         return 2
     sys.stderr.write(
