@@ -29,7 +29,9 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 extra="[replay]"
-[ "${1:-}" = "test" ] && extra="[test]"
+# (the test extra holds every package of the replay extra: a checkout set up for the tests
+# stays so, and deploy/serve.sh does not install again)
+if [ "${1:-}" = "test" ] || [ -f ".venv/.installed[test]" ]; then extra="[test]"; fi
 stamp=".venv/.installed${extra}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # (the filter drops pip's notes about local index folders this machine may not have)

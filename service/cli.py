@@ -35,6 +35,10 @@ def serve(args: argparse.Namespace) -> int:
     from .settings import Settings
 
     settings = Settings()
+    if not settings.redis_url and settings.local_redis_dir:
+        from .local_redis import serving_local_redis
+
+        return serving_local_redis(settings.local_redis_dir, lambda: serve(args))
     if not settings.redis_url and args.workers > 1:
         sys.stderr.write(
             "The embedded store lives in one process: set PERCEPTRON_REDIS_URL to run "

@@ -15,7 +15,14 @@ class Settings(BaseSettings):
 
     redis_url: str | None = Field(
         default=None,
-        description="Redis URL (redis://, rediss://, redis+cluster://); unset: embedded store.",
+        description="Redis URL (redis://, rediss://, unix://, redis+cluster://); unset: see "
+        "local_redis_dir.",
+    )
+    local_redis_dir: str | None = Field(
+        default=None,
+        description="Without redis_url: start a redis-server of the service's own, keeping its "
+        "data (append-only file) in this folder, and stop it with the service "
+        "(deploy/serve.sh sets data/redis); unset or empty: the embedded store.",
     )
     redis_cluster: bool = Field(default=False, description="Use the Redis Cluster client.")
     redis_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of each Redis call.")

@@ -1,13 +1,17 @@
 """The dashboard in a real headless Chromium: it shows what the JSON API reports.
 
 Debian's ``chromium`` is driven by Playwright (deploy/setup.sh test installs both; Playwright's
-own browser download is never used). A screenshot of the filled page goes to
-artifacts/dashboard.png.
+own browser download is never used). Every request the page makes to anything but the service
+under test is aborted, and fails the test. Screenshots of the filled page go to artifacts/:
+dashboard.png, and the README's demo, a three-class model at 1280 px and on a phone
+(dashboard-demo.png, dashboard-1280.png, dashboard-phone.png).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
@@ -23,6 +27,7 @@ from playwright.sync_api import (
     Playwright,
     Request,
     Route,
+    ViewportSize,
     expect,
     sync_playwright,
 )
@@ -30,6 +35,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
 from .conftest import MakeService
+from .servers import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -44,6 +50,8 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 API = re.compile(r"/models(/[^?#]*)?([?#].*)?$")
+DESKTOP: ViewportSize = {"width": 1280, "height": 900}
+PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture
@@ -100,32 +108,46 @@ def pct(rate: float | None) -> str:
 
 
 def trend(m: dict[str, Any]) -> tuple[str, float | None]:
-    """The headline's rule: the first examples on the chart against the last 100."""
+    """The headline's rule: the first examples on the learning curve against the last 100."""
     seen, recent, points = (
         m["counters"]["seen"],
         m["mistake_rate"]["last_100"],
-        m["series"]["points"],
+        m["curve"]["points"],
     )
     if not seen:
         return "none", None
-    total = points[-1]["examples_total"] if points else 0
-    n = k = 0
-    for p in points:
-        n, k = n + p["examples"], k + p["mistakes"]
-        if n >= min(100, total // 3):
-            break
-    if seen < 20 or total < 20 or n >= total:
+    target = min(100, seen // 3)
+    first = next((p for p in points if p["examples"] >= target), None)
+    if seen < 20 or first is None or first["examples"] >= seen:
         return "early", None
-    first = k / n
-    if recent <= first * 0.8 and first - recent >= 0.01:
-        return "falling", first
-    if recent >= first * 1.25 and recent - first >= 0.01:
-        return "rising", first
-    return ("low" if recent <= 0.02 else "flat"), first
+    rate = first["rate"]
+    if recent <= rate * 0.8 and rate - recent >= 0.01:
+        return "falling", rate
+    if recent >= rate * 1.25 and recent - rate >= 0.01:
+        return "rising", rate
+    return ("low" if recent <= 0.02 else "flat"), rate
 
 
 def base(client: httpx.Client) -> str:
     return str(client.base_url).rstrip("/")
+
+
+def only_the_service(page: Page, client: httpx.Client) -> list[str]:
+    """Abort every request of the page that is not to the service under test; the URLs of
+    those aborted are listed in the list returned (the tests expect it empty)."""
+    service = base(client) + "/"
+    aborted: list[str] = []
+
+    def guard(route: Route) -> None:
+        url = route.request.url
+        if url.startswith(service) or url.startswith("data:"):
+            route.continue_()
+        else:
+            aborted.append(url)
+            route.abort()
+
+    page.route("**/*", guard)
+    return aborted
 
 
 def next_bucket() -> None:
@@ -145,8 +167,7 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
     ys = labels[order]
     spec = {"classes": [0, 1], "n_features": 30}
     assert client.put("/models/cancer", json=spec).status_code == 201
-    requests: list[str] = []
-    page.on("request", lambda r: requests.append(r.url))
+    aborted = only_the_service(page, client)
 
     page.goto(f"{base(client)}/dashboard#model=cancer")
     expect(page.locator("#model-view")).to_have_attribute("data-model", "cancer")
@@ -221,14 +242,20 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
             re.compile("no finite bound|no margin yet")
         )
 
-    # The charts drew one point per bucket of the series.
+    # The time chart drew one point per bucket of the series, the other one per point of the
+    # learning curve (569 examples: one every 8), and the rate over the last 104 from 104 on.
     n = len(points)
     expect(page.locator("#chart-time")).to_have_attribute("data-points", str(n))
-    expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(n))
     expect(page.locator("#chart-time .series-bucket circle.pt")).to_have_count(n)
-    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(n)
     assert vertices(page, "#chart-time .series-cumulative polyline") == n
-    assert vertices(page, "#chart-examples .series-running polyline") == n
+    curve = m["curve"]
+    assert curve["every"] == 8 and len(curve["points"]) == len(ys) // 8
+    c = len(curve["points"])
+    expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(c))
+    assert vertices(page, "#chart-examples .series-running polyline") == c
+    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(0)
+    expect(page.locator("#chart-examples .series-window circle.pt")).to_have_count(c - 12)
+    expect(page.locator("#window-legend")).to_have_text("last 104")
 
     # The headline says at a glance whether the model learns.
     expected, first = trend(m)
@@ -242,10 +269,7 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
-    # Nothing was fetched from anywhere but the service.
-    assert requests and all(
-        u.startswith(base(client)) or u.startswith("data:") for u in requests
-    ), requests
+    assert aborted == []  # nothing was asked of anything but the service
 
     # The selector switches models and remembers the choice in the address.
     select = page.locator("#model-select")
@@ -263,6 +287,7 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
 
 def test_empty_states(make_service: MakeService, page: Page) -> None:
     client = make_service(default_model=False)
+    aborted = only_the_service(page, client)
     page.goto(f"{base(client)}/dashboard")
     expect(page.locator("#empty")).to_be_visible()
     expect(page.locator("#empty")).to_contain_text("No models yet")
@@ -285,11 +310,14 @@ def test_empty_states(make_service: MakeService, page: Page) -> None:
     expect(page.locator("#headline")).to_have_attribute("data-trend", "early")
     expect(page.locator("#counter-seen")).to_have_text("3")
     expect(page.locator("#chart-time")).to_have_attribute("data-points", "1")
+    expect(page.locator("#chart-examples")).to_have_attribute("data-points", "3")
+    assert aborted == []
 
 
 def test_a_key_in_the_address_fragment_is_sent_and_kept(client: httpx.Client, page: Page) -> None:
     fetches: list[Request] = []
     page.on("request", lambda r: fetches.append(r) if r.resource_type == "fetch" else None)
+    aborted = only_the_service(page, client)
     # A fragment never reaches the server, so the key stays out of its access log.
     page.goto(f"{base(client)}/dashboard#key=abc&model=default")
     expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
@@ -303,6 +331,7 @@ def test_a_key_in_the_address_fragment_is_sent_and_kept(client: httpx.Client, pa
     expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
     assert len(fetches) >= 2
     assert [r.all_headers().get("authorization") for r in fetches] == ["Bearer abc"] * len(fetches)
+    assert aborted == []
 
 
 def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> None:
@@ -314,6 +343,7 @@ def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> N
             status = 401 if key is None else 403
             route.fulfill(status=status, json={"detail": "Key refused.", "code": "unauthorized"})
 
+    aborted = only_the_service(page, client)
     page.route(API, guard)
     page.goto(f"{base(client)}/dashboard")
     expect(page.locator("#auth")).to_be_visible()
@@ -331,3 +361,99 @@ def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> N
     expect(page.locator("#model-view")).to_have_attribute("data-model", "default")
     expect(page.locator("#status")).to_have_attribute("data-state", "live")
     assert page.evaluate("localStorage.getItem('perceptron-api-key')") == "s3cret"
+    assert aborted == []
+
+
+def test_the_readme_demo_draws_a_learning_curve(make_service: MakeService, page: Page) -> None:
+    """README: `perceptron replay --dataset breast_cancer --rate 100` and the dashboard, with the
+    service's default 10 s buckets. The 569 examples take under 6 s, one or two buckets of the
+    time chart; the curve over examples and the headline come from the examples themselves."""
+    client = make_service()
+    aborted = only_the_service(page, client)
+    perceptron = Path(sys.executable).with_name("perceptron")
+    command = [perceptron, "replay", "--dataset", "breast_cancer", "--rate", "100", "--quiet"]
+    replay = subprocess.Popen([*command, "--url", base(client)], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: client.get("/models/breast_cancer").status_code == 200, what="model")
+        page.goto(f"{base(client)}/dashboard#model=breast_cancer")
+        expect(page.locator("#model-view")).to_have_attribute("data-model", "breast_cancer")
+        out, _ = replay.communicate(timeout=60)
+    finally:
+        replay.kill()
+    assert replay.returncode == 0 and re.search(r"mistakes\s+167\b", out), out
+
+    m = client.get("/models/breast_cancer/metrics").json()
+    assert len(m["series"]["points"]) <= 2  # the time chart has nothing to say yet
+    points = len(m["curve"]["points"])
+    assert points >= 20
+    expect(page.locator("#counter-seen")).to_have_text("569")
+    expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(points))
+    expected, first = trend(m)
+    assert (expected, first) == ("falling", 34 / 104)
+    expect(page.locator("#headline")).to_have_attribute("data-trend", "falling")
+    expect(page.locator("#headline-text")).to_have_text(
+        "Learning: mistake rate falling from 32.7% to 26.0%"
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-demo.png"), full_page=True)
+    assert aborted == []
+
+
+def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> None:
+    """Singular nouns, whole-number ticks over examples, a rate axis that ends at 100%."""
+    aborted = only_the_service(page, client)
+    assert client.put("/models/one", json={"n_features": 2}).status_code == 201
+    # Learned from zero weights: w = x, b = 1, so the margin is R itself and R²/γ² = 1.
+    body = {"model": "one", "features": [1.0, 0.0], "label": 1}
+    assert client.post("/learn", json=body).json()["mistake"] is True
+    page.goto(f"{base(client)}/dashboard#model=one")
+    expect(page.locator("#counter-seen")).to_have_text("1")
+    expect(page.locator("#headline-sub")).to_have_text(
+        "Only 1 labelled example so far; a trend needs a few more."
+    )
+    expect(page.locator("#rate-cumulative-sub")).to_have_text("1 of 1 example")
+    expect(page.locator("#bound-value")).to_have_text("≈ 1 mistake")
+    for chart in ("#chart-time", "#chart-examples"):
+        ys = page.locator(f"{chart} text.tick-y").all_text_contents()
+        assert ys == ["0%", "25%", "50%", "75%", "100%"], (chart, ys)
+    xs = page.locator("#chart-examples text.tick-x").all_text_contents()
+    assert xs == ["0", "1"]
+    expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(1)
+    assert aborted == []
+
+
+def matrix_fits(page: Page) -> None:
+    """The confusion matrix shows whole, its "total" column inside the card, and the page
+    itself does not scroll sideways."""
+    wrap = page.locator(".matrix-wrap")
+    assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth"), "the matrix scrolls"
+    box, total = wrap.bounding_box(), page.locator("#confusion thead th.total").bounding_box()
+    assert box and total and total["x"] + total["width"] <= box["x"] + box["width"]
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_three_classes_fit_a_desktop_and_a_phone(client: httpx.Client, page: Page) -> None:
+    aborted = only_the_service(page, client)
+    spec = {"classes": ["setosa", "versicolor", "virginica"], "n_features": 4}
+    assert client.put("/models/iris", json=spec).status_code == 201
+    rng = np.random.default_rng(4)
+    xs = rng.normal(size=(300, 4)).round(3)
+    ys = [spec["classes"][int(i)] for i in np.argmax(xs[:, :3], axis=1)]
+    body = {"model": "iris", "features": xs.tolist(), "labels": ys}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    ARTIFACTS.mkdir(exist_ok=True)
+
+    page.set_viewport_size(DESKTOP)
+    page.goto(f"{base(client)}/dashboard#model=iris")
+    expect(page.locator("#counter-seen")).to_have_text("300")
+    expect(page.locator("#cm-2-2 small")).to_be_visible()  # with the share of the row
+    page.screenshot(path=str(ARTIFACTS / "dashboard-1280.png"), full_page=True)
+    matrix_fits(page)
+
+    page.set_viewport_size(PHONE)
+    expect(page.locator("#confusion")).to_have_class(re.compile(r"\bcompact\b"))
+    page.screenshot(path=str(ARTIFACTS / "dashboard-phone.png"), full_page=True)
+    matrix_fits(page)
+    charts = page.locator("#chart-examples").bounding_box()
+    assert charts and charts["width"] <= PHONE["width"]
+    assert aborted == []

@@ -17,6 +17,7 @@ from pydantic import (
 )
 
 from ..errors import InvalidInput
+from ..store.scripts import CURVE_POINTS
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 LabelValue = StrictInt | StrictStr
@@ -58,6 +59,17 @@ class Series(BaseModel):
     points: list[SeriesPoint]
 
 
+class CurvePoint(BaseModel):
+    examples: int = Field(description="Labelled examples since creation, reset or import.")
+    mistakes: int = Field(description="Mistakes among them.")
+    rate: float = Field(description="mistakes / examples.")
+
+
+class Curve(BaseModel):
+    every: int = Field(description="A point every this many labelled examples (it doubles).")
+    points: list[CurvePoint] = Field(description=f"At most {CURVE_POINTS}, oldest first.")
+
+
 class Confusion(BaseModel):
     labels: list[LabelValue]
     matrix: list[list[int]] = Field(description="matrix[true][served] counts.")
@@ -81,6 +93,7 @@ class ModelMetrics(BaseModel):
     counters: Counters
     mistake_rate: MistakeRates
     series: Series
+    curve: Curve = Field(description="The learning curve: mistakes over labelled examples.")
     confusion: Confusion
     weight_norm: float
     max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")

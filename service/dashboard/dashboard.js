@@ -39,6 +39,12 @@
     return String(Math.round(n)).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
   }
 
+  // "1 mistake", "2 mistakes", "1,024 examples": a count and its noun, singular for exactly 1.
+  function nCount(n, noun, nouns = noun + 's') {
+    const text = fmtInt(n);
+    return `${text} ${text === '1' ? noun : nouns}`;
+  }
+
   function fmtPct(r) {
     if (r === null || r === undefined) return '—';
     const p = r * 100;
@@ -300,30 +306,23 @@
 
   // ---------------------------------------------------------------- headline
 
-  // The trend: the mistake rate of the first examples on the chart against the last 100.
+  // The trend: the mistake rate of the first examples on the learning curve (about a third of
+  // them, at most 100) against the last 100.
   function trendOf(m) {
     const seen = m.counters.seen;
     const recent = m.mistake_rate.last_100;
     if (!seen || recent === null) return { trend: 'none' };
-    const pts = m.series.points;
-    const total = pts.length ? pts[pts.length - 1].examples_total : 0;
-    if (seen < 20 || total < 20) return { trend: 'early', to: recent };
-    const target = Math.min(100, Math.floor(total / 3));
-    let n = 0;
-    let k = 0;
-    for (const p of pts) {
-      n += p.examples;
-      k += p.mistakes;
-      if (n >= target) break;
-    }
-    if (n >= total) return { trend: 'early', to: recent, oneChunk: true };
-    const from = k / n;
+    if (seen < 20) return { trend: 'early', to: recent };
+    const target = Math.min(100, Math.floor(seen / 3));
+    const first = m.curve.points.find((p) => p.examples >= target);
+    if (!first || first.examples >= seen) return { trend: 'early', to: recent };
+    const from = first.rate;
     const to = recent;
     let trend;
     if (to <= from * 0.8 && from - to >= 0.01) trend = 'falling';
     else if (to >= from * 1.25 && to - from >= 0.01) trend = 'rising';
     else trend = to <= 0.02 ? 'low' : 'flat';
-    return { trend, from, to, firstN: n };
+    return { trend, from, to, firstN: first.examples };
   }
 
   function renderHeadline(m) {
@@ -340,14 +339,10 @@
     if (t.trend === 'none') {
       title = 'No feedback yet';
       sub = 'Waiting for labelled examples: POST /learn, or /predict then /feedback. ' +
-        `${fmtInt(m.counters.predictions)} predictions served so far.`;
-    } else if (t.trend === 'early' && t.oneChunk) {
-      title = `No trend yet: mistake rate ${fmtPct(t.to)}`;
-      sub = `The ${fmtInt(seen)} labelled examples so far all fall in one bucket of the chart; ` +
-        'the trend shows as more arrive.';
+        `${nCount(m.counters.predictions, 'prediction')} served so far.`;
     } else if (t.trend === 'early') {
       title = `Warming up: mistake rate ${fmtPct(t.to)}`;
-      sub = `Only ${fmtInt(seen)} labelled examples so far; a trend needs a few more.`;
+      sub = `Only ${nCount(seen, 'labelled example')} so far; a trend needs a few more.`;
     } else {
       const fromTo = `from ${fmtPct(t.from)} to ${fmtPct(t.to)}`;
       title = {
@@ -356,9 +351,9 @@
         flat: `Not improving: mistake rate flat at ${fmtPct(t.to)}`,
         low: `Learned: mistake rate steady at ${fmtPct(t.to)}`,
       }[t.trend];
-      sub = `First ${fmtInt(t.firstN)} examples on the chart: ${fmtPct(t.from)} · ` +
+      sub = `First ${fmtInt(t.firstN)} examples: ${fmtPct(t.from)} · ` +
         `last ${fmtInt(Math.min(100, seen))}: ${fmtPct(t.to)} · ` +
-        `${fmtInt(seen)} labelled examples, ${fmtInt(m.counters.mistakes)} mistakes in all`;
+        `${nCount(seen, 'labelled example')}, ${nCount(m.counters.mistakes, 'mistake')} in all`;
     }
     $('headline-text').textContent = title;
     $('headline-sub').textContent = sub;
@@ -386,7 +381,7 @@
     }
     setText('rate-cumulative', fmtPct(r.cumulative), r.cumulative);
     $('rate-cumulative-sub').textContent = r.cumulative === null ? 'no labelled examples yet'
-      : `${fmtInt(m.counters.mistakes)} of ${fmtInt(seen)} examples`;
+      : `${fmtInt(m.counters.mistakes)} of ${nCount(seen, 'example')}`;
     setText('version', fmtInt(m.version), m.version);
     const info = state.models.find((x) => x.name === m.model);
     $('version-sub').textContent = info ? `model “${m.model}”, created ${fmtDate(info.created)}` : '';
@@ -432,10 +427,11 @@
         : 'No recent labelled examples to measure a margin on yet.';
     } else if (!b.separable) {
       value.textContent = 'no finite bound';
-      text = `The current weights do not separate the last ${fmtInt(b.window)} examples ` +
+      text = `The current weights do not separate the last ${nCount(b.window, 'example')} ` +
         `(γ = ${fmtNum(b.gamma)} ≤ 0): the data may not be linearly separable, or not yet.`;
     } else {
-      value.textContent = `≈ ${fmtCount(b.bound)} mistakes`;
+      const shown = fmtCount(b.bound);
+      value.textContent = `≈ ${shown} ${shown === '1' ? 'mistake' : 'mistakes'}`;
       const share = b.mistakes / b.bound;
       text = `A perceptron on data separable with margin γ makes at most R²/γ² mistakes. ` +
         `γ is measured with the current weights on recent examples only, so this is an ` +
@@ -459,6 +455,15 @@
 
   const MAX_MATRIX = 20;
 
+  // A class name in the matrix's margin: cut short with an ellipsis when compact, whole on hover.
+  function classLabel(label) {
+    const span = document.createElement('span');
+    span.className = 'label';
+    span.textContent = String(label);
+    span.title = String(label);
+    return span;
+  }
+
   function renderConfusion(m) {
     const { labels, matrix } = m.confusion;
     const table = $('confusion');
@@ -472,9 +477,7 @@
     }
     $('confusion-note').textContent = shown.length < labels.length
       ? `the ${shown.length} busiest of ${labels.length} classes · ` : '';
-    const compact = shown.length > 4;
-    table.classList.toggle('compact', compact);
-    document.querySelector('.lower').classList.toggle('wide-matrix', shown.length > 4);
+    table.dataset.classes = String(shown.length);
     const head = document.createElement('thead');
     const hr = head.insertRow();
     const corner = document.createElement('th');
@@ -484,7 +487,7 @@
     for (const j of shown) {
       const th = document.createElement('th');
       th.scope = 'col';
-      th.textContent = String(labels[j]);
+      th.append(classLabel(labels[j]));
       hr.append(th);
     }
     const tot = document.createElement('th');
@@ -497,7 +500,7 @@
       const tr = body.insertRow();
       const th = document.createElement('th');
       th.scope = 'row';
-      th.textContent = String(labels[i]);
+      th.append(classLabel(labels[i]));
       tr.append(th);
       const total = row.reduce((a, b) => a + b, 0);
       for (const j of shown) {
@@ -523,7 +526,7 @@
         num.className = 'n';
         num.textContent = fmtInt(count);
         td.append(num);
-        if (!compact && total) {
+        if (total) {
           const pct = document.createElement('small');
           pct.textContent = fmtPct(share);
           td.append(pct);
@@ -534,6 +537,24 @@
       tc.textContent = fmtInt(total);
     }
     table.replaceChildren(head, body);
+    fitConfusion();
+  }
+
+  // The matrix scrolls only when no layout shows it whole. Tried in turn: beside the other two
+  // cards, beside one of them, across the row, across the row with compact cells (where more
+  // than 4 classes start).
+  function fitConfusion() {
+    const table = $('confusion');
+    const lower = document.querySelector('.lower');
+    const wrap = table.parentElement;
+    const few = [['', false], ['mid-matrix', false], ['wide-matrix', false]];
+    const tries = Number(table.dataset.classes) > 4 ? [] : few;
+    for (const [layout, compact] of tries.concat([['wide-matrix', true]])) {
+      lower.classList.toggle('mid-matrix', layout === 'mid-matrix');
+      lower.classList.toggle('wide-matrix', layout === 'wide-matrix');
+      table.classList.toggle('compact', compact);
+      if (wrap.scrollWidth <= wrap.clientWidth) return;
+    }
   }
 
   // ---------------------------------------------------------------- charts
@@ -545,9 +566,10 @@
     return node;
   }
 
+  // The top of a rate axis: a round share, never past 100%.
   function niceRateMax(v) {
-    for (const s of [0.01, 0.02, 0.04, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1]) if (v <= s) return s;
-    return Math.ceil(v * 10) / 10;
+    for (const s of [0.01, 0.02, 0.04, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8]) if (v <= s) return s;
+    return 1;
   }
 
   function niceStep(span, maxTicks) {
@@ -600,15 +622,16 @@
     for (let i = 0; i <= 4; i++) {
       const y = sy(i * ystep);
       el('line', { x1: m.l, x2: m.l + pw, y1: y, y2: y, class: i ? 'gridline' : 'axisline' }, grid);
-      el('text', { x: m.l - 8, y: y + 4, 'text-anchor': 'end', class: 'tick' }, grid)
+      el('text', { x: m.l - 8, y: y + 4, 'text-anchor': 'end', class: 'tick tick-y' }, grid)
         .textContent = fmtAxisPct(i * ystep);
     }
     const maxTicks = Math.max(2, Math.floor(pw / 90));
-    const step = spec.time ? timeStep(x1 - x0, maxTicks) : niceStep(x1 - x0, maxTicks);
+    // (examples are counted: a tick every whole number at least)
+    const step = spec.time ? timeStep(x1 - x0, maxTicks) : Math.max(1, niceStep(x1 - x0, maxTicks));
     for (let v = Math.ceil(x0 / step) * step; v <= x1 + 1e-9; v += step) {
       const x = sx(v);
       el('line', { x1: x, x2: x, y1: m.t + ph, y2: m.t + ph + 4, class: 'axisline' }, grid);
-      el('text', { x, y: m.t + ph + 18, 'text-anchor': 'middle', class: 'tick' }, grid)
+      el('text', { x, y: m.t + ph + 18, 'text-anchor': 'middle', class: 'tick tick-x' }, grid)
         .textContent = spec.time ? fmtClock(v, step < 60) : fmtCount(v);
     }
 
@@ -719,16 +742,37 @@
       label: (i) => `${fmtClock(pts[i].t)} (+${bucket} s)`,
       extra: (i) => `${fmtInt(pts[i].mistakes)} of ${fmtInt(pts[i].examples)} examples wrong`,
     });
+    const curve = m.curve.points;
+    const recent = recentRates(m.curve);
     drawChart($('chart-examples'), {
-      x: pts.map((p) => p.examples_total),
+      x: curve.map((p) => p.examples),
       time: false,
       x0: 0,
       pad: 1,
-      emptyText: empty,
-      lines: [{ cls: 'running', name: 'running rate', ys: cumulative, polyline: true, area: true, dots: 150, r: 3 }],
-      label: (i) => `after ${fmtInt(pts[i].examples_total)} examples`,
-      extra: (i) => `${fmtInt(pts[i].mistakes_total)} mistakes in all`,
+      emptyText: m.counters.seen ? 'No point on the curve yet' : 'No labelled examples yet',
+      lines: [
+        { cls: 'window', name: `last ${fmtInt(recent.span)}`, ys: recent.rates, dots: 200, r: 2.4 },
+        // (dotted while the curve is short: a line of one point is not seen)
+        { cls: 'running', name: 'running rate', ys: curve.map((p) => p.rate), polyline: true, area: true, dots: 20, r: 3 },
+      ],
+      label: (i) => `after ${nCount(curve[i].examples, 'example')}`,
+      extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
     });
+    $('window-legend').textContent = `last ${fmtInt(recent.span)}`;
+  }
+
+  // The mistake rate over the last ~100 examples at each point of the curve (a whole number of
+  // its steps); null where the curve does not reach that far back.
+  function recentRates(curve) {
+    const pts = curve.points;
+    const span = curve.every * Math.ceil(100 / curve.every);
+    const at = new Map(pts.map((p) => [p.examples, p.mistakes]));
+    if (pts.length && pts[0].examples === curve.every) at.set(0, 0); // it starts at the start
+    const rates = pts.map((p) => {
+      const before = at.get(p.examples - span);
+      return before === undefined ? null : (p.mistakes - before) / span;
+    });
+    return { span, rates };
   }
 
   // ---------------------------------------------------------------- render
@@ -749,7 +793,11 @@
   let resizeTimer = null;
   window.addEventListener('resize', () => {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(() => state.metrics && renderCharts(state.metrics), 100);
+    resizeTimer = setTimeout(() => {
+      if (!state.metrics) return;
+      renderCharts(state.metrics);
+      fitConfusion();
+    }, 100);
   });
 
   attachTooltip($('chart-time'));

@@ -46,6 +46,13 @@ def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]
     return points
 
 
+def curve_points(curve: dict[str, int]) -> tuple[int, list[dict[str, Any]]]:
+    """The learning curve's stride and points, oldest first: mistakes among the first
+    ``examples`` labelled examples, and their rate."""
+    points = sorted((int(k), m) for k, m in curve.items() if k.isdigit() and int(k) > 0)
+    return curve.get("every", 1), [{"examples": k, "mistakes": m, "rate": m / k} for k, m in points]
+
+
 def confusion_cells(config: ModelConfig, meta: dict[str, str]) -> Iterator[tuple[int, int, int]]:
     """``(served, true, count)`` of each confusion field ``cm:<served>:<true>`` of ``meta``.
 

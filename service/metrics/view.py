@@ -6,6 +6,8 @@ import math
 
 from ..api.schemas import (
     Confusion,
+    Curve,
+    CurvePoint,
     MistakeBound,
     MistakeRates,
     ModelMetrics,
@@ -15,7 +17,14 @@ from ..api.schemas import (
 from ..api.views import counters_of
 from ..replica import Replica
 from ..store import RING_SIZE, Observations
-from .summary import confusion, mistake_bound, ring_mistakes, series_points, weight_norm
+from .summary import (
+    confusion,
+    curve_points,
+    mistake_bound,
+    ring_mistakes,
+    series_points,
+    weight_norm,
+)
 
 
 def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetrics:
@@ -27,6 +36,7 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
         return m / n if n else None
 
     r2 = float(obs.meta.get("r2", 0.0))
+    every, curve = curve_points(obs.curve)
     return ModelMetrics(
         model=rep.name,
         version=int(obs.meta.get("version", 0)),
@@ -40,6 +50,7 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
             bucket_s=bucket_s,
             points=[SeriesPoint(**p) for p in series_points(obs.series, bucket_s)],
         ),
+        curve=Curve(every=every, points=[CurvePoint(**p) for p in curve]),
         confusion=Confusion(
             labels=list(rep.config.classes), matrix=confusion(rep.config, obs.meta)
         ),

@@ -58,6 +58,11 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:recent"
 
     @property
+    def curve(self) -> str:
+        """The learning curve: mistakes up to every few labelled examples (scripts.py)."""
+        return f"{PREFIX}:{{{self.name}}}:curve"
+
+    @property
     def pend(self) -> str:
         """Bytes of pending predictions by creation time (scripts._PENDING)."""
         return f"{PREFIX}:{{{self.name}}}:pend"
@@ -96,7 +101,16 @@ class ModelKeys:
     @property
     def all(self) -> tuple[str, ...]:
         """Every key of the model but its pending predictions (those expire on their own)."""
-        return (self.meta, self.snap, self.log, self.series, self.ring, self.recent, self.pend)
+        return (
+            self.meta,
+            self.snap,
+            self.log,
+            self.series,
+            self.ring,
+            self.recent,
+            self.curve,
+            self.pend,
+        )
 
     def pending(self, token: str) -> str:
         if not valid_token(token):

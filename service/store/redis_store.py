@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
 from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
-from .scripts import RECENT_KEPT, RING_SIZE
+from .scripts import RECENT_KEPT
 
 Client = Redis | RedisCluster
 log = logging.getLogger("perceptron")
@@ -60,7 +60,7 @@ class LearnBatch:
 
     n: int
     mistakes: int
-    marks: bytes  # b"0" or b"1" (a mistake) per example, in order; the last 1000 suffice
+    marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
     cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
     entries: list[bytes]  # the log entries of the examples that updated, in order
     recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
@@ -74,6 +74,7 @@ class Observations:
     ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
+    curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
 
 
 # Per-prediction feedback statuses.
@@ -251,7 +252,8 @@ class Store:
             pipe.get(keys.ring)
             pipe.hgetall(keys.series)
             pipe.lrange(keys.recent, 0, RECENT_KEPT - 1)  # it may hold more between trims
-            meta, ring, series, recent = await pipe.execute()
+            pipe.hgetall(keys.curve)
+            meta, ring, series, recent, curve = await pipe.execute()
         if not meta:
             return None
         return Observations(
@@ -259,6 +261,7 @@ class Store:
             ring=bytes(ring or b""),
             series={_str(k): int(v) for k, v in series.items()},
             recent=list(recent),
+            curve={_str(k): int(v) for k, v in curve.items()},
         )
 
     async def replace_model(
@@ -278,7 +281,8 @@ class Store:
         for field, value in counters.items():
             args += [field, value]
         await self.client.sadd(REGISTRY, name)
-        await self._replace(keys=list(keys.all), args=args)
+        replaced = [k for k in keys.all if k != keys.pend]  # pending bytes lapse on their own
+        await self._replace(keys=replaced, args=args)
 
     async def delete_model(self, name: str) -> bool:
         keys = ModelKeys(name)
@@ -405,7 +409,7 @@ class Store:
         k = ModelKeys(name)
         pending = [k.pending(t) for t in tokens]
         reply = await self._feedback(
-            keys=[k.meta, k.log, k.series, k.ring, k.recent, k.pend, k.hold, *pending],
+            keys=[k.meta, k.log, k.series, k.ring, k.recent, k.pend, k.curve, k.hold, *pending],
             args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
         if int(reply[0]) == HELD:
@@ -437,13 +441,21 @@ class Store:
             made.r2,
             batch.n,
             batch.mistakes,
-            batch.marks[-RING_SIZE:],
+            batch.marks,
             len(batch.cells),
         ]
         for field, count in batch.cells.items():
             args += [field, count]
         args += [len(batch.entries), *batch.entries, *batch.recent]
-        script_keys = [keys.meta, keys.snap, keys.log, keys.series, keys.ring, keys.recent]
+        script_keys = [
+            keys.meta,
+            keys.snap,
+            keys.log,
+            keys.series,
+            keys.ring,
+            keys.recent,
+            keys.curve,
+        ]
         if writer or answers:
             script_keys += [keys.hold, keys.taken, keys.reqs, *(keys.answer(t) for t, _ in answers)]
             for token, data in answers:

@@ -5,6 +5,13 @@ Per model (all keys share the hash tag ``{name}``, so a script may touch them al
 ``snapv``), ``log`` (list: update entries for versions ``snapv+1 .. version``) and one
 ``pending`` string per prediction awaiting its label.
 
+The learning curve, ``curve`` (hash), holds the mistakes made up to every ``every``-th
+labelled example: field ``<k>`` = mistakes among the first ``k`` labelled examples, for ``k`` a
+multiple of ``every``, and field ``every``. It keeps at most ``CURVE_POINTS`` points: when one
+more would not fit, ``every`` doubles and the points that are not multiples of it go. It is
+written by the scripts that count mistakes, in the same step, so each point is exactly the
+count the ``mistakes`` counter had after that example.
+
 A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payload`` where
 ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates the weights.
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
@@ -28,6 +35,7 @@ PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buc
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
 ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
 HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
+CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 
 _CONSTANTS = f"""
 local WINDOW = {RING_SIZE}
@@ -37,6 +45,7 @@ local PENDING_BUCKETS = {PENDING_BUCKETS}
 local PENDING_OVERHEAD = {PENDING_OVERHEAD}
 local ANSWER_TTL_S = {ANSWER_TTL_S}
 local HOLD_MS = {HOLD_MS}
+local CURVE_POINTS = {CURVE_POINTS}
 """
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
@@ -92,12 +101,6 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 """
 )
 
-# Shared by the scripts that count labelled examples: counters, the confusion matrix, the
-# ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
-# counts per time bucket (buckets older than the retention are dropped), and the most recent
-# labelled examples (as log entries, "k|t|" .. payload).
-# record(..., seen before, n examples, marks: '0'/'1' per example in order (the last ones at
-# least), mistakes, cells: {confusion field = count}, recent: entries, oldest first)
 # One writer per model (``writer.py``): the worker that holds ``writer`` (a lease, renewed
 # while it works) learns every /learn of the model; the other workers hand their checked
 # examples over and wait for the answer. A request waiting for the writer has its token in
@@ -134,9 +137,43 @@ local function acquire(writer, learns, taken, me, ms)
 end
 """
 
+# Shared by the scripts that count labelled examples: counters, the confusion matrix, the
+# ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
+# counts per time bucket (buckets older than the retention are dropped), the learning curve,
+# and the most recent labelled examples (as log entries, "k|t|" .. payload).
+# record(..., seen before, n examples, marks: '0'/'1' per example in order, all n of them,
+# mistakes, cells: {confusion field = count}, recent: entries, oldest first)
 _RECORD = """
-local function record(meta, series, ring, recentkey, bucket, keep, seen, n, marks, mistakes,
-    cells, recent)
+local function curve_add(curve, meta, seen, n, marks)
+  local total = seen + n
+  local every = tonumber(redis.call('HGET', curve, 'every') or 1)
+  if math.floor(total / every) == math.floor(seen / every) then return end
+  local held = math.max(0, redis.call('HLEN', curve) - 1)
+  while held + math.floor(total / every) - math.floor(seen / every) > CURVE_POINTS do
+    every = every * 2
+    local gone = {}
+    for _, field in ipairs(redis.call('HKEYS', curve)) do
+      local k = tonumber(field)
+      if k and k % every ~= 0 then gone[#gone + 1] = field end
+    end
+    for i = 1, #gone, 4000 do
+      redis.call('HDEL', curve, unpack(gone, i, math.min(i + 3999, #gone)))
+    end
+    held = math.max(0, redis.call('HLEN', curve) - 1)
+  end
+  local m = tonumber(redis.call('HGET', meta, 'mistakes') or 0)
+  local points, at = {'every', string.format('%d', every)}, 0
+  for k = (math.floor(seen / every) + 1) * every, total, every do
+    local _, wrong = string.gsub(string.sub(marks, at + 1, k - seen), '1', '')
+    m, at = m + wrong, k - seen
+    points[#points + 1] = string.format('%d', k)
+    points[#points + 1] = string.format('%d', m)
+  end
+  redis.call('HSET', curve, unpack(points))
+end
+local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
+    mistakes, cells, recent)
+  curve_add(curve, meta, seen, n, marks)  -- before 'mistakes' counts these
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
   local start = (seen + n - #marks) % WINDOW
   local first = math.min(#marks, WINDOW - start)
@@ -254,10 +291,10 @@ return {1}
 """
 )
 
-# KEYS = meta, log, series, ring, recent, pend, hold, pending_1 .. pending_n  /  ARGV[1] =
-# epoch of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket, ARGV[4] =
-# buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index of
-# prediction i. While the model's writer holds it (LEARN), nothing is applied: {-8, ms left}.
+# KEYS = meta, log, series, ring, recent, pend, curve, hold, pending_1 .. pending_n  /
+# ARGV[1] = epoch of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket,
+# ARGV[4] = buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index
+# of prediction i. While the model's writer holds it (LEARN), nothing is applied: {-8, ms left}.
 # An answer is kept ttl seconds after it was given, so that the same feedback
 # sent again within that time is a duplicate; its prediction's bytes no longer count as
 # pending.
@@ -273,7 +310,7 @@ local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'snapv')
 local epoch = st[1]
 if not epoch then return {-1} end
 if epoch ~= ARGV[1] then return {-2} end
-local held = redis.call('PTTL', KEYS[7])
+local held = redis.call('PTTL', KEYS[8])
 if held > 0 then return {-8, held} end
 if redis.call('LLEN', KEYS[2]) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {-5, 'its update log is incomplete'}  -- never extend a log that lost entries
@@ -287,8 +324,8 @@ local function answer(status, m, u, v)
 end
 local unknown, dups, conflicts = 0, 0, 0
 local ttl, now, answered = tonumber(ARGV[5]), nil, {}
-for i = 8, #KEYS do
-  local t = ARGV[i - 2]
+for i = 9, #KEYS do
+  local t = ARGV[i - 3]
   local p = redis.call('GET', KEYS[i])
   if not p or string.sub(p, 2, 17) ~= epoch then
     unknown = unknown + 1
@@ -343,7 +380,7 @@ if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) 
 if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
 if conflicts > 0 then redis.call('HINCRBY', KEYS[1], 'conflicts', conflicts) end
 if #marks > 0 then
-  record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], tonumber(ARGV[3]), tonumber(ARGV[4]),
+  record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[7], tonumber(ARGV[3]), tonumber(ARGV[4]),
     seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
   redis.call('HINCRBY', KEYS[1], 'feedback', #marks)
 end
@@ -358,15 +395,15 @@ return out
 """
 )
 
-# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = epoch, ARGV[2] = version used,
-# ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] = buckets
-# kept, ARGV[6] = largest squared feature norm, ARGV[7] = examples n, ARGV[8] = mistakes,
-# ARGV[9] = marks ('0'/'1' per example, the last ones at least), ARGV[10] = number c of
+# KEYS = meta, snap, log, series, ring, recent, curve  /  ARGV[1] = epoch, ARGV[2] = version
+# used, ARGV[3] = seen used ('' when it does not matter), ARGV[4] = time bucket, ARGV[5] =
+# buckets kept, ARGV[6] = largest squared feature norm, ARGV[7] = examples n, ARGV[8] =
+# mistakes, ARGV[9] = marks ('0'/'1' per example, all n of them), ARGV[10] = number c of
 # confusion cells, then c (field, count) pairs, then the number u of updates and their log
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
-# The writer of a model (``HANDOFF`` below) also passes KEYS[7] = hold, KEYS[8] = taken,
-# KEYS[9] = reqs and, for each handed-off request of the commit, its answer key as
-# KEYS[10...] and its (token, answer) as the last ARGV pairs: the commit learns each one only
+# The writer of a model (``HANDOFF`` below) also passes KEYS[8] = hold, KEYS[9] = taken,
+# KEYS[10] = reqs and, for each handed-off request of the commit, its answer key as
+# KEYS[11...] and its (token, answer) as the last ARGV pairs: the commit learns each one only
 # if it still waits for this commit, takes it off the queue's keys and pushes its answer, all
 # at once, so a request is learned once and answered, or not learned, whatever worker dies or
 # lease lapses. And a writer's commit that finds the model moved (by feedback) holds it: no
@@ -383,24 +420,24 @@ LEARN = (
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {-1} end
 if st[1] ~= ARGV[1] then return {-2} end
-local writer = #KEYS >= 9
+local writer = #KEYS >= 10
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
   if reply[1] == 1 then
     reply[1] = 0
-    if writer then redis.call('SET', KEYS[7], '1', 'PX', HOLD_MS) end
+    if writer then redis.call('SET', KEYS[8], '1', 'PX', HOLD_MS) end
   end
   return reply
 end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
 if why then return {-5, why} end
-local answers = writer and #KEYS - 9 or 0
+local answers = writer and #KEYS - 10 or 0
 local last = #ARGV - 2 * answers
 if answers > 0 then
   local gone = {}
   for a = 1, answers do
     local token = ARGV[last + 2 * a - 1]
-    if redis.call('SISMEMBER', KEYS[8], token) == 0 or redis.call('HEXISTS', KEYS[9], token) == 0
+    if redis.call('SISMEMBER', KEYS[9], token) == 0 or redis.call('HEXISTS', KEYS[10], token) == 0
     then gone[#gone + 1] = token end
   end
   if #gone > 0 then return {-7, unpack(gone)} end
@@ -416,8 +453,8 @@ local updates = tonumber(ARGV[i])
 local first = i + 1
 local recent = {}
 for j = first + updates, last do recent[#recent + 1] = ARGV[j] end
-record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[4]), tonumber(ARGV[5]), seen, n,
-  ARGV[9], mistakes, cells, recent)
+record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[4]), tonumber(ARGV[5]),
+  seen, n, ARGV[9], mistakes, cells, recent)
 redis.call('HINCRBY', KEYS[1], 'learned', n)
 local log_length, stop = -1, first + updates - 1
 for j = first, stop, 4000 do
@@ -426,20 +463,20 @@ end
 if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
 for a = 1, answers do
-  answer(KEYS[8], KEYS[9], KEYS[9 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
+  answer(KEYS[9], KEYS[10], KEYS[10 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
 end
-if writer then redis.call('DEL', KEYS[7]) end
+if writer then redis.call('DEL', KEYS[8]) end
 return {1, version, seen + n, log_length}
 """
 )
 
-# KEYS = meta, snap, log, series, ring, recent  /  ARGV[1] = config JSON, ARGV[2] = new
-# epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights at
-# that version ('' for zeros), then counter field / value pairs
+# KEYS = meta, snap, log, series, ring, recent, curve  /  ARGV[1] = config JSON, ARGV[2] =
+# new epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights
+# at that version ('' for zeros), then counter field / value pairs
 # returns 1; the model's pending predictions become unknown (the epoch changed), though their
 # keys, and so their count in ``pend``, stay until they expire
 REPLACE = """
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
   'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4], 'snaplen', #ARGV[6])
 for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
