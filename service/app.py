@@ -30,13 +30,24 @@ from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .store import open_store
+from .store.connect import redis_password
 
 log = logging.getLogger("perceptron")
+
+
+def check_settings(settings: Settings) -> None:
+    """What create_app refuses, checked once before any worker starts (see cli.serve).
+
+    Raises ValueError, OSError or RuntimeError with a message that names the setting.
+    """
+    _load_keys(settings)
+    redis_password(settings)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     keys = _load_keys(settings)
+    redis_password(settings)  # a missing or empty file stops start-up here, not per request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

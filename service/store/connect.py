@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -59,15 +60,38 @@ async def _make_ready(connection: AbstractConnection) -> None:
     await connection.check_health()  # type: ignore[no-untyped-call]
 
 
+def redis_password(settings: Settings) -> str | None:
+    """The password in PERCEPTRON_REDIS_PASSWORD_FILE, if set; a bad setting fails start-up.
+
+    A file, so that the password is in no environment, command line or ``docker inspect``.
+    The URL must then carry none: two passwords would leave which one counts to redis-py.
+    """
+    path = settings.redis_password_file
+    if path is None:
+        return None
+    if urlsplit(settings.redis_url or "").password is not None:
+        raise ValueError(
+            "PERCEPTRON_REDIS_URL holds a password and PERCEPTRON_REDIS_PASSWORD_FILE is set: "
+            "give the password one way."
+        )
+    password = path.read_text().rstrip("\r\n")  # the newline an editor or `echo` adds
+    if not password:
+        raise ValueError(f"PERCEPTRON_REDIS_PASSWORD_FILE: {path} is empty.")
+    return password
+
+
 def open_client(settings: Settings) -> Client:
     url = settings.redis_url
-    timeouts: dict[str, Any] = {
+    options: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
         # No silent retries: a script whose reply was lost may have run, and running a
         # /learn twice would learn its example twice. Errors become a 503 with Retry-After.
         "retry": Retry(NoBackoff(), 0),
     }
+    password = redis_password(settings) if url else None
+    if password is not None:
+        options["password"] = password
     if not url:
         import fakeredis
 
@@ -80,13 +104,13 @@ def open_client(settings: Settings) -> Client:
     for scheme in CLUSTER_SCHEMES:
         if url.startswith(scheme):
             plain = url.replace("+cluster", "", 1)
-            return RedisCluster.from_url(plain, **timeouts)
+            return RedisCluster.from_url(plain, **options)
     if settings.redis_cluster:
-        return RedisCluster.from_url(url, **timeouts)
+        return RedisCluster.from_url(url, **options)
     # A connection idle for a second is PINGed before use, and one found dead is replaced
     # once (ReadyConnectionPool), so that one left over from before a Redis restart does
     # not fail the first request that takes it.
-    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **timeouts)
+    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **options)
     return Redis.from_pool(pool)
 
 
