@@ -29,6 +29,9 @@ import pytest
 import redis
 import yaml
 
+from service.app import check_settings, create_app
+from service.settings import Settings
+
 from .servers import RedisServer, free_port, wait_until
 from .test_compose import DOCKERFILE, interpolate, stages
 
@@ -246,32 +249,38 @@ def test_nothing_starts_without_its_secret(tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     keys.write_text("admin:" + "k" * 32 + "\n")
     url = "redis://127.0.0.1:1/0"
+    # `perceptron serve` checks before starting any worker (a worker that fails its start-up
+    # would only be started again): it exits 2 and says why.
+    r = subprocess.run(
+        serve_cmd(free_port(), 2),
+        env=without_secret_env({"PERCEPTRON_REDIS_URL": url,
+                                "PERCEPTRON_REDIS_PASSWORD_FILE": str(missing),
+                                "PERCEPTRON_API_KEYS_FILE": str(keys)}),
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert r.returncode == 2 and str(missing) in r.stderr, r.stderr[-2000:]
+    # What it checks, and create_app (each worker) refuses the same.
     cases = {
-        "PERCEPTRON_REDIS_PASSWORD_FILE": (
-            {"PERCEPTRON_REDIS_PASSWORD_FILE": str(missing), "PERCEPTRON_API_KEYS_FILE": str(keys)},
-            str(missing),
-        ),
         "empty password file": (
-            {"PERCEPTRON_REDIS_PASSWORD_FILE": str(empty), "PERCEPTRON_API_KEYS_FILE": str(keys)},
+            Settings(redis_url=url, redis_password_file=empty, api_keys_file=keys),
             "PERCEPTRON_REDIS_PASSWORD_FILE",
         ),
         "two passwords": (
-            {"PERCEPTRON_REDIS_PASSWORD_FILE": str(keys), "PERCEPTRON_API_KEYS_FILE": str(keys),
-             "PERCEPTRON_REDIS_URL": "redis://:pw@127.0.0.1:1/0"},
+            Settings(redis_url="redis://:pw@127.0.0.1:1/0", redis_password_file=keys,
+                     api_keys_file=keys),
             "give the password one way",
         ),
-        "PERCEPTRON_API_KEYS_FILE": (
-            {"PERCEPTRON_REDIS_PASSWORD_FILE": str(keys), "PERCEPTRON_API_KEYS_FILE": str(missing)},
+        "no API keys file": (
+            Settings(redis_url=url, redis_password_file=keys, api_keys_file=missing),
             str(missing),
         ),
     }  # fmt: skip
-    for what, (env, said) in cases.items():
-        r = subprocess.run(
-            serve_cmd(free_port(), 2),
-            env=without_secret_env({"PERCEPTRON_REDIS_URL": url, **env}),
-            capture_output=True, text=True, timeout=60, cwd=ROOT,
-        )  # fmt: skip
-        assert r.returncode == 2 and said in r.stderr, (what, r.stderr[-2000:])
+    for what, (settings, said) in cases.items():
+        for check in (check_settings, create_app):
+            with pytest.raises((ValueError, OSError)) as info:
+                check(settings)
+            assert said in str(info.value), (what, check, info.value)
+    check_settings(Settings(redis_url=url, redis_password_file=keys, api_keys_file=keys))
 
 
 # -- liveness apart from readiness --------------------------------------------------------------
