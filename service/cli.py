@@ -41,7 +41,7 @@ def serve(args: argparse.Namespace) -> int:
             f"{args.workers} workers.\n"
         )
         return 2
-    from .app import check_settings
+    from .startup import check_settings
 
     try:
         # Here, once: a worker that fails its start-up would only be started again and again.

@@ -29,8 +29,9 @@ import pytest
 import redis
 import yaml
 
-from service.app import check_settings, create_app
+from service.app import create_app
 from service.settings import Settings
+from service.startup import check_settings
 
 from .servers import RedisServer, free_port, wait_until
 from .test_compose import DOCKERFILE, interpolate, stages

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -14,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..settings import Settings
+from ..startup import redis_password
 from .redis_store import Client, Store
 
 log = logging.getLogger("perceptron")
@@ -58,26 +58,6 @@ async def _make_ready(connection: AbstractConnection) -> None:
     # PING a connection idle past health_check_interval: it may be dead all the same.
     # The PING refreshes the timer, so the command that follows sends none of its own.
     await connection.check_health()  # type: ignore[no-untyped-call]
-
-
-def redis_password(settings: Settings) -> str | None:
-    """The password in PERCEPTRON_REDIS_PASSWORD_FILE, if set; a bad setting fails start-up.
-
-    A file, so that the password is in no environment, command line or ``docker inspect``.
-    The URL must then carry none: two passwords would leave which one counts to redis-py.
-    """
-    path = settings.redis_password_file
-    if path is None:
-        return None
-    if urlsplit(settings.redis_url or "").password is not None:
-        raise ValueError(
-            "PERCEPTRON_REDIS_URL holds a password and PERCEPTRON_REDIS_PASSWORD_FILE is set: "
-            "give the password one way."
-        )
-    password = path.read_text().rstrip("\r\n")  # the newline an editor or `echo` adds
-    if not password:
-        raise ValueError(f"PERCEPTRON_REDIS_PASSWORD_FILE: {path} is empty.")
-    return password
 
 
 def open_client(settings: Settings) -> Client:
