@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepare this checkout on a fresh Debian machine: system packages, then .venv with the service.
+# Prepare this checkout on a fresh Debian machine: system packages, then .venv with the service
+# and the Python packages of the lock files in requirements/.
 # Usage: deploy/setup.sh [test]   (the service and its replay command; "test" adds what the
 # test suite needs)
 set -euo pipefail
@@ -28,14 +29,21 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-extra="[replay]"
-# (the test extra holds every package of the replay extra: a checkout set up for the tests
-# stays so, and deploy/serve.sh does not install again)
-if [ "${1:-}" = "test" ] || [ -f ".venv/.installed[test]" ]; then extra="[test]"; fi
-stamp=".venv/.installed${extra}"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+# The pinned versions of requirements/ (bash deploy/lock.sh updates them), the same that
+# deploy/Dockerfile installs; pip checks every file against its hash, and refuses a package
+# whose dependencies the lock file does not pin. Then the package itself, editable. (The test
+# lock holds every package of the replay lock: a checkout set up for the tests stays so, and
+# deploy/serve.sh does not install again.)
+lock="requirements/replay.txt"
+if [ "${1:-}" = "test" ] || [ -f ".venv/.installed-test" ]; then lock="requirements/test.txt"; fi
+stamp=".venv/.installed-$(basename "$lock" .txt)"
+if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   # (the filter drops pip's notes about local index folders this machine may not have)
-  .venv/bin/pip install -q --disable-pip-version-check -e ".${extra}" \
-    2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  pip_install() {
+    .venv/bin/pip install -q --disable-pip-version-check "$@" \
+      2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+  }
+  pip_install --require-hashes -r requirements/build.txt -r "$lock"
+  pip_install --no-deps --no-build-isolation -e .
   touch "$stamp"
 fi

@@ -24,11 +24,12 @@ from .api import dashboard, health, learning, models, prometheus
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
-from .auth import KeyRing, Unauthorized
+from .auth import Unauthorized
 from .engine import Engine
 from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
+from .startup import load_keys, redis_password
 from .store import open_store
 
 log = logging.getLogger("perceptron")
@@ -36,7 +37,8 @@ log = logging.getLogger("perceptron")
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    keys = _load_keys(settings)
+    keys = load_keys(settings)
+    redis_password(settings)  # a missing or empty file stops start-up here, not per request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -80,25 +82,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     _add_error_handlers(app)
     return app
-
-
-def _load_keys(settings: Settings) -> KeyRing | None:
-    """The API keys, or None when auth is off; fails at start-up on a bad configuration."""
-    if not settings.auth:
-        log.warning(
-            "AUTH IS OFF (PERCEPTRON_AUTH=false): anyone who can reach this service may "
-            "predict, train, create and delete models. Use this for local work only."
-        )
-        return None
-    secret = settings.api_keys.get_secret_value() if settings.api_keys else None
-    keys = KeyRing.load(secret, settings.api_keys_file)
-    if not keys.entries:
-        raise RuntimeError(
-            "Auth is on but no API key is configured: set PERCEPTRON_API_KEYS (or "
-            "PERCEPTRON_API_KEYS_FILE) to entries 'role:key', or PERCEPTRON_AUTH=false for "
-            "local use."
-        )
-    return keys
 
 
 async def _make_default(engine: Engine) -> bool:

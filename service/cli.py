@@ -45,6 +45,14 @@ def serve(args: argparse.Namespace) -> int:
             f"{args.workers} workers.\n"
         )
         return 2
+    from .startup import check_settings
+
+    try:
+        # Here, once: a worker that fails its start-up would only be started again and again.
+        check_settings(settings)
+    except (ValueError, OSError, RuntimeError) as e:
+        sys.stderr.write(f"perceptron serve: {e}\n")
+        return 2
     _prometheus_dir()
     uvicorn.run(
         "service.app:create_app",

@@ -24,6 +24,11 @@ class Settings(BaseSettings):
         "data (append-only file) in this folder, and stop it with the service "
         "(deploy/serve.sh sets data/redis); unset or empty: the embedded store.",
     )
+    redis_password_file: Path | None = Field(
+        default=None,
+        description="A file holding the Redis password (e.g. a mounted secret), for a URL "
+        "without one.",
+    )
     redis_cluster: bool = Field(default=False, description="Use the Redis Cluster client.")
     redis_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of each Redis call.")
     default_model: bool = Field(default=True, description="Create the 'default' model at start.")

@@ -503,10 +503,15 @@ def test_provisioning_points_where_compose_mounts_things() -> None:
     assert sd["names"] == ["api"] and "api" in services
     assert [str(sd["port"])] == [str(p) for p in services["api"]["expose"]]
     assert job.get("metrics_path", "/metrics") == "/metrics"
+    # Its key is the compose secret mounted into prometheus (and nowhere else).
     assert job["authorization"] == {
         "type": "Bearer",
-        "credentials_file": "/etc/prometheus/api_key",
+        "credentials_file": "/run/secrets/prometheus_api_key",
     }
+    assert prometheus["secrets"] == ["prometheus_api_key"]
+    assert [n for n, s in services.items() if "prometheus_api_key" in s.get("secrets", [])] == [
+        "prometheus"
+    ]
     assert (
         load_yaml(PROMETHEUS_YML)["global"]["scrape_interval"] == source["jsonData"]["timeInterval"]
     )

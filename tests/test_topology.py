@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import re
 import shutil
 import threading
 import time
@@ -396,7 +397,14 @@ def test_redis_killed_and_frozen_answers_503_then_recovers(topo: Any, record_pro
             acked_before = load.max_acked_version()
             killed_at = time.monotonic()
             topo.kill_redis()
-            time.sleep(1.0)
+            # Down: every API process alive (its container stays healthy), not ready; nginx
+            # alive and routing, its own check passing.
+            for i in range(len(topo.apis)):
+                assert httpx.get(topo.api_url(i) + "/healthz", timeout=5).status_code == 200
+                assert httpx.get(topo.api_url(i) + "/readyz", timeout=5).status_code == 503
+            assert httpx.get(topo.url + "/nginx-health", timeout=5).status_code == 200
+            assert httpx.get(topo.url + "/readyz", timeout=5).status_code == 503
+            time.sleep(max(0.0, killed_at + 1.0 - time.monotonic()))
             topo.start_redis()
             back_at = time.monotonic()
             with client(topo) as c:
@@ -468,3 +476,73 @@ def test_redis_killed_and_frozen_answers_503_then_recovers(topo: Any, record_pro
         record_property("slowest_503_s", round(slowest, 3))
         record_property("failed_learns", len(load.ambiguous))
         record_property("failed_learns_applied", applied)
+
+
+# -- the nginx files as shipped ---------------------------------------------------------------
+
+
+def test_the_nginx_files_run_as_shipped_but_for_addresses_and_paths(topo: Any) -> None:
+    """deploy/topology.py changes only what must differ on loopback: the upstream's address
+    (and its `resolve`, which Debian's older nginx lacks: see topology.nginx_site), the listen
+    address, the access log's path and the include's. Every other line runs as shipped."""
+    allowed = [
+        r"\s*server api:8000 resolve (?P<params>[^;]*);",
+        r"\s*listen 8080;",
+        r"\s*access_log /var/log/nginx/access\.log perceptron;",
+        r"\s*include /etc/nginx/perceptron-locations\.conf;",
+    ]
+    shipped = (ROOT / "deploy" / "nginx.conf").read_text().splitlines()
+    ran = (topo.workdir / "perceptron.conf").read_text().splitlines()
+    changed = [line for line in shipped if line not in ran]
+    assert len(changed) == len(allowed)
+    for line, pattern in zip(changed, allowed, strict=True):
+        m = re.fullmatch(pattern, line)
+        assert m is not None, line
+    added = [line for line in ran if line not in shipped]
+    upstream = [line.strip() for line in added if line.strip().startswith("server ")]
+    params = re.fullmatch(allowed[0], changed[0])
+    assert params is not None
+    assert upstream == [f"server 127.0.0.1:{p} {params['params']};" for p in topo.api_ports]
+    assert len(added) == len(upstream) + 3
+    # The locations file is included from where it is shipped, unchanged.
+    assert f"include {ROOT / 'deploy' / 'nginx-locations.conf'};" in [a.strip() for a in added]
+
+
+def test_https_with_a_certificate_from_files(tmp_path: Path) -> None:
+    """deploy/nginx-tls.conf with a certificate and key from files (compose's secrets): the
+    same API over TLS, HSTS sent, and nothing but the listen line and file paths changed."""
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1")
+    chain, key = tmp_path / "tls_certificate.pem", tmp_path / "tls_key.pem"
+    server.private_key_pem.write_to_path(str(key))
+    server.cert_chain_pems[0].write_to_path(str(chain))
+    for pem in server.cert_chain_pems[1:]:
+        pem.write_to_path(str(chain), append=True)
+    t = topology.Topology(apis=1, workers=1, env={"PERCEPTRON_DEFAULT_MODEL": "false"},
+                          tls=(chain, key)).start()  # fmt: skip
+    try:
+        context = ssl.create_default_context()
+        ca.configure_trust(context)
+        with httpx.Client(base_url=t.https_url, headers=t.headers, verify=context) as c:
+            r = c.put("/models/tls", json={"classes": [-1, 1], "n_features": 2})
+            assert r.status_code == 201, r.text
+            assert r.headers["strict-transport-security"].startswith("max-age=")
+            assert c.get("/readyz").status_code == 200
+            assert c.get("/nginx-health").text == "ok\n"
+        # An untrusted client is refused the handshake: this is TLS with that certificate.
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(t.https_url + "/readyz", timeout=5)
+        # Plain HTTP serves the same, from the same upstream.
+        assert httpx.get(t.url + "/models/tls", headers=t.headers).status_code == 200
+        shipped = (ROOT / "deploy" / "nginx-tls.conf").read_text().splitlines()
+        ran = (t.workdir / "perceptron-tls.conf").read_text().splitlines()
+        changed = [line.strip().split()[0] for line in shipped if line not in ran]
+        assert changed == ["listen", "access_log", "ssl_certificate", "ssl_certificate_key",
+                           "include"]  # fmt: skip
+    finally:
+        t.stop()
+        shutil.rmtree(t.workdir, ignore_errors=True)

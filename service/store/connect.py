@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..settings import Settings
+from ..startup import redis_password
 from .redis_store import Client, Store
 
 log = logging.getLogger("perceptron")
@@ -61,13 +62,16 @@ async def _make_ready(connection: AbstractConnection) -> None:
 
 def open_client(settings: Settings) -> Client:
     url = settings.redis_url
-    timeouts: dict[str, Any] = {
+    options: dict[str, Any] = {
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
         # No silent retries: a script whose reply was lost may have run, and running a
         # /learn twice would learn its example twice. Errors become a 503 with Retry-After.
         "retry": Retry(NoBackoff(), 0),
     }
+    password = redis_password(settings) if url else None
+    if password is not None:
+        options["password"] = password
     if not url:
         import fakeredis
 
@@ -80,13 +84,13 @@ def open_client(settings: Settings) -> Client:
     for scheme in CLUSTER_SCHEMES:
         if url.startswith(scheme):
             plain = url.replace("+cluster", "", 1)
-            return RedisCluster.from_url(plain, **timeouts)
+            return RedisCluster.from_url(plain, **options)
     if settings.redis_cluster:
-        return RedisCluster.from_url(url, **timeouts)
+        return RedisCluster.from_url(url, **options)
     # A connection idle for a second is PINGed before use, and one found dead is replaced
     # once (ReadyConnectionPool), so that one left over from before a Redis restart does
     # not fail the first request that takes it.
-    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **timeouts)
+    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **options)
     return Redis.from_pool(pool)
 
 

@@ -1,0 +1,62 @@
+"""What start-up refuses: the API keys and the Redis password, read from the settings.
+
+Light on purpose (no app, no metrics): ``perceptron serve`` checks these once before it starts
+any worker, since a worker that fails its start-up would only be started again and again;
+create_app and the store then use the same functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from .auth import KeyRing
+from .settings import Settings
+
+log = logging.getLogger("perceptron")
+
+
+def load_keys(settings: Settings) -> KeyRing | None:
+    """The API keys, or None when auth is off; fails at start-up on a bad configuration."""
+    if not settings.auth:
+        log.warning(
+            "AUTH IS OFF (PERCEPTRON_AUTH=false): anyone who can reach this service may "
+            "predict, train, create and delete models. Use this for local work only."
+        )
+        return None
+    secret = settings.api_keys.get_secret_value() if settings.api_keys else None
+    keys = KeyRing.load(secret, settings.api_keys_file)
+    if not keys.entries:
+        raise RuntimeError(
+            "Auth is on but no API key is configured: set PERCEPTRON_API_KEYS (or "
+            "PERCEPTRON_API_KEYS_FILE) to entries 'role:key', or PERCEPTRON_AUTH=false for "
+            "local use."
+        )
+    return keys
+
+
+def redis_password(settings: Settings) -> str | None:
+    """The password in PERCEPTRON_REDIS_PASSWORD_FILE, if set; a bad setting fails start-up.
+
+    A file, so that the password is in no environment, command line or ``docker inspect``.
+    The URL must then carry none: two passwords would leave which one counts to redis-py.
+    """
+    path = settings.redis_password_file
+    if path is None:
+        return None
+    if urlsplit(settings.redis_url or "").password is not None:
+        raise ValueError(
+            "PERCEPTRON_REDIS_URL holds a password and PERCEPTRON_REDIS_PASSWORD_FILE is set: "
+            "give the password one way."
+        )
+    # Less the trailing newlines an editor or `echo` adds, as deploy/redis-start.sh reads it
+    password = path.read_text().rstrip("\n")
+    if not password:
+        raise ValueError(f"PERCEPTRON_REDIS_PASSWORD_FILE: {path} is empty.")
+    return password
+
+
+def check_settings(settings: Settings) -> None:
+    """Raises ValueError, OSError or RuntimeError, with a message naming the setting or file."""
+    load_keys(settings)
+    redis_password(settings)
