@@ -35,12 +35,11 @@ from .replica import Replica
 from .sequence import run_sequence
 from .settings import Settings
 from .store import (
-    APPLIED,
-    UNKNOWN,
     Bucket,
     Held,
     Made,
     RequestsGone,
+    Status,
     Store,
     SyncData,
     valid_name,
@@ -229,10 +228,10 @@ class Engine(Catalog):
             await asyncio.sleep(min(batch.ms, HOLD_POLL_MS) / 1000)
         out: list[Feedback | ServiceError] = []
         for item in batch.items:
-            if item.status == UNKNOWN:
+            if item.status == Status.UNKNOWN:
                 out.append(PredictionNotFound())
-            elif item.status < 0:
-                given = rep.config.classes[item.version]
+            elif item.given is not None:
+                given = rep.config.classes[item.given]
                 out.append(
                     Conflict(
                         f"This prediction already has the true label {given!r}; a prediction "
@@ -241,11 +240,8 @@ class Engine(Catalog):
                     )
                 )
             else:
-                out.append(
-                    Feedback(
-                        bool(item.mistake), bool(item.updated), item.version, item.status != APPLIED
-                    )
-                )
+                duplicate = item.status == Status.DUPLICATE
+                out.append(Feedback(item.mistake, item.updated, item.version, duplicate))
         self._maybe_compact(rep, batch.log_length)
         return out
 

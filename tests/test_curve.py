@@ -13,7 +13,7 @@ import redis.asyncio
 
 from service.store import Bucket, LearnBatch, Made, Store
 from service.store.keys import ModelKeys
-from service.store.scripts import CURVE_POINTS, RING_SIZE
+from service.store.protocol import CURVE_POINTS, RING_SIZE
 
 from .conftest import MakeService
 

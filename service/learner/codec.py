@@ -16,6 +16,12 @@ from .config import ModelConfig
 from .features import Example
 from .perceptron import Weights
 
+# A pending record (``pack_record``): its mark, then the model's epoch, then the served class.
+PENDING = b"P"
+ANSWERED = b"A"  # the mark of a record once its feedback was applied (the scripts write it)
+EPOCH_LENGTH = 16
+SERVED_DIGITS = 4
+
 
 def pack_payload(config: ModelConfig, raw: np.ndarray, x: Example) -> bytes:
     head = raw.astype(np.float64, copy=False).tobytes()
@@ -40,12 +46,15 @@ def pack_record(epoch: str, served: int, updates: list[bool], payload: bytes) ->
     """A pending prediction: ``P``, the model's epoch (16 characters), the served class index
     (4 digits), one ``0``/``1`` per class (whether learning that class updates), the payload."""
     bitmap = b"".join(b"1" if u else b"0" for u in updates)
-    return b"P" + epoch.encode() + b"%04d" % served + bitmap + payload
+    head = PENDING + epoch.encode() + b"%0*d" % (SERVED_DIGITS, served)
+    if len(head) != len(PENDING) + EPOCH_LENGTH + SERVED_DIGITS:
+        raise ValueError("a record's epoch or served class does not fit its layout")
+    return head + bitmap + payload
 
 
 def record_header(config: ModelConfig) -> int:
     """Bytes before the payload in a pending record."""
-    return 21 + config.n_classes
+    return len(PENDING) + EPOCH_LENGTH + SERVED_DIGITS + config.n_classes
 
 
 def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarray, Example]:

@@ -2,11 +2,8 @@
 
 from .connect import open_store
 from .keys import ModelKeys, valid_name, valid_token
+from .protocol import RECENT_KEPT, RING_SIZE, Status
 from .redis_store import (
-    APPLIED,
-    CONFLICT,
-    DUPLICATE,
-    UNKNOWN,
     Bucket,
     Condition,
     FeedbackBatch,
@@ -20,13 +17,8 @@ from .redis_store import (
     Store,
     SyncData,
 )
-from .scripts import RECENT_KEPT, RING_SIZE
 
 __all__ = [
-    "APPLIED",
-    "CONFLICT",
-    "DUPLICATE",
-    "UNKNOWN",
     "Bucket",
     "Condition",
     "FeedbackBatch",
@@ -41,6 +33,7 @@ __all__ = [
     "LearnResult",
     "ModelKeys",
     "Store",
+    "Status",
     "SyncData",
     "open_store",
     "valid_name",

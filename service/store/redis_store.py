@@ -14,7 +14,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
 from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
-from .scripts import RECENT_KEPT
+from .protocol import RECENT_KEPT, Status
 
 Client = Redis | RedisCluster
 log = logging.getLogger("perceptron")
@@ -77,10 +77,6 @@ class Observations:
     curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
 
 
-# Per-prediction feedback statuses.
-APPLIED, DUPLICATE, UNKNOWN, CONFLICT = 1, 2, -3, -4
-# Statuses of a whole script call (scripts.py's docstring).
-NO_MODEL, STALE_EPOCH, STATE_LOST, PENDING_FULL, REQUESTS_GONE, HELD = -1, -2, -5, -6, -7, -8
 # Eviction policies that never drop a model's keys (those with no expiry): the volatile ones
 # may only drop pending predictions, which then answer 404 like expired ones.
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
@@ -101,10 +97,11 @@ class Condition:
 
 @dataclass(frozen=True, slots=True)
 class FeedbackItem:
-    status: int
-    mistake: int
-    updated: int
-    version: int  # for CONFLICT: the class index given before
+    status: Status  # DONE, DUPLICATE, UNKNOWN or CONFLICT
+    mistake: bool
+    updated: bool
+    version: int  # the model's version after it (DONE, DUPLICATE)
+    given: int | None = None  # CONFLICT: the class index given before
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +131,13 @@ class RequestsGone:
     by another writer, or withdrawn). Nothing was written."""
 
     tokens: frozenset[str]
+
+
+def _feedback_item(status: int, mistake: int, updated: int, version: int) -> FeedbackItem:
+    s = Status(status)
+    if s == Status.CONFLICT:
+        return FeedbackItem(s, False, False, -1, given=version)
+    return FeedbackItem(s, bool(mistake), bool(updated), version)
 
 
 def _bytes(v: bytes | str) -> bytes:
@@ -380,7 +384,7 @@ class Store:
         reply = await self._predict(
             keys=[keys.meta, keys.snap, keys.log, keys.pend, *pending], args=args
         )
-        if int(reply[0]) == PENDING_FULL:
+        if int(reply[0]) == Status.PENDING_FULL:
             wait, held, size = int(reply[1]), int(reply[2]), int(reply[3])
             raise TooManyPending(
                 f"Model {name!r} holds {held} bytes of predictions awaiting their label; "
@@ -390,7 +394,7 @@ class Store:
                 f"{wait} s, when the oldest lapse.",
                 retry_after_s=wait,
             )
-        if self._check(name, reply) == 0:
+        if self._check(name, reply) == Status.STALE_COPY:
             return await self._sync_data(keys, reply, made.version)
         return None
 
@@ -412,11 +416,11 @@ class Store:
             keys=[k.meta, k.log, k.series, k.ring, k.recent, k.pend, k.curve, k.hold, *pending],
             args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
-        if int(reply[0]) == HELD:
+        if int(reply[0]) == Status.HELD:
             return Held(int(reply[1]))
         self._check(name, reply)
         flat = [int(v) for v in reply[2:]]
-        items = [FeedbackItem(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+        items = [_feedback_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
         return FeedbackBatch(version=int(reply[0]), log_length=int(reply[1]), items=items)
 
     async def commit_learn(
@@ -461,9 +465,9 @@ class Store:
             for token, data in answers:
                 args += [token, data]
         reply = await self._learn(keys=script_keys, args=args)
-        if int(reply[0]) == REQUESTS_GONE:
+        if int(reply[0]) == Status.REQUESTS_GONE:
             return RequestsGone(frozenset(_str(t) for t in reply[1:]))
-        if self._check(name, reply) == 1:
+        if self._check(name, reply) == Status.DONE:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
         return await self._sync_data(keys, reply, made.version)
 
@@ -538,11 +542,11 @@ class Store:
     def _check(name: str, reply: list[Any]) -> int:
         """A script's status, once the model is known to exist at the caller's epoch."""
         status = int(reply[0])
-        if status == NO_MODEL:
+        if status == Status.NO_MODEL:
             raise ModelNotFound(name)
-        if status == STALE_EPOCH:
+        if status == Status.STALE_EPOCH:
             raise StaleModel(name)
-        if status == STATE_LOST:
+        if status == Status.STATE_LOST:
             raise _lost(name, _str(reply[1]))
         return status
 

@@ -15,38 +15,20 @@ count the ``mistakes`` counter had after that example.
 A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payload`` where
 ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates the weights.
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
-"|" .. version``. Status codes: 1 done, 2 duplicate, 0 stale copy (sync data follows),
--1 no such model, -2 the caller's model epoch is stale, -3 unknown or expired prediction,
--4 conflicting feedback, -5 the model's state is incomplete (``{-5, what}``), -6 the model
-holds as many pending bytes as it may (``{-6, seconds until some lapse}``), -7 a learn request
-handed to the model's writer is no longer waiting for this commit (``{-7, tokens...}``), -8
-the model is held for its writer's next commit (``{-8, ms left}``).
+"|" .. version``. The record's layout is ``learner/codec.py``'s; scripts answer with the status
+codes of ``protocol.Status``; both reach the scripts as the Lua locals ``protocol.LUA``
+declares, and every script that needs them starts with those.
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
 log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
 model whose keys were evicted or deleted by hand is refused, never served from zeros.
 """
 
-# Protocol constants the scripts share with Python, written once here.
-RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
-RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
-RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
-PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
-PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
-ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
-HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
-CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
+from .protocol import LUA as _CONSTANTS
+from .protocol import RECENT_KEPT, RING_SIZE
 
-_CONSTANTS = f"""
-local WINDOW = {RING_SIZE}
-local RECENT_KEPT = {RECENT_KEPT}
-local RECENT_MAX_BYTES = {RECENT_MAX_BYTES}
-local PENDING_BUCKETS = {PENDING_BUCKETS}
-local PENDING_OVERHEAD = {PENDING_OVERHEAD}
-local ANSWER_TTL_S = {ANSWER_TTL_S}
-local HOLD_MS = {HOLD_MS}
-local CURVE_POINTS = {CURVE_POINTS}
-"""
+__all__ = ["RECENT_KEPT", "RING_SIZE"]
+
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
 # A few entries come inline: {1, epoch, version, seen, from, 0, entries}. When there are more,
@@ -71,13 +53,13 @@ local function lost(meta, snap, log)
 end
 local function sync(meta, snap, log, from)
   local why = lost(meta, snap, log)
-  if why then return {-5, why} end
+  if why then return {STATE_LOST, why} end
   local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv')
   local snapv = tonumber(st[4])
   if from < snapv or tonumber(st[2]) - from > INLINE then
-    return {1, st[1], st[2], st[3], snapv, 1, {}}
+    return {DONE, st[1], st[2], st[3], snapv, 1, {}}
   end
-  return {1, st[1], st[2], st[3], from, 0, redis.call('LRANGE', log, from - snapv, -1)}
+  return {DONE, st[1], st[2], st[3], from, 0, redis.call('LRANGE', log, from - snapv, -1)}
 end
 """
 
@@ -94,9 +76,10 @@ return {1}
 # KEYS = meta, snap, log  /  ARGV[1] = version the caller holds (-1 for none)
 # returns -1 without the model, else the sync reply
 SYNC = (
-    _SYNC
+    _CONSTANTS
+    + _SYNC
     + """
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-1} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {NO_MODEL} end
 return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 """
 )
@@ -262,11 +245,11 @@ PREDICT = (
     + _PENDING
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
-if not st[1] then return {-1} end
-if st[1] ~= ARGV[1] then return {-2} end
+if not st[1] then return {NO_MODEL} end
+if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
 if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3])) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
-  if reply[1] == 1 then reply[1] = 0 end
+  if reply[1] == DONE then reply[1] = STALE_COPY end
   return reply
 end
 local ttl, cap, now = tonumber(ARGV[5]), tonumber(ARGV[7]), clock()
@@ -276,7 +259,7 @@ for i = 5, #KEYS do size = size + pending_size(KEYS[i], ARGV[i + 3]) end
 if cap > 0 and held + size > cap then
   local wait = ttl
   if oldest then wait = math.ceil((oldest + 1) * width + ttl - now) end
-  return {-6, math.max(1, wait), held, size}
+  return {PENDING_FULL, math.max(1, wait), held, size}
 end
 for i = 5, #KEYS do
   redis.call('SET', KEYS[i], ARGV[i + 3], 'EX', ttl)
@@ -287,7 +270,7 @@ redis.call('HINCRBY', KEYS[4], 'bytes', size)
 if not oldest then redis.call('HSET', KEYS[4], 'oldest', bucket) end
 redis.call('HINCRBY', KEYS[1], 'predictions', #KEYS - 4)
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
-return {1}
+return {DONE}
 """
 )
 
@@ -308,12 +291,12 @@ FEEDBACK = (
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'snapv')
 local epoch = st[1]
-if not epoch then return {-1} end
-if epoch ~= ARGV[1] then return {-2} end
+if not epoch then return {NO_MODEL} end
+if epoch ~= ARGV[1] then return {STALE_EPOCH} end
 local held = redis.call('PTTL', KEYS[8])
-if held > 0 then return {-8, held} end
+if held > 0 then return {HELD, held} end
 if redis.call('LLEN', KEYS[2]) ~= tonumber(st[2]) - tonumber(st[4]) then
-  return {-5, 'its update log is incomplete'}  -- never extend a log that lost entries
+  return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
 local version, seen = tonumber(st[2]), tonumber(st[3])
 local out, entries, marks, cells, recent = {}, {}, {}, {}, {}
@@ -327,22 +310,22 @@ local ttl, now, answered = tonumber(ARGV[5]), nil, {}
 for i = 9, #KEYS do
   local t = ARGV[i - 3]
   local p = redis.call('GET', KEYS[i])
-  if not p or string.sub(p, 2, 17) ~= epoch then
+  if not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
     unknown = unknown + 1
-    answer(-3, 0, 0, 0)
-  elseif string.sub(p, 1, 1) == 'A' then
+    answer(UNKNOWN, 0, 0, 0)
+  elseif string.sub(p, 1, 1) == ANSWERED then
     local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
     if prev ~= t then
       conflicts = conflicts + 1
-      answer(-4, 0, 0, tonumber(prev))
+      answer(CONFLICT, 0, 0, tonumber(prev))
     else
       dups = dups + 1
-      answer(2, tonumber(m), tonumber(u), tonumber(v))
+      answer(DUPLICATE, tonumber(m), tonumber(u), tonumber(v))
     end
   else
-    local served = tonumber(string.sub(p, 18, 21))
+    local served = tonumber(string.sub(p, SERVED_AT, SERVED_END))
     local ti = tonumber(t)
-    local updated = (string.sub(p, 22 + ti, 22 + ti) == '1') and 1 or 0
+    local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
     seen = seen + 1
     local entry = string.format('%d|%s|', seen, t) .. p
     recent[#recent + 1] = entry
@@ -360,8 +343,8 @@ for i = 9, #KEYS do
     local b = math.floor(made / pending_width(ttl))
     answered[b] = (answered[b] or 0) + pending_size(KEYS[i], p)
     redis.call('SET', KEYS[i],
-      'A' .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'EX', ttl)
-    answer(1, m, updated, version)
+      ANSWERED .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'EX', ttl)
+    answer(DONE, m, updated, version)
   end
 end
 -- Answered predictions no longer count as pending: their bytes leave their buckets.
@@ -418,19 +401,19 @@ LEARN = (
     + _ANSWER
     + """
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
-if not st[1] then return {-1} end
-if st[1] ~= ARGV[1] then return {-2} end
+if not st[1] then return {NO_MODEL} end
+if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
 local writer = #KEYS >= 10
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
-  if reply[1] == 1 then
-    reply[1] = 0
+  if reply[1] == DONE then
+    reply[1] = STALE_COPY
     if writer then redis.call('SET', KEYS[8], '1', 'PX', HOLD_MS) end
   end
   return reply
 end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
-if why then return {-5, why} end
+if why then return {STATE_LOST, why} end
 local answers = writer and #KEYS - 10 or 0
 local last = #ARGV - 2 * answers
 if answers > 0 then
@@ -440,7 +423,7 @@ if answers > 0 then
     if redis.call('SISMEMBER', KEYS[9], token) == 0 or redis.call('HEXISTS', KEYS[10], token) == 0
     then gone[#gone + 1] = token end
   end
-  if #gone > 0 then return {-7, unpack(gone)} end
+  if #gone > 0 then return {REQUESTS_GONE, unpack(gone)} end
 end
 local seen, version = tonumber(st[3]), tonumber(st[2])
 local n, mistakes = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -466,7 +449,7 @@ for a = 1, answers do
   answer(KEYS[9], KEYS[10], KEYS[10 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
 end
 if writer then redis.call('DEL', KEYS[8]) end
-return {1, version, seen + n, log_length}
+return {DONE, version, seen + n, log_length}
 """
 )
 

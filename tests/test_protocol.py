@@ -1,0 +1,59 @@
+"""One source for the store protocol: the Lua scripts get their constants from
+service/store/protocol.py, and read a pending record at the offsets of learner/codec.py."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import redis
+
+from service.learner import ModelConfig
+from service.learner.codec import pack_payload, pack_record
+from service.learner.features import encode
+from service.store import scripts
+from service.store.protocol import LUA, Status
+
+SCRIPTS = {
+    name: text
+    for name, text in vars(scripts).items()
+    if name.isupper() and not name.startswith("_") and isinstance(text, str)
+}
+
+
+def test_no_script_writes_a_status_code_as_a_number() -> None:
+    """The scripts that answer with a Status (the others answer yes or no, 1 or 0)."""
+    for name in ("SYNC", "PREDICT", "FEEDBACK", "LEARN"):
+        for pattern in (r"return \{-?\d", r"answer\(-?\d", r"reply\[1\] = -?\d"):
+            assert not re.findall(pattern, SCRIPTS[name]), (name, pattern)
+
+
+def test_every_script_that_names_a_constant_declares_it() -> None:
+    declared = set(re.findall(r"local (\w+) =", LUA))
+    for name, text in SCRIPTS.items():
+        used = {c for c in declared if re.search(rf"\b{c}\b", text.replace(LUA, ""))}
+        if used:
+            assert text.startswith(LUA), (name, used)
+
+
+def test_the_lua_constants_are_pythons(redis_client: redis.Redis) -> None:
+    names = [s.name for s in Status]
+    got = redis_client.eval(LUA + "return {" + ", ".join(names) + "}", 0)
+    assert got == [int(s) for s in Status]
+
+
+def test_the_scripts_read_a_record_where_the_codec_wrote_it(redis_client: redis.Redis) -> None:
+    config = ModelConfig(classes=["a", "b", "c"], n_features=2)
+    x = encode(config, [1.5, -2.0])
+    record = pack_record("e" * 16, 2, [True, False, True], pack_payload(config, np.zeros(3), x))
+    read = redis_client.eval(
+        LUA
+        + """
+local p = ARGV[1]
+return {string.sub(p, 1, 1), string.sub(p, EPOCH_AT, EPOCH_END),
+  tonumber(string.sub(p, SERVED_AT, SERVED_END)), string.sub(p, BITMAP_AT, BITMAP_AT + 2)}
+""",
+        0,
+        record,
+    )
+    assert read == [b"P", b"e" * 16, 2, b"101"]
