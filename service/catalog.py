@@ -21,15 +21,10 @@ from .errors import (
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
+from .protocol import Observations, SyncData
 from .replica import Replica
 from .settings import Settings
-from .store import (
-    Condition,
-    Observations,
-    Store,
-    SyncData,
-    valid_name,
-)
+from .store import Condition, Store, valid_name
 from .transfer import config_json, export_document, parse_document
 
 log = logging.getLogger("perceptron")

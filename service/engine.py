@@ -31,20 +31,11 @@ from .handoff import pack_answer
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
+from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .sequence import run_sequence
 from .settings import Settings
-from .store import (
-    Bucket,
-    Held,
-    Made,
-    RequestsGone,
-    Status,
-    Store,
-    SyncData,
-    valid_name,
-    valid_token,
-)
+from .store import Store, valid_name, valid_token
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")

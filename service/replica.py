@@ -19,7 +19,7 @@ from .learner.perceptron import (
     update_plan,
     updates_by_label,
 )
-from .store import SyncData
+from .protocol import SyncData
 
 
 @dataclass(frozen=True, slots=True)

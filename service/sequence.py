@@ -27,8 +27,8 @@ from .learner.perceptron import (
     served_scores,
     update_plan,
 )
-from .store import RECENT_KEPT as RECENT  # labelled examples kept for the margin estimate
-from .store import LearnBatch
+from .protocol import RECENT_KEPT as RECENT  # labelled examples kept for the margin estimate
+from .protocol import LearnBatch
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 

@@ -11,9 +11,9 @@ import numpy as np
 import redis
 import redis.asyncio
 
-from service.store import Bucket, LearnBatch, Made, Store
+from service.protocol import CURVE_POINTS, RING_SIZE, Bucket, LearnBatch, Made
+from service.store import Store
 from service.store.keys import ModelKeys
-from service.store.protocol import CURVE_POINTS, RING_SIZE
 
 from .conftest import MakeService
 

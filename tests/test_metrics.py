@@ -11,7 +11,8 @@ import redis.asyncio
 
 from service.learner import ModelConfig, encode
 from service.learner.codec import pack_payload, pack_record
-from service.store import Bucket, LearnBatch, Made, Store
+from service.protocol import Bucket, LearnBatch, Made
+from service.store import Store
 from service.store.keys import ModelKeys
 
 

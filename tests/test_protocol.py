@@ -1,5 +1,5 @@
 """One source for the store protocol: the Lua scripts get their constants from
-service/store/protocol.py, and read a pending record at the offsets of learner/codec.py."""
+service/protocol.py, and read a pending record at the offsets of learner/codec.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import redis
 from service.learner import ModelConfig
 from service.learner.codec import pack_payload, pack_record
 from service.learner.features import encode
+from service.protocol import LUA, Status
 from service.store import scripts
-from service.store.protocol import LUA, Status
 
 SCRIPTS = {
     name: text

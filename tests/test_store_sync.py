@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from service.store import Bucket, LearnBatch, Made, ModelKeys, Store, SyncData
+from service.protocol import Bucket, LearnBatch, Made, SyncData
+from service.store import ModelKeys, Store
 
 EPOCH = "0123456789abcdef"
 INLINE = 64  # scripts._SYNC sends at most this many entries in its reply

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from ..errors import InvalidInput
-from ..store.protocol import CURVE_POINTS
+from ..protocol import CURVE_POINTS
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 LabelValue = StrictInt | StrictStr

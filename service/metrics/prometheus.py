@@ -26,7 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..learner import ModelConfig
-from ..store import RING_SIZE, Observations
+from ..protocol import RING_SIZE, Observations
 from .summary import confusion_cells, ring_mistakes
 
 log = logging.getLogger("perceptron")

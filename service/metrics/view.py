@@ -15,8 +15,8 @@ from ..api.schemas import (
     SeriesPoint,
 )
 from ..api.views import counters_of
+from ..protocol import RING_SIZE, Observations
 from ..replica import Replica
-from ..store import RING_SIZE, Observations
 from .summary import (
     confusion,
     curve_points,

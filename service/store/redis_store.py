@@ -12,69 +12,26 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
+from ..protocol import (
+    RECENT_KEPT,
+    Bucket,
+    FeedbackBatch,
+    FeedbackItem,
+    Held,
+    LearnBatch,
+    LearnResult,
+    Made,
+    Observations,
+    RequestsGone,
+    Status,
+    SyncData,
+)
 from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
-from .protocol import RECENT_KEPT, Status
 
 Client = Redis | RedisCluster
 log = logging.getLogger("perceptron")
 Arg = bytes | str | int | float
-
-
-@dataclass(frozen=True, slots=True)
-class SyncData:
-    """What a worker's copy of a model lacks: maybe a snapshot, then log entries."""
-
-    epoch: str
-    version: int
-    seen: int
-    base: int  # the version just before the first entry (and of the snapshot, if any)
-    snapshot: bytes | None
-    entries: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Made:
-    """The state of the worker's copy a prediction was made with."""
-
-    version: int
-    seen: int | None  # only averaged models depend on it
-    r2: float = 0.0  # largest squared feature norm among the examples
-
-    @property
-    def guard(self) -> tuple[int, int | str]:
-        return self.version, "" if self.seen is None else self.seen
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """The time bucket outcomes are counted in, and how many buckets the series keeps."""
-
-    bucket: int
-    keep: int
-
-
-@dataclass(frozen=True, slots=True)
-class LearnBatch:
-    """Examples learned in order, as the store counts and logs them."""
-
-    n: int
-    mistakes: int
-    marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
-    cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
-    entries: list[bytes]  # the log entries of the examples that updated, in order
-    recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
-
-
-@dataclass(frozen=True, slots=True)
-class Observations:
-    """A model's counters and outcome records, as kept in Redis."""
-
-    meta: dict[str, str]
-    ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
-    series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
-    recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
-    curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
 
 
 # Eviction policies that never drop a model's keys (those with no expiry): the volatile ones
@@ -93,44 +50,6 @@ class Condition:
     @property
     def ok(self) -> bool:
         return self.code is None
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackItem:
-    status: Status  # DONE, DUPLICATE, UNKNOWN or CONFLICT
-    mistake: bool
-    updated: bool
-    version: int  # the model's version after it (DONE, DUPLICATE)
-    given: int | None = None  # CONFLICT: the class index given before
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackBatch:
-    version: int
-    log_length: int
-    items: list[FeedbackItem]
-
-
-@dataclass(frozen=True, slots=True)
-class LearnResult:
-    version: int
-    seen: int
-    log_length: int
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Feedback refused for now: the model's writer holds it for its next commit."""
-
-    ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RequestsGone:
-    """A writer's commit refused: these handed-off requests no longer wait for it (learned
-    by another writer, or withdrawn). Nothing was written."""
-
-    tokens: frozenset[str]
 
 
 def _feedback_item(status: int, mistake: int, updated: int, version: int) -> FeedbackItem:

@@ -16,19 +16,15 @@ A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payl
 ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates the weights.
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
 "|" .. version``. The record's layout is ``learner/codec.py``'s; scripts answer with the status
-codes of ``protocol.Status``; both reach the scripts as the Lua locals ``protocol.LUA``
-declares, and every script that needs them starts with those.
+codes of ``service/protocol.py``'s ``Status``; both reach the scripts as the Lua locals that
+``protocol.LUA`` declares, and every script that needs them starts with those.
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
 log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
 model whose keys were evicted or deleted by hand is refused, never served from zeros.
 """
 
-from .protocol import LUA as _CONSTANTS
-from .protocol import RECENT_KEPT, RING_SIZE
-
-__all__ = ["RECENT_KEPT", "RING_SIZE"]
-
+from ..protocol import LUA as _CONSTANTS
 
 # Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
 # A few entries come inline: {1, epoch, version, seen, from, 0, entries}. When there are more,

@@ -1,0 +1,162 @@
+"""The store protocol, written once and pure (no I/O): the constants, which the Lua scripts
+get as locals generated from here (``LUA``) so the two sides cannot drift apart, and the typed
+values the store's calls take and answer. Learning code imports this, never the store.
+
+The layout of a pending prediction's record is the learner's (``learner/codec.py``); the
+scripts read its fields at the offsets computed here from that one definition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .learner.codec import ANSWERED, EPOCH_LENGTH, PENDING, SERVED_DIGITS
+
+
+class Status(IntEnum):
+    """What a script answers: for a whole call, or per feedback item."""
+
+    DONE = 1  # applied (a feedback item: its update was logged)
+    DUPLICATE = 2  # a feedback item given before, with the same label
+    STALE_COPY = 0  # the caller's copy was behind: sync data follows
+    NO_MODEL = -1
+    STALE_EPOCH = -2  # the model was replaced since the caller's copy
+    UNKNOWN = -3  # a feedback item whose prediction is unknown or expired
+    CONFLICT = -4  # a feedback item given before with another label
+    STATE_LOST = -5  # the model's keys are incomplete: {-5, what}
+    PENDING_FULL = -6  # the model holds as many pending bytes as it may: {-6, s until some lapse}
+    REQUESTS_GONE = -7  # handed-off learns that no longer wait for this commit: {-7, tokens...}
+    HELD = -8  # the model is held for its writer's next commit: {-8, ms left}
+
+
+RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
+RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
+RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
+PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
+PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
+ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
+HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
+CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
+
+# Where a pending record's fields start, 1-based as Lua's string.sub counts.
+EPOCH_AT = 1 + len(PENDING)
+SERVED_AT = EPOCH_AT + EPOCH_LENGTH
+BITMAP_AT = SERVED_AT + SERVED_DIGITS
+
+_NUMBERS = {
+    "WINDOW": RING_SIZE,
+    "RECENT_KEPT": RECENT_KEPT,
+    "RECENT_MAX_BYTES": RECENT_MAX_BYTES,
+    "PENDING_BUCKETS": PENDING_BUCKETS,
+    "PENDING_OVERHEAD": PENDING_OVERHEAD,
+    "ANSWER_TTL_S": ANSWER_TTL_S,
+    "HOLD_MS": HOLD_MS,
+    "CURVE_POINTS": CURVE_POINTS,
+    "EPOCH_AT": EPOCH_AT,
+    "EPOCH_END": SERVED_AT - 1,
+    "SERVED_AT": SERVED_AT,
+    "SERVED_END": BITMAP_AT - 1,
+    "BITMAP_AT": BITMAP_AT,
+    **{s.name: int(s) for s in Status},
+}
+_STRINGS = {"PENDING": PENDING.decode(), "ANSWERED": ANSWERED.decode()}
+
+# The header of every script: the constants above as Lua locals.
+LUA = "".join(f"local {k} = {v}\n" for k, v in _NUMBERS.items()) + "".join(
+    f"local {k} = '{v}'\n" for k, v in _STRINGS.items()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncData:
+    """What a worker's copy of a model lacks: maybe a snapshot, then log entries."""
+
+    epoch: str
+    version: int
+    seen: int
+    base: int  # the version just before the first entry (and of the snapshot, if any)
+    snapshot: bytes | None
+    entries: list[bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Made:
+    """The state of the worker's copy a prediction was made with."""
+
+    version: int
+    seen: int | None  # only averaged models depend on it
+    r2: float = 0.0  # largest squared feature norm among the examples
+
+    @property
+    def guard(self) -> tuple[int, int | str]:
+        return self.version, "" if self.seen is None else self.seen
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """The time bucket outcomes are counted in, and how many buckets the series keeps."""
+
+    bucket: int
+    keep: int
+
+
+@dataclass(frozen=True, slots=True)
+class LearnBatch:
+    """Examples learned in order, as the store counts and logs them."""
+
+    n: int
+    mistakes: int
+    marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
+    cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
+    entries: list[bytes]  # the log entries of the examples that updated, in order
+    recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class Observations:
+    """A model's counters and outcome records, as kept in Redis."""
+
+    meta: dict[str, str]
+    ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
+    series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
+    recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
+    curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackItem:
+    status: Status  # DONE, DUPLICATE, UNKNOWN or CONFLICT
+    mistake: bool
+    updated: bool
+    version: int  # the model's version after it (DONE, DUPLICATE)
+    given: int | None = None  # CONFLICT: the class index given before
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackBatch:
+    version: int
+    log_length: int
+    items: list[FeedbackItem]
+
+
+@dataclass(frozen=True, slots=True)
+class LearnResult:
+    version: int
+    seen: int
+    log_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Feedback refused for now: the model's writer holds it for its next commit."""
+
+    ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestsGone:
+    """A writer's commit refused: these handed-off requests no longer wait for it (learned
+    by another writer, or withdrawn). Nothing was written."""
+
+    tokens: frozenset[str]
