@@ -12,12 +12,11 @@
    alternating 4-second runs each.
 
 Servers (one redis-server, two services) are started on loopback with the benchmark's
-helpers and stopped by PID.
+runner (harness/) and stopped by PID.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import re
@@ -26,18 +25,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pybase64
 import redis
+from harness.client import request
+from harness.common import API_KEY, LUA, ROOT
+from harness.data import write_lines
+from harness.runner import Bench
+from harness.tools import ensure_debian_tool
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark as bench  # noqa: E402
-
-sys.path.insert(0, str(bench.ROOT))
+sys.path.insert(0, str(ROOT))
 from service.api.schemas import LearnBatchRequest  # noqa: E402
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402
@@ -104,24 +104,26 @@ def batch_reads() -> dict[str, float]:
     }
 
 
-def recycling(b: bench.Bench) -> dict[str, list[float]]:
+def recycling(b: Bench) -> dict[str, list[float]]:
     body = orjson.dumps({"n_features": 100})
     ports = {}
     for name, age in (("without", "0"), ("with", "2")):
-        _, port = b.start_service(f"svc-{name}", 2, {"PERCEPTRON_CONNECTION_MAX_AGE_S": age})
-        bench.request(port, "PUT", "/models/p100", body)
+        _, port = b.servers.start_service(
+            f"svc-{name}", 2, {"PERCEPTRON_CONNECTION_MAX_AGE_S": age}
+        )
+        request(port, "PUT", "/models/p100", body)
         ports[name] = port
     rows = np.random.default_rng(1).uniform(-1, 1, size=(2000, 100)).round(4)
-    path = bench.write_lines(
+    path = write_lines(
         b.tmp / "p100", [orjson.dumps({"model": "p100", "features": r.tolist()}) for r in rows]
     )
-    wrk = bench.ensure_debian_tool("wrk", "wrk")
+    wrk = ensure_debian_tool("wrk", "wrk")
     rates: dict[str, list[float]] = {"without": [], "with": []}
     for _ in range(5):
         for name, port in ports.items():
             url = f"http://127.0.0.1:{port}/predict"
-            cmd = [wrk, "-t2", "-c64", "-d4s", "-s", str(bench.LUA), url,
-                   "--", str(path), "cycle", bench.API_KEY]  # fmt: skip
+            cmd = [wrk, "-t2", "-c64", "-d4s", "-s", str(LUA), url,
+                   "--", str(path), "cycle", API_KEY]  # fmt: skip
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
             m = re.search(r"^BENCH (\{.*\})$", out, re.M)
             assert m, out
@@ -131,11 +133,11 @@ def recycling(b: bench.Bench) -> dict[str, list[float]]:
 
 
 def main() -> int:
-    bench.ensure_debian_tool("redis-server", "redis-server")
-    b = bench.Bench(argparse.Namespace(quick=True))
+    ensure_debian_tool("redis-server", "redis-server")
+    b = Bench(quick=True)
     try:
-        b.start_redis()
-        lua, plain = log_reads(b.redis_port)
+        b.servers.start_redis()
+        lua, plain = log_reads(b.servers.redis_port)
         out("1. 1000 log entries of d=100, usec per read (INFO commandstats)")
         out(f"   inside a Lua script: {lua:,.0f}   plain LRANGE: {plain:,.0f}")
         out("2. one 1000 x 100 batch, ms to read (best of 20)")

@@ -20,14 +20,13 @@ For each run: requests/s (200s only), the CPU (user + sys) of the server's whole
 (psutil) and of Redis (INFO cpu) per 200 response, non-200 responses. Prints one markdown table
 (rows W, the medians over the rounds) and notes; ``--out FILE`` also writes them to FILE and the
 raw runs to FILE.json. The setup (wrk, the floor, the CPU meter, the processes) is
-benchmark.py's; every server binds 127.0.0.1 and is stopped by its PID at the end.
+benchmark.py's (harness/); every server binds 127.0.0.1 and is stopped by its PID at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -35,25 +34,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from benchmark import (
-    DISTURBED,
-    HERE,
-    NCPU,
-    PY,
-    Bench,
-    Proc,
-    Run,
-    dumps,
-    ensure_debian_tool,
-    free_port,
-    log,
-    make_data,
-    r4,
-    request,
-    server_env,
-    wait_http,
-    write_lines,
-)
+from harness.client import check_accepted, dumps, put_model
+from harness.common import DISTURBED, NCPU, log
+from harness.cpu import tree_cpu, tree_delta
+from harness.data import make_data, r4, write_lines
+from harness.redis_stats import cpu_seconds
+from harness.results import Run
+from harness.runner import Bench
+from harness.servers import Proc
 
 # The variants measured at each W, in the order of even rounds (odd rounds: reversed).
 VARIANTS = ("predict", "floor", "learn_one", "learn_each", "feedback")
@@ -62,48 +50,21 @@ FLOOR_TARGET = 0.85  # /predict req/s at least this x the floor's, at every W
 WARM_S = 1
 
 
-def tree_cpu(pid: int) -> dict[int, float]:
-    """user + sys seconds of ``pid`` and of each of its descendants, by PID."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return {}
-    out: dict[int, float] = {}
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            out[p.pid] = t.user + t.system
-        except psutil.Error:
-            pass
-    return out
-
-
-def tree_delta(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU seconds the tree used in between (a process gone meanwhile counts for nothing)."""
-    return sum(v - before.get(pid, 0.0) for pid, v in after.items())
-
-
 class Scale(Bench):
     def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(argparse.Namespace(quick=args.quick, setting=[]))
+        super().__init__(args.quick)
         self.opts = args
         self.dur = args.seconds
         self.runs = args.repeat
         self.raw: list[dict[str, Any]] = []
         self.by: dict[tuple[int, str], list[Run]] = {}
         self.startup: dict[int, float] = {}
+        self.fb_rate = 0.0  # the fastest /feedback req/s seen at this W
 
     # -- setting up ------------------------------------------------------------------------
 
-    def prepare(self) -> None:
-        self.load_before = os.getloadavg()
-        self.git = self.git_state()
-        self.wrk = ensure_debian_tool("wrk", "wrk")
-        ensure_debian_tool("redis-server", "redis-server")
-        ensure_debian_tool("ss", "iproute2")
-        log(f"temp dir {self.tmp}; load average {self.load_before}")
-        self.start_redis()
+    def prepare(self, tree: str = "work") -> None:
+        super().prepare(tree)
         d = make_data()
         n = 2000
         self.dense_rows = rows = [r4(d.dense_x[i]) for i in range(n)]
@@ -122,46 +83,22 @@ class Scale(Bench):
                 ],
             )
 
-    def start_floor(self, w: int) -> tuple[Proc, int]:
-        port = free_port()
-        env = server_env({"BENCH_REDIS_URL": self.redis_url})
-        cmd = [
-            PY,
-            "-m",
-            "uvicorn",
-            "baseline_app:app",
-            "--app-dir",
-            str(HERE),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            str(w),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
-        proc = self.start(f"floor_w{w}", cmd, env)
-        wait_http(port, "POST", "/floor", dumps({"features": [0.5] * 100}), proc, w)
-        return proc, port
-
     def start_w(self, w: int) -> None:
         t0 = time.time()
         self.r.flushall()
-        self.svc_one, self.port_one = self.start_service(
+        self.svc_one, self.port_one = self.servers.start_service(
             f"service_one_w{w}", w, {"PERCEPTRON_ONE_WRITER": "true"}
         )
-        self.svc_each, self.port_each = self.start_service(
+        self.svc_each, self.port_each = self.servers.start_service(
             f"service_each_w{w}", w, {"PERCEPTRON_ONE_WRITER": "false"}
         )
-        self.floor, self.port_floor = self.start_floor(w)
+        self.floor, self.port_floor = self.servers.start_floor(f"floor_w{w}", w)
         for port, models in (
             (self.port_one, ("p100", "f100", "l100one")),
             (self.port_each, ("l100each",)),
         ):
             for name in models:
-                self.put_model(port, name, {"n_features": 100})
+                put_model(port, name, {"n_features": 100})
         f = {k: str(v) for k, v in self.body_files.items()}
         self.plan: dict[str, tuple[Proc, int, str, str, str | None]] = {
             "predict": (self.svc_one, self.port_one, "/predict", f["p100"], "p100"),
@@ -174,9 +111,7 @@ class Scale(Bench):
             if not body_file:
                 continue
             body = Path(body_file).read_bytes().split(b"\n", 1)[0]
-            status, out = request(port, "POST", path, body)
-            if status != 200:
-                raise SystemExit(f"{variant}: {path} answered {status} {out[:300]!r}")
+            check_accepted(port, path, body, f"{variant}: {path} answered")
         self.startup[w] = time.time() - t0
         log(
             f"W={w}: up in {self.startup[w]:.1f} s; workers: one writer "
@@ -186,17 +121,12 @@ class Scale(Bench):
 
     def stop_w(self) -> None:
         for proc in (self.floor, self.svc_each, self.svc_one):
-            self.stop(proc)
+            self.servers.stop(proc)
 
     # -- measuring -------------------------------------------------------------------------
 
-    def redis_cpu(self) -> float:
-        cpu = self.r.info("cpu")
-        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-
     def feedback_ids(self, tag: str, n: int) -> str:
-        preds = self.predict_batches(self.port_one, "f100", self.dense_rows, n)
-        path = self.feedback_files(tag, preds, lambda lab: -lab)
+        path = self.feedback_bodies(tag, self.port_one, "f100", self.dense_rows, n, lambda y: -y)
         time.sleep(0.5)
         return path
 
@@ -212,7 +142,7 @@ class Scale(Bench):
             body = self.feedback_ids(f"fb_w{w}_{rep}_{int(record)}", need)
             log(f"made {need:,} fresh prediction ids")
         meta0 = self.meta(model) if model else {}
-        cpu0, redis0 = tree_cpu(proc.pid), self.redis_cpu()
+        cpu0, redis0 = tree_cpu(proc.pid), cpu_seconds(self.r)
         run = self.wrk_run(
             f"W{w}:{variant}",
             port,
@@ -224,7 +154,7 @@ class Scale(Bench):
             record=record,
         )
         worker_s = tree_delta(cpu0, tree_cpu(proc.pid))
-        redis_s = self.redis_cpu() - redis0
+        redis_s = cpu_seconds(self.r) - redis0
         meta1 = self.meta(model) if model else {}
         ok = run.rps * run.seconds
         run.extra.update(
@@ -395,11 +325,11 @@ class Scale(Bench):
 
     def scale_notes(self) -> list[str]:
         runs = [r for rs in self.by.values() for r in rs]
-        notes = [f"Measured: {self.git}."]
+        notes = [f"Measured: {self.results.git}."]
         cpus = psutil.cpu_count(logical=False)
         notes.append(
             f"Machine: {NCPU} CPUs ({cpus or '?'} physical cores); load average before "
-            f"{self.load_before[0]:.2f}, after {self.load_after[0]:.2f} (1 min)."
+            f"{self.results.load_before[0]:.2f}, after {self.results.load_after[0]:.2f} (1 min)."
         )
         notes.append(
             f"Each W: wrk -t{self.threads} -c{self.conns} keep-alive, {self.runs} round(s) x "
@@ -484,7 +414,6 @@ def main(argv: list[str] | None = None) -> int:
         for w in ws:
             s.run_w(w)
     finally:
-        s.load_after = os.getloadavg()
         s.cleanup()
     elapsed = time.time() - t0
     text = (
