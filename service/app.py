@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import dashboard, health, learning, models, prometheus
+from .api import dashboard, docs, health, learning, models, prometheus
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
@@ -65,13 +65,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="An online perceptron over HTTP; its weights shared through Redis.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served from this host by api/docs.py, not from a CDN
+        redoc_url=None,
     )
     app.include_router(learning.router)  # first: the hot routes match soonest
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)
+    app.include_router(docs.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
+    app.mount("/docs", docs.swagger_assets, name="docs-assets")
+    app.mount("/redoc", docs.redoc_assets, name="redoc-assets")
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
