@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import dashboard, docs, health, learning, models, prometheus
+from .api import dashboard, docs, health, learning, models, problems, prometheus
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
@@ -157,7 +157,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         # FastAPI's own 400 is a body it could not decode (e.g. not UTF-8): not JSON either.
         if exc.status_code == 400:
-            return _error(400, "malformed_json", "The request body is not valid JSON.")
+            return _error(
+                400, "malformed_json", "The request body is not valid JSON: send a JSON object."
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         headers = dict(exc.headers) if exc.headers else None
         return _error(exc.status_code, code, str(exc.detail), headers)
@@ -166,12 +168,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
+        body = problems.body_schema(request.scope.get("route"))
         if first.get("type") == "json_invalid":
-            return _error(400, "malformed_json", "The request body is not valid JSON.")
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        message = first.get("msg", "invalid value")
-        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-        return _error(422, "validation_error", f"Invalid '{where}': {message}{more}.")
+            return _error(400, "malformed_json", problems.not_json(first, body))
+        content_type = request.headers.get("content-type", "")
+        return _error(422, "validation_error", problems.explain(errors, body, content_type))
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)
