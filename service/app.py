@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import dashboard, docs, health, learning, models, problems, prometheus
+from .api import dashboard, docs, health, home, learning, models, problems, prometheus
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
@@ -29,7 +29,7 @@ from .engine import Engine
 from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
-from .store import open_store
+from .store import describe_store, open_store
 
 log = logging.getLogger("perceptron")
 
@@ -40,6 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("store: %s", describe_store(settings))
         engine = Engine(open_store(settings), settings)
         app.state.engine = engine
         app.state.keys = keys
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)
     app.include_router(docs.router)
+    app.include_router(home.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
     app.mount("/docs", docs.swagger_assets, name="docs-assets")
     app.mount("/redoc", docs.redoc_assets, name="redoc-assets")

@@ -1,6 +1,6 @@
 """Everything that touches Redis lives in this package."""
 
-from .connect import open_store
+from .connect import describe_store, open_store
 from .keys import ModelKeys, valid_name, valid_token
 from .redis_store import (
     APPLIED,
@@ -38,6 +38,7 @@ __all__ = [
     "ModelKeys",
     "Store",
     "SyncData",
+    "describe_store",
     "open_store",
     "valid_name",
     "valid_token",
