@@ -22,7 +22,6 @@ import httpx
 import pytest
 
 from service.settings import Settings
-from service.store import describe_store
 
 from .servers import ServiceProcess, free_port, running
 
@@ -164,6 +163,8 @@ def test_start_up_logs_the_store_and_never_its_password(tmp_path: Path) -> None:
     ],
 )
 def test_the_store_described(url: str | None, said: str) -> None:
+    from service.store import describe_store
+
     described = describe_store(Settings(redis_url=url))
     assert said in described and "pw" not in described and "user" not in described
 
