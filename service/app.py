@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import dashboard, health, learning, models, prometheus
+from .api import dashboard, docs, health, home, learning, models, problems, prometheus
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
@@ -30,7 +30,7 @@ from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
-from .store import open_store
+from .store import describe_store, open_store
 
 log = logging.getLogger("perceptron")
 
@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("store: %s", describe_store(settings))
         engine = Engine(open_store(settings), settings)
         app.state.engine = engine
         app.state.keys = keys
@@ -67,13 +68,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="An online perceptron over HTTP; its weights shared through Redis.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served from this host by api/docs.py, not from a CDN
+        redoc_url=None,
     )
     app.include_router(learning.router)  # first: the hot routes match soonest
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)
+    app.include_router(docs.router)
+    app.include_router(home.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
+    app.mount("/docs", docs.swagger_assets, name="docs-assets")
+    app.mount("/redoc", docs.redoc_assets, name="redoc-assets")
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
@@ -135,7 +142,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
         # FastAPI's own 400 is a body it could not decode (e.g. not UTF-8): not JSON either.
         if exc.status_code == 400:
-            return _error(400, "malformed_json", "The request body is not valid JSON.")
+            return _error(
+                400, "malformed_json", "The request body is not valid JSON: send a JSON object."
+            )
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         headers = dict(exc.headers) if exc.headers else None
         return _error(exc.status_code, code, str(exc.detail), headers)
@@ -144,12 +153,11 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
+        body = problems.body_schema(request.scope.get("route"))
         if first.get("type") == "json_invalid":
-            return _error(400, "malformed_json", "The request body is not valid JSON.")
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        message = first.get("msg", "invalid value")
-        more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
-        return _error(422, "validation_error", f"Invalid '{where}': {message}{more}.")
+            return _error(400, "malformed_json", problems.not_json(first, body))
+        content_type = request.headers.get("content-type", "")
+        return _error(422, "validation_error", problems.explain(errors, body, content_type))
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)

@@ -178,6 +178,13 @@ def _nothing(response: httpx.Response) -> None:
     return None
 
 
+def _document(response: httpx.Response) -> dict[str, Any]:
+    value = response.json()
+    if not isinstance(value, dict):
+        raise PerceptronError(response.status_code, "unexpected_answer", "not a JSON object")
+    return value
+
+
 def _finish(call: _Call[T], response: httpx.Response) -> T:
     if response.is_error:
         raise error_from_response(response)
@@ -237,6 +244,18 @@ class _Calls:
     @staticmethod
     def delete_model(name: str) -> _Call[None]:
         return _Call("DELETE", _path(name), _nothing)
+
+    @staticmethod
+    def reset_model(name: str) -> _Call[ModelInfo]:
+        return _Call("POST", _path(name) + "/reset", _parse(ModelInfo))
+
+    @staticmethod
+    def export_model(name: str) -> _Call[dict[str, Any]]:
+        return _Call("GET", _path(name) + "/export", _document)
+
+    @staticmethod
+    def import_model(name: str, document: Mapping[str, Any]) -> _Call[ModelInfo]:
+        return _Call("POST", _path(name) + "/import", _parse(ModelInfo), dict(document))
 
     @staticmethod
     def weights(name: str) -> _Call[WeightsResponse]:
@@ -353,6 +372,18 @@ class Client:
     def delete_model(self, name: str) -> None:
         self._run(_Calls.delete_model(name))
 
+    def reset_model(self, name: str) -> ModelInfo:
+        """Zero the model's weights and counters; its pending predictions lapse."""
+        return self._run(_Calls.reset_model(name))
+
+    def export_model(self, name: str) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum)."""
+        return self._run(_Calls.export_model(name))
+
+    def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
+        """Create the model from an export document, or overwrite one of its configuration."""
+        return self._run(_Calls.import_model(name, document))
+
     def weights(self, name: str) -> WeightsResponse:
         return self._run(_Calls.weights(name))
 
@@ -443,6 +474,18 @@ class AsyncClient:
 
     async def delete_model(self, name: str) -> None:
         await self._run(_Calls.delete_model(name))
+
+    async def reset_model(self, name: str) -> ModelInfo:
+        """Zero the model's weights and counters; its pending predictions lapse."""
+        return await self._run(_Calls.reset_model(name))
+
+    async def export_model(self, name: str) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum)."""
+        return await self._run(_Calls.export_model(name))
+
+    async def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
+        """Create the model from an export document, or overwrite one of its configuration."""
+        return await self._run(_Calls.import_model(name, document))
 
     async def weights(self, name: str) -> WeightsResponse:
         return await self._run(_Calls.weights(name))

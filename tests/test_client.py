@@ -120,6 +120,25 @@ def test_models_resource(api: Any) -> None:
     assert "does not exist" in e.value.detail
 
 
+def test_reset_export_and_import(api: Any) -> None:
+    api.create_model("d", **DENSE)
+    api.learn_batch("d", [[1, 2, 3], [-1, 0, 2]], ["b", "a"])
+    document = api.export_model("d")
+    assert isinstance(document, dict) and document["config"]["classes"] == ["a", "b"]
+    copy = api.import_model("e", document)
+    assert isinstance(copy, ModelInfo) and copy.name == "e"
+    assert (copy.version, copy.counters.learned) == (api.read_model("d").version, 2)
+    assert api.weights("e").rows == api.weights("d").rows
+
+    reset = api.reset_model("d")
+    assert isinstance(reset, ModelInfo) and (reset.version, reset.counters.learned) == (0, 0)
+    with pytest.raises(NotFoundError):
+        api.reset_model("nope")
+    with pytest.raises(InvalidInputError) as e:
+        api.import_model("f", {**document, "checksum": "0" * 64})
+    assert e.value.code == "invalid_import"
+
+
 def test_learning_protocol(api: Any) -> None:
     api.create_model("d", **DENSE)
     p = api.predict("d", [1, 0, 0])

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# The dashboard loads its own script, style sheet and data from this origin only.
+# The dashboard and Swagger UI (/docs) load their own scripts, style sheets and data from
+# this origin only.
+PAGES = ("/dashboard", "/docs")
 PAGE_POLICY = (
     b"default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; "
     b"form-action 'self'; frame-ancestors 'none'"
 )
+# ReDoc (/redoc) styles its page from script (styled-components) and runs its search in a
+# worker it makes from a blob: inline styles and blob workers, but still no script, data or
+# font from anywhere else.
+REDOC = "/redoc"
+REDOC_POLICY = PAGE_POLICY + b"; style-src 'self' 'unsafe-inline'; worker-src blob:"
 # JSON and text answers run nothing.
 DATA_POLICY = b"default-src 'none'; frame-ancestors 'none'"
-# The interactive API docs are FastAPI's pages (their scripts are not served from here).
-DOCS = ("/docs", "/redoc")
 
 _ALWAYS = [
     (b"x-content-type-options", b"nosniff"),
@@ -32,10 +37,10 @@ class SecurityHeaders:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        if path.startswith(DOCS):
-            extra = _ALWAYS
-        elif path.startswith("/dashboard"):
+        if path.startswith(PAGES):
             extra = [*_ALWAYS, (b"content-security-policy", PAGE_POLICY)]
+        elif path.startswith(REDOC):
+            extra = [*_ALWAYS, (b"content-security-policy", REDOC_POLICY)]
         else:
             extra = [*_ALWAYS, (b"content-security-policy", DATA_POLICY)]
 

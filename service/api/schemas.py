@@ -38,6 +38,19 @@ FeatureBatch = Annotated[
 ]
 ModelName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
+# What each request field takes, in words: the OpenAPI document shows them, and a request that
+# gets one wrong is told them (``problems.py``).
+MODEL = "A model's name: 1-64 letters, digits, '_', '-' or '.' (default: 'default')."
+FEATURES = (
+    "An example: a list of numbers for a dense model, or an object of feature names to "
+    "numbers for a named-feature model."
+)
+FEATURE_BATCH = (
+    "A list of 1 or more examples, each a list of numbers (dense model) or an object of "
+    "feature names to numbers (named features)."
+)
+LABEL = "The true label, one of the model's classes: an integer or a string."
+
 
 class MistakeRates(BaseModel):
     cumulative: float | None = Field(description="Mistakes over all labelled examples.")
@@ -117,15 +130,37 @@ class _Body(BaseModel):
 class ModelSpec(_Body):
     """A model's configuration, fixed at creation."""
 
-    classes: list[LabelValue] = Field(default=[-1, 1], min_length=2)
-    multiclass: Literal["multiclass", "ovr", "ovo"] = "multiclass"
-    n_features: StrictInt | None = None
-    hash_bits: StrictInt = 18
-    fit_bias: bool = True
-    learning_rate: FiniteFloat = 1.0
-    margin: FiniteFloat = 0.0
-    averaged: bool = False
-    feedback_ttl_s: StrictInt = 86_400
+    classes: list[LabelValue] = Field(
+        default=[-1, 1],
+        min_length=2,
+        description="The labels: 2 or more integers or strings, all different (default "
+        "[-1, 1]; with two, the second is the positive class).",
+    )
+    multiclass: Literal["multiclass", "ovr", "ovo"] = Field(
+        "multiclass",
+        description="'multiclass' (the default), 'ovr' or 'ovo': how more than two classes "
+        "are learned.",
+    )
+    n_features: StrictInt | None = Field(
+        None,
+        description="The number of features of a dense model, an integer; null (the default) "
+        "for named features.",
+    )
+    hash_bits: StrictInt = Field(
+        18, description="An integer: named features are hashed into 2**hash_bits weights (18)."
+    )
+    fit_bias: bool = Field(True, description="true or false: learn a bias (true).")
+    learning_rate: FiniteFloat = Field(
+        1.0, description="A finite number: the size of each update (1.0)."
+    )
+    margin: FiniteFloat = Field(
+        0.0, description="A finite number: also update when the score's margin is at most this."
+    )
+    averaged: bool = Field(False, description="true or false: keep averaged weights too (false).")
+    feedback_ttl_s: StrictInt = Field(
+        86_400,
+        description="An integer: how many seconds a prediction waits for its label (86400).",
+    )
 
 
 class Counters(BaseModel):
@@ -153,8 +188,8 @@ class ModelList(BaseModel):
 
 
 class PredictRequest(_Body):
-    model: ModelName = "default"
-    features: FeatureValues
+    model: ModelName = Field("default", description=MODEL)
+    features: FeatureValues = Field(description=FEATURES)
 
 
 class PredictResponse(BaseModel):
@@ -168,8 +203,10 @@ class PredictResponse(BaseModel):
 
 
 class FeedbackRequest(_Body):
-    prediction_id: Annotated[str, Field(min_length=1, max_length=200)]
-    label: LabelValue
+    prediction_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
+        description="The prediction_id of an answer of /predict: a string."
+    )
+    label: LabelValue = Field(description=LABEL)
 
 
 class FeedbackResponse(BaseModel):
@@ -180,9 +217,9 @@ class FeedbackResponse(BaseModel):
 
 
 class LearnRequest(_Body):
-    model: ModelName = "default"
-    features: FeatureValues
-    label: LabelValue
+    model: ModelName = Field("default", description=MODEL)
+    features: FeatureValues = Field(description=FEATURES)
+    label: LabelValue = Field(description=LABEL)
 
 
 class LearnResponse(BaseModel):
@@ -196,9 +233,10 @@ PackedFeatures = Annotated[
     str,
     Field(
         min_length=1,
-        description="Instead of `features`, for a dense model: every example's feature values, "
-        "one example after another, as little-endian float64 numbers, base64-encoded (RFC 4648, "
-        "with padding). Several times cheaper to read than JSON numbers.",
+        description="A string, instead of `features`, for a dense model: every example's "
+        "feature values, one example after another, as little-endian float64 numbers, "
+        "base64-encoded (RFC 4648, with padding). Several times cheaper to read than JSON "
+        "numbers.",
     ),
 ]
 
@@ -206,8 +244,8 @@ PackedFeatures = Annotated[
 class _Batch(_Body):
     """A batch of examples, as JSON ``features`` or as ``packed_features``."""
 
-    model: ModelName = "default"
-    features: FeatureBatch | None = None
+    model: ModelName = Field("default", description=MODEL)
+    features: FeatureBatch | None = Field(None, description=FEATURE_BATCH)
     packed_features: PackedFeatures | None = None
 
     @model_validator(mode="after")
@@ -245,7 +283,9 @@ class PredictBatchResponse(BaseModel):
 
 
 class FeedbackBatchRequest(_Body):
-    feedback: list[FeedbackRequest] = Field(min_length=1)
+    feedback: list[FeedbackRequest] = Field(
+        min_length=1, description="A list of 1 or more objects {prediction_id, label}."
+    )
 
 
 class FeedbackItemResult(BaseModel):
@@ -261,7 +301,11 @@ class FeedbackBatchResponse(BaseModel):
 
 
 class LearnBatchRequest(_Batch):
-    labels: list[LabelValue] = Field(min_length=1)
+    labels: list[LabelValue] = Field(
+        min_length=1,
+        description="The true labels, one per example, each one of the model's classes (an "
+        "integer or a string).",
+    )
 
     @model_validator(mode="after")
     def _same_length(self) -> LearnBatchRequest:

@@ -1,8 +1,16 @@
 """Everything that touches Redis lives in this package; what its calls take and answer is
 ``service/protocol.py``'s."""
 
-from .connect import open_store
+from .connect import describe_store, open_store
 from .keys import ModelKeys, valid_name, valid_token
 from .redis_store import Condition, Store
 
-__all__ = ["Condition", "ModelKeys", "Store", "open_store", "valid_name", "valid_token"]
+__all__ = [
+    "Condition",
+    "ModelKeys",
+    "Store",
+    "describe_store",
+    "open_store",
+    "valid_name",
+    "valid_token",
+]

@@ -10,6 +10,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..settings import Settings
@@ -92,6 +93,25 @@ def open_client(settings: Settings) -> Client:
     # not fail the first request that takes it.
     pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **options)
     return Redis.from_pool(pool)
+
+
+def describe_store(settings: Settings) -> str:
+    """Which store the settings open, for the log: where, never with a password."""
+    url = settings.redis_url
+    if not url:
+        return "the embedded in-process store (this process only; lost when it stops)"
+    cluster = settings.redis_cluster or url.startswith(CLUSTER_SCHEMES)
+    try:
+        parts = parse_url(url.replace("+cluster", "", 1))  # type: ignore[no-untyped-call]
+    except ValueError:
+        return "Redis at a URL redis-py cannot read"
+    tls = " over TLS" if url.startswith(("rediss://", "rediss+cluster://")) else ""
+    if "path" in parts:
+        return f"Redis on the socket {parts['path']}, db {parts.get('db', 0)}"
+    where = f"{parts.get('host', 'localhost')}:{parts.get('port', 6379)}"
+    if cluster:
+        return f"a Redis Cluster reached at {where}{tls}"
+    return f"Redis at {where}, db {parts.get('db', 0)}{tls}"
 
 
 def open_store(settings: Settings) -> Store:

@@ -1,0 +1,1 @@
+"""The pages of the interactive API docs, /docs and /redoc (package data)."""

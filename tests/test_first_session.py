@@ -1,0 +1,208 @@
+"""A newcomer's first session: the README's commands as pasted, and what they meet on the way.
+
+The README's "A first session" blocks run in bash against a real ``perceptron serve`` (only the
+port differs), and every answer the README shows after ``#`` must come out. Then: what ``GET /``
+answers, the start-up log naming the store, the command's help, and what git ignores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.settings import Settings
+
+from .servers import ServiceProcess, free_port, running
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PERCEPTRON = Path(sys.executable).with_name("perceptron")
+
+
+def section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def shell_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, re.S)
+
+
+def json_documents(text: str) -> list[Any]:
+    """Every JSON object in ``text``, in order (curl prints them without newlines)."""
+    decoder = json.JSONDecoder()
+    found, i = [], text.find("{")
+    while i >= 0:
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            i = text.find("{", i + 1)
+            continue
+        found.append(value)
+        i = text.find("{", end)
+    return found
+
+
+def matches(shown: Any, actual: Any) -> bool:
+    """Whether an answer is the one the README shows ("abc..." stands for any "abc" + more)."""
+    if isinstance(shown, dict):
+        return (
+            isinstance(actual, dict)
+            and list(shown) == list(actual)
+            and all(matches(shown[k], actual[k]) for k in shown)
+        )
+    if isinstance(shown, str) and shown.endswith("..."):
+        return isinstance(actual, str) and actual.startswith(shown[:-3])
+    return bool(shown == actual and type(shown) is type(actual))
+
+
+@pytest.fixture
+def service() -> Iterator[ServiceProcess]:
+    with running(ServiceProcess(redis_url=None)) as server:
+        yield server
+
+
+def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
+    blocks = shell_blocks(section("A first session"))
+    assert len(blocks) >= 3
+    script = "\n".join(blocks)
+    assert "..." not in "".join(line for line in script.splitlines() if not line.startswith("#"))
+    script = script.replace("localhost:8000", f"127.0.0.1:{service.port}")
+    script = script.replace(".venv/bin/perceptron", str(PERCEPTRON))
+    env = {**os.environ, "PERCEPTRON_URL": service.url}
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    shown = [line[2:] for line in script.splitlines() if line.startswith("# ")]
+    answers = json_documents(out)
+    for expected in shown:
+        if expected.startswith("{"):
+            doc = json.loads(expected)
+            assert any(matches(doc, a) for a in answers), (expected, answers)
+            answers = answers[[matches(doc, a) for a in answers].index(True) + 1 :]
+        else:
+            assert expected in out, (expected, out)
+    # The feedback found its prediction: the model learned from it.
+    assert httpx.get(service.url + "/models/default").json()["version"] == 1
+    assert (tmp_path / "iris.perceptron.json").is_file()
+
+
+def test_the_root_points_to_the_dashboard_and_the_docs(service: ServiceProcess) -> None:
+    with httpx.Client(base_url=service.url) as c:
+        r = c.get("/")
+        assert r.status_code == 200
+        links = r.json()["links"]
+        assert links["dashboard"] == "/dashboard" and links["docs"] == "/docs"
+        for path in links.values():
+            assert c.get(path).status_code == 200, path
+        # A browser asks for a page: it lands on the dashboard.
+        page = c.get("/", headers={"accept": "text/html,application/xhtml+xml,*/*;q=0.8"})
+        assert page.status_code == 307 and page.headers["location"] == "dashboard"
+        landed = c.get("/", headers={"accept": "text/html"}, follow_redirects=True)
+        assert landed.url.path == "/dashboard" and "<title>Perceptron dashboard" in landed.text
+
+
+def test_start_up_logs_the_store_and_never_its_password(tmp_path: Path) -> None:
+    secret = "pw-" + "s3cret" * 4
+    port, nothing_there = free_port(), free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PERCEPTRON_")},
+        "PERCEPTRON_AUTH": "false",
+        "PERCEPTRON_REDIS_URL": f"redis://:{secret}@127.0.0.1:{nothing_there}/3",
+    }
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(PERCEPTRON), "serve", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while "not reachable" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    text = log.read_text()
+    assert f"store: Redis at 127.0.0.1:{nothing_there}, db 3" in text, text
+    assert "not reachable" in text
+    assert secret not in text
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (None, "the embedded in-process store"),
+        ("redis://:pw@10.0.0.5:6380/2", "Redis at 10.0.0.5:6380, db 2"),
+        ("rediss://user:pw@cache.example:6390/0", "Redis at cache.example:6390, db 0 over TLS"),
+        ("redis+cluster://:pw@10.0.0.7:7000", "a Redis Cluster reached at 10.0.0.7:7000"),
+        ("unix://:pw@/run/redis.sock?db=4", "Redis on the socket /run/redis.sock, db 4"),
+    ],
+)
+def test_the_store_described(url: str | None, said: str) -> None:
+    from service.store import describe_store
+
+    described = describe_store(Settings(redis_url=url))
+    assert said in described and "pw" not in described and "user" not in described
+
+
+def test_help_describes_the_commands_and_their_defaults() -> None:
+    top = subprocess.run([str(PERCEPTRON), "--help"], capture_output=True, text=True, timeout=60)
+    assert top.returncode == 0
+    assert "``" not in top.stdout and "console command" not in top.stdout
+    for command in ("serve", "replay", "models"):
+        assert re.search(rf"^\s+perceptron {command}\s+\w", top.stdout, re.M), command
+    serve = subprocess.run(
+        [str(PERCEPTRON), "serve", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert serve.returncode == 0
+    words = " ".join(serve.stdout.split())
+    for option, about in [
+        ("--host HOST", "address to listen on (default: 127.0.0.1)"),
+        ("--port PORT", "port to listen on (default: 8000)"),
+        ("--workers N", "worker processes sharing the port; more than 1 needs "),
+    ]:
+        assert f"{option} {about}" in words, option
+    assert "(default: 1)" in words
+    assert "PERCEPTRON_" in serve.stdout
+
+
+@pytest.mark.parametrize(
+    "path", ["curve.png", "iris.perceptron.json", ".redis/appendonlydir/x.aof"]
+)
+def test_what_the_readme_writes_into_the_checkout_is_ignored(path: str) -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, timeout=30)
+    assert r.returncode == 0, f"git does not ignore {path}"
+    tracked = subprocess.run(
+        ["git", "ls-files", "--", "*.png", "*.perceptron.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert tracked.stdout == ""

@@ -1,0 +1,158 @@
+"""``perceptron models``: real commands against a running service, their output and exit codes.
+
+Each command is the console command run as its own process (``python -m service.cli``), with
+the service's URL and key from options or the environment, as a script would run it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from .conftest import MakeService
+from .servers import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+# The exit codes the README documents for scripts.
+EXIT = {"refused": 1, "usage": 2, "not_found": 3, "conflict": 4, "auth": 5, "unavailable": 6}
+ADMIN, READER = "admin-key-" + "a" * 24, "predict-key-" + "p" * 24
+
+
+def perceptron(
+    *args: str, url: str | None = None, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``perceptron ARGS`` as a process; ``url`` goes in PERCEPTRON_URL."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PERCEPTRON_")}
+    if url is not None:
+        environ["PERCEPTRON_URL"] = url
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**environ, **env},
+    )
+
+
+def as_json(r: subprocess.CompletedProcess[str]) -> Any:
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
+    url = str(client.base_url).rstrip("/")
+    listed = as_json(perceptron("models", "list", "--json", url=url))
+    assert [m["name"] for m in listed["models"]] == ["default"]
+
+    made = perceptron(
+        "models", "create", "iris", "--classes", "setosa,versicolor,virginica",
+        "--n-features", "4", "--averaged", "--json", url=url,
+    )  # fmt: skip
+    config = as_json(made)["config"]
+    assert (config["classes"], config["n_features"], config["averaged"]) == (
+        ["setosa", "versicolor", "virginica"],
+        4,
+        True,
+    )
+    assert client.get("/models/iris").json()["config"] == config
+    # The same again: nothing changes; another configuration: the conflict's exit code.
+    assert (
+        perceptron("models", "create", "iris", "--config", json.dumps(config), url=url).returncode
+        == 0
+    )
+    clash = perceptron("models", "create", "iris", "--classes", "a,b", url=url)
+    assert clash.returncode == EXIT["conflict"] == 4
+    assert "409 model_exists" in clash.stderr and clash.stdout == ""
+    ints = as_json(perceptron("models", "create", "bin", "--classes=-1,1", "--json", url=url))
+    assert ints["config"]["classes"] == [-1, 1]  # integer labels stay integers
+
+    body = {"model": "iris", "features": [[5.1, 3.5, 1.4, 0.2], [6.3, 3.3, 6.0, 2.5]]}
+    assert client.post("/learn/batch", json={**body, "labels": ["setosa", "virginica"]}).is_success
+
+    shown = perceptron("models", "show", "iris", url=url)
+    assert shown.returncode == 0
+    lines = dict(line.split(None, 1) for line in shown.stdout.splitlines())
+    assert lines["classes"] == "setosa, versicolor, virginica" and lines["learned"] == "2"
+    table = perceptron("models", "list", url=url).stdout.splitlines()
+    assert table[0].split() == ["NAME", "CLASSES", "FEATURES", "VERSION", "SEEN", "MISTAKES"]
+    assert [row.split()[0] for row in table[1:]] == ["bin", "default", "iris"]
+
+    # Export to a file, import it under another name, from the file and from stdin.
+    saved = tmp_path / "iris.json"
+    exported = perceptron("models", "export", "iris", "-o", str(saved), url=url)
+    assert exported.returncode == 0 and str(saved) in exported.stdout
+    assert json.loads(saved.read_text()) == client.get("/models/iris/export").json()
+    copy = as_json(perceptron("models", "import", "copy", str(saved), "--json", url=url))
+    assert (copy["name"], copy["counters"]["learned"]) == ("copy", 2)
+    assert (
+        client.get("/models/copy/weights").json()["rows"]
+        == (client.get("/models/iris/weights").json()["rows"])
+    )
+    piped = perceptron("models", "export", "iris", url=url).stdout
+    assert (
+        as_json(perceptron("models", "import", "piped", "--json", url=url, stdin=piped))["version"]
+        == (client.get("/models/iris").json()["version"])
+    )
+
+    reset = as_json(perceptron("models", "reset", "iris", "--json", url=url))
+    assert (reset["version"], reset["counters"]["learned"]) == (0, 0)
+    assert client.get("/models/iris").json()["counters"]["learned"] == 0
+
+    assert perceptron("models", "delete", "iris", url=url).returncode == 0
+    assert client.get("/models/iris").status_code == 404
+    gone = perceptron("models", "show", "iris", "--json", url=url)
+    assert gone.returncode == EXIT["not_found"] == 3
+    assert json.loads(gone.stderr)["code"] == "model_not_found"
+    assert perceptron("models", "delete", "iris", url=url).returncode == 3
+    assert perceptron("models", "delete", "iris", "--missing-ok", url=url).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["models", "create", "x", "--classes", "a"], "refused", "'classes' has 1 item"),
+        (["models", "import", "x", "/nonexistent/file.json"], "usage", "cannot read"),
+        (["models", "create", "x", "--config", "[1]"], "usage", "not a JSON object"),
+        (["models", "frobnicate"], "usage", "invalid choice"),
+        (["models", "show"], "usage", "NAME"),
+    ],
+)
+def test_exit_codes_of_refused_and_wrong_commands(
+    client: httpx.Client, args: list[str], code: str, said: str
+) -> None:
+    r = perceptron(*args, url=str(client.base_url).rstrip("/"))
+    assert r.returncode == EXIT[code], r.stderr
+    assert said in r.stderr
+    assert client.get("/models/x").status_code == 404  # nothing was made
+
+
+def test_an_unreachable_service_is_told_apart() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    r = perceptron("models", "list", url=url)
+    assert r.returncode == EXIT["unavailable"] == 6
+    assert f"cannot reach {url}" in r.stderr
+    # --url wins over the environment.
+    assert perceptron("models", "list", "--url", url, url="http://127.0.0.1:1").returncode == 6
+
+
+def test_the_key_comes_from_an_option_or_the_environment(make_service: MakeService) -> None:
+    service = make_service(auth=True, api_keys=f"admin:{ADMIN},predict:{READER}")
+    url = str(service.base_url).rstrip("/")
+    refused = perceptron("models", "list", url=url)
+    assert refused.returncode == EXIT["auth"] == 5 and "401" in refused.stderr
+    assert perceptron("models", "list", "--api-key", READER, url=url).returncode == 0
+    weak = perceptron("models", "delete", "default", url=url, PERCEPTRON_API_KEY=READER)
+    assert weak.returncode == 5 and "403" in weak.stderr
+    assert service.get("/models/default", headers={"x-api-key": ADMIN}).status_code == 200
+    strong = perceptron("models", "delete", "default", url=url, PERCEPTRON_API_KEY=ADMIN)
+    assert strong.returncode == 0
+    assert service.get("/models/default", headers={"x-api-key": ADMIN}).status_code == 404
