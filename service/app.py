@@ -20,7 +20,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import dashboard, docs, health, home, learning, models, problems, prometheus
+from .api import (
+    dashboard,
+    docs,
+    health,
+    home,
+    learning_routes,
+    model_routes,
+    problems,
+    prometheus,
+)
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
@@ -71,8 +80,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # served from this host by api/docs.py, not from a CDN
         redoc_url=None,
     )
-    app.include_router(learning.router)  # first: the hot routes match soonest
-    app.include_router(models.router)
+    app.include_router(learning_routes.router)  # first: the hot routes match soonest
+    app.include_router(model_routes.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)

@@ -18,6 +18,7 @@ from .errors import (
     StaleModel,
     Unavailable,
 )
+from .export_format import config_json, export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
@@ -25,7 +26,6 @@ from .protocol import Observations, SyncData
 from .replica import Replica
 from .settings import Settings
 from .store import Condition, Store, valid_name
-from .transfer import config_json, export_document, parse_document
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys

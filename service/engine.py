@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from .batching import Coalescer, Span
 from .catalog import Catalog
 from .errors import (
     Conflict,
@@ -27,13 +26,14 @@ from .errors import (
     TooLarge,
     Unavailable,
 )
+from .group_commit import Coalescer, Span
 from .handoff import pack_answer
+from .learn_sequence import run_sequence
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
-from .sequence import run_sequence
 from .settings import Settings
 from .store import Store, valid_name, valid_token
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers

@@ -7,7 +7,7 @@ computes again: the more workers, the more work thrown away, and requests can fa
 worker at a time, the writer, learns for the model: it holds a lease in Redis, renewed while it
 works; the other workers hand the examples they have checked (``handoff.py``) to the model's
 queue in Redis and wait for the answer. The writer takes the queue in order and learns
-everything waiting in one group commit (``batching.py``), so its replica is always current: no
+everything waiting in one group commit (``group_commit.py``), so its replica is always current: no
 catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
 (in the same script that would queue its request); a writer with nothing left to do gives the
 lease up; a writer that dies leaves the lease to lapse, and a waiting worker takes it over,
@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
 
-from .batching import Coalescer, Span
 from .errors import ServiceError, StaleModel, Unavailable
+from .group_commit import Coalescer, Span
 from .handoff import pack_error, pack_request, request_token, unpack_answer, unpack_request
 from .learner import Example, Label
 from .replica import Replica
@@ -93,7 +93,7 @@ class Writers:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
 
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
-        hand-overs are in flight share the next one (``batching.py``).
+        hand-overs are in flight share the next one (``group_commit.py``).
         """
         if not self.settings.one_writer or self.store.embedded or rep.name in self._writing:
             return await self._learn_here(rep, examples, None)

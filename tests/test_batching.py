@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from service.batching import Coalescer, Span
+from service.group_commit import Coalescer, Span
 
 
 def test_requests_arriving_during_a_commit_share_the_next_one() -> None:

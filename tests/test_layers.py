@@ -12,10 +12,12 @@ import pytest
 PURE = {
     "service.learner": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.protocol": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.learn_sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.replica": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.handoff": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.store": ("fastapi", "starlette", "service.api", "service.engine"),
+    "service.metrics": ("service.api", "service.engine", "service.store"),
+    "service.group_commit": ("redis", "fastapi", "starlette", "service.store", "service.api"),
 }
 
 

@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.learn_sequence import RECENT, LearnedSequence, _run_binary, _run_general, run_sequence
 from service.learner import Example, ModelConfig, Weights, encode
 from service.learner.codec import unpack_entry
 from service.learner.perceptron import apply
-from service.sequence import RECENT, LearnedSequence, _run_binary, _run_general, run_sequence
 
 EPOCH = "e" * 16
 

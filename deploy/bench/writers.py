@@ -210,9 +210,9 @@ def ceiling() -> float:
     """The learner loop alone: examples/s of run_sequence on packed 1000 x 100 batches, the
     best of 30 (one core, no HTTP, no Redis): what one model's writer can at most learn."""
     sys.path.insert(0, str(ROOT))
+    from service.learn_sequence import run_sequence
     from service.learner import ModelConfig, Weights
     from service.learner.features import encode_matrix
-    from service.sequence import run_sequence
 
     cfg = ModelConfig(n_features=DIM)
     body = json.loads(bodies(5, 1)[0])

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import math
 
-from ..api.schemas import (
+from ..metrics.summary import (
+    confusion,
+    curve_points,
+    mistake_bound,
+    ring_mistakes,
+    series_points,
+    weight_norm,
+)
+from ..protocol import RING_SIZE, Observations
+from ..replica import Replica
+from .schemas import (
     Confusion,
     Curve,
     CurvePoint,
@@ -14,17 +24,7 @@ from ..api.schemas import (
     Series,
     SeriesPoint,
 )
-from ..api.views import counters_of
-from ..protocol import RING_SIZE, Observations
-from ..replica import Replica
-from .summary import (
-    confusion,
-    curve_points,
-    mistake_bound,
-    ring_mistakes,
-    series_points,
-    weight_norm,
-)
+from .views import counters_of
 
 
 def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetrics:

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Body, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import Role
-from ..metrics.view import model_metrics
 from .deps import Admin, Reader
+from .metrics_view import model_metrics
 from .routing import FastJSONRoute
 from .schemas import (
     ModelInfo,
