@@ -34,12 +34,12 @@ from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
 from .auth import Unauthorized
-from .engine import Engine
 from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
 from .store import describe_store, open_store
+from .worker import Worker
 
 log = logging.getLogger("perceptron")
 
@@ -52,15 +52,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("store: %s", describe_store(settings))
-        engine = Engine(open_store(settings), settings)
-        app.state.engine = engine
+        worker = Worker(open_store(settings), settings)
+        app.state.worker = worker
         app.state.keys = keys
         made = not settings.default_model
         with suppress(Exception):  # Redis may not be up yet: both are tried again below
-            await asyncio.wait_for(engine.check_store(), settings.redis_timeout_s)
-            made = made or await _make_default(engine)
-        engine.start()
-        starter = None if made else asyncio.create_task(_ensure_default(engine))
+            await asyncio.wait_for(worker.models.check_store(), settings.redis_timeout_s)
+            made = made or await _make_default(worker)
+        worker.start()
+        starter = None if made else asyncio.create_task(_ensure_default(worker))
         try:
             yield
         finally:
@@ -68,8 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 starter.cancel()
                 with suppress(asyncio.CancelledError):
                     await starter
-            await engine.close()
-            await engine.store.close()
+            await worker.close()
+            await worker.store.close()
             forget_worker()
 
     app = FastAPI(
@@ -100,18 +100,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-async def _make_default(engine: Engine) -> bool:
+async def _make_default(worker: Worker) -> bool:
     """Create the 'default' model once per store; whether that is settled.
 
     Once made, the store remembers it: a deleted 'default' stays deleted across restarts
     (PERCEPTRON_DEFAULT_MODEL=false skips it altogether).
     """
     try:
-        if not await engine.store.default_made():
-            await engine.create_model(
-                "default", {"hash_bits": min(18, engine.settings.max_hash_bits)}
+        if not await worker.store.default_made():
+            await worker.models.create_model(
+                "default", {"hash_bits": min(18, worker.settings.max_hash_bits)}
             )
-            await engine.store.mark_default_made()
+            await worker.store.mark_default_made()
     except Unavailable as e:  # e.g. a store that may evict keys: wait until it is fixed
         log.warning("the 'default' model is not created yet: %s", e.message)
         return False
@@ -120,11 +120,11 @@ async def _make_default(engine: Engine) -> bool:
     return True
 
 
-async def _ensure_default(engine: Engine) -> None:
+async def _ensure_default(worker: Worker) -> None:
     """:func:`_make_default`, retrying until the store answers."""
     while True:
         try:
-            if await _make_default(engine):
+            if await _make_default(worker):
                 return
         except Exception as e:  # the store may not be up yet
             log.warning("store not reachable yet (%s); will create 'default' later", e)
@@ -173,7 +173,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_store_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("store unavailable: %s", type(exc).__name__)
         with suppress(Exception):
-            await request.app.state.engine.store.drop_idle_connections()
+            await request.app.state.worker.store.drop_idle_connections()
         return _error(
             503,
             "store_unavailable",

@@ -17,7 +17,7 @@ A handed-off request is learned once or not at all: the commit that learns it al
 off the queue's keys and pushes its answer, and refuses to learn it if it no longer waits
 (another writer learned it, or its requester withdrew it at its deadline). Correctness never
 rests on the lease: a commit is still guarded by the version it was computed on
-(``Engine._learn``), so two writers at once cost a retry, never an update.
+(``Learning._learn``), so two writers at once cost a retry, never an update.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import redis
 
-from service.engine import Engine
 from service.settings import Settings
+from service.worker import Worker
 
 from .servers import RedisServer, ServiceThread, wait_until
 
@@ -26,7 +26,7 @@ CHECK_S = 0.2  # PERCEPTRON_STORE_CHECK_S of the services under test
 
 
 class Api:
-    """A service thread on a Redis, its HTTP client, and its engine (to look inside)."""
+    """A service thread on a Redis, its HTTP client, and its worker (to look inside)."""
 
     def __init__(self, url: str, **overrides: Any) -> None:
         settings = Settings(
@@ -36,9 +36,9 @@ class Api:
         self.http = httpx.Client(base_url=self.thread.url, timeout=30)
 
     @property
-    def engine(self) -> Engine:
-        engine: Engine = self.thread.app.state.engine
-        return engine
+    def worker(self) -> Worker:
+        worker: Worker = self.thread.app.state.worker
+        return worker
 
     def close(self) -> None:
         self.http.close()
@@ -215,16 +215,16 @@ def test_a_worker_keeps_at_most_its_memory_budget_of_models(
         hashed_model(api.http, f"m{i}")
         api.http.post("/learn", json={"model": f"m{i}", "features": {f"f{i}": 1}, "label": 1})
         answers[i] = api.http.post("/predict", json={"model": f"m{i}", "features": {f"f{i}": 1}})
-        assert api.engine.held_bytes <= budget
-    held = api.engine.held_models()
+        assert api.worker.replicas.held_bytes <= budget
+    held = api.worker.replicas.held_models()
     assert 1 < len(held) <= 8 and held[-1] == "m19"
     metrics = api.http.get("/metrics").text
-    assert f"perceptron_worker_replica_bytes {float(api.engine.held_bytes)}" in metrics
+    assert f"perceptron_worker_replica_bytes {float(api.worker.replicas.held_bytes)}" in metrics
     assert "perceptron_worker_replica_evictions_total" in metrics
     # A model dropped from memory is read again, exactly, when used.
     again = api.http.post("/predict", json={"model": "m0", "features": {"f0": 1}}).json()
     assert again["score"] == answers[0].json()["score"] and again["version"] == 1
-    assert api.engine.held_models()[-1] == "m0"
+    assert api.worker.replicas.held_models()[-1] == "m0"
 
 
 def test_a_huge_model_is_still_served_with_a_smaller_budget(
@@ -234,7 +234,7 @@ def test_a_huge_model_is_still_served_with_a_smaller_budget(
     hashed_model(api.http, "big", bits=18)  # 2 MiB of weights
     r = api.http.post("/learn", json={"model": "big", "features": {"a": 1}, "label": 1})
     assert r.status_code == 200
-    assert api.engine.held_models() == ["big"]
+    assert api.worker.replicas.held_models() == ["big"]
 
 
 def test_models_deleted_or_reset_elsewhere_leave_every_worker(
@@ -245,10 +245,12 @@ def test_models_deleted_or_reset_elsewhere_leave_every_worker(
         hashed_model(one.http, name)
         for api in (one, two):
             api.http.post("/predict", json={"model": name, "features": {"a": 1}})
-    assert sorted(two.engine.held_models()) == ["gone", "kept", "reset"]
+    assert sorted(two.worker.replicas.held_models()) == ["gone", "kept", "reset"]
     assert one.http.delete("/models/gone").status_code == 204
     assert one.http.post("/models/reset/reset").status_code == 200
-    wait_until(lambda: two.engine.held_models() == ["kept"], what="worker two to forget them")
+    wait_until(
+        lambda: two.worker.replicas.held_models() == ["kept"], what="worker two to forget them"
+    )
 
 
 def test_pending_predictions_of_one_model_are_capped(server: RedisServer, apis: list[Api]) -> None:

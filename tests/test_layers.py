@@ -15,8 +15,8 @@ PURE = {
     "service.learn_sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.replica": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.handoff": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.store": ("fastapi", "starlette", "service.api", "service.engine"),
-    "service.metrics": ("service.api", "service.engine", "service.store"),
+    "service.store": ("fastapi", "starlette", "service.api", "service.learning"),
+    "service.metrics": ("service.api", "service.learning", "service.store"),
     "service.group_commit": ("redis", "fastapi", "starlette", "service.store", "service.api"),
 }
 

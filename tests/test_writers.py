@@ -21,13 +21,13 @@ import numpy as np
 import pytest
 import redis
 
-from service.engine import Engine
 from service.errors import Unavailable
 from service.handoff import pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.settings import Settings
 from service.store import ModelKeys, open_store
+from service.worker import Worker
 from service.writer import NOT_LEARNED
 
 from .servers import ServiceProcess, running, wait_until
@@ -167,15 +167,15 @@ def test_with_one_writer_off_each_worker_commits_its_own(redis_url: str) -> None
 # -- a writer that dies or lapses: every handed-off request learned once, or refused -------
 
 
-def _engine(redis_url: str, **overrides: Any) -> Engine:
+def _worker(redis_url: str, **overrides: Any) -> Worker:
     settings = Settings(redis_url=redis_url, one_writer=True, default_model=False, **overrides)
-    return Engine(open_store(settings), settings)
+    return Worker(open_store(settings), settings)
 
 
-async def _close(*engines: Engine) -> None:
-    for engine in engines:
-        await engine.close()
-        await engine.store.close()
+async def _close(*workers: Worker) -> None:
+    for worker in workers:
+        await worker.close()
+        await worker.store.close()
 
 
 def _examples(rep: Any, n: int) -> list[tuple[Example, int]]:
@@ -191,11 +191,11 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
     it; the other's commit leaves it out."""
 
     async def main() -> None:
-        lapsed, new = _engine(redis_url), _engine(redis_url)
+        lapsed, new = _worker(redis_url), _worker(redis_url)
         store = lapsed.store
         try:
-            await lapsed.create_model("m", {"n_features": D})
-            reps = [await lapsed.replica("m"), await new.replica("m")]
+            await lapsed.models.create_model("m", {"n_features": D})
+            reps = [await lapsed.replicas.get("m"), await new.replicas.get("m")]
             examples = _examples(reps[0], 7)
             token = secrets.token_urlsafe(16)
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
@@ -209,9 +209,9 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             order = [(new, reps[1]), (lapsed, reps[0])]
             if first == "lapsed writer":
                 order.reverse()
-            learned = await order[0][0]._learn_here(order[0][1], examples, token)
+            learned = await order[0][0].learning._learn_here(order[0][1], examples, token)
             assert [v for *_, v in learned] != [-1] * 7
-            left_out = await order[1][0]._learn_here(order[1][1], examples, token)
+            left_out = await order[1][0].learning._learn_here(order[1][1], examples, token)
             assert left_out == [NOT_LEARNED] * 7
 
             meta = await store.client.hgetall(ModelKeys("m").meta)
@@ -233,19 +233,19 @@ def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str
     learned: they are off the queue, so no writer learns them afterwards."""
 
     async def main() -> None:
-        requester = _engine(redis_url, learn_wait_s=0.5)
-        writer = _engine(redis_url)
+        requester = _worker(redis_url, learn_wait_s=0.5)
+        writer = _worker(redis_url)
         store = requester.store
         try:
-            await requester.create_model("m", {"n_features": D})
-            rep = await requester.replica("m")
+            await requester.models.create_model("m", {"n_features": D})
+            rep = await requester.replicas.get("m")
             assert await store.claim_writer("m", "stalled", 60_000)  # holds it, serves nothing
             with pytest.raises(Unavailable, match="were not learned") as e:
-                await requester.writers.learn(rep, _examples(rep, 5))
+                await requester.learning.writers.learn(rep, _examples(rep, 5))
             assert e.value.code == "learn_timeout"
             await store.client.delete(ModelKeys("m").writer)
-            wrep = await writer.replica("m")
-            assert await writer.writers.learn(wrep, _examples(wrep, 2))  # now the writer
+            wrep = await writer.replicas.get("m")
+            assert await writer.learning.writers.learn(wrep, _examples(wrep, 2))  # now the writer
             meta = await store.client.hgetall(ModelKeys("m").meta)
             assert int(meta[b"learned"]) == 2
             assert await store.client.hlen(ModelKeys("m").reqs) == 0

@@ -15,8 +15,8 @@ scenario's body --repeat times. Prints, per scenario, each big request's time an
 the longest small request that overlapped it (the stall the other clients saw).
 
 --phases: the same bodies through the service's own steps in this process (a real
-redis-server, no HTTP): nesting check, orjson, pydantic validation, the engine's encoding,
-the engine's predict or learn (encoding included, with its Redis commit) and the response;
+redis-server, no HTTP): nesting check, orjson, pydantic validation, learning's encoding,
+its predict or learn (encoding included, with its Redis commit) and the response;
 best of three, in ms.
 
 --tree DIR measures another checkout's ``service/`` (e.g. one exported with ``git archive``).
@@ -218,9 +218,9 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
         PredictResponse,
     )
     from service.api.views import score_fields
-    from service.engine import Engine
     from service.settings import Settings
     from service.store import open_store
+    from service.worker import Worker
     from tests.servers import RedisServer
 
     redis_server = RedisServer("--appendonly", "no").start()
@@ -233,10 +233,10 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
             max_batch=MAX_BATCH,
             max_pending_bytes=0,  # repeated predict batches: no limit on pending predictions
         )
-        engine = Engine(open_store(settings), settings)
+        worker = Worker(open_store(settings), settings)
         models = {**MODELS, "floats": {"n_features": floats_per_example()}}
         for name, spec in {**models, "dense": {"n_features": dense}}.items():
-            await engine.create_model(name, spec)
+            await worker.models.create_model(name, spec)
         check = getattr(routing, "nesting_deeper_than", None)
         out(
             "| scenario | MiB | nesting check | orjson | validation | encoding "
@@ -249,12 +249,12 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
             doc, t_parse = best_ms(lambda: orjson.loads(body))
             model = LearnBatchRequest if route == "/learn/batch" else PredictBatchRequest
             req, t_valid = best_ms(lambda: model.model_validate(doc))
-            rep = await engine.replica(req.model)
-            _, t_encode = best_ms(lambda: engine._encode_all(rep.config, req.examples()))
+            rep = await worker.replicas.get(req.model)
+            _, t_encode = best_ms(lambda: worker.learning.encode_batch(rep.config, req.examples()))
             respond: Callable[[], bytes]
             if isinstance(req, LearnBatchRequest):
                 learned, t_run = await best_ms_async(
-                    lambda: engine.learn(req.model, req.examples(), req.labels)
+                    lambda: worker.learning.learn(req.model, req.examples(), req.labels)
                 )
 
                 def respond() -> bytes:
@@ -270,7 +270,7 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
                     )
             else:
                 (config, preds), t_run = await best_ms_async(
-                    lambda: engine.predict(req.model, req.examples())
+                    lambda: worker.learning.predict(req.model, req.examples())
                 )
 
                 def respond() -> bytes:
@@ -297,8 +297,8 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
 
         for name, (route, body) in bodies.items():
             await measure(name, route, body)
-        await engine.close()
-        await engine.store.close()
+        await worker.close()
+        await worker.store.close()
     finally:
         redis_server.stop()
 

@@ -1,7 +1,7 @@
-"""Typed dependencies for the routes: who is calling, with which role, and the engine.
+"""Typed dependencies for the routes: who is calling, with which role, and this worker.
 
 Each route takes one dependency (``Reader``, ``Trainer`` or ``Admin``): resolving a
-dependency is a noticeable part of a request's cost, so the caller's key and the engine come
+dependency is a noticeable part of a request's cost, so the caller's key and this worker come
 together.
 
 The key is resolved once per request and kept in ``request.state``: routes of
@@ -16,14 +16,14 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from ..auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
-from ..engine import Engine
+from ..worker import Worker
 
 
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """The engine of this worker, and who is calling."""
+    """This worker, and who is calling."""
 
-    engine: Engine
+    worker: Worker
     principal: Principal
 
     def check(self, role: Role, model: str | None = None) -> None:
@@ -73,19 +73,19 @@ class CallerOf:
 
     # A coroutine: a plain function would cost a trip to a worker thread.
     async def __call__(self, request: Request) -> Caller:
-        return Caller(request.app.state.engine, principal_of(request).check(self.role))
+        return Caller(request.app.state.worker, principal_of(request).check(self.role))
 
 
 def caller(role: Role) -> CallerOf:
     return CallerOf(role)
 
 
-async def get_engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
+async def get_worker(request: Request) -> Worker:
+    worker: Worker = request.app.state.worker
+    return worker
 
 
-EngineDep = Annotated[Engine, Depends(get_engine)]
+WorkerDep = Annotated[Worker, Depends(get_worker)]
 Reader = Annotated[Caller, Depends(caller(Role.predict))]
 Trainer = Annotated[Caller, Depends(caller(Role.train))]
 Admin = Annotated[Caller, Depends(caller(Role.admin))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ..errors import Unavailable
-from .deps import EngineDep
+from .deps import WorkerDep
 from .schemas import ErrorResponse, Health
 
 router = APIRouter(tags=["health"])
@@ -18,10 +18,10 @@ async def read_health() -> Health:
 
 
 @router.get("/readyz", responses={503: {"model": ErrorResponse}})
-async def read_readiness(engine: EngineDep) -> Health:
+async def read_readiness(worker: WorkerDep) -> Health:
     """The store answers, keeps every model's keys and has memory left to learn."""
     try:
-        condition = await engine.check_store()
+        condition = await worker.models.check_store()
     except Exception as e:  # any failure to reach the store means not ready
         raise Unavailable(
             f"The model store is not answering ({type(e).__name__}).", code="store_unavailable"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from ..auth import Role
-from ..engine import ID_SEPARATOR
 from ..errors import ServiceError
+from ..learning import ID_SEPARATOR
 from .deps import Reader, Trainer
 from .routing import FastJSONRoute
 from .schemas import (
@@ -37,7 +37,7 @@ errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
 async def predict(body: PredictRequest, who: Reader) -> Response:
     """Predict a label now; send its true label later to /feedback."""
     who.check(Role.predict, body.model)
-    config, (p,) = await who.engine.predict(body.model, [body.features])
+    config, (p,) = await who.worker.learning.predict(body.model, [body.features])
     return json_response(
         {
             "prediction_id": p.prediction_id,
@@ -54,7 +54,7 @@ async def predict(body: PredictRequest, who: Reader) -> Response:
 async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchResponse:
     """Predict many examples with one version of the model."""
     who.check(Role.predict, body.model)
-    config, preds = await who.engine.predict(body.model, body.examples())
+    config, preds = await who.worker.learning.predict(body.model, body.examples())
     return PredictBatchResponse(
         predictions=[
             PredictResponse(
@@ -73,7 +73,7 @@ async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchR
 async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
     who.check(Role.train, _model_of(body.prediction_id))
-    (f,) = await who.engine.submit_feedback([(body.prediction_id, body.label)])
+    (f,) = await who.worker.learning.submit_feedback([(body.prediction_id, body.label)])
     if isinstance(f, ServiceError):
         raise f
     return json_response(
@@ -86,7 +86,9 @@ async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> Fee
     """Give many true labels; each item gets its own result or error, in order."""
     for model in {_model_of(f.prediction_id) for f in body.feedback}:
         who.check(Role.train, model)
-    results = await who.engine.submit_feedback([(f.prediction_id, f.label) for f in body.feedback])
+    results = await who.worker.learning.submit_feedback(
+        [(f.prediction_id, f.label) for f in body.feedback]
+    )
     out = []
     for f in results:
         if isinstance(f, ServiceError):
@@ -104,7 +106,7 @@ async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> Fee
 async def learn(body: LearnRequest, who: Trainer) -> Response:
     """Predict and learn a labelled example in one atomic step."""
     who.check(Role.train, body.model)
-    ((label, mistake, updated, version),) = await who.engine.learn(
+    ((label, mistake, updated, version),) = await who.worker.learning.learn(
         body.model, [body.features], [body.label]
     )
     return json_response(
@@ -116,7 +118,7 @@ async def learn(body: LearnRequest, who: Trainer) -> Response:
 async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
-    results = await who.engine.learn(body.model, body.examples(), body.labels)
+    results = await who.worker.learning.learn(body.model, body.examples(), body.labels)
     labels, mistakes, updated, versions = zip(*results, strict=True)
     return json_response(
         {

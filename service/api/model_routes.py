@@ -39,16 +39,16 @@ async def create_model(
     """Create a model (201), or confirm one with the same configuration (200)."""
     who.check(Role.admin, name)
     params = (spec or ModelSpec()).model_dump()
-    _, created = await who.engine.create_model(name, params)
+    _, created = await who.worker.models.create_model(name, params)
     if not created:
         response.status_code = 200
-    return model_info(name, *await who.engine.read_model(name))
+    return model_info(name, *await who.worker.models.read_model(name))
 
 
 @router.get("", responses=errors)
 async def list_models(who: Reader) -> ModelList:
     """List every model (this key may use) with its configuration and counters."""
-    models = await who.engine.list_models()
+    models = await who.worker.models.list_models()
     return ModelList(models=[model_info(*m) for m in models if who.allows(m[0])])
 
 
@@ -56,14 +56,14 @@ async def list_models(who: Reader) -> ModelList:
 async def read_model(name: str, who: Reader) -> ModelInfo:
     """Read a model's configuration, version and counters."""
     who.check(Role.predict, name)
-    return model_info(name, *await who.engine.read_model(name))
+    return model_info(name, *await who.worker.models.read_model(name))
 
 
 @router.delete("/{name}", status_code=204, responses=errors)
 async def delete_model(name: str, who: Admin) -> Response:
     """Delete a model, its weights and its counters."""
     who.check(Role.admin, name)
-    await who.engine.delete_model(name)
+    await who.worker.models.delete_model(name)
     return Response(status_code=204)
 
 
@@ -71,15 +71,15 @@ async def delete_model(name: str, who: Admin) -> Response:
 async def read_metrics(name: str, who: Reader) -> ModelMetrics:
     """Read mistake rates, time series, confusion matrix and the mistake-bound estimate."""
     who.check(Role.predict, name)
-    rep, obs = await who.engine.observe(name)
-    return model_metrics(rep, obs, who.engine.settings.series_bucket_s)
+    rep, obs = await who.worker.models.observe(name)
+    return model_metrics(rep, obs, who.worker.settings.series_bucket_s)
 
 
 @router.get("/{name}/export", responses=errors)
 async def export_model(name: str, who: Admin) -> JSONResponse:
     """Download the model (configuration, weights, counters) as a file to import elsewhere."""
     who.check(Role.admin, name)
-    doc = await who.engine.export_model(name)
+    doc = await who.worker.models.export_model(name)
     disposition = f'attachment; filename="{name}.perceptron.json"'
     return JSONResponse(doc, headers={"Content-Disposition": disposition})
 
@@ -90,20 +90,20 @@ async def import_model(
 ) -> ModelInfo:
     """Create or overwrite a model from an export file; a bad file changes nothing."""
     who.check(Role.admin, name)
-    await who.engine.import_model(name, document)
-    return model_info(name, *await who.engine.read_model(name))
+    await who.worker.models.import_model(name, document)
+    return model_info(name, *await who.worker.models.read_model(name))
 
 
 @router.post("/{name}/reset", responses=errors)
 async def reset_model(name: str, who: Admin) -> ModelInfo:
     """Zero the model's weights and counters; its pending predictions lapse."""
     who.check(Role.admin, name)
-    await who.engine.reset_model(name)
-    return model_info(name, *await who.engine.read_model(name))
+    await who.worker.models.reset_model(name)
+    return model_info(name, *await who.worker.models.read_model(name))
 
 
 @router.get("/{name}/weights", responses=errors)
 async def read_weights(name: str, who: Reader) -> WeightsResponse:
     """Read the current weights and bias (and the averaged ones when enabled)."""
     who.check(Role.predict, name)
-    return weights_view(await who.engine.current_replica(name))
+    return weights_view(await who.worker.replicas.current(name))

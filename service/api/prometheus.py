@@ -16,7 +16,7 @@ router = APIRouter(tags=["metrics"])
 @router.get("/metrics", response_class=Response)
 async def read_prometheus_metrics(who: Reader) -> Response:
     """Per-model and per-endpoint figures in the Prometheus text format."""
-    models = [m for m in await who.engine.list_models() if who.allows(m[0])]
-    observed = await asyncio.gather(*(who.engine.store.read_observations(m[0]) for m in models))
+    models = [m for m in await who.worker.models.list_models() if who.allows(m[0])]
+    observed = await asyncio.gather(*(who.worker.store.read_observations(m[0]) for m in models))
     rows = [(n, c, o) for (n, c, _), o in zip(models, observed, strict=True) if o is not None]
     return Response(exposition(rows), media_type=CONTENT_TYPE_LATEST)

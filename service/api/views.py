@@ -1,4 +1,4 @@
-"""Turning the engine's results into response bodies."""
+"""Turning the results of learning and of the models' lifecycle into response bodies."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import InvalidInput
+
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 PREFIX = "pcp"
@@ -16,6 +18,16 @@ DEFAULT_MADE = f"{PREFIX}:default-made"
 def valid_name(name: str) -> bool:
     """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
     return NAME_RE.fullmatch(name) is not None  # not match/$: "$" allows a final newline
+
+
+def check_name(name: str) -> str:
+    """``name``, or a 400 ``invalid_model_name`` that says what a name may hold."""
+    if not valid_name(name):
+        raise InvalidInput(
+            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
+            code="invalid_model_name",
+        )
+    return name
 
 
 def valid_token(token: str) -> bool:

@@ -1,4 +1,5 @@
-"""Models and this worker's replicas of them: lifecycle, and keeping replicas current."""
+"""The models' lifecycle: create, read, list, export, import, reset, delete; and the watch on
+the store's condition that keeps a worker from serving models it should not."""
 
 from __future__ import annotations
 
@@ -7,42 +8,25 @@ import json
 import logging
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .errors import (
-    Conflict,
-    InvalidInput,
-    ModelNotFound,
-    StaleModel,
-    Unavailable,
-)
+from .errors import Conflict, InvalidInput, ModelNotFound, Unavailable
 from .export_format import config_json, export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
-from .metrics.prometheus import record_replicas
-from .protocol import Observations, SyncData
+from .protocol import Observations
 from .replica import Replica
+from .replicas import Replicas
 from .settings import Settings
-from .store import Condition, Store, valid_name
+from .store import Condition, Store, check_name
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
-_REPLICA_ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
 
 
-def check_name(name: str) -> str:
-    if not valid_name(name):
-        raise InvalidInput(
-            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
-            code="invalid_model_name",
-        )
-    return name
-
-
-class Catalog:
-    """One per worker process: the store, plus this worker's replica of each model it used."""
+class Models:
+    """One per worker process: the models in the store, and this worker's replicas of them."""
 
     def __init__(
         self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
@@ -50,44 +34,11 @@ class Catalog:
         self.store = store
         self.settings = settings
         self.clock = clock
-        # Least recently used first; their weights' bytes add up to at most the budget (but
-        # the one model in use, whatever its size).
-        self._replicas: OrderedDict[str, Replica] = OrderedDict()
-        self._held_bytes = 0
         self.condition = Condition()  # the store's, as last checked by watch()
-        self._compacting: set[str] = set()
+        self.replicas = Replicas(store, settings, self.guard)
         self._tasks: set[asyncio.Task[None]] = set()
 
-    # -- this worker's replicas ----------------------------------------------------------
-
-    def _hold(self, rep: Replica) -> Replica:
-        """Keep ``rep``; drop the least recently used others past the memory budget."""
-        self._drop(rep.name)
-        self._replicas[rep.name] = rep
-        self._held_bytes += rep.nbytes
-        evicted = 0
-        while self._held_bytes > self.settings.replica_memory_bytes and len(self._replicas) > 1:
-            _, old = self._replicas.popitem(last=False)
-            self._held_bytes -= old.nbytes
-            evicted += 1
-        record_replicas(len(self._replicas), self._held_bytes, evicted)
-        return rep
-
-    def _drop(self, name: str) -> None:
-        rep = self._replicas.pop(name, None)
-        if rep is not None:
-            self._held_bytes -= rep.nbytes
-            record_replicas(len(self._replicas), self._held_bytes)
-
-    @property
-    def held_bytes(self) -> int:
-        return self._held_bytes
-
-    def held_models(self) -> list[str]:
-        """The models this worker keeps in memory, least recently used first."""
-        return list(self._replicas)
-
-    def _check_store(self) -> None:
+    def guard(self) -> None:
         """Serve no model from a store that may evict its keys."""
         if self.condition.code == "store_evicts_keys":
             raise Unavailable(self.condition.detail, code=self.condition.code)
@@ -102,20 +53,6 @@ class Catalog:
             log.warning("the store serves models again (%s is over)", before.code)
         return now
 
-    async def forget_changed(self) -> list[str]:
-        """Drop the replicas of models deleted, reset or imported (a new epoch) elsewhere."""
-        names = list(self._replicas)
-        if not names:
-            return []
-        epochs = await self.store.epochs(names)
-        gone = []
-        for name, epoch in zip(names, epochs, strict=True):
-            rep = self._replicas.get(name)
-            if rep is not None and rep.epoch != epoch:
-                self._drop(name)
-                gone.append(name)
-        return gone
-
     async def watch(self) -> None:
         """Every PERCEPTRON_STORE_CHECK_S: the store's condition, and models changed elsewhere.
 
@@ -127,7 +64,7 @@ class Catalog:
                 condition = await self.check_store()
                 if condition.code and rounds and rounds % _LOUD_EVERY == 0:
                     log.error("still not serving models (%s): %s", condition.code, condition.detail)
-                await self.forget_changed()
+                await self.replicas.forget_changed()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # the store is away: requests say so; look again later
@@ -144,7 +81,7 @@ class Catalog:
 
     async def create_model(self, name: str, params: dict[str, Any]) -> tuple[ModelConfig, bool]:
         """Create a model; returns its config and whether it was new. 409 on another config."""
-        self._check_store()
+        self.guard()
         check_name(name)
         try:
             config = ModelConfig.from_dict(params)
@@ -202,14 +139,14 @@ class Catalog:
             )
 
     async def read_model(self, name: str) -> tuple[ModelConfig, dict[str, str]]:
-        self._check_store()
+        self.guard()
         meta = await self.store.read_meta(check_name(name))
         if meta is None:
             raise ModelNotFound(name)
         return ModelConfig.from_dict(json.loads(meta["cfg"])), meta
 
     async def list_models(self) -> list[tuple[str, ModelConfig, dict[str, str]]]:
-        self._check_store()
+        self.guard()
         names = await self.store.model_names()
         metas = await asyncio.gather(*(self.store.read_meta(n) for n in names))
         models = []
@@ -225,7 +162,7 @@ class Catalog:
     async def export_model(self, name: str) -> dict[str, Any]:
         """The model's configuration, weights and counters, consistent at one version."""
         for _ in range(self.settings.learn_attempts):
-            rep = await self.current_replica(name)
+            rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
             if int(meta["version"]) == rep.weights.version and meta["epoch"] == rep.epoch:
                 rep.weights.seen = int(meta["seen"])
@@ -236,7 +173,7 @@ class Catalog:
 
     async def import_model(self, name: str, document: Any) -> ModelConfig:
         """Make model ``name`` what the export says; refused whole when anything is off."""
-        self._check_store()
+        self.guard()
         check_name(name)
         file = parse_document(document)
         self._check_limits(file.config)
@@ -276,81 +213,20 @@ class Catalog:
             data,
             counters,
         )
-        self._drop(name)
+        self.replicas.drop(name)
 
     async def delete_model(self, name: str) -> None:
-        self._check_store()
+        self.guard()
         if not await self.store.delete_model(check_name(name)):
             raise ModelNotFound(name)
-        self._drop(name)
-
-    async def replica(self, name: str) -> Replica:
-        self._check_store()
-        rep = self._replicas.get(name)
-        if rep is not None:
-            self._replicas.move_to_end(name)
-            return rep
-        meta = await self.store.read_meta(check_name(name))
-        if meta is None:
-            raise ModelNotFound(name)
-        # Another request may have loaded it meanwhile: every request shares one replica.
-        return self._replicas.get(name) or self._hold(Replica.from_meta(name, meta))
-
-    async def _on_replica(self, name: str, op: Callable[[Replica], Any]) -> Any:
-        """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
-        worker dropped its replica to stay within its memory budget)."""
-        for _ in range(_REPLICA_ATTEMPTS):
-            try:
-                return await op(await self.replica(name))
-            except StaleModel:
-                self._drop(name)
-        raise Unavailable(
-            f"Model {name!r} was replaced under every one of {_REPLICA_ATTEMPTS} attempts; "
-            "retry shortly.",
-            code="model_busy",
-        )
-
-    async def current_replica(self, name: str) -> Replica:
-        """This worker's replica brought up to the model's latest version."""
-
-        async def run(rep: Replica) -> Replica:
-            rep.catch_up(await self.store.sync(name, rep.weights.version))
-            return rep
-
-        result: Replica = await self._on_replica(name, run)
-        return result
+        self.replicas.drop(name)
 
     async def observe(self, name: str) -> tuple[Replica, Observations]:
         """The model's replica, caught up, and its counters and outcome records."""
         obs = await self.store.read_observations(check_name(name))
         if obs is None:
             raise ModelNotFound(name)
-        return await self.current_replica(name), obs
-
-    # -- upkeep ------------------------------------------------------------------------
-
-    def _catch_up(self, rep: Replica, data: SyncData) -> None:
-        rep.catch_up(data)
-        self._maybe_compact(rep, len(data.entries))
-
-    def _maybe_compact(self, rep: Replica, log_length: int) -> None:
-        if log_length < self.settings.compact_every or rep.name in self._compacting:
-            return
-        self._compacting.add(rep.name)
-        task = asyncio.create_task(self._compact(rep.name))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _compact(self, name: str) -> None:
-        try:
-            rep = await self.current_replica(name)
-            if rep.weights.version > 0:
-                data = pack_weights(rep.weights)
-                await self.store.compact(name, rep.epoch, rep.weights.version, data)
-        except Exception:  # compaction is an optimisation: never let it hurt a request
-            log.exception("compacting model %r failed; it will be tried again", name)
-        finally:
-            self._compacting.discard(name)
+        return await self.replicas.current(name), obs
 
     async def close(self) -> None:
         for task in list(self._tasks):

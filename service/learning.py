@@ -1,4 +1,4 @@
-"""The learning protocol: predict, feedback and learn, on the store and the replicas."""
+"""Learning: predict, feedback and learn, on this worker's replicas and the store."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from .catalog import Catalog
 from .errors import (
     Conflict,
     InvalidInput,
@@ -34,6 +33,7 @@ from .learner.features import encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
+from .replicas import Replicas
 from .settings import Settings
 from .store import Store, valid_name, valid_token
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
@@ -63,13 +63,20 @@ class Feedback:
     duplicate: bool
 
 
-class Engine(Catalog):
+class Learning:
     """What each learning endpoint does; one per worker process."""
 
     def __init__(
-        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        settings: Settings,
+        replicas: Replicas,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(store, settings, clock)
+        self.store = store
+        self.settings = settings
+        self.replicas = replicas
+        self.clock = clock
         self.writers = Writers(
             store, settings, clock, self._writer_replica, self._learn_here, self._learning
         )
@@ -79,9 +86,8 @@ class Engine(Catalog):
 
     async def close(self) -> None:
         await self.writers.close()
-        await super().close()
 
-    def _encode_all(self, config: ModelConfig, batch: Batch) -> list[Example]:
+    def encode_batch(self, config: ModelConfig, batch: Batch) -> list[Example]:
         s = self.settings
         if isinstance(batch, np.ndarray):
             return _encode_packed(config, batch, s.max_batch)
@@ -102,7 +108,7 @@ class Engine(Catalog):
                             f"(PERCEPTRON_MAX_NAME_LENGTH); got one of {len(name)}.",
                             code="feature_name_too_long",
                         )
-        return _encode_all(config, batch, s.max_batch)
+        return _encode_list(config, batch, s.max_batch)
 
     def _bucket(self) -> Bucket:
         s = self.settings
@@ -122,10 +128,10 @@ class Engine(Catalog):
         """Predict each example with the model's latest weights; keep them for feedback."""
 
         async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
-            xs = self._encode_all(rep.config, batch)
+            xs = self.encode_batch(rep.config, batch)
             return rep.config, await self._coalescer("predict", rep, self._predict).submit(xs)
 
-        result: tuple[ModelConfig, list[Predicted]] = await self._on_replica(name, run)
+        result: tuple[ModelConfig, list[Predicted]] = await self.replicas.on(name, run)
         return result
 
     async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
@@ -157,7 +163,7 @@ class Engine(Catalog):
                     )
                     for tok, p in zip(tokens, preds, strict=True)
                 ]
-            self._catch_up(rep, stale)
+            self.replicas.catch_up(rep, stale)
         raise AssertionError("a forced commit always stores")
 
     async def submit_feedback(
@@ -186,7 +192,7 @@ class Engine(Catalog):
                 return await self._coalescer("feedback", rep, self._feedback).submit(labelled)
 
             try:
-                answers = await self._on_replica(name, run)
+                answers = await self.replicas.on(name, run)
             except ModelNotFound:
                 continue  # the prediction's model is gone: each of its items stays not found
             for i, answer in zip(idx, answers, strict=True):
@@ -233,14 +239,14 @@ class Engine(Catalog):
             else:
                 duplicate = item.status == Status.DUPLICATE
                 out.append(Feedback(item.mistake, item.updated, item.version, duplicate))
-        self._maybe_compact(rep, batch.log_length)
+        self.replicas.maybe_compact(rep, batch.log_length)
         return out
 
     async def learn(self, name: str, batch: Batch, labels: Sequence[Label]) -> list[Learned]:
         """Predict then learn each example in order, atomically, as a sequential perceptron."""
 
         async def run(rep: Replica) -> list[Learned]:
-            xs = self._encode_all(rep.config, batch)
+            xs = self.encode_batch(rep.config, batch)
             if len(xs) != len(labels):
                 raise InvalidInput(
                     f"Got {len(xs)} examples and {len(labels)} labels: each example takes one.",
@@ -249,16 +255,16 @@ class Engine(Catalog):
             ts = [_class_index(rep.config, label) for label in labels]
             return await self.writers.learn(rep, list(zip(xs, ts, strict=True)))
 
-        result: list[Learned] = await self._on_replica(name, run)
+        result: list[Learned] = await self.replicas.on(name, run)
         return result
 
     async def _writer_replica(self, name: str, fresh: bool) -> Replica:
         if fresh:
-            self._drop(name)
-        return await self.replica(name)
+            self.replicas.drop(name)
+        return await self.replicas.get(name)
 
     def _learning(self, name: str) -> bool:
-        rep = self._replicas.get(name)
+        rep = self.replicas.peek(name)
         queue = rep.queues.get("learn") if rep is not None else None
         return queue is not None and not queue.idle
 
@@ -317,14 +323,14 @@ class Engine(Catalog):
             if isinstance(res, RequestsGone):
                 return res
             if isinstance(res, SyncData):
-                self._catch_up(rep, res)
+                self.replicas.catch_up(rep, res)
                 continue
             if rep.weights is base and base.version == made.version:
                 rep.weights = seq.work
                 if seq.last is not None:
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
-            self._maybe_compact(rep, res.log_length)
+            self.replicas.maybe_compact(rep, res.log_length)
             labels = map(cfg.classes.__getitem__, seq.served)
             mistakes = map(operator.ne, seq.served, ts)
             versions = (made.version + n for n in accumulate(seq.updated))
@@ -337,11 +343,11 @@ class Engine(Catalog):
 
     def _check_current(self, rep: Replica) -> None:
         """A queued commit runs on the replica it was queued for, or not at all."""
-        if self._replicas.get(rep.name) is not rep:
+        if not self.replicas.is_held(rep):
             raise StaleModel(rep.name)
 
 
-def _encode_all(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:
+def _encode_list(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:
     if len(batch) > limit:
         raise TooLarge(
             f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(batch)}.",

@@ -1,0 +1,154 @@
+"""This worker's replica of each model it serves: loaded from the store, kept within a byte
+budget (least recently used dropped first), brought up to date, and compacted into the store's
+snapshot once a model's log is long."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ModelNotFound, StaleModel, Unavailable
+from .learner.codec import pack_weights
+from .metrics.prometheus import record_replicas
+from .protocol import SyncData
+from .replica import Replica
+from .settings import Settings
+from .store import Store, check_name
+
+log = logging.getLogger("perceptron")
+_ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
+
+
+class Replicas:
+    """One per worker process. ``guard`` raises when the store may serve no model now."""
+
+    def __init__(self, store: Store, settings: Settings, guard: Callable[[], None]) -> None:
+        self.store = store
+        self.settings = settings
+        self._guard = guard
+        # Least recently used first; their weights' bytes add up to at most the budget (but
+        # the one model in use, whatever its size).
+        self._held: OrderedDict[str, Replica] = OrderedDict()
+        self._held_bytes = 0
+        self._compacting: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- the cache -----------------------------------------------------------------------
+
+    def hold(self, rep: Replica) -> Replica:
+        """Keep ``rep``; drop the least recently used others past the memory budget."""
+        self.drop(rep.name)
+        self._held[rep.name] = rep
+        self._held_bytes += rep.nbytes
+        evicted = 0
+        while self._held_bytes > self.settings.replica_memory_bytes and len(self._held) > 1:
+            _, old = self._held.popitem(last=False)
+            self._held_bytes -= old.nbytes
+            evicted += 1
+        record_replicas(len(self._held), self._held_bytes, evicted)
+        return rep
+
+    def drop(self, name: str) -> None:
+        rep = self._held.pop(name, None)
+        if rep is not None:
+            self._held_bytes -= rep.nbytes
+            record_replicas(len(self._held), self._held_bytes)
+
+    def peek(self, name: str) -> Replica | None:
+        """The replica held for ``name``, if any, without loading or touching it."""
+        return self._held.get(name)
+
+    def is_held(self, rep: Replica) -> bool:
+        """Whether ``rep`` is still the replica this worker serves its model from."""
+        return self._held.get(rep.name) is rep
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
+    def held_models(self) -> list[str]:
+        """The models this worker keeps in memory, least recently used first."""
+        return list(self._held)
+
+    async def get(self, name: str) -> Replica:
+        """The model's replica, loaded when this worker holds none (not caught up)."""
+        self._guard()
+        rep = self._held.get(name)
+        if rep is not None:
+            self._held.move_to_end(name)
+            return rep
+        meta = await self.store.read_meta(check_name(name))
+        if meta is None:
+            raise ModelNotFound(name)
+        # Another request may have loaded it meanwhile: every request shares one replica.
+        return self._held.get(name) or self.hold(Replica.from_meta(name, meta))
+
+    async def on(self, name: str, op: Callable[[Replica], Any]) -> Any:
+        """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
+        worker dropped its replica to stay within its memory budget)."""
+        for _ in range(_ATTEMPTS):
+            try:
+                return await op(await self.get(name))
+            except StaleModel:
+                self.drop(name)
+        raise Unavailable(
+            f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly.",
+            code="model_busy",
+        )
+
+    async def current(self, name: str) -> Replica:
+        """This worker's replica brought up to the model's latest version."""
+
+        async def run(rep: Replica) -> Replica:
+            rep.catch_up(await self.store.sync(name, rep.weights.version))
+            return rep
+
+        result: Replica = await self.on(name, run)
+        return result
+
+    async def forget_changed(self) -> list[str]:
+        """Drop the replicas of models deleted, reset or imported (a new epoch) elsewhere."""
+        names = list(self._held)
+        if not names:
+            return []
+        epochs = await self.store.epochs(names)
+        gone = []
+        for name, epoch in zip(names, epochs, strict=True):
+            rep = self._held.get(name)
+            if rep is not None and rep.epoch != epoch:
+                self.drop(name)
+                gone.append(name)
+        return gone
+
+    # -- upkeep --------------------------------------------------------------------------
+
+    def catch_up(self, rep: Replica, data: SyncData) -> None:
+        rep.catch_up(data)
+        self.maybe_compact(rep, len(data.entries))
+
+    def maybe_compact(self, rep: Replica, log_length: int) -> None:
+        if log_length < self.settings.compact_every or rep.name in self._compacting:
+            return
+        self._compacting.add(rep.name)
+        task = asyncio.create_task(self._compact(rep.name))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _compact(self, name: str) -> None:
+        try:
+            rep = await self.current(name)
+            if rep.weights.version > 0:
+                data = pack_weights(rep.weights)
+                await self.store.compact(name, rep.epoch, rep.weights.version, data)
+        except Exception:  # compaction is an optimisation: never let it hurt a request
+            log.exception("compacting model %r failed; it will be tried again", name)
+        finally:
+            self._compacting.discard(name)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
