@@ -13,23 +13,16 @@ from typing import Any
 
 import numpy as np
 
+from . import protocol
 from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights, unpack_weights
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
-# Counters an export carries; the time series, outcome ring and recent examples stay behind.
-COUNTERS = (
-    "predictions",
-    "feedback",
-    "learned",
-    "mistakes",
-    "duplicates",
-    "conflicts",
-    "unknown_feedback",
-    "r2",
-)
+# What an export carries of the meta hash; the time series, outcome ring and recent examples
+# stay behind.
+COUNTERS = (*(c.name for c in protocol.COUNTERS if c.exported), "r2")
 
 
 @dataclass(frozen=True)

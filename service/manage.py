@@ -8,6 +8,7 @@ happened (``EXIT``), so that scripts need not read either.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from .client import (
     PerceptronError,
     UnavailableError,
 )
+from .learner import ModelConfig
 
 # Exit codes: one per outcome a script may act on.
 EXIT = {
@@ -178,17 +180,7 @@ def _show(client: Client, args: argparse.Namespace) -> None:
 
 def _create(client: Client, args: argparse.Namespace) -> None:
     config: dict[str, Any] = dict(args.config or {})
-    for field in (
-        "classes",
-        "n_features",
-        "hash_bits",
-        "multiclass",
-        "learning_rate",
-        "margin",
-        "averaged",
-        "fit_bias",
-        "feedback_ttl_s",
-    ):
+    for field in (f.name for f in dataclasses.fields(ModelConfig)):
         value = getattr(args, field)
         if value is not None:
             config[field] = value

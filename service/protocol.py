@@ -39,6 +39,38 @@ ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is
 HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """One of a model's counters, as the API, an export, Prometheus and the dashboard show it."""
+
+    name: str  # its field in the model's meta hash (updates: the model's version)
+    title: str  # a few words, for the dashboard
+    help: str  # one sentence
+    exported: bool = True  # carried by an export (seen and updates follow from the weights)
+
+
+# Every counter of a model, in the order the dashboard lists them: declared here only.
+COUNTERS = (
+    Counter("seen", "Labelled examples", "Labelled examples (feedback and learned).", False),
+    Counter("mistakes", "Mistakes", "Served labels that were wrong."),
+    Counter("updates", "Weight updates", "Times the weights changed (the version).", False),
+    Counter("predictions", "Predictions", "Predictions served."),
+    Counter("feedback", "Feedback", "Feedback applied (labels of served predictions)."),
+    Counter("learned", "Learned", "Examples learned through /learn."),
+    Counter(
+        "duplicates",
+        "Duplicate feedback",
+        "Repeated feedback, answered without changing anything.",
+    ),
+    Counter(
+        "conflicts",
+        "Conflicting feedback",
+        "Feedback refused for giving a prediction a second, different label.",
+    ),
+    Counter("unknown_feedback", "Unknown feedback", "Feedback for unknown or expired predictions."),
+)
+
 # Where a pending record's fields start, 1-based as Lua's string.sub counts.
 EPOCH_AT = 1 + len(PENDING)
 SERVED_AT = EPOCH_AT + EPOCH_LENGTH

@@ -57,3 +57,24 @@ return {string.sub(p, 1, 1), string.sub(p, EPOCH_AT, EPOCH_END),
         record,
     )
     assert read == [b"P", b"e" * 16, 2, b"101"]
+
+
+def test_every_view_of_the_counters_is_the_protocols() -> None:
+    from service.api.schemas import Counters
+    from service.export_format import COUNTERS as EXPORTED
+    from service.metrics.prometheus import COUNTERS as SCRAPED
+    from service.protocol import COUNTERS
+
+    names = {c.name for c in COUNTERS}
+    assert set(Counters.model_fields) == names
+    assert set(SCRAPED) | {"updates"} == names
+    assert set(EXPORTED) == {c.name for c in COUNTERS if c.exported} | {"r2"}
+
+
+def test_every_field_of_a_models_configuration_is_in_the_api_schema() -> None:
+    import dataclasses
+
+    from service.api.schemas import ModelSpec
+    from service.learner import ModelConfig
+
+    assert set(ModelSpec.model_fields) == {f.name for f in dataclasses.fields(ModelConfig)}

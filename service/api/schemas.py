@@ -164,6 +164,9 @@ class ModelSpec(_Body):
 
 
 class Counters(BaseModel):
+    """A model's counters: service/protocol.py's COUNTERS (tests/test_protocol.py checks that
+    this class names each of them)."""
+
     predictions: int = 0
     feedback: int = 0
     learned: int = 0

@@ -8,17 +8,8 @@
   const SVG = 'http://www.w3.org/2000/svg';
   const $ = (id) => document.getElementById(id);
 
-  const COUNTERS = [
-    ['seen', 'Labelled examples', 'Examples whose true label is known (learn + feedback)'],
-    ['mistakes', 'Mistakes', 'Labelled examples the model got wrong'],
-    ['updates', 'Weight updates', 'Times the weights changed'],
-    ['predictions', 'Predictions', 'Calls to /predict'],
-    ['feedback', 'Feedback', 'Labels received for earlier predictions'],
-    ['learned', 'Learned', 'Examples sent to /learn with their label'],
-    ['duplicates', 'Duplicate feedback', 'Feedback repeated for the same prediction (ignored)'],
-    ['conflicts', 'Conflicting feedback', 'A second, different label for the same prediction'],
-    ['unknown_feedback', 'Unknown feedback', 'Feedback for predictions the service no longer knows'],
-  ];
+  // [field, title, help] of every counter, from the service (dashboard/counters.js).
+  const COUNTERS = window.PERCEPTRON_COUNTERS || [];
   const WARN_COUNTERS = new Set(['conflicts', 'unknown_feedback']);
 
   const state = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import Any, Literal
 
@@ -163,14 +163,4 @@ def _is_real(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-_FIELDS = {
-    "classes",
-    "multiclass",
-    "n_features",
-    "hash_bits",
-    "fit_bias",
-    "learning_rate",
-    "margin",
-    "averaged",
-    "feedback_ttl_s",
-}
+_FIELDS = {f.name for f in fields(ModelConfig)}

@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import protocol
 from ..learner import ModelConfig
 from ..protocol import RING_SIZE, Observations
 from .summary import confusion_cells, ring_mistakes
@@ -75,16 +76,8 @@ def forget_worker() -> None:
         mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
 
-COUNTERS = {
-    "predictions": "Predictions served.",
-    "feedback": "Feedback applied (labels of served predictions).",
-    "learned": "Examples learned through /learn.",
-    "seen": "Labelled examples (feedback and learned).",
-    "mistakes": "Served labels that were wrong.",
-    "duplicates": "Repeated feedback, answered without changing anything.",
-    "conflicts": "Feedback refused for giving a prediction a second, different label.",
-    "unknown_feedback": "Feedback for unknown or expired predictions.",
-}
+# Every counter the meta hash keeps (updates is the version, exported on its own).
+COUNTERS = {c.name: c.help for c in protocol.COUNTERS if c.name != "updates"}
 
 
 class RequestMetrics:
