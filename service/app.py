@@ -54,7 +54,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.info("store: %s", describe_store(settings))
         worker = Worker(open_store(settings), settings)
         app.state.worker = worker
-        app.state.keys = keys
         made = not settings.default_model
         with suppress(Exception):  # Redis may not be up yet: both are tried again below
             await asyncio.wait_for(worker.models.check_store(), settings.redis_timeout_s)

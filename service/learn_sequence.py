@@ -81,7 +81,7 @@ def _run_general(
         updated.append(bool(plan))
         if plan or i >= n - RECENT:
             k = base.seen + i + 1 if cfg.averaged else 0
-            record = pack_record(epoch, served, no_updates, pack_payload(cfg, raw, x))
+            record = pack_record(epoch, served, no_updates, pack_payload(raw, x))
             entry = b"%d|%d|" % (k, t) + record
             if plan:
                 entries.append(entry)

@@ -29,7 +29,7 @@ from .group_commit import Coalescer, Span
 from .handoff import pack_answer
 from .learn_sequence import run_sequence
 from .learner import Example, FeatureError, Label, ModelConfig
-from .learner.features import encode, encode_many, encode_matrix
+from .learner.features import Features, encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
@@ -40,7 +40,6 @@ from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
 
-Features = Sequence[float] | Mapping[str, float]
 # A batch: examples one by one, or a dense model's feature values laid end to end (packed).
 Batch = Sequence[Features] | np.ndarray
 ID_SEPARATOR = ":"

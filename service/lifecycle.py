@@ -23,6 +23,7 @@ from .store import Condition, Store, check_name
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
+_EXPORT_ATTEMPTS = 20  # reads of a model's weights and counters that learning moved meanwhile
 
 
 class Models:
@@ -161,7 +162,7 @@ class Models:
 
     async def export_model(self, name: str) -> dict[str, Any]:
         """The model's configuration, weights and counters, consistent at one version."""
-        for _ in range(self.settings.learn_attempts):
+        for _ in range(_EXPORT_ATTEMPTS):
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
             if int(meta["version"]) == rep.weights.version and meta["epoch"] == rep.epoch:

@@ -83,5 +83,5 @@ class Replica:
         served = predict_index(cfg, scores)
         raw = scores if not cfg.averaged else raw_scores(w, x)
         updates = updates_by_label(cfg, raw)
-        record = pack_record(self.epoch, served, updates, pack_payload(cfg, raw, x))
+        record = pack_record(self.epoch, served, updates, pack_payload(raw, x))
         return Prediction(served, scores, record, w.version, w.seen)

@@ -11,7 +11,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -163,8 +162,3 @@ def running(server):  # type: ignore[no-untyped-def]
         yield server
     finally:
         server.stop()
-
-
-def service_client(url: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=url, timeout=30) as client:
-        yield client

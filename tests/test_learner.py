@@ -900,7 +900,7 @@ def test_payload_round_trip_bit_for_bit(params: dict[str, Any]) -> None:
         x = model.encode(features)
         raw = raw_scores(model.weights, x)
         assert raw.shape == (cfg.n_scores,)
-        got_raw, got_x = unpack_payload(cfg, pack_payload(cfg, raw, x))
+        got_raw, got_x = unpack_payload(cfg, pack_payload(raw, x))
         assert got_raw.tobytes() == raw.tobytes()
         assert got_x.values.dtype == np.float64
         assert got_x.values.tobytes() == x.values.tobytes()
@@ -924,7 +924,7 @@ def test_unpack_entry_parses_ordinal_label_and_payload(params: dict[str, Any]) -
         if cfg.dense
         else Example(np.array([pipes, -0.0]), np.array([bucket("a", 18), bucket("b", 18)]))
     )
-    record = pack_record("0123456789abcdef", 1, [True] * cfg.n_classes, pack_payload(cfg, raw, x))
+    record = pack_record("0123456789abcdef", 1, [True] * cfg.n_classes, pack_payload(raw, x))
     entry = b"%d|%d|" % (1234, 2) + record
     k, t, got_raw, got_x = unpack_entry(cfg, entry)
     assert (k, t) == (1234, 2)
@@ -942,7 +942,7 @@ def test_replaying_the_log_reproduces_the_weights(params: dict[str, Any]) -> Non
     log: list[bytes] = []
     for features, label in float_stream(cfg, seed=54):
         x = model.encode(features)
-        payload = pack_payload(cfg, raw_scores(model.weights, x), x)
+        payload = pack_payload(raw_scores(model.weights, x), x)
         model.learn(features, label)
         t = cfg.classes.index(label)
         record = pack_record("0123456789abcdef", 0, [False] * cfg.n_classes, payload)

@@ -84,9 +84,7 @@ def test_time_series_keeps_a_bounded_window(redis_url: str) -> None:
         config = ModelConfig(n_features=1)
         await store.create_model("s", '{"n_features": 1}', "0123456789abcdef")
         x = encode(config, [1.0])
-        record = pack_record(
-            "0123456789abcdef", 0, [True, True], pack_payload(config, np.zeros(1), x)
-        )
+        record = pack_record("0123456789abcdef", 0, [True, True], pack_payload(np.zeros(1), x))
         entry = b"0|1|" + record
         version = 0
         for bucket in range(1000, 1100):  # 100 buckets, keep 10

@@ -23,7 +23,7 @@ EPOCH_LENGTH = 16
 SERVED_DIGITS = 4
 
 
-def pack_payload(config: ModelConfig, raw: np.ndarray, x: Example) -> bytes:
+def pack_payload(raw: np.ndarray, x: Example) -> bytes:
     head = raw.astype(np.float64, copy=False).tobytes()
     if x.index is None:
         return head + x.values.tobytes()

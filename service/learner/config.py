@@ -101,11 +101,6 @@ class ModelConfig:
         return len(self.classes) == 2
 
     @property
-    def strategy(self) -> str:
-        """'binary' for two classes, otherwise the multiclass strategy."""
-        return "binary" if self.binary else self.multiclass
-
-    @property
     def n_classes(self) -> int:
         return len(self.classes)
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .config import Label, ModelConfig
-from .features import Example, FeatureError, encode
+from .features import Example, FeatureError, Features, encode
 from .perceptron import (
     Weights,
     apply,
@@ -18,8 +17,6 @@ from .perceptron import (
     served_scores,
     update_plan,
 )
-
-Features = Sequence[float] | Mapping[str, float]
 
 
 @dataclass(frozen=True)

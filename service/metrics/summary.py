@@ -12,8 +12,6 @@ from ..learner import ModelConfig, Weights
 from ..learner.codec import unpack_entry
 from ..learner.perceptron import raw_scores
 
-WINDOWS = (100, 1000)
-
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
     """(mistakes, examples) among the last ``last`` labelled examples, from the outcome ring.
