@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI, Request
@@ -29,18 +30,25 @@ from .engine import Engine
 from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
-from .store import open_store
+from .store import Store, open_store
 
 log = logging.getLogger("perceptron")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: Store | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The app; ``store`` (one lifespan's: it is closed at shutdown) and ``clock`` are for
+    tests, which build the app in-process on a store and a clock of their own."""
     settings = settings or Settings()
     keys = _load_keys(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(open_store(settings), settings)
+        engine = Engine(store or open_store(settings), settings, clock)
         app.state.engine = engine
         app.state.keys = keys
         made = not settings.default_model

@@ -1,0 +1,174 @@
+"""The service in-process: its app on an embedded store, driven through httpx's ASGI transport.
+
+No server, no socket, no process: ``InProcessService`` builds the app with ``create_app`` on a
+``Store`` over fakeredis (the same Lua scripts as on Redis, run by fakeredis[lua]), runs its
+lifespan on an event loop of its own (a thread, as a server would), and hands out httpx
+clients, sync and async, whose requests reach the app through ``httpx.ASGITransport``. Several
+services on one ``fakeredis.FakeServer`` are several workers on one Redis.
+
+``Clock`` is the time both the service and its store see: real time plus what a test skipped,
+so that a test of a 1 s TTL skips a second instead of sleeping it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import fakeredis
+import httpx
+import pytest
+from fakeredis._socket import _base as fakeredis_socket
+from fakeredis.commands_mixins import server_mixin as fakeredis_server
+
+from service.app import create_app
+from service.settings import Settings
+from service.store import Store
+
+T = TypeVar("T")
+BASE_URL = "http://service.test"
+WAIT_S = 60.0  # the longest one call into the app may take before the test fails
+
+
+class Clock:
+    """Real time plus the seconds a test skipped: hand ``clock`` to the service."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.skipped
+
+    def advance(self, seconds: float) -> None:
+        self.skipped += seconds
+
+
+class _StoreTime:
+    """Stands for the ``time`` module inside fakeredis, so that key expiry and Redis's TIME
+    (the scripts' clock) follow a ``Clock``; everything else is the real module."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+
+    def time(self) -> float:
+        return self._clock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def clock_the_store(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every fakeredis server of this test keep ``clock``'s time (TTLs, TIME)."""
+    shim = _StoreTime(clock)
+    monkeypatch.setattr(fakeredis_socket, "time", shim)
+    monkeypatch.setattr(fakeredis_server, "time", shim)
+
+
+def fake_server() -> fakeredis.FakeServer:
+    """An empty in-process Redis (the version the embedded store runs)."""
+    return fakeredis.FakeServer(version=(7, 0))
+
+
+class InProcessService:
+    """The app, its lifespan run on an event loop in a thread of its own."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        server: fakeredis.FakeServer | None = None,
+        clock: Clock | None = None,
+        embedded: bool = True,
+    ) -> None:
+        self.server = server or fake_server()
+        self.clock = clock or Clock()
+        self.settings = settings
+        # embedded=False: the store of several workers (one writer per model, store checks)
+        self.store = Store(fakeredis.FakeAsyncRedis(server=self.server), embedded=embedded)
+        self.app = create_app(settings, store=self.store, clock=self.clock)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="app", daemon=True)
+        # raise_app_exceptions=False: a bug answers 500, as behind a server
+        self._asgi = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+        self._stop: asyncio.Event | None = None
+        self._life: concurrent.futures.Future[None] | None = None
+        self._opened: list[httpx.Client] = []
+
+    @property
+    def engine(self) -> Any:
+        return self.app.state.engine
+
+    def start(self) -> InProcessService:
+        self._thread.start()
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._life = asyncio.run_coroutine_threadsafe(self._lifespan(started), self.loop)
+        started.result(WAIT_S)
+        return self
+
+    async def _lifespan(self, started: concurrent.futures.Future[None]) -> None:
+        # One task runs the whole lifespan, as a server does: start-up, then shutdown.
+        self._stop = asyncio.Event()
+        try:
+            async with self.app.router.lifespan_context(self.app):
+                started.set_result(None)
+                await self._stop.wait()
+        except BaseException as e:
+            if not started.done():
+                started.set_exception(e)
+            raise
+
+    def stop(self) -> None:
+        for client in self._opened:
+            client.close()
+        if self._stop is not None and self._life is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+            self._life.result(WAIT_S)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(WAIT_S)
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the app's event loop (e.g. the engine's methods); its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT_S)
+
+    async def _handle(self, request: httpx.Request) -> httpx.Response:
+        response = await self._asgi.handle_async_request(request)
+        content = await response.aread()
+        return httpx.Response(
+            response.status_code, headers=response.headers, stream=httpx.ByteStream(content)
+        )
+
+    def transport(self) -> httpx.BaseTransport:
+        return _SyncTransport(self)
+
+    def async_transport(self) -> httpx.AsyncBaseTransport:
+        """A transport for an async client on any event loop (the app keeps its own)."""
+        return _AsyncTransport(self)
+
+    def client(self, **options: Any) -> httpx.Client:
+        """A sync httpx client of the app; closed with the service."""
+        c = httpx.Client(base_url=BASE_URL, transport=self.transport(), **options)
+        self._opened.append(c)
+        return c
+
+
+class _SyncTransport(httpx.BaseTransport):
+    def __init__(self, service: InProcessService) -> None:
+        self._service = service
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request.read()
+        return self._service.run(self._service._handle(request))
+
+
+class _AsyncTransport(httpx.AsyncBaseTransport):
+    def __init__(self, service: InProcessService) -> None:
+        self._service = service
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await request.aread()
+        done = asyncio.run_coroutine_threadsafe(self._service._handle(request), self._service.loop)
+        return await asyncio.wrap_future(done)
