@@ -190,6 +190,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RedisError)
+    @app.exception_handler(BusyLoadingError)  # a ConnectionError too, yet Redis answered it
     async def on_store_refusal(request: Request, exc: Exception) -> JSONResponse:
         # Redis answered, but refused the command. Each write is one script that Redis
         # refuses before its first write, so nothing was half applied.

@@ -5,10 +5,10 @@ Every test is marked ``fast`` (in-process: no server, no process) or ``servers``
 redis-server, service processes, nginx, Prometheus, Chromium); ``pytest -m fast`` runs the fast
 layer alone. A test is ``servers`` when it is marked so, or uses a fixture that starts a real
 server: ``redis_server`` (and so ``redis_url``), ``store``, or ``make_service``/``client``/
-``redis_client`` on the real backend. A test marked ``in_process`` runs twice: on the service
-in-process (``fast``) and on the real one (``servers``); its ``make_service``, ``client``,
-``redis_client`` and ``clock`` follow the backend. A ``fast`` test that starts a server or a
-process anyway fails, naming the marker it lacks.
+``redis_client`` on the real backend. A test marked ``in_process`` (and not ``servers``) runs
+twice: on the service in-process (``fast``) and on the real one (``servers``); its
+``make_service``, ``client``, ``redis_client`` and ``clock`` follow the backend. A ``fast``
+test that starts a server or a process anyway fails, naming the marker it lacks.
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ SERVICE_FIXTURES = {"make_service", "redis_client"}  # these follow the test's b
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if metafunc.definition.get_closest_marker("in_process") and "backend" in metafunc.fixturenames:
+    d = metafunc.definition
+    in_process = d.get_closest_marker("in_process") and not d.get_closest_marker("servers")
+    if in_process and "backend" in metafunc.fixturenames:
         metafunc.parametrize("backend", BACKENDS)
 
 

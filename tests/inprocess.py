@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -88,6 +89,14 @@ class InProcessService:
         self.settings = settings
         # embedded=False: the store of several workers (one writer per model, store checks)
         self.store = Store(fakeredis.FakeAsyncRedis(server=self.server), embedded=embedded)
+        # What Redis's INFO answers (fakeredis has no INFO): the store checks it when it is
+        # not embedded; a test sets another eviction policy or memory use here.
+        self.redis_info: dict[str, Any] = {
+            "maxmemory_policy": "noeviction",
+            "maxmemory": 0,
+            "used_memory": 1,
+        }
+        self.store.client.info = self._info  # type: ignore[method-assign]
         self.app = create_app(settings, store=self.store, clock=self.clock)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="app", daemon=True)
@@ -96,6 +105,9 @@ class InProcessService:
         self._stop: asyncio.Event | None = None
         self._life: concurrent.futures.Future[None] | None = None
         self._opened: list[httpx.Client] = []
+
+    async def _info(self, section: str | None = None, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return dict(self.redis_info)
 
     @property
     def engine(self) -> Any:
@@ -152,7 +164,20 @@ class InProcessService:
         """A sync httpx client of the app; closed with the service."""
         c = httpx.Client(base_url=BASE_URL, transport=self.transport(), **options)
         self._opened.append(c)
+        _SERVICES[c] = self
         return c
+
+
+_SERVICES: weakref.WeakKeyDictionary[httpx.Client, InProcessService] = weakref.WeakKeyDictionary()
+
+
+def reach(http: httpx.Client, asynchronous: bool = False) -> dict[str, Any]:
+    """What another client (``service.client``'s, the replay's) needs to reach the service
+    ``http`` talks to: its ``transport`` when the service runs in-process, nothing else."""
+    service = _SERVICES.get(http)
+    if service is None:
+        return {}
+    return {"transport": service.async_transport() if asynchronous else service.transport()}
 
 
 class _SyncTransport(httpx.BaseTransport):

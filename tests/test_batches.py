@@ -10,6 +10,8 @@ import pytest
 
 from .conftest import MakeService
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 SPECS = [
     pytest.param({"n_features": 4}, id="binary"),
     pytest.param({"n_features": 4, "averaged": True, "margin": 1.0}, id="binary-averaged"),
