@@ -38,17 +38,17 @@ log = logging.getLogger("perceptron")
 def create_app(
     settings: Settings | None = None,
     *,
-    store: Store | None = None,
+    store: Callable[[], Store] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> FastAPI:
-    """The app; ``store`` (one lifespan's: it is closed at shutdown) and ``clock`` are for
-    tests, which build the app in-process on a store and a clock of their own."""
+    """The app. For tests, which run it in-process on a store and a clock of their own:
+    ``store`` makes the store each lifespan opens (and closes at shutdown); ``clock``."""
     settings = settings or Settings()
     keys = _load_keys(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = Engine(store or open_store(settings), settings, clock)
+        engine = Engine(store() if store else open_store(settings), settings, clock)
         app.state.engine = engine
         app.state.keys = keys
         made = not settings.default_model

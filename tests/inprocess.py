@@ -2,8 +2,8 @@
 
 No server, no socket, no process: ``InProcessService`` builds the app with ``create_app`` on a
 ``Store`` over fakeredis (the same Lua scripts as on Redis, run by fakeredis[lua]), runs its
-lifespan on an event loop of its own (a thread, as a server would), and hands out httpx
-clients, sync and async, whose requests reach the app through ``httpx.ASGITransport``. Several
+lifespan on an event loop of its own, and hands out httpx clients, sync and async, whose
+requests reach the app through ``httpx.ASGITransport``. Several
 services on one ``fakeredis.FakeServer`` are several workers on one Redis.
 
 ``Clock`` is the time both the service and its store see: real time plus what a test skipped,
@@ -13,12 +13,11 @@ so that a test of a 1 s TTL skips a second instead of sleeping it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 import weakref
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, TypeVar
 
 import fakeredis
 import httpx
@@ -83,6 +82,7 @@ class InProcessService:
         server: fakeredis.FakeServer | None = None,
         clock: Clock | None = None,
         embedded: bool = True,
+        threaded: bool = False,
     ) -> None:
         self.server = server or fake_server()
         self.clock = clock or Clock()
@@ -97,14 +97,21 @@ class InProcessService:
             "used_memory": 1,
         }
         self.store.client.info = self._info  # type: ignore[method-assign]
-        self.app = create_app(settings, store=self.store, clock=self.clock)
+        self._app = _App.take(settings)
+        self._app.store, self._app.clock = self.store, self.clock
+        self.app = self._app.app
+        # The app's event loop runs while a sync request (or run()) waits on it, in the
+        # caller's thread: no thread to hand each request to. Once an async client needs it
+        # (or threaded=True) it runs in a thread of its own, as under a server, for good.
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="app", daemon=True)
+        self._thread: threading.Thread | None = None
         # raise_app_exceptions=False: a bug answers 500, as behind a server
         self._asgi = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
         self._stop: asyncio.Event | None = None
-        self._life: concurrent.futures.Future[None] | None = None
+        self._life: asyncio.Task[None] | None = None
         self._opened: list[httpx.Client] = []
+        if threaded:
+            self.in_thread()
 
     async def _info(self, section: str | None = None, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return dict(self.redis_info)
@@ -113,14 +120,22 @@ class InProcessService:
     def engine(self) -> Any:
         return self.app.state.engine
 
+    def in_thread(self) -> None:
+        """From now on, run the app's loop in a thread of its own (async clients need it)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.loop.run_forever, name="app", daemon=True)
+            self._thread.start()
+
     def start(self) -> InProcessService:
-        self._thread.start()
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._life = asyncio.run_coroutine_threadsafe(self._lifespan(started), self.loop)
-        started.result(WAIT_S)
+        self.run(self._begin())
         return self
 
-    async def _lifespan(self, started: concurrent.futures.Future[None]) -> None:
+    async def _begin(self) -> None:
+        started = self.loop.create_future()
+        self._life = self.loop.create_task(self._lifespan(started))
+        await started
+
+    async def _lifespan(self, started: asyncio.Future[None]) -> None:
         # One task runs the whole lifespan, as a server does: start-up, then shutdown.
         self._stop = asyncio.Event()
         try:
@@ -132,18 +147,25 @@ class InProcessService:
                 started.set_exception(e)
             raise
 
+    async def _end(self) -> None:
+        if self._stop is not None and self._life is not None:
+            self._stop.set()
+            await self._life
+
     def stop(self) -> None:
         for client in self._opened:
             client.close()
-        if self._stop is not None and self._life is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
-            self._life.result(WAIT_S)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(WAIT_S)
+        self.run(self._end())
+        if self._thread is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(WAIT_S)
         self.loop.close()
+        self._app.give_back()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the app's event loop (e.g. the engine's methods); its result."""
+        if self._thread is None:
+            return self.loop.run_until_complete(asyncio.wait_for(coro, WAIT_S))
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(WAIT_S)
 
     async def _handle(self, request: httpx.Request) -> httpx.Response:
@@ -158,6 +180,7 @@ class InProcessService:
 
     def async_transport(self) -> httpx.AsyncBaseTransport:
         """A transport for an async client on any event loop (the app keeps its own)."""
+        self.in_thread()
         return _AsyncTransport(self)
 
     def client(self, **options: Any) -> httpx.Client:
@@ -178,6 +201,36 @@ def reach(http: httpx.Client, asynchronous: bool = False) -> dict[str, Any]:
     if service is None:
         return {}
     return {"transport": service.async_transport() if asynchronous else service.transport()}
+
+
+class _App:
+    """An app built once for given settings and used again by later services (one at a
+    time): FastAPI prepares each route's validation on an app's first requests, tens of
+    milliseconds that every test would pay again. Each lifespan opens the store and keeps
+    the clock of the service that runs it."""
+
+    _free: ClassVar[dict[tuple[str, str | None], list[_App]]] = {}
+
+    def __init__(self, key: tuple[str, str | None], settings: Settings) -> None:
+        self.key = key
+        self.store: Store | None = None
+        self.clock: Callable[[], float] = time.time
+        self.app = create_app(settings, store=self._store, clock=lambda: self.clock())
+
+    def _store(self) -> Store:
+        assert self.store is not None
+        return self.store
+
+    @classmethod
+    def take(cls, settings: Settings) -> _App:
+        secret = settings.api_keys.get_secret_value() if settings.api_keys else None
+        key = (settings.model_dump_json(), secret)
+        free = cls._free.setdefault(key, [])
+        return free.pop() if free else cls(key, settings)
+
+    def give_back(self) -> None:
+        self.store = None
+        self._free[self.key].append(self)
 
 
 class _SyncTransport(httpx.BaseTransport):

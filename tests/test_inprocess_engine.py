@@ -163,7 +163,7 @@ async def test_the_store_check_logs_when_serving_stops_and_resumes(
 ) -> None:
     caplog.set_level(logging.WARNING, "perceptron")
     settings = Settings(auth=False, default_model=False, store_check_s=0.01)
-    service = InProcessService(settings, embedded=False).start()
+    service = InProcessService(settings, embedded=False, threaded=True).start()
     try:
         engine = service.engine
 
