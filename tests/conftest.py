@@ -131,8 +131,10 @@ def backend() -> str:
 
 @pytest.fixture
 def clock(backend: str, monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """The time the in-process service and its store see; ``wait(s)`` skips ``s`` seconds
-    there, and sleeps them on the real backend (whose Redis keeps its own time)."""
+    """The service's clock (the time of its buckets and deadlines), and on the in-process
+    backend its store's too (TTLs): ``advance(s)`` skips ``s`` seconds of the service's time;
+    ``wait(s)`` skips them in-process and sleeps them on the real backend, whose Redis keeps
+    its own time."""
     c = _WaitingClock(backend)
     if backend == "inprocess":
         clock_the_store(c, monkeypatch)
@@ -189,7 +191,7 @@ def make_service(
             return service.client(timeout=30)
         redis_url = request.getfixturevalue("redis_url")
         settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})  # type: ignore[arg-type]
-        server = ServiceThread(settings).start()
+        server = ServiceThread(settings, clock).start()
         client = httpx.Client(base_url=server.url, timeout=30)
         if settings.default_model:
             with redis.Redis.from_url(redis_url) as r:
