@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, and the whole test suite against real servers it starts itself.
+# Without arguments, with the coverage of service/ (in-process: see README) held to a floor.
+# Arguments go to pytest instead: e.g. deploy/test.sh -m fast (the fast layer alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh test
 .venv/bin/ruff check service tests
 .venv/bin/ruff format --check service tests
 .venv/bin/mypy service
-exec .venv/bin/pytest "$@"
+if [ $# -gt 0 ]; then
+  exec .venv/bin/pytest "$@"
+fi
+# The floor sits just below what the whole suite measured: 96.5% (README, "Tests").
+exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=96

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
 from fastapi import FastAPI, Request
@@ -38,13 +39,20 @@ from .errors import ServiceError, TooManyPending, Unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
-from .store import describe_store, open_store
+from .store import Store, describe_store, open_store
 from .worker import Worker
 
 log = logging.getLogger("perceptron")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    store: Callable[[], Store] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The app. For tests, which run it in-process on a store and a clock of their own:
+    ``store`` makes the store each lifespan opens (and closes at shutdown); ``clock``."""
     settings = settings or Settings()
     keys = load_keys(settings)
     redis_password(settings)  # a missing or empty file stops start-up here, not per request
@@ -52,7 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("store: %s", describe_store(settings))
-        worker = Worker(open_store(settings), settings)
+        worker = Worker(store() if store else open_store(settings), settings, clock)
         app.state.worker = worker
         made = not settings.default_model
         with suppress(Exception):  # Redis may not be up yet: both are tried again below
@@ -181,6 +189,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RedisError)
+    @app.exception_handler(BusyLoadingError)  # a ConnectionError too, yet Redis answered it
     async def on_store_refusal(request: Request, exc: Exception) -> JSONResponse:
         # Redis answered, but refused the command. Each write is one script that Redis
         # refuses before its first write, so nothing was half applied.

@@ -230,6 +230,12 @@ class Models:
         return await self.replicas.current(name), obs
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Cancelled again until each has ended: a cancellation can be lost (on Python 3.11,
+        # asyncio.wait_for swallows one that comes as what it awaits completes, and the
+        # embedded store's client awaits so, e.g. within watch()'s store check).
+        tasks = list(self._tasks)
+        while pending := [t for t in tasks if not t.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=0.1)
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -149,6 +149,9 @@ class Replicas:
             self._compacting.discard(name)
 
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        tasks = list(self._tasks)  # cancelled again until each has ended (Models.close)
+        while pending := [t for t in tasks if not t.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=0.1)
+        await asyncio.gather(*tasks, return_exceptions=True)

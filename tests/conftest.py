@@ -1,16 +1,94 @@
-"""Fixtures: a real redis-server for the session, the service started per test."""
+"""Fixtures: a real redis-server for the session, the service started per test; or the
+service in-process (``tests/inprocess.py``), for the fast layer.
+
+Every test is marked ``fast`` (in-process: no server, no process) or ``servers`` (a real
+redis-server, service processes, nginx, Prometheus, Chromium); ``pytest -m fast`` runs the fast
+layer alone. A test is ``servers`` when it is marked so, or uses a fixture that starts a real
+server: ``redis_server`` (and so ``redis_url``), ``store``, or ``make_service``/``client``/
+``redis_client`` on the real backend. A test marked ``in_process`` (and not ``servers``) runs
+twice: on the service in-process (``fast``) and on the real one (``servers``); its
+``make_service``, ``client``, ``redis_client`` and ``clock`` follow the backend. A ``fast``
+test that starts a server or a process anyway fails, naming the marker it lacks.
+"""
 
 from __future__ import annotations
 
+import subprocess
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import fakeredis
 import httpx
 import pytest
 import redis
 
 from service.settings import Settings
 
-from .servers import RedisServer, ServiceThread, wait_until
+from .inprocess import Clock, InProcessService, clock_the_store, fake_server
+from .servers import RedisServer, ServiceProcess, ServiceThread, wait_until
+
+BACKENDS = ("inprocess", "server")
+SERVER_FIXTURES = {"redis_server", "store"}  # these start real servers, whatever the backend
+SERVICE_FIXTURES = {"make_service", "redis_client"}  # these follow the test's backend
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    d = metafunc.definition
+    in_process = d.get_closest_marker("in_process") and not d.get_closest_marker("servers")
+    if in_process and "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", BACKENDS)
+
+
+def _backend(item: pytest.Item) -> str:
+    callspec = getattr(item, "callspec", None)
+    return str(callspec.params.get("backend", "server")) if callspec else "server"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        servers = (
+            item.get_closest_marker("servers") is not None
+            or bool(SERVER_FIXTURES & names)
+            or (bool(SERVICE_FIXTURES & names) and _backend(item) == "server")
+        )
+        item.add_marker(pytest.mark.servers if servers else pytest.mark.fast)
+
+
+class _Forbidden:
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(
+            f"a test marked 'fast' started {self.what}: mark it 'servers' (tests/conftest.py)"
+        )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A fast test starts no server and no process (before any of its fixtures is set up)."""
+    if item.get_closest_marker("fast") is None:
+        return
+    patch = pytest.MonkeyPatch()
+    item.stash[_GUARD] = patch
+    patch.setattr(subprocess, "Popen", _Forbidden("a process"))
+    for cls in (RedisServer, ServiceProcess, ServiceThread):
+        patch.setattr(cls, "start", _Forbidden(f"a server ({cls.__name__})"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    patch = item.stash.get(_GUARD, None)
+    if patch is not None:
+        patch.undo()
+
+
+_GUARD = pytest.StashKey[pytest.MonkeyPatch]()
+
+
+# --- real servers ---------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -29,42 +107,6 @@ def redis_url(redis_server: RedisServer) -> str:
 
 
 @pytest.fixture
-def redis_client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-MakeService = Callable[..., httpx.Client]
-
-
-@pytest.fixture
-def make_service(redis_url: str) -> Iterator[MakeService]:
-    """Start the service (in a thread, on the test's Redis) with settings overridden."""
-    started: list[tuple[ServiceThread, httpx.Client]] = []
-
-    def make(**overrides: object) -> httpx.Client:
-        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})  # type: ignore[arg-type]
-        server = ServiceThread(settings).start()
-        client = httpx.Client(base_url=server.url, timeout=30)
-        if settings.default_model:
-            with redis.Redis.from_url(redis_url) as r:
-                wait_until(lambda: r.exists("pcp:{default}:meta"), what="default model")
-        started.append((server, client))
-        return client
-
-    yield make
-    for server, client in started:
-        client.close()
-        server.stop()
-
-
-@pytest.fixture
-def client(make_service: MakeService) -> httpx.Client:
-    return make_service()
-
-
-@pytest.fixture
 def store() -> Iterator[RedisServer]:
     """A dedicated redis-server (not the session's), append-only file on and DEBUG allowed:
     the tests that take it stop, restart (same port and folder) and pause it."""
@@ -75,3 +117,94 @@ def store() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+# --- the service, on either backend -----------------------------------------------------------
+
+
+@pytest.fixture
+def backend() -> str:
+    """'server' (the service in a thread on a real redis-server), or 'inprocess' for tests
+    marked ``in_process`` (parametrized: they run on both)."""
+    return "server"
+
+
+@pytest.fixture
+def clock(backend: str, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """The service's clock (the time of its buckets and deadlines), and on the in-process
+    backend its store's too (TTLs): ``advance(s)`` skips ``s`` seconds of the service's time;
+    ``wait(s)`` skips them in-process and sleeps them on the real backend, whose Redis keeps
+    its own time."""
+    c = _WaitingClock(backend)
+    if backend == "inprocess":
+        clock_the_store(c, monkeypatch)
+    return c
+
+
+class _WaitingClock(Clock):
+    def __init__(self, backend: str) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def wait(self, seconds: float) -> None:
+        if self.backend == "inprocess":
+            self.advance(seconds)
+        else:
+            time.sleep(seconds)
+
+
+@pytest.fixture
+def fake_redis() -> fakeredis.FakeServer:
+    """The in-process Redis the in-process services of a test share."""
+    return fake_server()
+
+
+@pytest.fixture
+def redis_client(
+    backend: str, request: pytest.FixtureRequest, fake_redis: fakeredis.FakeServer
+) -> Iterator[redis.Redis]:
+    """A sync client of the Redis the test's services use."""
+    if backend == "inprocess":
+        client: redis.Redis = fakeredis.FakeRedis(server=fake_redis)
+    else:
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"))
+    yield client
+    client.close()
+
+
+MakeService = Callable[..., httpx.Client]
+
+
+@pytest.fixture
+def make_service(
+    backend: str, request: pytest.FixtureRequest, fake_redis: fakeredis.FakeServer, clock: Clock
+) -> Iterator[MakeService]:
+    """Start the service with settings overridden: in a thread on the test's Redis, or, for
+    the in-process backend, in-process on the test's fakeredis server."""
+    started: list[Callable[[], None]] = []
+
+    def make(**overrides: object) -> httpx.Client:
+        if backend == "inprocess":
+            settings = Settings(**{"auth": False, **overrides})  # type: ignore[arg-type]
+            service = InProcessService(settings, fake_redis, clock).start()
+            started.append(service.stop)
+            return service.client(timeout=30)
+        redis_url = request.getfixturevalue("redis_url")
+        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})  # type: ignore[arg-type]
+        server = ServiceThread(settings, clock).start()
+        client = httpx.Client(base_url=server.url, timeout=30)
+        if settings.default_model:
+            with redis.Redis.from_url(redis_url) as r:
+                wait_until(lambda: r.exists("pcp:{default}:meta"), what="default model")
+        started.append(client.close)
+        started.append(server.stop)
+        return client
+
+    yield make
+    for stop in started:
+        stop()
+
+
+@pytest.fixture
+def client(make_service: MakeService) -> httpx.Client:
+    return make_service()

@@ -7,6 +7,10 @@ from typing import Any
 import httpx
 import pytest
 
+from .inprocess import Clock
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 MODEL = {"classes": ["a", "b"], "n_features": 3}
 
 
@@ -223,11 +227,9 @@ def test_unknown_prediction_is_counted(dense: httpx.Client) -> None:
     assert dense.get("/models/d").json()["counters"]["unknown_feedback"] == 1
 
 
-def test_expired_prediction_is_404(client: httpx.Client) -> None:
+def test_expired_prediction_is_404(client: httpx.Client, clock: Clock) -> None:
     client.put("/models/e", json={"n_features": 1, "feedback_ttl_s": 1})
     pid = client.post("/predict", json={"model": "e", "features": [1]}).json()["prediction_id"]
-    import time
-
-    time.sleep(2.1)
+    clock.wait(2.1)  # skipped in-process; slept on a real Redis, which keeps its own time
     r = client.post("/feedback", json={"prediction_id": pid, "label": 1})
     assert r.status_code == 404 and r.json()["code"] == "prediction_not_found"

@@ -14,6 +14,8 @@ import pytest
 from .conftest import MakeService
 from .test_api_errors import MODEL, state
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 
 @pytest.fixture
 def dense(client: httpx.Client) -> httpx.Client:

@@ -10,6 +10,8 @@ import pytest
 
 from .conftest import MakeService
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 SPECS = [
     pytest.param({"n_features": 4}, id="binary"),
     pytest.param({"n_features": 4, "averaged": True, "margin": 1.0}, id="binary-averaged"),
@@ -33,6 +35,7 @@ def stream(spec: dict[str, Any], n: int, seed: int = 3) -> tuple[list[Any], list
     return xs, ys
 
 
+@pytest.mark.servers  # hundreds of requests: test_inprocess_api.py has a short one
 @pytest.mark.parametrize("spec", SPECS)
 def test_learn_batch_equals_one_at_a_time(client: httpx.Client, spec: dict[str, Any]) -> None:
     client.put("/models/one", json=spec)
@@ -67,6 +70,7 @@ def test_learn_batch_equals_one_at_a_time(client: httpx.Client, spec: dict[str, 
     assert c1 == c2
 
 
+@pytest.mark.servers  # hundreds of requests: test_inprocess_api.py has a short one
 def test_predict_and_feedback_batches_equal_singles(client: httpx.Client) -> None:
     spec = {"classes": ["a", "b", "c"], "n_features": 4, "multiclass": "ovr"}
     client.put("/models/one", json=spec)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import fakeredis
 import httpx
 import numpy as np
 import pytest
@@ -41,7 +42,10 @@ from service.client import (
 )
 
 from .conftest import MakeService
+from .inprocess import reach
 from .servers import free_port
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 DENSE = {"classes": ["a", "b"], "n_features": 3}
 
@@ -62,13 +66,15 @@ class AsyncDriven:
         return call
 
 
-def open_client(kind: str, base_url: str, **options: Any) -> tuple[Any, Callable[[], None]]:
-    """A ``Client``, or an ``AsyncClient`` behind the sync adapter; and how to close it."""
+def open_client(kind: str, http: httpx.Client, **options: Any) -> tuple[Any, Callable[[], None]]:
+    """A ``Client``, or an ``AsyncClient`` behind the sync adapter, of the service ``http``
+    talks to; and how to close it."""
+    base_url = str(http.base_url)
     if kind == "sync":
-        c = Client(base_url, **options)
+        c = Client(base_url, **options, **reach(http))
         return c, c.close
     runner = asyncio.Runner()
-    ac = AsyncClient(base_url, **options)
+    ac = AsyncClient(base_url, **options, **reach(http, asynchronous=True))
 
     def close() -> None:
         runner.run(ac.aclose())
@@ -85,7 +91,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def api(kind: str, client: httpx.Client) -> Iterator[Any]:
-    c, close = open_client(kind, str(client.base_url))
+    c, close = open_client(kind, client)
     yield c
     close()
 
@@ -205,7 +211,7 @@ def test_client_errors_carry_status_and_code(api: Any) -> None:
 
 def test_batch_over_the_limit_is_413(kind: str, make_service: MakeService) -> None:
     http = make_service(max_batch=2, default_model=False)
-    api, close = open_client(kind, str(http.base_url))
+    api, close = open_client(kind, http)
     try:
         api.create_model("d", **DENSE)
         with pytest.raises(InvalidInputError) as e:
@@ -215,9 +221,15 @@ def test_batch_over_the_limit_is_413(kind: str, make_service: MakeService) -> No
         close()
 
 
-def test_store_down_is_unavailable_with_retry_after(kind: str, make_service: MakeService) -> None:
-    http = make_service(redis_url=f"redis://127.0.0.1:{free_port()}/0", default_model=False)
-    api, close = open_client(kind, str(http.base_url))
+def test_store_down_is_unavailable_with_retry_after(
+    kind: str, backend: str, make_service: MakeService, fake_redis: fakeredis.FakeServer
+) -> None:
+    if backend == "inprocess":
+        fake_redis.connected = False  # its commands fail as a Redis that is down
+        http = make_service(default_model=False)
+    else:
+        http = make_service(redis_url=f"redis://127.0.0.1:{free_port()}/0", default_model=False)
+    api, close = open_client(kind, http)
     try:
         assert api.healthz().status == "ok"
         with pytest.raises(UnavailableError) as e:
@@ -236,20 +248,19 @@ def test_store_down_is_unavailable_with_retry_after(kind: str, make_service: Mak
 def test_api_key_is_sent_as_bearer(kind: str, make_service: MakeService) -> None:
     admin, reader = "admin-key-0123456789", "predict-key-012345678"
     http = make_service(auth=True, api_keys=f"admin:{admin},predict:{reader}", default_model=False)
-    url = str(http.base_url)
     for key, call, status, code in [
         (None, "list_models", 401, "unauthorized"),
         ("not-a-key-0123456789", "list_models", 401, "unauthorized"),
         (reader, "create_model", 403, "forbidden"),
     ]:
-        api, close = open_client(kind, url, api_key=key)
+        api, close = open_client(kind, http, api_key=key)
         try:
             with pytest.raises(AuthError) as e:
                 getattr(api, call)("m") if call == "create_model" else getattr(api, call)()
             assert (e.value.status, e.value.code) == (status, code)
         finally:
             close()
-    api, close = open_client(kind, url, api_key=admin)
+    api, close = open_client(kind, http, api_key=admin)
     try:
         assert api.create_model("m", n_features=2).name == "m"
         assert "m" in {m.name for m in api.list_models().models}
@@ -259,7 +270,7 @@ def test_api_key_is_sent_as_bearer(kind: str, make_service: MakeService) -> None
 
 def test_async_client_serves_concurrent_calls(client: httpx.Client) -> None:
     async def main() -> list[bool]:
-        async with AsyncClient(str(client.base_url)) as ac:
+        async with AsyncClient(str(client.base_url), **reach(client, asynchronous=True)) as ac:
             await ac.create_model("d", **DENSE)
             preds = await asyncio.gather(*(ac.predict("d", [i, 1, 0]) for i in range(20)))
             answers = await asyncio.gather(*(ac.feedback(p.prediction_id, "b") for p in preds))
@@ -267,7 +278,7 @@ def test_async_client_serves_concurrent_calls(client: httpx.Client) -> None:
 
     mistakes = asyncio.run(main())
     assert len(mistakes) == 20 and all(mistakes)  # all predicted with the zero weights
-    with Client(str(client.base_url)) as c:
+    with Client(str(client.base_url), **reach(client)) as c:
         counters = c.read_model("d").counters
     assert (counters.predictions, counters.feedback, counters.mistakes) == (20, 20, 20)
 

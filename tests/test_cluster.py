@@ -27,6 +27,8 @@ from service.store.keys import REGISTRY, ModelKeys
 
 from .servers import ServiceProcess, free_port, wait_until
 
+pytestmark = pytest.mark.servers  # a 3-master Redis Cluster
+
 D = 4
 N_MODELS = 30
 

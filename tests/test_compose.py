@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import jsonschema
 import pytest
 import yaml
@@ -30,7 +29,7 @@ from service import cli
 from service.app import create_app
 from service.settings import Settings
 
-from .servers import ServiceThread
+from .inprocess import InProcessService
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -170,12 +169,12 @@ def routes() -> set[tuple[str, str]]:
 
 
 def answers(path: str) -> int:
-    """The status the running app (on its embedded store) answers to GET ``path``."""
-    server = ServiceThread(Settings(redis_url=None, default_model=False, auth=False)).start()
+    """The status the app (in-process, on its embedded store) answers to GET ``path``."""
+    service = InProcessService(Settings(default_model=False, auth=False)).start()
     try:
-        return httpx.get(server.url + path, timeout=10).status_code
+        return service.client().get(path).status_code
     finally:
-        server.stop()
+        service.stop()
 
 
 def parse_cli(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
@@ -240,6 +239,7 @@ def healthcheck_url(test: list[str] | str) -> str:
 # -- the Compose file is valid ----------------------------------------------------------------
 
 
+@pytest.mark.servers  # pip downloads the spec on a cold cache
 def test_compose_file_is_valid_against_the_compose_spec(
     compose_schema: dict[str, Any], compose: dict[str, Any]
 ) -> None:
@@ -247,6 +247,7 @@ def test_compose_file_is_valid_against_the_compose_spec(
     assert compose_errors(compose_schema, compose) == []
 
 
+@pytest.mark.servers  # pip downloads the spec on a cold cache
 def test_the_schema_check_catches_mistakes(
     compose_schema: dict[str, Any], compose: dict[str, Any]
 ) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -35,6 +34,7 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
 from .conftest import MakeService
+from .inprocess import Clock
 from .servers import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
@@ -150,9 +150,9 @@ def only_the_service(page: Page, client: httpx.Client) -> list[str]:
     return aborted
 
 
-def next_bucket() -> None:
-    """Sleep into the next 1 s bucket of the time series."""
-    time.sleep(1.0 - time.time() % 1.0 + 0.02)
+def next_bucket(clock: Clock) -> None:
+    """Move the service's clock into the next 1 s bucket of the time series."""
+    clock.advance(1.0 - clock() % 1.0 + 0.02)
 
 
 def vertices(page: Page, selector: str) -> int:
@@ -160,7 +160,9 @@ def vertices(page: Page, selector: str) -> int:
     return len(points.split())
 
 
-def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) -> None:
+def test_dashboard_shows_what_the_api_reports(
+    client: httpx.Client, page: Page, clock: Clock
+) -> None:
     features, labels = load_breast_cancer(return_X_y=True)
     order = np.random.default_rng(7).permutation(len(labels))
     xs = StandardScaler().fit_transform(features)[order].round(6)
@@ -179,10 +181,10 @@ def test_dashboard_shows_what_the_api_reports(client: httpx.Client, page: Page) 
     # phase in its own bucket; the page follows live.
     learned = 480
     for chunk in np.array_split(np.arange(learned), 4):
-        next_bucket()
+        next_bucket(clock)
         body = {"model": "cancer", "features": xs[chunk].tolist(), "labels": ys[chunk].tolist()}
         assert client.post("/learn/batch", json=body).status_code == 200
-    next_bucket()
+    next_bucket(clock)
     for i in range(learned, len(ys)):
         p = client.post("/predict", json={"model": "cancer", "features": xs[i].tolist()})
         f = client.post(

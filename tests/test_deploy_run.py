@@ -36,6 +36,8 @@ from service.startup import check_settings
 from .servers import RedisServer, free_port, wait_until
 from .test_compose import DOCKERFILE, interpolate, stages
 
+pytestmark = pytest.mark.servers  # Redis and API processes
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 SECRETS_DIR = "/run/secrets/"

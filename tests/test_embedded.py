@@ -6,8 +6,11 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from .servers import ServiceProcess, running
+
+pytestmark = pytest.mark.servers  # the service as a process
 
 
 def test_service_runs_on_the_embedded_store_without_redis() -> None:

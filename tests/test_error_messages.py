@@ -17,6 +17,8 @@ from service.settings import Settings
 
 from .servers import ServiceThread
 
+pytestmark = pytest.mark.servers  # a service thread
+
 JSON = {"content-type": "application/json"}
 FEATURES_TAKE = "a list of numbers for a dense model, or an object of feature names to numbers"
 INTERNALS = [

@@ -22,6 +22,8 @@ from service.worker import Worker
 
 from .servers import RedisServer, ServiceThread, wait_until
 
+pytestmark = pytest.mark.servers  # each test starts its own redis-server
+
 CHECK_S = 0.2  # PERCEPTRON_STORE_CHECK_S of the services under test
 
 

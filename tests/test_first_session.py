@@ -25,6 +25,8 @@ from service.settings import Settings
 
 from .servers import ServiceProcess, free_port, running
 
+pytestmark = pytest.mark.servers  # the README's commands, run for real
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PERCEPTRON = Path(sys.executable).with_name("perceptron")

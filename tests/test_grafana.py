@@ -519,6 +519,7 @@ def test_provisioning_points_where_compose_mounts_things() -> None:
     assert f'job="{JOB}"' in DASHBOARD.read_text().replace('\\"', '"')
 
 
+@pytest.mark.servers  # runs promtool
 def test_promtool_accepts_the_configs(tmp_path: Path) -> None:
     """deploy/prometheus.yml as is (the key file put where promtool can see one) and the test's."""
     key = tmp_path / "api_key"

@@ -17,6 +17,8 @@ from .conftest import MakeService
 from .test_api_errors import MODEL, state
 from .test_security import ADMIN, KEYS, PREDICT, TRAIN, auth
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 DEPTHS = [500, 1000, 5000, 100_000]
 
 
@@ -284,6 +286,7 @@ KEYED = [
     [{}, auth("not-a-key-at-all-0000"), {"X-API-Key": "wrong-key-0123456789"}],
     ids=["no-key", "wrong-bearer", "wrong-x-api-key"],
 )
+@pytest.mark.servers  # a raw socket sends part of a body
 def test_no_valid_key_is_refused_before_the_body(
     secured: httpx.Client, method: str, path: str, headers: dict[str, str], chunked: bool
 ) -> None:
@@ -304,6 +307,7 @@ def test_no_valid_key_is_refused_before_the_body(
         pytest.param("PUT", "/models/m2", TRAIN, id="create-with-train-key"),
     ],
 )
+@pytest.mark.servers  # a raw socket sends part of a body
 def test_a_key_without_the_role_is_refused_before_the_body(
     secured: httpx.Client, method: str, path: str, key: str, chunked: bool
 ) -> None:

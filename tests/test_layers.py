@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.servers  # a fresh interpreter per module
+
 # module -> packages it must not pull in, even indirectly
 PURE = {
     "service.learner": ("redis", "fastapi", "starlette", "service.store", "service.api"),

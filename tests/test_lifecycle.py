@@ -12,6 +12,8 @@ import pytest
 from .conftest import MakeService
 from .servers import RedisServer, ServiceThread
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 SPEC = {"classes": ["a", "b", "c"], "n_features": 3, "averaged": True}
 
 
@@ -22,6 +24,7 @@ def train(client: httpx.Client, name: str = "m") -> None:
     client.post("/learn/batch", json={"model": name, "features": xs, "labels": ys})
 
 
+@pytest.mark.servers  # a second redis-server
 def test_export_then_import_into_another_service(client: httpx.Client) -> None:
     train(client)
     doc = client.get("/models/m/export").json()

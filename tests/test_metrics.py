@@ -7,6 +7,7 @@ import math
 
 import httpx
 import numpy as np
+import pytest
 import redis.asyncio
 
 from service.learner import ModelConfig, encode
@@ -15,7 +16,10 @@ from service.protocol import Bucket, LearnBatch, Made
 from service.store import Store
 from service.store.keys import ModelKeys
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
+
+@pytest.mark.servers  # 1,733 requests: test_inprocess.py has a shorter one
 def test_metrics_agree_with_the_answers(client: httpx.Client) -> None:
     client.put("/models/m", json={"classes": ["a", "b", "c"], "n_features": 3})
     rng = np.random.default_rng(5)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from service.learner.features import bucket
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 
 def test_create_is_201_then_200_for_the_same_config(client: httpx.Client) -> None:

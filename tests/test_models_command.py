@@ -19,6 +19,8 @@ import pytest
 from .conftest import MakeService
 from .servers import free_port
 
+pytestmark = pytest.mark.servers  # perceptron processes against a service
+
 ROOT = Path(__file__).resolve().parents[1]
 # The exit codes the README documents for scripts.
 EXIT = {"refused": 1, "usage": 2, "not_found": 3, "conflict": 4, "auth": 5, "unavailable": 6}

@@ -13,6 +13,9 @@ import pytest
 from service.client import Client
 
 from .conftest import MakeService
+from .inprocess import reach
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 
 def packed(x: Any) -> str:
@@ -178,7 +181,7 @@ def test_packed_batches_past_the_limit_are_413(make_service: MakeService) -> Non
 def test_the_client_sends_numpy_arrays_packed(make_service: MakeService) -> None:
     http = make_service()
     sent: list[dict[str, Any]] = []
-    with Client(str(http.base_url)) as c:
+    with Client(str(http.base_url), **reach(http)) as c:
         c._http.event_hooks["request"].append(lambda r: sent.append(json.loads(r.content)))
         c.create_model("m", n_features=3)
         x = np.array([[1, 2, 3], [-1, 0, 2]], dtype=np.int32)

@@ -10,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .servers import ServiceProcess
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     out = {}

@@ -13,6 +13,8 @@ from service.settings import Settings
 
 from .conftest import MakeService
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 ADMIN, TRAIN, PREDICT, SCOPED = (
     "admin-key-0123456789",
     "train-key-0123456789",

@@ -24,6 +24,8 @@ import pytest
 
 from .servers import free_port, wait_until
 
+pytestmark = pytest.mark.servers  # deploy/serve.sh and its redis-server
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

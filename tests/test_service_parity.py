@@ -21,6 +21,8 @@ from service.learner.perceptron import (
 from .conftest import MakeService
 from .servers import wait_until
 
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
 CONFIGS = [
     pytest.param({"n_features": 6}, id="binary-dense"),
     pytest.param({"hash_bits": 5}, id="binary-named"),

@@ -1,4 +1,7 @@
 import httpx
+import pytest
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 
 def test_default_model_predicts_and_learns(client: httpx.Client) -> None:

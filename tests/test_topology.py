@@ -35,6 +35,8 @@ import httpx
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.servers  # nginx, Redis and API processes
+
 ROOT = Path(__file__).resolve().parents[1]
 D = 5
 REDIS_TIMEOUT_S = 2.0  # the service default

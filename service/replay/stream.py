@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
+import httpx
+
 from ..client import (
     DEFAULT_URL,
     AsyncClient,
@@ -193,12 +195,16 @@ def replay(
     rate: float | None = None,
     timeout: float = 30.0,
     progress: Progress | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Summary:
-    """Create the model when missing (after deleting it with ``reset``), then replay."""
+    """Create the model when missing (after deleting it with ``reset``), then replay;
+    ``transport`` (httpx's) is for tests and custom networking."""
     name = model or data.name
 
     async def run() -> Summary:
-        async with AsyncClient(url, api_key, timeout, max_connections=concurrency * 2) as client:
+        async with AsyncClient(
+            url, api_key, timeout, max_connections=concurrency * 2, transport=transport
+        ) as client:
             if reset:
                 try:
                     await client.delete_model(name)

@@ -80,7 +80,8 @@ def open_client(settings: Settings) -> Client:
             "PERCEPTRON_REDIS_URL is not set: using the EMBEDDED in-process store. Weights live "
             "in this one process and are lost when it stops; do not run several workers so."
         )
-        client: Client = fakeredis.FakeAsyncRedis()
+        # A server of its own: clients made without one share a process-wide default.
+        client: Client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(version=(7, 0)))
         return client
     for scheme in CLUSTER_SCHEMES:
         if url.startswith(scheme):
