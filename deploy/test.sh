@@ -11,5 +11,5 @@ bash deploy/setup.sh test
 if [ $# -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
-# The floor sits just below what the whole suite measured: 96.5% (README, "Tests").
-exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=96
+# The floor sits just below what the whole suite measured: 92.5% (README, "Tests").
+exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=92
