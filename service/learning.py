@@ -175,26 +175,25 @@ class Learning:
                 f"got {len(items)}.",
                 code="batch_too_large",
             )
-        groups: dict[str, list[int]] = {}
+        groups: dict[str, list[tuple[int, str]]] = {}  # model -> (item, its token)
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
         for i, (pid, _) in enumerate(items):
             name, _, token = pid.partition(ID_SEPARATOR)
             if valid_name(name) and valid_token(token):
-                groups.setdefault(name, []).append(i)
-        for name, idx in groups.items():
+                groups.setdefault(name, []).append((i, token))
+        for name, group in groups.items():
 
-            async def run(rep: Replica, idx: list[int] = idx) -> list[Feedback | ServiceError]:
-                labelled = [
-                    (items[i][0].partition(ID_SEPARATOR)[2], _class_index(rep.config, items[i][1]))
-                    for i in idx
-                ]
+            async def run(
+                rep: Replica, group: list[tuple[int, str]] = group
+            ) -> list[Feedback | ServiceError]:
+                labelled = [(token, _class_index(rep.config, items[i][1])) for i, token in group]
                 return await self._coalescer("feedback", rep, self._feedback).submit(labelled)
 
             try:
                 answers = await self.replicas.on(name, run)
             except ModelNotFound:
                 continue  # the prediction's model is gone: each of its items stays not found
-            for i, answer in zip(idx, answers, strict=True):
+            for (i, _), answer in zip(group, answers, strict=True):
                 results[i] = answer
         return results
 
