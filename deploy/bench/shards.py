@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 import redis
-from writers import BATCH, DIM, ROOT, bodies, call, ceiling, free_port, say, wait
+from writers import BATCH, DIM, ROOT, bodies, call, ceiling, free_port, say, send, wait
 
 N_MODELS = 8
 MASTERS = 3
@@ -84,26 +84,11 @@ def named_bodies(model: str, seed: int, n: int = 8) -> list[bytes]:
 
 
 def model_writer(port: int, model: str, seed: int, seconds: float, go: Any, out: Any) -> None:
-    """writers.writer, for one named model; its bodies are made before the clock starts (all
+    """writers.send, for one named model; its bodies are made before the clock starts (all
     clients pass ``go``, a barrier, together)."""
     batches = named_bodies(model, seed)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     go.wait(120)
-    until = time.time() + seconds
-    headers = {"content-type": "application/json"}
-    sent = ok = updates = 0
-    statuses: dict[int, int] = {}
-    while time.time() < until:
-        conn.request("POST", "/learn/batch", body=batches[sent % len(batches)], headers=headers)
-        r = conn.getresponse()
-        data = r.read()
-        sent += 1
-        if r.status == 200:
-            ok += 1
-            updates += sum(json.loads(data)["updated"])
-        else:
-            statuses[r.status] = statuses.get(r.status, 0) + 1
-    conn.close()
+    ok, updates, statuses = send(port, batches, time.time() + seconds)
     out.put((model, ok, updates, statuses))
 
 

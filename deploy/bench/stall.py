@@ -211,13 +211,8 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from pydantic import TypeAdapter
 
     from service.api import routing
-    from service.api.schemas import (
-        LearnBatchRequest,
-        PredictBatchRequest,
-        PredictBatchResponse,
-        PredictResponse,
-    )
-    from service.api.views import score_fields
+    from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
+    from service.api.views import predict_batch_response
     from service.settings import Settings
     from service.store import open_store
     from service.worker import Worker
@@ -274,18 +269,7 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
                 )
 
                 def respond() -> bytes:
-                    answer = PredictBatchResponse(
-                        predictions=[
-                            PredictResponse(
-                                prediction_id=p.prediction_id,
-                                label=p.label,
-                                version=p.version,
-                                **score_fields(config, p.scores),
-                            )
-                            for p in preds
-                        ],
-                        version=preds[0].version,
-                    )
+                    answer = predict_batch_response(config, preds)
                     return TypeAdapter(PredictBatchResponse).dump_json(answer)
 
             _, t_respond = best_ms(respond)

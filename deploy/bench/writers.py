@@ -91,6 +91,12 @@ def bodies(seed: int, n: int = 8) -> list[bytes]:
 def writer(port: int, seed: int, start: float, until: float, out: Any) -> None:
     batches = bodies(seed)  # made before the clock starts: every client starts at ``start``
     time.sleep(max(0.0, start - time.time()))
+    out.put(send(port, batches, until))
+
+
+def send(port: int, batches: list[bytes], until: float) -> tuple[int, int, dict[int, int]]:
+    """POST the batches to /learn/batch in turn, back to back on one keep-alive connection,
+    until ``until``: (answers 200, updates they acknowledged, other statuses by count)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     headers = {"content-type": "application/json"}
     sent = ok = updates = 0
@@ -106,7 +112,7 @@ def writer(port: int, seed: int, start: float, until: float, out: Any) -> None:
         else:
             statuses[r.status] = statuses.get(r.status, 0) + 1
     conn.close()
-    out.put((ok, updates, statuses))
+    return ok, updates, statuses
 
 
 class Run:

@@ -26,7 +26,7 @@ from .schemas import (
     PredictResponse,
     error_responses,
 )
-from .views import json_response, score_fields
+from .views import json_response, predict_batch_response, score_fields
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
@@ -55,18 +55,7 @@ async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchR
     """Predict many examples with one version of the model."""
     who.check(Role.predict, body.model)
     config, preds = await who.worker.learning.predict(body.model, body.examples())
-    return PredictBatchResponse(
-        predictions=[
-            PredictResponse(
-                prediction_id=p.prediction_id,
-                label=p.label,
-                version=p.version,
-                **score_fields(config, p.scores),
-            )
-            for p in preds
-        ],
-        version=preds[0].version,
-    )
+    return predict_batch_response(config, preds)
 
 
 @router.post("/feedback", responses=errors, response_model=FeedbackResponse)

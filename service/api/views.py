@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -10,8 +11,17 @@ from fastapi import Response
 
 from ..learner import ModelConfig
 from ..learner.perceptron import class_votes, ovo_pairs
+from ..learning import Predicted
 from ..replica import Replica
-from .schemas import Counters, ModelInfo, ModelSpec, WeightRow, WeightsResponse
+from .schemas import (
+    Counters,
+    ModelInfo,
+    ModelSpec,
+    PredictBatchResponse,
+    PredictResponse,
+    WeightRow,
+    WeightsResponse,
+)
 
 
 def counters_of(meta: dict[str, str]) -> Counters:
@@ -78,4 +88,20 @@ def weights_view(rep: Replica) -> WeightsResponse:
         seen=w.seen,
         rows=_rows(cfg, w.w, w.b),
         averaged=averaged,
+    )
+
+
+def predict_batch_response(config: ModelConfig, preds: Sequence[Predicted]) -> PredictBatchResponse:
+    """The body of /predict/batch: each prediction, and the version they were made with."""
+    return PredictBatchResponse(
+        predictions=[
+            PredictResponse(
+                prediction_id=p.prediction_id,
+                label=p.label,
+                version=p.version,
+                **score_fields(config, p.scores),
+            )
+            for p in preds
+        ],
+        version=preds[0].version,
     )
