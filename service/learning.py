@@ -31,18 +31,18 @@ from .learn_sequence import run_sequence
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import Features, encode, encode_many, encode_matrix
 from .learner.perceptron import apply
+from .names import PredictionId
 from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Store, valid_name, valid_token
+from .store import Store
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
 
 # A batch: examples one by one, or a dense model's feature values laid end to end (packed).
 Batch = Sequence[Features] | np.ndarray
-ID_SEPARATOR = ":"
 HOLD_POLL_MS = 5  # how often feedback looks again at a model its writer holds
 
 
@@ -87,6 +87,10 @@ class Learning:
         await self.writers.close()
 
     def encode_batch(self, config: ModelConfig, batch: Batch) -> list[Example]:
+        """A batch's examples, checked and encoded; at least one (the HTTP schemas ask for
+        one already: this is for callers in Python)."""
+        if not len(batch):
+            raise InvalidInput("At least one example is needed.", code="empty_batch")
         s = self.settings
         if isinstance(batch, np.ndarray):
             return _encode_packed(config, batch, s.max_batch)
@@ -158,7 +162,7 @@ class Learning:
                 classes = rep.config.classes
                 return [
                     Predicted(
-                        f"{rep.name}{ID_SEPARATOR}{tok}", classes[p.served], p.scores, made.version
+                        str(PredictionId(rep.name, tok)), classes[p.served], p.scores, made.version
                     )
                     for tok, p in zip(tokens, preds, strict=True)
                 ]
@@ -166,9 +170,12 @@ class Learning:
         raise AssertionError("a forced commit always stores")
 
     async def submit_feedback(
-        self, items: Sequence[tuple[str, Label]]
+        self, items: Sequence[tuple[PredictionId | None, Label]]
     ) -> list[Feedback | ServiceError]:
-        """Apply true labels to predictions; each item's result or its error, in order."""
+        """Apply true labels to predictions; each item's result or its error, in order.
+
+        An id is None where the text given could not be one (:meth:`PredictionId.parse`):
+        that item is not found."""
         if len(items) > self.settings.max_batch:
             raise TooLarge(
                 f"A batch holds at most {self.settings.max_batch} items (PERCEPTRON_MAX_BATCH); "
@@ -178,9 +185,8 @@ class Learning:
         groups: dict[str, list[tuple[int, str]]] = {}  # model -> (item, its token)
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
         for i, (pid, _) in enumerate(items):
-            name, _, token = pid.partition(ID_SEPARATOR)
-            if valid_name(name) and valid_token(token):
-                groups.setdefault(name, []).append((i, token))
+            if pid is not None:
+                groups.setdefault(pid.model, []).append((i, pid.token))
         for name, group in groups.items():
 
             async def run(
@@ -361,8 +367,6 @@ def _encode_list(config: ModelConfig, batch: Sequence[Features], limit: int) -> 
                 where = f"Example {i}: " if len(batch) > 1 else ""
                 raise InvalidInput(where + str(e), code=e.code) from e
         raise
-    if not xs:
-        raise InvalidInput("At least one example is needed.", code="empty_batch")
     return xs
 
 

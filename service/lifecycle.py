@@ -15,11 +15,12 @@ from .errors import Conflict, InvalidInput, ModelNotFound, Unavailable
 from .export_format import config_json, export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
+from .names import check_name
 from .protocol import Observations
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Condition, Store, check_name
+from .store import Condition, Store
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys

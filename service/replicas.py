@@ -13,10 +13,11 @@ from typing import Any
 from .errors import ModelNotFound, StaleModel, Unavailable
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
+from .names import check_name
 from .protocol import SyncData
 from .replica import Replica
 from .settings import Settings
-from .store import Store, check_name
+from .store import Store
 
 log = logging.getLogger("perceptron")
 _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile

@@ -4,11 +4,12 @@ service in-process (``tests/inprocess.py``), for the fast layer.
 Every test is marked ``fast`` (in-process: no server, no process) or ``servers`` (a real
 redis-server, service processes, nginx, Prometheus, Chromium); ``pytest -m fast`` runs the fast
 layer alone. A test is ``servers`` when it is marked so, or uses a fixture that starts a real
-server: ``redis_server`` (and so ``redis_url``), ``store``, or ``make_service``/``client``/
-``redis_client`` on the real backend. A test marked ``in_process`` (and not ``servers``) runs
-twice: on the service in-process (``fast``) and on the real one (``servers``); its
-``make_service``, ``client``, ``redis_client`` and ``clock`` follow the backend. A ``fast``
-test that starts a server or a process anyway fails, naming the marker it lacks.
+server or a process: ``redis_server`` (and so ``redis_url``), ``store``, ``compose_schema``
+(pip), or ``make_service``/``client``/``redis_client`` on the real backend. A test marked
+``in_process`` (and not ``servers``) runs twice: on the service in-process (``fast``) and on
+the real one (``servers``); its ``make_service``, ``client``, ``redis_client`` and ``clock``
+follow the backend. A ``fast`` test that starts a server or a process anyway fails, naming the
+marker it lacks.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from .inprocess import Clock, InProcessService, clock_the_store, fake_server
 from .servers import RedisServer, ServiceProcess, ServiceThread, wait_until
 
 BACKENDS = ("inprocess", "server")
-SERVER_FIXTURES = {"redis_server", "store"}  # these start real servers, whatever the backend
+# These start real servers or processes, whatever the backend (compose_schema: pip download)
+SERVER_FIXTURES = {"redis_server", "store", "compose_schema"}
 SERVICE_FIXTURES = {"make_service", "redis_client"}  # these follow the test's backend
 
 

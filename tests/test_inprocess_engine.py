@@ -14,14 +14,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import fakeredis
+import numpy as np
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.errors import StaleModel, Unavailable
+from service.errors import (
+    InvalidInput,
+    PredictionNotFound,
+    ServiceError,
+    StaleModel,
+    Unavailable,
+)
 from service.lifecycle import Models
+from service.names import PredictionId
 from service.settings import Settings
 from service.store import ModelKeys, Store
 from service.store.connect import ReadyConnectionPool, open_client, open_store
@@ -78,12 +86,48 @@ async def test_feedback_waits_while_the_writer_holds_the_model(engines: Any) -> 
     _, preds = await engine.learning.predict("m", [[1.0, 0.0], [0.0, 1.0]])
     hold = ModelKeys("m").hold
     await engine.store.client.set(hold, "1", px=30)  # a writer's commit, 30 ms
-    first = await engine.learning.submit_feedback([(preds[0].prediction_id, 1)])
+    first = await engine.learning.submit_feedback([(PredictionId.parse(preds[0].prediction_id), 1)])
     assert first[0].version == 1  # type: ignore[union-attr]
     await engine.store.client.set(hold, "1", px=5_000)  # a writer that died holding it
     with pytest.raises(Unavailable, match="stayed held") as e:
-        await engine.learning.submit_feedback([(preds[1].prediction_id, 1)])
+        await engine.learning.submit_feedback([(PredictionId.parse(preds[1].prediction_id), 1)])
     assert e.value.code == "model_busy"
+
+
+async def test_an_empty_batch_from_python_is_refused_before_anything_is_stored(
+    engines: Any,
+) -> None:
+    """The HTTP schemas ask for one example at least; the learning layer says so itself to
+    its callers in Python, for either form of a batch."""
+    engine = engines()
+    await engine.models.create_model("m", {"n_features": 2})
+    for empty in ([], np.zeros(0)):
+        for call in (
+            engine.learning.predict("m", empty),
+            engine.learning.learn("m", empty, []),
+        ):
+            with pytest.raises(InvalidInput, match="At least one example") as e:
+                await call
+            assert e.value.code == "empty_batch"
+    _, meta = await engine.models.read_model("m")
+    assert meta["version"] == "0"
+
+
+async def test_feedback_with_ids_that_cannot_be_ids_is_not_found_item_by_item(
+    engines: Any,
+) -> None:
+    engine = engines()
+    await engine.models.create_model("m", {"n_features": 2})
+    _, (pred,) = await engine.learning.predict("m", [[1.0, 0.0]])
+    ok, garbage, gone = await engine.learning.submit_feedback(
+        [
+            (PredictionId.parse(pred.prediction_id), 1),
+            (PredictionId.parse("m:{x}:AAAAAAAAAAAAAAAA"), 1),
+            (PredictionId("gone", "A" * 16), 1),
+        ]
+    )
+    assert not isinstance(ok, ServiceError) and ok.version == 1
+    assert isinstance(garbage, PredictionNotFound) and isinstance(gone, PredictionNotFound)
 
 
 async def test_an_export_of_a_model_that_keeps_changing_is_model_busy(

@@ -102,6 +102,27 @@ def test_key_limited_to_models(secured: httpx.Client) -> None:
     assert secured.get("/models/denied", headers=auth(ADMIN)).json()["counters"]["feedback"] == 0
 
 
+def test_a_feedback_batch_with_one_denied_model_is_refused_whole(secured: httpx.Client) -> None:
+    """Each item's model is checked against the key before anything is applied; an id that
+    cannot be one names no model, and is not found, item by item."""
+    ids = [
+        secured.post(
+            "/predict", json={"model": name, "features": [1, 2]}, headers=auth(ADMIN)
+        ).json()["prediction_id"]
+        for name in ("allowed", "denied")
+    ]
+    fb = {"feedback": [{"prediction_id": i, "label": 1} for i in ids]}
+    r = secured.post("/feedback/batch", json=fb, headers=auth(SCOPED))
+    assert r.status_code == 403 and "'denied'" in r.json()["detail"]
+    assert secured.get("/models/allowed", headers=auth(ADMIN)).json()["counters"]["feedback"] == 0
+    fb = {"feedback": [{"prediction_id": t, "label": 1} for t in (ids[0], "denied", "a:b:c")]}
+    r = secured.post("/feedback/batch", json=fb, headers=auth(SCOPED))
+    assert r.status_code == 200
+    results = r.json()["results"]
+    assert results[0]["version"] == 1
+    assert [x["error"]["code"] for x in results[1:]] == ["prediction_not_found"] * 2
+
+
 def test_health_needs_no_key(secured: httpx.Client) -> None:
     assert secured.get("/healthz").status_code == 200
     assert secured.get("/readyz").status_code == 200

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Response
 
 from ..auth import Role
 from ..errors import ServiceError
-from ..learning import ID_SEPARATOR
-from .deps import Reader, Trainer
+from ..names import PredictionId
+from .deps import Caller, Reader, Trainer
 from .routing import FastJSONRoute
 from .schemas import (
     ErrorResponse,
@@ -61,8 +61,9 @@ async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchR
 @router.post("/feedback", responses=errors, response_model=FeedbackResponse)
 async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
-    who.check(Role.train, _model_of(body.prediction_id))
-    (f,) = await who.worker.learning.submit_feedback([(body.prediction_id, body.label)])
+    (f,) = await who.worker.learning.submit_feedback(
+        [(_checked_id(who, body.prediction_id), body.label)]
+    )
     if isinstance(f, ServiceError):
         raise f
     return json_response(
@@ -73,10 +74,8 @@ async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
 @router.post("/feedback/batch", responses=errors)
 async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> FeedbackBatchResponse:
     """Give many true labels; each item gets its own result or error, in order."""
-    for model in {_model_of(f.prediction_id) for f in body.feedback}:
-        who.check(Role.train, model)
     results = await who.worker.learning.submit_feedback(
-        [(f.prediction_id, f.label) for f in body.feedback]
+        [(_checked_id(who, f.prediction_id), f.label) for f in body.feedback]
     )
     out = []
     for f in results:
@@ -120,5 +119,10 @@ async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     )
 
 
-def _model_of(prediction_id: str) -> str:
-    return prediction_id.partition(ID_SEPARATOR)[0]
+def _checked_id(who: Caller, text: str) -> PredictionId | None:
+    """The prediction id ``text`` holds, parsed once, if the caller may train its model (403
+    otherwise); None if it cannot be an id, which the learning layer answers as not found."""
+    pid = PredictionId.parse(text)
+    if pid is not None:
+        who.check(Role.train, pid.model)
+    return pid

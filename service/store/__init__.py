@@ -2,16 +2,13 @@
 ``service/protocol.py``'s."""
 
 from .connect import describe_store, open_store
-from .keys import ModelKeys, check_name, valid_name, valid_token
+from .keys import ModelKeys
 from .redis_store import Condition, Store
 
 __all__ = [
     "Condition",
     "ModelKeys",
-    "check_name",
     "Store",
     "describe_store",
     "open_store",
-    "valid_name",
-    "valid_token",
 ]

@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from ..errors import InvalidInput
+from ..names import valid_name, valid_token
 
-NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{16,64}")
 PREFIX = "pcp"
 REGISTRY = f"{PREFIX}:models"
 # Set once the 'default' model was made in this store: a deleted default stays deleted.
 DEFAULT_MADE = f"{PREFIX}:default-made"
 
 
-def valid_name(name: str) -> bool:
-    """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
-    return NAME_RE.fullmatch(name) is not None  # not match/$: "$" allows a final newline
-
-
-def check_name(name: str) -> str:
-    """``name``, or a 400 ``invalid_model_name`` that says what a name may hold."""
-    if not valid_name(name):
-        raise InvalidInput(
-            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
-            code="invalid_model_name",
-        )
-    return name
-
-
-def valid_token(token: str) -> bool:
-    """Whether ``token`` may be the random part of a prediction id."""
-    return TOKEN_RE.fullmatch(token) is not None
-
-
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
-    """The keys of one model. Only names that passed :func:`valid_name` get here."""
+    """The keys of one model. Names are checked where they enter the service (``names.py``);
+    this check again, like the tokens', is the store's own guard: no key is ever built from a
+    name that could reach into another model's keys."""
 
     name: str
 

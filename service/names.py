@@ -1,0 +1,66 @@
+"""What may name a model and what a prediction id is: the rules, written once.
+
+A name is checked where it enters the service (a request's schema, a path parameter through
+:func:`check_name`, a prediction id through :meth:`PredictionId.parse`); code past that point
+takes it as given. The store builds Redis keys only from names that pass :func:`valid_name`
+(``store/keys.py``), so a name can never reach into another model's keys.
+
+>>> PredictionId.parse("iris:AbCdEfGhIjKlMnOp")
+PredictionId(model='iris', token='AbCdEfGhIjKlMnOp')
+>>> str(PredictionId("iris", "AbCdEfGhIjKlMnOp"))
+'iris:AbCdEfGhIjKlMnOp'
+>>> PredictionId.parse("iris:short") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from .errors import InvalidInput
+
+NAME_CHARS = "[A-Za-z0-9_.-]"  # what a model's name is made of
+NAME_MAX = 64  # and at most this many of them
+TOKEN_CHARS = "[A-Za-z0-9_-]"  # the random part of a prediction id: URL-safe base64
+ID_SEPARATOR = ":"  # between a prediction id's model name and its token
+
+NAME_RE = re.compile(f"{NAME_CHARS}{{1,{NAME_MAX}}}")
+TOKEN_RE = re.compile(f"{TOKEN_CHARS}{{16,64}}")
+_ID_RE = re.compile(f"({NAME_CHARS}{{1,{NAME_MAX}}}){ID_SEPARATOR}({TOKEN_CHARS}{{16,64}})")
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
+    return NAME_RE.fullmatch(name) is not None  # not match/$: "$" allows a final newline
+
+
+def check_name(name: str) -> str:
+    """``name``, or a 400 ``invalid_model_name`` that says what a name may hold."""
+    if not valid_name(name):
+        raise InvalidInput(
+            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
+            code="invalid_model_name",
+        )
+    return name
+
+
+def valid_token(token: str) -> bool:
+    """Whether ``token`` may be the random part of a prediction id."""
+    return TOKEN_RE.fullmatch(token) is not None
+
+
+class PredictionId(NamedTuple):
+    """A prediction's id, ``<model>:<token>``, parsed once where it enters the service."""
+
+    model: str
+    token: str
+
+    @classmethod
+    def parse(cls, text: str) -> PredictionId | None:
+        """The id ``text`` holds, or None if it cannot be one (such a prediction is unknown)."""
+        m = _ID_RE.fullmatch(text)
+        return None if m is None else cls(m[1], m[2])
+
+    def __str__(self) -> str:
+        return f"{self.model}{ID_SEPARATOR}{self.token}"
