@@ -13,6 +13,7 @@ pytestmark = pytest.mark.servers  # a fresh interpreter per module
 # module -> packages it must not pull in, even indirectly
 PURE = {
     "service.learner": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.names": ("redis", "fastapi", "starlette", "numpy", "service.store", "service.api"),
     "service.protocol": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.learn_sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     "service.replica": ("redis", "fastapi", "starlette", "service.store", "service.api"),
