@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 
 pytestmark = pytest.mark.servers  # nginx, Redis and API processes
@@ -334,6 +335,36 @@ def test_mixed_load_through_nginx_loses_nothing(topo: Any) -> None:
         for port in topo.api_ports:
             addr = f"127.0.0.1:{port}"
             assert after.get(addr, 0) - before.get(addr, 0) > 50, after
+
+
+def upstream_connections(topo: Any) -> set[int]:
+    """nginx's side (its port) of every connection established to an API process."""
+    apis = set(topo.api_ports)
+    return {
+        c.raddr.port
+        for c in psutil.net_connections(kind="tcp4")
+        if c.status == psutil.CONN_ESTABLISHED and c.laddr.port in apis and c.raddr
+    }
+
+
+def test_nginx_opens_new_connections_to_the_apis_while_busy(topo: Any) -> None:
+    """deploy/nginx.conf's keepalive_time: a connection to an API process that never idles is
+    still replaced after 10 s, so that nginx's connections keep spreading over the workers."""
+    with logs_on_failure(topo), client(topo) as c:
+        create_model(topo, "steady-connections")
+        body = {"model": "steady-connections", "features": [1] * D}
+
+        def predict() -> None:
+            assert c.post("/predict", json=body).status_code == 200
+
+        for _ in range(20):
+            predict()
+        first = upstream_connections(topo)
+        assert first
+        end = time.monotonic() + 11.5  # keepalive_time, and a margin
+        while time.monotonic() < end:  # one request after another: never idle for 4 s
+            predict()
+        assert first.isdisjoint(upstream_connections(topo))
 
 
 def test_killing_an_api_process_under_load_loses_no_answered_update(

@@ -7,7 +7,9 @@ live. Answering with ``Connection: close`` once a connection is ``max_age_s`` ol
 client open a new one (HTTP clients do so transparently), and a new connection goes to
 whichever worker accepts first: an idle worker, waiting on the socket, wins over a busy one.
 So the spread corrects itself within seconds, for the price of one TCP handshake per
-connection per ``max_age_s``. Installed only when ``PERCEPTRON_CONNECTION_MAX_AGE_S`` is set.
+connection per ``max_age_s``. Installed only when ``PERCEPTRON_CONNECTION_MAX_AGE_S`` is set,
+for clients that reach the service directly: behind nginx, its ``keepalive_time``
+(``deploy/nginx.conf``) recycles nginx's connections instead.
 """
 
 from __future__ import annotations
