@@ -121,6 +121,17 @@ def parse_document(doc: Any) -> ModelFile:
     here, so that no imported model can break a request, the metrics of any model, or the
     store's counters.
     """
+    config = _config_of(doc)
+    version, seen, created = _count(doc, "version"), _count(doc, "seen"), _count(doc, "created")
+    if version > seen:
+        raise _bad(f"'version' ({version}) exceeds 'seen' ({seen}): each update has an example.")
+    counters = _counters(doc.get("counters"), config, seen)
+    weights = _weights_of(doc, config, version, seen)
+    return ModelFile(config, weights, counters, created)
+
+
+def _config_of(doc: Any) -> ModelConfig:
+    """The document's configuration, once its header and fields are checked."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _bad(f"'format' must be {FORMAT!r}.")
     if doc.get("format_version") != FORMAT_VERSION:
@@ -137,13 +148,13 @@ def parse_document(doc: Any) -> ModelFile:
     if unknown:
         raise _bad(f"unknown configuration field {str(unknown[0])[:40]!r}.")
     try:
-        config = ModelConfig.from_dict(doc["config"])
+        return ModelConfig.from_dict(doc["config"])
     except (ConfigError, TypeError) as e:
         raise _bad(str(e)) from e
-    version, seen, created = _count(doc, "version"), _count(doc, "seen"), _count(doc, "created")
-    if version > seen:
-        raise _bad(f"'version' ({version}) exceeds 'seen' ({seen}): each update has an example.")
-    counters = _counters(doc.get("counters"), config, seen)
+
+
+def _weights_of(doc: dict[str, Any], config: ModelConfig, version: int, seen: int) -> Weights:
+    """The document's weights, checked against their checksum and within bounds."""
     if not isinstance(doc.get("weights"), str) or not isinstance(doc.get("sha256"), str):
         raise _bad("'weights' and 'sha256' must be strings.")
     try:
@@ -159,7 +170,7 @@ def parse_document(doc: Any) -> ModelFile:
     for a in (weights.w, weights.b, weights.wsum, weights.bsum):
         if a is not None and not (np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT):
             raise _bad("the weights must be finite numbers within +-1e250.")
-    return ModelFile(config, weights, counters, created)
+    return weights
 
 
 def config_json(config: ModelConfig) -> str:

@@ -47,16 +47,22 @@ class Coalescer(Generic[Item, Result]):
             self._tasks.add(asyncio.create_task(self._drain()))
         return await future
 
+    def _take(self) -> list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]]:
+        """The requests of the next commit, off the queue: the oldest, and those after it that
+        keep the commit within the limit of items (one request alone may exceed it)."""
+        taken, size = 0, 0
+        while taken < len(self._queue) and (
+            taken == 0 or size + len(self._queue[taken][0]) <= self._limit
+        ):
+            size += len(self._queue[taken][0])
+            taken += 1
+        batch, self._queue = self._queue[:taken], self._queue[taken:]
+        return batch
+
     async def _drain(self) -> None:
         try:
             while self._queue:
-                taken, size = 0, 0
-                while taken < len(self._queue) and (
-                    taken == 0 or size + len(self._queue[taken][0]) <= self._limit
-                ):
-                    size += len(self._queue[taken][0])
-                    taken += 1
-                batch, self._queue = self._queue[:taken], self._queue[taken:]
+                batch = self._take()
                 flat = [item for items, _, _ in batch for item in items]
                 spans: list[Span] = []
                 start = 0

@@ -62,6 +62,10 @@ class ModelConfig:
         return {c: i for i, c in enumerate(self.classes)}
 
     def _check(self) -> None:
+        self._check_classes()
+        self._check_numbers()
+
+    def _check_classes(self) -> None:
         classes = self.classes
         if not isinstance(classes, tuple) or len(classes) < 2:
             raise _bad("classes", "a list of at least 2 labels", classes)
@@ -75,6 +79,8 @@ class ModelConfig:
         # Distinct as text too: scores, weight rows and metrics name each class by str(c).
         if len({str(c) for c in classes}) != len(classes):
             raise _bad("classes", "a list of distinct labels", list(classes))
+
+    def _check_numbers(self) -> None:
         if self.multiclass not in STRATEGIES:
             raise _bad("multiclass", "one of 'multiclass', 'ovr', 'ovo'", self.multiclass)
         n = self.n_features
