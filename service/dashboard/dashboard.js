@@ -1,6 +1,10 @@
 // The perceptron dashboard: reads the JSON API every 2 s and draws it. Plain JS, an ES module
 // (so strict, its names its own), no dependencies.
 
+import {
+  fmtAxisPct, fmtClock, fmtCount, fmtDate, fmtInt, fmtNum, fmtPct, nCount, nounFor,
+} from './format.js';
+
 const KEY_STORAGE = 'perceptron-api-key';
 const REFRESH_MS = 2000;
 const BASE = new URL('.', location.href); // the API sits beside /dashboard
@@ -22,61 +26,7 @@ const state = {
   lastOk: 0,
 };
 
-// ---------------------------------------------------------------- formatting
-
-function fmtInt(n) {
-  if (n === null || n === undefined) return '—';
-  return String(Math.round(n)).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
-}
-
-// "1 mistake", "2 mistakes", "1,024 examples": a count and its noun, singular for exactly 1.
-function nCount(n, noun, nouns = noun + 's') {
-  const text = fmtInt(n);
-  return `${text} ${text === '1' ? noun : nouns}`;
-}
-
-function fmtPct(r) {
-  if (r === null || r === undefined) return '—';
-  const p = r * 100;
-  if (p === 0) return '0%';
-  return (p < 1 ? p.toFixed(2) : p.toFixed(1)) + '%';
-}
-
-function fmtAxisPct(r) {
-  return (r * 100).toFixed(2).replace(/\.?0+$/, '') + '%';
-}
-
-function fmtNum(v) {
-  if (v === null || v === undefined || Number.isNaN(v)) return '—';
-  const a = Math.abs(v);
-  if (a === 0) return '0';
-  if (a >= 1e7 || a < 1e-3) return v.toExponential(2);
-  if (a >= 1000) return fmtInt(v);
-  if (a >= 100) return v.toFixed(1);
-  return v.toPrecision(4).replace(/\.?0+$/, '');
-}
-
-function pad2(n) {
-  return String(n).padStart(2, '0');
-}
-
-function fmtClock(unixS, withSeconds = true) {
-  const d = new Date(unixS * 1000);
-  const hm = pad2(d.getHours()) + ':' + pad2(d.getMinutes());
-  return withSeconds ? hm + ':' + pad2(d.getSeconds()) : hm;
-}
-
-function fmtDate(unixS) {
-  const d = new Date(unixS * 1000);
-  return d.getFullYear() + '-' + pad2(d.getMonth() + 1) + '-' + pad2(d.getDate()) + ' ' +
-    fmtClock(unixS, false);
-}
-
-function fmtCount(n) {
-  if (n >= 1e6) return (n / 1e6).toFixed(n >= 1e7 ? 0 : 1) + 'M';
-  if (n >= 1e4) return (n / 1e3).toFixed(0) + 'k';
-  return fmtInt(n);
-}
+// ---------------------------------------------------------------- page
 
 function setText(id, text, value) {
   const el = $(id);
@@ -172,7 +122,7 @@ function setStatus(kind, text) {
 setInterval(() => {
   if (state.lastOk && $('status').dataset.state === 'live') {
     const age = (Date.now() - state.lastOk) / 1000;
-    if (age > 3 * REFRESH_MS / 1000) setStatus('stale', `no update for ${Math.round(age)} s`);
+    if (age > 3 * REFRESH_MS / 1000) setStatus('stale', `no update for ${fmtInt(age)} s`);
   }
 }, 1000);
 
@@ -224,9 +174,9 @@ window.addEventListener('hashchange', () => {
 function configLine(info) {
   const c = info.config;
   const kind = c.classes.length === 2 ? 'binary' : `${c.classes.length} classes (${c.multiclass})`;
-  const parts = [kind, c.n_features ? `${c.n_features} features` : `hashed 2^${c.hash_bits}`];
-  if (c.learning_rate !== 1) parts.push(`lr ${c.learning_rate}`);
-  if (c.margin) parts.push(`margin ${c.margin}`);
+  const parts = [kind, c.n_features ? nCount(c.n_features, 'feature') : `hashed 2^${c.hash_bits}`];
+  if (c.learning_rate !== 1) parts.push(`lr ${fmtNum(c.learning_rate)}`);
+  if (c.margin) parts.push(`margin ${fmtNum(c.margin)}`);
   if (c.averaged) parts.push('averaged');
   parts.push(`created ${fmtDate(info.created)}`);
   return parts.join(' · ');
@@ -420,8 +370,7 @@ function renderWeights(m) {
     text = `The current weights do not separate the last ${nCount(b.window, 'example')} ` +
       `(γ = ${fmtNum(b.gamma)} ≤ 0): the data may not be linearly separable, or not yet.`;
   } else {
-    const shown = fmtCount(b.bound);
-    value.textContent = `≈ ${shown} ${shown === '1' ? 'mistake' : 'mistakes'}`;
+    value.textContent = `≈ ${fmtCount(b.bound)} ${nounFor(b.bound, 'mistake')}`;
     const share = b.mistakes / b.bound;
     text = `A perceptron on data separable with margin γ makes at most R²/γ² mistakes. ` +
       `γ is measured with the current weights on recent examples only, so this is an ` +
@@ -436,7 +385,7 @@ function renderWeights(m) {
     meter.style.setProperty('--fill', Math.min(1, b.mistakes / b.bound).toFixed(4));
   }
   $('bound-facts').hidden = !b.applies;
-  setText('bound-gamma', b.gamma === null || b.gamma === undefined ? '—' : fmtNum(b.gamma), b.gamma);
+  setText('bound-gamma', fmtNum(b.gamma), b.gamma);
   setText('bound-window', fmtInt(b.window), b.window);
   setText('bound-mistakes', fmtInt(b.mistakes), b.mistakes);
 }
@@ -510,7 +459,7 @@ function renderConfusion(m) {
       } else {
         td.classList.add('zero');
       }
-      td.title = `true ${labels[i]}, served ${labels[j]}: ${count}` +
+      td.title = `true ${labels[i]}, served ${labels[j]}: ${fmtInt(count)}` +
         (total ? ` (${fmtPct(share)} of true ${labels[i]})` : '');
       const num = document.createElement('span');
       num.className = 'n';
@@ -730,7 +679,7 @@ function renderCharts(m) {
       { cls: 'cumulative', name: 'cumulative', ys: cumulative, polyline: true, area: true },
     ],
     label: (i) => `${fmtClock(pts[i].t)} (+${bucket} s)`,
-    extra: (i) => `${fmtInt(pts[i].mistakes)} of ${fmtInt(pts[i].examples)} examples wrong`,
+    extra: (i) => `${fmtInt(pts[i].mistakes)} of ${nCount(pts[i].examples, 'example')} wrong`,
   });
   const curve = m.curve.points;
   const recent = recentRates(m.curve);
