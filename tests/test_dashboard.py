@@ -4,7 +4,9 @@ Debian's ``chromium`` is driven by Playwright (deploy/setup.sh test installs bot
 own browser download is never used). Every request the page makes to anything but the service
 under test is aborted, and fails the test. Screenshots of the filled page go to artifacts/:
 dashboard.png, and the README's demo, a three-class model at 1280 px and on a phone
-(dashboard-demo.png, dashboard-1280.png, dashboard-phone.png).
+(dashboard-demo.png, dashboard-1280.png, dashboard-phone.png). The page writes numbers and
+times in the browser's locale and time zone: en-US and UTC here, unless a test names another
+locale.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -67,14 +70,23 @@ def playwright() -> Iterator[Playwright]:
 
 
 @pytest.fixture
-def browser(playwright: Playwright, tmp_path: Path) -> Iterator[BrowserContext]:
-    """Chromium with a fresh profile (so a fresh localStorage) for each test."""
+def locale() -> str:
+    """The browser's locale; a test may name another (``@pytest.mark.parametrize``)."""
+    return "en-US"
+
+
+@pytest.fixture
+def browser(playwright: Playwright, tmp_path: Path, locale: str) -> Iterator[BrowserContext]:
+    """Chromium with a fresh profile (so a fresh localStorage) for each test, in ``locale``
+    and the UTC time zone."""
     context = playwright.chromium.launch_persistent_context(
         str(tmp_path / "chromium-profile"),
         executable_path=CHROMIUM,
         headless=True,
         args=CHROMIUM_ARGS,
         viewport={"width": 1440, "height": 900},
+        locale=locale,
+        timezone_id="UTC",
     )
     yield context
     context.close()
@@ -97,14 +109,15 @@ def page(browser: BrowserContext) -> Iterator[Page]:
 
 
 def pct(rate: float | None) -> str:
-    """The page's percentage format (JavaScript's toFixed rounds the exact double half up)."""
+    """The page's percentage in en-US: Intl.NumberFormat rounds the decimal a number prints
+    as (its shortest, Python's repr), half away from zero; one place, two under 1%."""
     if rate is None:
         return "—"
-    p = rate * 100
+    p = Decimal(repr(rate)).scaleb(2)
     if p == 0:
         return "0%"
     places = Decimal("0.01") if p < 1 else Decimal("0.1")
-    return f"{Decimal(p).quantize(places, rounding=ROUND_HALF_UP)}%"
+    return f"{p.quantize(places, rounding=ROUND_HALF_UP)}%"
 
 
 def trend(m: dict[str, Any]) -> tuple[str, float | None]:
@@ -421,6 +434,47 @@ def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> N
     xs = page.locator("#chart-examples text.tick-x").all_text_contents()
     assert xs == ["0", "1"]
     expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(1)
+    # Times on a 24-hour clock, in the browser's time zone (UTC here), the date as en-US has it.
+    created = datetime.fromtimestamp(client.get("/models/one").json()["created"], UTC)
+    when = f"{created:%b} {created.day}, {created:%Y, %H:%M}"
+    expect(page.locator("#version-sub")).to_have_text(f"model “one”, created {when}")
+    expect(page.locator("#status-text")).to_have_text(
+        re.compile(r"^live · updated \d\d:\d\d:\d\d$")
+    )
+    ticks = page.locator("#chart-time text.tick-x").all_text_contents()
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
+    assert aborted == []
+
+
+@pytest.mark.parametrize("locale", [pytest.param("de-DE", id="de-DE")])
+def test_numbers_and_dates_follow_the_browsers_locale(client: httpx.Client, page: Page) -> None:
+    """The words stay English; the digits, separators and date order are the browser's."""
+    aborted = only_the_service(page, client)
+    assert client.put("/models/big", json={"n_features": 2}).status_code == 201
+    rng = np.random.default_rng(3)
+    for _ in range(2):  # 1,200 examples: more than one batch holds
+        xs = rng.normal(size=(600, 2)).round(3)
+        body = {
+            "model": "big",
+            "features": xs.tolist(),
+            "labels": np.where(xs[:, 0] > 0, 1, -1).tolist(),
+        }
+        assert client.post("/learn/batch", json=body).status_code == 200
+    m = client.get("/models/big/metrics").json()
+    mistakes, rate = m["counters"]["mistakes"], m["mistake_rate"]["cumulative"]
+    assert m["counters"]["seen"] == 1200 and 0 < rate < 1
+
+    page.goto(f"{base(client)}/dashboard#model=big")
+    expect(page.locator("#counter-seen")).to_have_text("1.200")  # en-US: 1,200
+    german = f"{mistakes:,}".replace(",", ".")
+    expect(page.locator("#rate-cumulative-sub")).to_have_text(f"{german} of 1.200 examples")
+    # A decimal comma, and a space (no-break) before the percent sign.
+    share = pct(rate).removesuffix("%").replace(".", ",")
+    assert page.locator("#rate-cumulative").text_content() == f"{share}\u00a0%"
+    created = datetime.fromtimestamp(client.get("/models/big").json()["created"], UTC)
+    expect(page.locator("#version-sub")).to_have_text(
+        f"model “big”, created {created:%d.%m.%Y, %H:%M}"
+    )
     assert aborted == []
 
 

@@ -413,7 +413,10 @@ def test_the_dashboard_and_its_files(api: httpx.Client) -> None:
     page = api.get("/dashboard")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    assert api.get("/dashboard/static/dashboard.js").status_code == 200
+    for script in ("dashboard.js", "format.js"):  # ES modules: a browser wants a script type
+        served = api.get(f"/dashboard/static/{script}")
+        assert served.status_code == 200, script
+        assert served.headers["content-type"].startswith("text/javascript"), script
     data = api.get("/models")
     assert data.headers["content-security-policy"] == "default-src 'none'; frame-ancestors 'none'"
     assert data.headers["x-content-type-options"] == "nosniff"
