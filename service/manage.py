@@ -20,12 +20,13 @@ from typing import Any
 
 import httpx
 
-from .api.schemas import ModelInfo, ModelList
 from .client import (
     DEFAULT_URL,
     AuthError,
     Client,
     ConflictError,
+    ModelInfo,
+    ModelList,
     NotFoundError,
     PerceptronError,
     UnavailableError,

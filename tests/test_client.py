@@ -16,28 +16,26 @@ import httpx
 import numpy as np
 import pytest
 
-from service.api.schemas import (
-    FeedbackBatchResponse,
-    FeedbackResponse,
-    Health,
-    LearnBatchResponse,
-    LearnResponse,
-    ModelInfo,
-    ModelList,
-    ModelMetrics,
-    PredictBatchResponse,
-    PredictResponse,
-    WeightsResponse,
-)
 from service.client import (
     AsyncClient,
     AuthError,
     Client,
     ConflictError,
+    FeedbackBatchResponse,
+    FeedbackResponse,
+    Health,
     InvalidInputError,
+    LearnBatchResponse,
+    LearnResponse,
+    ModelInfo,
+    ModelList,
+    ModelMetrics,
     NotFoundError,
     PerceptronError,
+    PredictBatchResponse,
+    PredictResponse,
     UnavailableError,
+    WeightsResponse,
     error_from_item,
 )
 

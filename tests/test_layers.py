@@ -1,5 +1,6 @@
 """Layers import downward: the learner and the protocol are pure (no Redis, no web framework),
-the store knows nothing of the API, and the learning code on replicas needs no store."""
+the store knows nothing of the API, the learning code on replicas needs no store, and the
+Python client none of the server."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ PURE = {
     "service.store": ("fastapi", "starlette", "service.api", "service.learning"),
     "service.metrics": ("service.api", "service.learning", "service.store"),
     "service.group_commit": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    # what users of the Python client install and import: no server
+    "service.client": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "service.api",
+        "service.app",
+        "service.store",
+        "service.worker",
+        "service.learning",
+        "service.settings",
+    ),
 }
 
 
@@ -34,3 +48,13 @@ def test_a_module_does_not_pull_in_a_higher_layer(module: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
+
+
+def test_the_client_imports_nothing_of_the_service_but_itself() -> None:
+    code = (
+        "import sys, service.client\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('service.')\n"
+        "    and m != 'service.client' and not m.startswith('service.client.'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"service.client imports {out.stdout.strip()}"

@@ -20,9 +20,8 @@ import pytest
 from PIL import Image
 
 from service import replay as rp
-from service.api.schemas import FeedbackResponse, PredictResponse
 from service.cli import main
-from service.client import AsyncClient, Client, Label
+from service.client import AsyncClient, Client, FeedbackResponse, Label, PredictResponse
 
 from .conftest import MakeService
 

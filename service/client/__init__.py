@@ -1,0 +1,100 @@
+"""A typed HTTP client of the service, sync (``Client``) and async (``AsyncClient``).
+
+Both clients share everything but the I/O: each operation is described once as a ``Call``
+(``calls.py``: method, path, JSON body, and how to read the answer), and each client only
+sends it::
+
+    from service.client import Client, NotFoundError
+
+    with Client("http://127.0.0.1:8000", api_key="...") as c:
+        c.create_model("iris", classes=["setosa", "versicolor", "virginica"], n_features=4)
+        r = c.learn("iris", [5.1, 3.5, 1.4, 0.2], "setosa")
+        print(r.mistake, c.read_model("iris").counters.mistakes)
+
+Answers are the client's own pydantic models (``answers.py``), field for field those of the
+service's OpenAPI document; the client imports nothing of the server (no FastAPI, no Redis).
+An error answer raises a ``PerceptronError`` subclass chosen by its HTTP status, carrying the
+service's ``code``, ``detail`` and ``status``. A request that gets no answer at all (refused
+connection, timeout) raises httpx's own ``httpx.TransportError``. A 2-D numpy array of numbers
+given to ``predict_batch`` or ``learn_batch`` travels packed (``packed_features``), the rest as
+JSON.
+"""
+
+from .answers import (
+    Confusion,
+    Counters,
+    Curve,
+    CurvePoint,
+    ErrorResponse,
+    FeedbackBatchResponse,
+    FeedbackItemResult,
+    FeedbackResponse,
+    Health,
+    Label,
+    LearnBatchResponse,
+    LearnResponse,
+    MistakeBound,
+    MistakeRates,
+    ModelInfo,
+    ModelList,
+    ModelMetrics,
+    ModelSpec,
+    PredictBatchResponse,
+    PredictResponse,
+    Series,
+    SeriesPoint,
+    WeightRow,
+    WeightsResponse,
+)
+from .calls import Features
+from .clients import DEFAULT_TIMEOUT, DEFAULT_URL, AsyncClient, Client
+from .errors import (
+    AuthError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PerceptronError,
+    UnavailableError,
+    error_from_item,
+    error_from_response,
+)
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "DEFAULT_URL",
+    "AsyncClient",
+    "AuthError",
+    "Client",
+    "ConflictError",
+    "Confusion",
+    "Counters",
+    "Curve",
+    "CurvePoint",
+    "ErrorResponse",
+    "FeedbackBatchResponse",
+    "FeedbackItemResult",
+    "FeedbackResponse",
+    "Features",
+    "Health",
+    "InvalidInputError",
+    "Label",
+    "LearnBatchResponse",
+    "LearnResponse",
+    "MistakeBound",
+    "MistakeRates",
+    "ModelInfo",
+    "ModelList",
+    "ModelMetrics",
+    "ModelSpec",
+    "NotFoundError",
+    "PerceptronError",
+    "PredictBatchResponse",
+    "PredictResponse",
+    "Series",
+    "SeriesPoint",
+    "UnavailableError",
+    "WeightRow",
+    "WeightsResponse",
+    "error_from_item",
+    "error_from_response",
+]

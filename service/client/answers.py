@@ -1,0 +1,225 @@
+"""The service's answers as the client reads them: typed, and free of the server's code.
+
+Each class declares the fields of the answer of the same name in the service's OpenAPI
+document, in the same order and with the same JSON types; ``tests/test_client_answers.py``
+holds the two together, so a field added, dropped or retyped on either side fails a test.
+Fields the service may leave out or send as null default to ``None``, as there.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+__all__ = [
+    "Confusion",
+    "Counters",
+    "Curve",
+    "CurvePoint",
+    "ErrorResponse",
+    "FeedbackBatchResponse",
+    "FeedbackItemResult",
+    "FeedbackResponse",
+    "Health",
+    "Label",
+    "LearnBatchResponse",
+    "LearnResponse",
+    "MistakeBound",
+    "MistakeRates",
+    "ModelInfo",
+    "ModelList",
+    "ModelMetrics",
+    "ModelSpec",
+    "PredictBatchResponse",
+    "PredictResponse",
+    "Series",
+    "SeriesPoint",
+    "WeightRow",
+    "WeightsResponse",
+]
+
+Label = int | str
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer."""
+
+    detail: str
+    code: str
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+class ModelSpec(BaseModel):
+    """A model's configuration, fixed at creation."""
+
+    classes: list[Label]
+    multiclass: str
+    n_features: int | None
+    hash_bits: int
+    fit_bias: bool
+    learning_rate: float
+    margin: float
+    averaged: bool
+    feedback_ttl_s: int
+
+
+class Counters(BaseModel):
+    """A model's counters since creation, reset or import."""
+
+    predictions: int = 0
+    feedback: int = 0
+    learned: int = 0
+    mistakes: int = 0
+    updates: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    unknown_feedback: int = 0
+    seen: int = 0
+
+
+class ModelInfo(BaseModel):
+    name: str
+    config: ModelSpec
+    version: int
+    created: int
+    counters: Counters
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+class WeightRow(BaseModel):
+    target: str
+    weights: list[float] | dict[str, float]
+    bias: float
+
+
+class WeightsResponse(BaseModel):
+    model: str
+    version: int
+    seen: int
+    rows: list[WeightRow]
+    averaged: list[WeightRow] | None = None
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+class MistakeRates(BaseModel):
+    cumulative: float | None
+    last_100: float | None
+    last_1000: float | None
+
+
+class SeriesPoint(BaseModel):
+    t: int
+    examples: int
+    mistakes: int
+    rate: float | None
+    examples_total: int
+    mistakes_total: int
+
+
+class Series(BaseModel):
+    bucket_s: int
+    points: list[SeriesPoint]
+
+
+class CurvePoint(BaseModel):
+    examples: int
+    mistakes: int
+    rate: float
+
+
+class Curve(BaseModel):
+    every: int
+    points: list[CurvePoint]
+
+
+class Confusion(BaseModel):
+    labels: list[Label]
+    matrix: list[list[int]]
+
+
+class MistakeBound(BaseModel):
+    estimate: bool = True
+    applies: bool
+    reason: str | None = None
+    mistakes: int
+    window: int
+    R: float | None = None
+    gamma: float | None = None
+    bound: float | None = None
+    separable: bool | None = None
+
+
+class ModelMetrics(BaseModel):
+    model: str
+    version: int
+    counters: Counters
+    mistake_rate: MistakeRates
+    series: Series
+    curve: Curve
+    confusion: Confusion
+    weight_norm: float
+    max_feature_norm: float
+    mistake_bound: MistakeBound
+
+
+# --- learning -------------------------------------------------------------------------------
+
+
+class PredictResponse(BaseModel):
+    prediction_id: str
+    label: Label
+    score: float | None = None
+    scores: dict[str, float] | None = None
+    version: int
+
+
+class PredictBatchResponse(BaseModel):
+    predictions: list[PredictResponse]
+    version: int
+
+
+class FeedbackResponse(BaseModel):
+    mistake: bool
+    updated: bool
+    version: int
+    duplicate: bool = False
+
+
+class FeedbackItemResult(BaseModel):
+    """One item of a /feedback/batch answer: its result, or its ``error``."""
+
+    mistake: bool | None = None
+    updated: bool | None = None
+    version: int | None = None
+    duplicate: bool | None = None
+    error: ErrorResponse | None = None
+
+
+class FeedbackBatchResponse(BaseModel):
+    results: list[FeedbackItemResult]
+
+
+class LearnResponse(BaseModel):
+    label: Label
+    mistake: bool
+    updated: bool
+    version: int
+
+
+class LearnBatchResponse(BaseModel):
+    labels: list[Label]
+    mistakes: list[bool]
+    updated: list[bool]
+    version: int
+    mistake_count: int
+
+
+class Health(BaseModel):
+    status: str
+    store: str | None = None

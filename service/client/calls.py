@@ -1,0 +1,222 @@
+"""Every operation of the API as a ``Call``: the request to send and how to read its answer.
+
+Nothing here sends anything (sans-I/O): ``Client`` and ``AsyncClient`` send a ``Call`` with
+their own httpx client and hand the response back to ``Call.result``, so each operation's
+path, body and answer type are written once for both.
+
+>>> call = predict("iris", [5.1, 3.5])
+>>> (call.method, call.path, call.body)
+('POST', '/predict', {'model': 'iris', 'features': [5.1, 3.5]})
+>>> delete_model("a/b").path
+'/models/a%2Fb'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+import pybase64
+from pydantic import BaseModel
+
+from .answers import (
+    FeedbackBatchResponse,
+    FeedbackResponse,
+    Health,
+    Label,
+    LearnBatchResponse,
+    LearnResponse,
+    ModelInfo,
+    ModelList,
+    ModelMetrics,
+    PredictBatchResponse,
+    PredictResponse,
+    WeightsResponse,
+)
+from .errors import PerceptronError, error_from_response
+
+__all__ = [
+    "Call",
+    "Features",
+    "create_model",
+    "delete_model",
+    "export_model",
+    "feedback",
+    "feedback_batch",
+    "healthz",
+    "import_model",
+    "learn",
+    "learn_batch",
+    "list_models",
+    "metrics",
+    "predict",
+    "predict_batch",
+    "read_model",
+    "readyz",
+    "reset_model",
+    "weights",
+]
+
+# A dense example is a sequence of numbers (a numpy array works too); named features a mapping.
+Features = Sequence[float] | Mapping[str, float]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One request (method, path, JSON body) and how to read its successful answer."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], T]
+    body: Any = None
+
+    def result(self, response: httpx.Response) -> T:
+        """The answer read, or the error it carries raised as a ``PerceptronError``."""
+        if response.is_error:
+            raise error_from_response(response)
+        return self.read(response)
+
+
+# --- reading answers --------------------------------------------------------------------------
+
+
+def _parse(model: type[M]) -> Callable[[httpx.Response], M]:
+    def read(response: httpx.Response) -> M:
+        return model.model_validate_json(response.content)
+
+    return read
+
+
+def _nothing(response: httpx.Response) -> None:
+    return None
+
+
+def _document(response: httpx.Response) -> dict[str, Any]:
+    value = response.json()
+    if not isinstance(value, dict):
+        raise PerceptronError(response.status_code, "unexpected_answer", "not a JSON object")
+    return value
+
+
+# --- writing requests ------------------------------------------------------------------------
+
+
+def _path(name: str) -> str:
+    return "/models/" + quote(name, safe="")
+
+
+def _features(x: Features) -> list[Any] | dict[str, Any]:
+    if isinstance(x, Mapping):
+        return dict(x)
+    tolist = getattr(x, "tolist", None)  # numpy: plain floats, not numpy scalars
+    if callable(tolist):
+        values: list[Any] = tolist()
+        return values
+    return list(x)
+
+
+def _examples(features_list: Sequence[Features]) -> dict[str, Any]:
+    """A batch's examples: a 2-D numpy array of numbers goes packed (see the API), the rest
+    as JSON."""
+    if (
+        isinstance(features_list, np.ndarray)
+        and features_list.ndim == 2
+        and features_list.dtype.kind in ("f", "i", "u")
+    ):
+        values = np.ascontiguousarray(features_list, dtype="<f8")
+        return {"packed_features": pybase64.b64encode(values.tobytes()).decode("ascii")}
+    return {"features": [_features(x) for x in features_list]}
+
+
+def _label(y: Label) -> Label:
+    item = getattr(y, "item", None)  # numpy integer scalars
+    if callable(item):
+        value: Label = item()
+        return value
+    return y
+
+
+# --- the operations ---------------------------------------------------------------------------
+
+
+def create_model(name: str, config: Mapping[str, Any]) -> Call[ModelInfo]:
+    return Call("PUT", _path(name), _parse(ModelInfo), dict(config))
+
+
+def list_models() -> Call[ModelList]:
+    return Call("GET", "/models", _parse(ModelList))
+
+
+def read_model(name: str) -> Call[ModelInfo]:
+    return Call("GET", _path(name), _parse(ModelInfo))
+
+
+def delete_model(name: str) -> Call[None]:
+    return Call("DELETE", _path(name), _nothing)
+
+
+def reset_model(name: str) -> Call[ModelInfo]:
+    return Call("POST", _path(name) + "/reset", _parse(ModelInfo))
+
+
+def export_model(name: str) -> Call[dict[str, Any]]:
+    return Call("GET", _path(name) + "/export", _document)
+
+
+def import_model(name: str, document: Mapping[str, Any]) -> Call[ModelInfo]:
+    return Call("POST", _path(name) + "/import", _parse(ModelInfo), dict(document))
+
+
+def weights(name: str) -> Call[WeightsResponse]:
+    return Call("GET", _path(name) + "/weights", _parse(WeightsResponse))
+
+
+def metrics(name: str) -> Call[ModelMetrics]:
+    return Call("GET", _path(name) + "/metrics", _parse(ModelMetrics))
+
+
+def predict(model: str, features: Features) -> Call[PredictResponse]:
+    body = {"model": model, "features": _features(features)}
+    return Call("POST", "/predict", _parse(PredictResponse), body)
+
+
+def predict_batch(model: str, features_list: Sequence[Features]) -> Call[PredictBatchResponse]:
+    body = {"model": model, **_examples(features_list)}
+    return Call("POST", "/predict/batch", _parse(PredictBatchResponse), body)
+
+
+def feedback(prediction_id: str, label: Label) -> Call[FeedbackResponse]:
+    body = {"prediction_id": prediction_id, "label": _label(label)}
+    return Call("POST", "/feedback", _parse(FeedbackResponse), body)
+
+
+def feedback_batch(items: Sequence[tuple[str, Label]]) -> Call[FeedbackBatchResponse]:
+    body = {"feedback": [{"prediction_id": p, "label": _label(y)} for p, y in items]}
+    return Call("POST", "/feedback/batch", _parse(FeedbackBatchResponse), body)
+
+
+def learn(model: str, features: Features, label: Label) -> Call[LearnResponse]:
+    body = {"model": model, "features": _features(features), "label": _label(label)}
+    return Call("POST", "/learn", _parse(LearnResponse), body)
+
+
+def learn_batch(
+    model: str, features_list: Sequence[Features], labels: Sequence[Label]
+) -> Call[LearnBatchResponse]:
+    body = {"model": model, **_examples(features_list), "labels": [_label(y) for y in labels]}
+    return Call("POST", "/learn/batch", _parse(LearnBatchResponse), body)
+
+
+def healthz() -> Call[Health]:
+    return Call("GET", "/healthz", _parse(Health))
+
+
+def readyz() -> Call[Health]:
+    return Call("GET", "/readyz", _parse(Health))

@@ -1,0 +1,253 @@
+"""``Client`` and ``AsyncClient``: the same operations, sent with httpx's sync or async client.
+
+Each method builds its operation's ``Call`` (``calls.py``) and sends it; only the sending
+differs between the two classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from . import calls
+from .answers import (
+    FeedbackBatchResponse,
+    FeedbackResponse,
+    Health,
+    Label,
+    LearnBatchResponse,
+    LearnResponse,
+    ModelInfo,
+    ModelList,
+    ModelMetrics,
+    PredictBatchResponse,
+    PredictResponse,
+    WeightsResponse,
+)
+from .calls import Call, Features
+
+__all__ = ["DEFAULT_TIMEOUT", "DEFAULT_URL", "AsyncClient", "Client"]
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT = 30.0
+
+T = TypeVar("T")
+
+
+def _options(
+    base_url: str, api_key: str | None, timeout: float | None, headers: Mapping[str, str] | None
+) -> dict[str, Any]:
+    all_headers = {"accept": "application/json", **(headers or {})}
+    if api_key:
+        all_headers["authorization"] = f"Bearer {api_key}"
+    return {"base_url": base_url.rstrip("/"), "headers": all_headers, "timeout": timeout}
+
+
+# --- the two clients: only the I/O differs ----------------------------------------------------
+
+
+class Client:
+    """Synchronous client. ``api_key`` is sent as ``Authorization: Bearer <key>``.
+
+    ``transport`` (an ``httpx.BaseTransport``) is for tests and custom networking.
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            **_options(base_url, api_key, timeout, headers), transport=transport
+        )
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url).rstrip("/")
+
+    def _send(self, call: Call[T]) -> T:
+        return call.result(self._http.request(call.method, call.path, json=call.body))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_model(self, name: str, **config: Any) -> ModelInfo:
+        """Create a model (or confirm one with the same configuration); see ``ModelSpec``."""
+        return self._send(calls.create_model(name, config))
+
+    def list_models(self) -> ModelList:
+        return self._send(calls.list_models())
+
+    def read_model(self, name: str) -> ModelInfo:
+        return self._send(calls.read_model(name))
+
+    def delete_model(self, name: str) -> None:
+        self._send(calls.delete_model(name))
+
+    def reset_model(self, name: str) -> ModelInfo:
+        """Zero the model's weights and counters; its pending predictions lapse."""
+        return self._send(calls.reset_model(name))
+
+    def export_model(self, name: str) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum)."""
+        return self._send(calls.export_model(name))
+
+    def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
+        """Create the model from an export document, or overwrite one of its configuration."""
+        return self._send(calls.import_model(name, document))
+
+    def weights(self, name: str) -> WeightsResponse:
+        return self._send(calls.weights(name))
+
+    def metrics(self, name: str) -> ModelMetrics:
+        return self._send(calls.metrics(name))
+
+    def predict(self, model: str, features: Features) -> PredictResponse:
+        return self._send(calls.predict(model, features))
+
+    def predict_batch(self, model: str, features_list: Sequence[Features]) -> PredictBatchResponse:
+        return self._send(calls.predict_batch(model, features_list))
+
+    def feedback(self, prediction_id: str, label: Label) -> FeedbackResponse:
+        return self._send(calls.feedback(prediction_id, label))
+
+    def feedback_batch(self, items: Sequence[tuple[str, Label]]) -> FeedbackBatchResponse:
+        """Items are ``(prediction_id, label)``; per-item errors stay in the results."""
+        return self._send(calls.feedback_batch(items))
+
+    def learn(self, model: str, features: Features, label: Label) -> LearnResponse:
+        return self._send(calls.learn(model, features, label))
+
+    def learn_batch(
+        self, model: str, features_list: Sequence[Features], labels: Sequence[Label]
+    ) -> LearnBatchResponse:
+        return self._send(calls.learn_batch(model, features_list, labels))
+
+    def healthz(self) -> Health:
+        return self._send(calls.healthz())
+
+    def readyz(self) -> Health:
+        """The store answers; raises ``UnavailableError`` when it does not."""
+        return self._send(calls.readyz())
+
+
+class AsyncClient:
+    """Asynchronous client: the same methods as ``Client``, to be awaited."""
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        *,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 100,
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            **_options(base_url, api_key, timeout, headers),
+            transport=transport,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url).rstrip("/")
+
+    async def _send(self, call: Call[T]) -> T:
+        return call.result(await self._http.request(call.method, call.path, json=call.body))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def create_model(self, name: str, **config: Any) -> ModelInfo:
+        """Create a model (or confirm one with the same configuration); see ``ModelSpec``."""
+        return await self._send(calls.create_model(name, config))
+
+    async def list_models(self) -> ModelList:
+        return await self._send(calls.list_models())
+
+    async def read_model(self, name: str) -> ModelInfo:
+        return await self._send(calls.read_model(name))
+
+    async def delete_model(self, name: str) -> None:
+        await self._send(calls.delete_model(name))
+
+    async def reset_model(self, name: str) -> ModelInfo:
+        """Zero the model's weights and counters; its pending predictions lapse."""
+        return await self._send(calls.reset_model(name))
+
+    async def export_model(self, name: str) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum)."""
+        return await self._send(calls.export_model(name))
+
+    async def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
+        """Create the model from an export document, or overwrite one of its configuration."""
+        return await self._send(calls.import_model(name, document))
+
+    async def weights(self, name: str) -> WeightsResponse:
+        return await self._send(calls.weights(name))
+
+    async def metrics(self, name: str) -> ModelMetrics:
+        return await self._send(calls.metrics(name))
+
+    async def predict(self, model: str, features: Features) -> PredictResponse:
+        return await self._send(calls.predict(model, features))
+
+    async def predict_batch(
+        self, model: str, features_list: Sequence[Features]
+    ) -> PredictBatchResponse:
+        return await self._send(calls.predict_batch(model, features_list))
+
+    async def feedback(self, prediction_id: str, label: Label) -> FeedbackResponse:
+        return await self._send(calls.feedback(prediction_id, label))
+
+    async def feedback_batch(self, items: Sequence[tuple[str, Label]]) -> FeedbackBatchResponse:
+        """Items are ``(prediction_id, label)``; per-item errors stay in the results."""
+        return await self._send(calls.feedback_batch(items))
+
+    async def learn(self, model: str, features: Features, label: Label) -> LearnResponse:
+        return await self._send(calls.learn(model, features, label))
+
+    async def learn_batch(
+        self, model: str, features_list: Sequence[Features], labels: Sequence[Label]
+    ) -> LearnBatchResponse:
+        return await self._send(calls.learn_batch(model, features_list, labels))
+
+    async def healthz(self) -> Health:
+        return await self._send(calls.healthz())
+
+    async def readyz(self) -> Health:
+        """The store answers; raises ``UnavailableError`` when it does not."""
+        return await self._send(calls.readyz())
