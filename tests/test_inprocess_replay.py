@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import json
+import sys
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -153,8 +154,15 @@ def test_a_busy_service_is_retried_as_it_asks(service: InProcessService) -> None
     assert busy == [0] and s.examples == 40 and counters(service, "breast_cancer").learned == 40
 
 
-def run_main(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
+class Terminal(io.StringIO):
+    """Text written to a terminal, kept."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_main(args: list[str], stderr: io.StringIO | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), stderr or io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["replay", *args])
     return code, out.getvalue(), err.getvalue()
@@ -178,10 +186,15 @@ def test_the_command_replays_prints_and_draws(reaching: InProcessService, tmp_pa
     assert summary["examples"] == 30 and summary["curve"] == str(curve)
     assert curve.read_bytes().startswith(b"\x89PNG")
     assert summary["mistakes"] == counters(reaching, "iris").mistakes
-    code, out, err = run_main(
-        ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "text"]
-    )
-    assert code == 0 and "mistakes" in out and "text [" in err  # the progress bar
+    nine = ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "text"]
+    code, out, err = run_main(nine)
+    assert code == 0 and "mistakes" in out and err == ""  # no bar but on a terminal
+    code, out, err = run_main([*nine, "--reset"], Terminal())
+    mistakes = counters(reaching, "text").mistakes
+    last = err.split("\r")[-1]  # the bar as it was left
+    assert code == 0 and last.startswith("text: 100%|") and last.endswith("]\n")
+    assert "9/9 [" in last and f"mistakes {mistakes} ({mistakes / 9:.2%})]" in last
+    assert run_main([*nine, "--quiet"], Terminal())[2] == ""
 
 
 def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,26 +283,51 @@ def test_the_tally_counts_each_example_once_and_shows_the_counts() -> None:
     assert tally.outcomes() == [False, False, True, True] and shown[-1] == (4, 2, True)
 
 
-def test_the_progress_bar_draws_tenths_or_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    plain = io.StringIO()
-    p = rp.Progress(20, "m", plain)
-    for done in range(1, 21):
-        p.update(done, done // 4)
-    p.update(20, 5, final=True)
-    lines = plain.getvalue().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("m [" + "#" * 24 + "] 20/20 mistakes 5")
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
+def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     tty = Terminal()
     p = rp.Progress(20, "m", tty)
-    p.update(1, 0)
-    p.update(2, 1)  # within 0.1 s of the last draw: not drawn
+    for done in range(1, 21):
+        p.update(done, done // 4)  # within 0.1 s of each other: drawn once or twice
     p.update(20, 5, final=True)
-    text = tty.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\x1b[K\n") and "(25.00%)" in text
+    p.close()  # closed already: nothing more
+    draws = tty.getvalue().split("\r")[1:]
+    assert 2 <= len(draws) <= 5, draws  # when made, maybe once on the way, when done
+    assert draws[0].startswith("m:   0%|") and " 0/20 " in draws[0]
+    assert draws[0].endswith(", mistakes 0 (-)]")
+    assert draws[-1].startswith("m: 100%|") and draws[-1].endswith("]\n")
+    assert " 20/20 [" in draws[-1] and "ex/s, mistakes 5 (25.00%)]" in draws[-1]
+
+    plain = io.StringIO()  # a file or a pipe
+    p = rp.Progress(20, "m", plain)
+    p.update(20, 5, final=True)
+    assert plain.getvalue() == ""
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # installed without the replay extra
+    tty = Terminal()
+    p = rp.Progress(20, "m", tty)
+    p.update(20, 5, final=True)
+    assert tty.getvalue() == ""
+
+
+def test_an_error_ends_the_bar_before_its_message(
+    service: InProcessService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learned = [0]
+
+    async def gone_after_three(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/learn":
+            if learned[0] == 3:
+                raise httpx.ConnectError("connection refused", request=request)
+            learned[0] += 1
+        return await service.async_transport().handle_async_request(request)
+
+    transport = httpx.MockTransport(gone_after_three)
+    monkeypatch.setattr(command, "replay", partial(rp.replay, transport=transport))
+    args = ["--dataset", "iris", "--shuffle", "1", "--mode", "learn", "--limit", "9"]
+    code, _, err = run_main(args, Terminal())
+    bar, message, end = err.split("\r")[-1].split("\n")
+    assert code == 1 and " 3/9 [" in bar and end == ""
+    assert message.startswith("perceptron replay: cannot reach http://127.0.0.1:8000")
 
 
 def test_the_async_client_against_the_app_on_its_own_loop(service: InProcessService) -> None:

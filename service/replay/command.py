@@ -167,7 +167,11 @@ def _replay(args: argparse.Namespace) -> Summary:
     data = _load(args)
     options = _options(args)
     progress = None if args.quiet else Progress(len(data), options.model or data.name)
-    summary = replay(data, options, progress=progress)
+    try:
+        summary = replay(data, options, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()  # so that an error's message goes on a line of its own
     if args.curve:
         write_curve(summary, args.curve, args.window)
     return summary
