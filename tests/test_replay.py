@@ -294,22 +294,6 @@ def test_csv_errors(tmp_path: Path, text: str, label_column: str | None, message
         rp.load_csv(path, label_column)
 
 
-def test_libsvm_files(tmp_path: Path) -> None:
-    path = tmp_path / "a.libsvm"
-    path.write_text("# a comment\n+1 1:0.5 3:2 # trailing\n-1 qid:3 2:-1\n\n+1 4:1e2\n")
-    data = rp.load_libsvm(path)
-    assert data.rows == [[0.5, 0.0, 2.0, 0.0], [0.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 100.0]]
-    assert data.labels == [1, -1, 1] and data.name == "a"
-    zero_based = tmp_path / "z.txt"
-    zero_based.write_text("cat 0:1 2:3\ndog 1:1\n")
-    z = rp.load_libsvm(zero_based)
-    assert z.rows == [[1.0, 0.0, 3.0], [0.0, 1.0, 0.0]] and z.labels == ["cat", "dog"]
-    bad = tmp_path / "bad.txt"
-    bad.write_text("1 1:2 oops\n")
-    with pytest.raises(rp.ReplayError, match="not 'index:value'"):
-        rp.load_libsvm(bad)
-
-
 def test_files_replay_through_the_service(url: str, tmp_path: Path) -> None:
     csv_path = tmp_path / "three.csv"
     rows = [(i % 3, (i * 7) % 5, ["x", "y", "z"][i % 3]) for i in range(30)]

@@ -16,15 +16,9 @@ Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 
 from .command import DESCRIPTION, add_arguments, run
 from .curve import curve_points, write_curve
-from .datasets import (
-    DATASETS,
-    Dataset,
-    load_csv,
-    load_dataset,
-    load_libsvm,
-    model_name_for,
-)
+from .datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
 from .errors import ReplayError
+from .libsvm import load_libsvm
 from .options import ReplayOptions, StreamOptions
 from .progress import Progress
 from .stream import ensure_model, replay, replay_async

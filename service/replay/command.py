@@ -12,8 +12,9 @@ import httpx
 
 from ..client import DEFAULT_URL, PerceptronError
 from .curve import write_curve
-from .datasets import DATASETS, Dataset, load_csv, load_dataset, load_libsvm
+from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError
+from .libsvm import load_libsvm
 from .options import ReplayOptions, StreamOptions
 from .progress import Progress
 from .stream import replay
