@@ -64,6 +64,12 @@ class Sender:
         if due:
             await self.feedback(due)
 
+    def take_pending(self) -> list[tuple[int, str]]:
+        """The predictions still awaiting their label, oldest first, taken to be sent."""
+        taken = list(self.pending)
+        self.pending.clear()
+        return taken
+
     async def learn(self, chunk: list[int]) -> None:
         """The examples with their labels to /learn (or /learn/batch)."""
         rows, labels = self._examples(chunk)

@@ -109,7 +109,7 @@ async def replay_async(
 
     k = options.concurrency
     await _each(_groups(range(len(data)), options.batch), paced, k)
-    await _each(_groups(list(sender.pending), options.batch), sender.feedback, k)
+    await _each(_groups(sender.take_pending(), options.batch), sender.feedback, k)
     seconds = time.monotonic() - start
     outcomes = tally.outcomes()
     return Summary(
