@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import io
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from service import cli
 from service import replay as rp
 from service.client import AsyncClient, Client
 from service.replay import command
+from service.replay.tally import Tally
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService
@@ -38,10 +40,22 @@ def service() -> Iterator[InProcessService]:
     s.stop()
 
 
+Replay = Callable[..., rp.Summary]
+
+
 @pytest.fixture
-def replay(service: InProcessService) -> Any:
-    """``rp.replay`` reaching the in-process service."""
-    return partial(rp.replay, url=BASE_URL, transport=service.async_transport())
+def replay(service: InProcessService) -> Replay:
+    """``rp.replay`` reaching the in-process service: ``replay(data, stream, **options)``."""
+
+    def run(data: rp.Dataset, stream: rp.StreamOptions | None = None, **options: Any) -> Any:
+        stream = stream or rp.StreamOptions()
+        return rp.replay(
+            data,
+            rp.ReplayOptions(BASE_URL, stream=stream, **options),
+            transport=service.async_transport(),
+        )
+
+    return run
 
 
 def counters(service: InProcessService, model: str) -> Any:
@@ -50,44 +64,51 @@ def counters(service: InProcessService, model: str) -> Any:
 
 
 def test_every_mode_counts_each_example_once_as_the_service_does(
-    service: InProcessService, replay: Any
+    service: InProcessService, replay: Replay
 ) -> None:
     one = replay(CANCER, model="one")
     c = counters(service, "one")
     assert (one.examples, c.predictions, c.feedback, c.seen) == (40, 40, 40, 40)
     assert one.mistakes == c.mistakes and one.mode == "predict"
-    learned = replay(CANCER, model="learned", mode="learn")
+    learned = replay(CANCER, rp.StreamOptions("learn"), model="learned")
     assert learned.outcomes == one.outcomes  # predict + feedback at once is learn
-    for kwargs in (
-        {"batch": 7},
-        {"mode": "learn", "batch": 6},
-        {"delay": 3},
-        {"delay": 4, "batch": 5, "concurrency": 3},
-        {"mode": "learn", "concurrency": 2},
+    for n, stream in enumerate(
+        [
+            rp.StreamOptions(batch=7),
+            rp.StreamOptions("learn", batch=6),
+            rp.StreamOptions(delay=3),
+            rp.StreamOptions(delay=4, batch=5, concurrency=3),
+            rp.StreamOptions("learn", concurrency=2),
+        ]
     ):
-        name = "m" + str(len(kwargs)) + "-".join(map(str, kwargs.values()))
-        s = replay(CANCER, model=name, **kwargs)
-        c = counters(service, name)
-        assert s.examples == 40 and c.seen == 40 and s.mistakes == c.mistakes, kwargs
-        if kwargs.get("mode") == "learn" and "concurrency" not in kwargs:
-            assert s.outcomes == one.outcomes, kwargs  # learned in order: the same perceptron
+        s = replay(CANCER, stream, model=f"m{n}")
+        c = counters(service, f"m{n}")
+        assert s.examples == 40 and c.seen == 40 and s.mistakes == c.mistakes, stream
+        assert (s.mode, s.batch, s.concurrency, s.delay) == (
+            stream.mode,
+            stream.batch,
+            stream.concurrency,
+            stream.delay,
+        )
+        if stream.mode == "learn" and stream.concurrency == 1:
+            assert s.outcomes == one.outcomes, stream  # learned in order: the same perceptron
 
 
 def test_a_multiclass_model_is_made_to_the_data_and_reset_on_request(
-    service: InProcessService, replay: Any
+    service: InProcessService, replay: Replay
 ) -> None:
-    s = replay(IRIS, multiclass="ovr", mode="learn", batch=10)
+    s = replay(IRIS, rp.StreamOptions("learn", batch=10), multiclass="ovr")
     with Client(BASE_URL, transport=service.transport()) as c:
         config = c.read_model("iris").config
         assert (config.multiclass, config.n_features, len(config.classes)) == ("ovr", 4, 3)
         assert c.read_model("iris").counters.learned == 45 == s.examples
-        again = replay(IRIS, multiclass="ovr", mode="learn", reset=True)
+        again = replay(IRIS, rp.StreamOptions("learn"), multiclass="ovr", reset=True)
         assert c.read_model("iris").counters.learned == 45
         assert again.outcomes == s.outcomes
 
 
 def test_a_model_that_does_not_fit_the_data_is_refused(
-    service: InProcessService, replay: Any
+    service: InProcessService, replay: Replay
 ) -> None:
     with Client(BASE_URL, transport=service.transport()) as c:
         c.create_model("small", n_features=2, classes=[0, 1])
@@ -96,10 +117,23 @@ def test_a_model_that_does_not_fit_the_data_is_refused(
         replay(CANCER, model="small")
     with pytest.raises(rp.ReplayError, match="lack"):
         replay(CANCER, model="other")
-    with pytest.raises(ValueError, match="delay applies"):
-        replay(CANCER, mode="learn", delay=2)
-    with pytest.raises(ValueError, match="batch and concurrency"):
-        replay(CANCER, batch=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        pytest.param({"mode": "learn", "delay": 2}, "delay applies", id="delay-with-learn"),
+        pytest.param({"batch": 0}, "batch and concurrency", id="batch-0"),
+        pytest.param({"concurrency": 0}, "batch and concurrency", id="concurrency-0"),
+        pytest.param({"delay": -1}, "delay >= 0", id="negative-delay"),
+        pytest.param({"rate": 0.0}, "rate > 0", id="rate-0"),
+        pytest.param({"mode": "train"}, "mode must be one of", id="unknown-mode"),
+        pytest.param({"retries": -1}, "retries", id="negative-retries"),
+    ],
+)
+def test_stream_options_are_checked_when_made(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        rp.StreamOptions(**options)
 
 
 def test_a_busy_service_is_retried_as_it_asks(service: InProcessService) -> None:
@@ -115,12 +149,20 @@ def test_a_busy_service_is_retried_as_it_asks(service: InProcessService) -> None
         return await service.async_transport().handle_async_request(request)
 
     transport = httpx.MockTransport(sometimes_busy)
-    s = rp.replay(CANCER, url=BASE_URL, mode="learn", transport=transport)
+    learn = rp.ReplayOptions(BASE_URL, stream=rp.StreamOptions("learn"))
+    s = rp.replay(CANCER, learn, transport=transport)
     assert busy == [0] and s.examples == 40 and counters(service, "breast_cancer").learned == 40
 
 
-def run_main(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
+class Terminal(io.StringIO):
+    """Text written to a terminal, kept."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_main(args: list[str], stderr: io.StringIO | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), stderr or io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = cli.main(["replay", *args])
     return code, out.getvalue(), err.getvalue()
@@ -144,10 +186,52 @@ def test_the_command_replays_prints_and_draws(reaching: InProcessService, tmp_pa
     assert summary["examples"] == 30 and summary["curve"] == str(curve)
     assert curve.read_bytes().startswith(b"\x89PNG")
     assert summary["mistakes"] == counters(reaching, "iris").mistakes
+    nine = ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "text"]
+    code, out, err = run_main(nine)
+    assert code == 0 and "mistakes" in out and err == ""  # no bar but on a terminal
+    code, out, err = run_main([*nine, "--reset"], Terminal())
+    mistakes = counters(reaching, "text").mistakes
+    last = err.split("\r")[-1]  # the bar as it was left
+    assert code == 0 and last.startswith("text: 100%|") and last.endswith("]\n")
+    assert "9/9 [" in last and f"mistakes {mistakes} ({mistakes / 9:.2%})]" in last
+    assert run_main([*nine, "--quiet"], Terminal())[2] == ""
+
+
+def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def replay(data: rp.Dataset, options: rp.ReplayOptions, **kwargs: Any) -> rp.Summary:
+        seen.update(examples=len(data), options=options, **kwargs)
+        return rp.Summary("m", "predict", 3, 2, 4, 0.5, [True, False, False, False])
+
+    monkeypatch.setattr(command, "replay", replay)
+    monkeypatch.setenv("PERCEPTRON_API_KEY", "key-from-env")
     code, out, err = run_main(
-        ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "text"]
+        ["--dataset", "iris", "--limit", "9", "--model", "m", "--multiclass", "ovo", "--reset",
+         "--batch", "3", "--concurrency", "2", "--delay", "4", "--rate", "50",
+         "--url", "http://service.test:1", "--timeout", "7", "--quiet"]
+    )  # fmt: skip
+    assert (code, err, seen["examples"], seen["progress"]) == (0, "", 9, None)
+    stream = rp.StreamOptions(mode="predict", batch=3, concurrency=2, delay=4, rate=50.0)
+    assert seen["options"] == rp.ReplayOptions(
+        url="http://service.test:1",
+        api_key="key-from-env",
+        timeout=7.0,
+        model="m",
+        multiclass="ovo",
+        reset=True,
+        stream=stream,
     )
-    assert code == 0 and "mistakes" in out and "text [" in err  # the progress bar
+    assert out.splitlines()[2:4] == ["mistakes      1", "mistake rate  25.00%"]
+    run_main(["--dataset", "iris", "--mode", "learn", "--api-key", "given", "--quiet"])
+    options = seen["options"]
+    assert (options.api_key, options.model, options.url, options.reset) == (
+        "given",
+        None,  # the dataset's name
+        "http://127.0.0.1:8000",
+        False,
+    )
+    assert options.stream == rp.StreamOptions("learn")
 
 
 def test_the_command_says_what_is_wrong(reaching: InProcessService, tmp_path: Path) -> None:
@@ -180,26 +264,70 @@ def test_the_command_reports_a_service_it_cannot_reach(monkeypatch: pytest.Monke
     assert code == 1 and "cannot reach http://nowhere.test (ConnectError" in err
 
 
-def test_the_progress_bar_draws_tenths_or_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    plain = io.StringIO()
-    p = rp.Progress(20, "m", plain)
-    for done in range(1, 21):
-        p.update(done, done // 4)
-    p.update(20, 5, final=True)
-    lines = plain.getvalue().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("m [" + "#" * 24 + "] 20/20 mistakes 5")
+def test_the_tally_counts_each_example_once_and_shows_the_counts() -> None:
+    shown: list[tuple[int, int, bool]] = []
 
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
+    class Shown(rp.Progress):
+        def update(self, done: int, mistakes: int, final: bool = False) -> None:
+            shown.append((done, mistakes, final))
 
+    tally = Tally(4, Shown(4, "m", io.StringIO()))
+    tally.record([(2, True), (0, False)])
+    tally.record([(3, True)])
+    assert (tally.labelled, tally.mistakes, shown) == (3, 2, [(2, 1, False), (3, 2, False)])
+    with pytest.raises(AssertionError, match="1 examples got no answer"):
+        tally.outcomes()
+    with pytest.raises(AssertionError, match="example 3 was labelled twice"):
+        tally.record([(3, False)])
+    tally.record([(1, False)])
+    assert tally.outcomes() == [False, False, True, True] and shown[-1] == (4, 2, True)
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     tty = Terminal()
     p = rp.Progress(20, "m", tty)
-    p.update(1, 0)
-    p.update(2, 1)  # within 0.1 s of the last draw: not drawn
+    for done in range(1, 21):
+        p.update(done, done // 4)  # within 0.1 s of each other: drawn once or twice
     p.update(20, 5, final=True)
-    text = tty.getvalue()
-    assert text.count("\r") == 2 and text.endswith("\x1b[K\n") and "(25.00%)" in text
+    p.close()  # closed already: nothing more
+    draws = tty.getvalue().split("\r")[1:]
+    assert 2 <= len(draws) <= 5, draws  # when made, maybe once on the way, when done
+    assert draws[0].startswith("m:   0%|") and " 0/20 " in draws[0]
+    assert draws[0].endswith(", mistakes 0 (-)]")
+    assert draws[-1].startswith("m: 100%|") and draws[-1].endswith("]\n")
+    assert " 20/20 [" in draws[-1] and "ex/s, mistakes 5 (25.00%)]" in draws[-1]
+
+    plain = io.StringIO()  # a file or a pipe
+    p = rp.Progress(20, "m", plain)
+    p.update(20, 5, final=True)
+    assert plain.getvalue() == ""
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # installed without the replay extra
+    tty = Terminal()
+    p = rp.Progress(20, "m", tty)
+    p.update(20, 5, final=True)
+    assert tty.getvalue() == ""
+
+
+def test_an_error_ends_the_bar_before_its_message(
+    service: InProcessService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    learned = [0]
+
+    async def gone_after_three(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/learn":
+            if learned[0] == 3:
+                raise httpx.ConnectError("connection refused", request=request)
+            learned[0] += 1
+        return await service.async_transport().handle_async_request(request)
+
+    transport = httpx.MockTransport(gone_after_three)
+    monkeypatch.setattr(command, "replay", partial(rp.replay, transport=transport))
+    args = ["--dataset", "iris", "--shuffle", "1", "--mode", "learn", "--limit", "9"]
+    code, _, err = run_main(args, Terminal())
+    bar, message, end = err.split("\r")[-1].split("\n")
+    assert code == 1 and " 3/9 [" in bar and end == ""
+    assert message.startswith("perceptron replay: cannot reach http://127.0.0.1:8000")
 
 
 def test_the_async_client_against_the_app_on_its_own_loop(service: InProcessService) -> None:

@@ -2,8 +2,13 @@
 
 Each example is sent as a prediction whose true label follows as feedback (the default), or
 to /learn (``mode="learn"``); one at a time or in batches, from one or more concurrent
-clients, with labels optionally arriving ``delay`` examples late. The summary counts the
-examples and the mistakes the service reported; ``write_curve`` draws the learning curve.
+clients, with labels optionally arriving ``delay`` examples late (``StreamOptions``; with the
+service and the model, ``ReplayOptions``). The summary counts the examples and the mistakes
+the service reported; ``write_curve`` draws the learning curve.
+From Python (``replay`` runs its own event loop; ``replay_async`` runs on yours)::
+
+    options = ReplayOptions(model="cancer", stream=StreamOptions("learn", batch=64))
+    summary = replay(load_dataset("breast_cancer"), options)
 
 Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 (scikit-learn's breast_cancer, digits, iris, wine; River's Phishing: the ``replay`` extra).
@@ -11,15 +16,10 @@ Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 
 from .command import DESCRIPTION, add_arguments, run
 from .curve import curve_points, write_curve
-from .datasets import (
-    DATASETS,
-    Dataset,
-    load_csv,
-    load_dataset,
-    load_libsvm,
-    model_name_for,
-)
+from .datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
 from .errors import ReplayError
+from .libsvm import load_libsvm
+from .options import ReplayOptions, StreamOptions
 from .progress import Progress
 from .stream import ensure_model, replay, replay_async
 from .summary import MODES, Mode, Summary
@@ -32,6 +32,8 @@ __all__ = [
     "Mode",
     "Progress",
     "ReplayError",
+    "ReplayOptions",
+    "StreamOptions",
     "Summary",
     "add_arguments",
     "curve_points",

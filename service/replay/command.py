@@ -12,11 +12,13 @@ import httpx
 
 from ..client import DEFAULT_URL, PerceptronError
 from .curve import write_curve
-from .datasets import DATASETS, Dataset, load_csv, load_dataset, load_libsvm
+from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError
+from .libsvm import load_libsvm
+from .options import ReplayOptions, StreamOptions
 from .progress import Progress
 from .stream import replay
-from .summary import MODES
+from .summary import MODES, Summary
 
 
 def _positive(text: str) -> int:
@@ -132,56 +134,53 @@ def _load(args: argparse.Namespace) -> Dataset:
     return data
 
 
-def run(args: argparse.Namespace) -> int:
-    """``perceptron replay``: 0 when done, 1 when the service failed, 2 on bad input."""
-    err = sys.stderr
-    if args.delay and args.mode != "predict":
-        err.write("perceptron replay: --delay applies to --mode predict only.\n")
-        return 2
-    if args.label_column is not None and not args.csv:
-        err.write("perceptron replay: --label-column applies to --csv only.\n")
-        return 2
-    try:
-        data = _load(args)
-    except (ReplayError, OSError) as e:
-        err.write(f"perceptron replay: {e}\n")
-        return 2
-    name = args.model or data.name
-    progress = None if args.quiet else Progress(len(data), name)
+def _options(args: argparse.Namespace) -> ReplayOptions:
     api_key = args.api_key or os.environ.get("PERCEPTRON_API_KEY") or None
+    stream = StreamOptions(
+        mode=args.mode,
+        batch=args.batch,
+        concurrency=args.concurrency,
+        delay=args.delay,
+        rate=args.rate,
+    )
+    return ReplayOptions(
+        url=args.url,
+        api_key=api_key,
+        timeout=args.timeout,
+        model=args.model,
+        multiclass=args.multiclass,
+        reset=args.reset,
+        stream=stream,
+    )
+
+
+def _misuse(args: argparse.Namespace) -> str | None:
+    """What is wrong with these options together, if anything."""
+    if args.delay and args.mode != "predict":
+        return "--delay applies to --mode predict only."
+    if args.label_column is not None and not args.csv:
+        return "--label-column applies to --csv only."
+    return None
+
+
+def _replay(args: argparse.Namespace) -> Summary:
+    """Load the data, replay it, draw the curve when asked."""
+    data = _load(args)
+    options = _options(args)
+    progress = None if args.quiet else Progress(len(data), options.model or data.name)
     try:
-        summary = replay(
-            data,
-            url=args.url,
-            api_key=api_key,
-            model=name,
-            multiclass=args.multiclass,
-            reset=args.reset,
-            mode=args.mode,
-            batch=args.batch,
-            concurrency=args.concurrency,
-            delay=args.delay,
-            rate=args.rate,
-            timeout=args.timeout,
-            progress=progress,
-        )
-    except ReplayError as e:
-        err.write(f"perceptron replay: {e}\n")
-        return 2
-    except PerceptronError as e:
-        err.write(f"perceptron replay: the service answered {e}\n")
-        return 1
-    except httpx.TransportError as e:
-        err.write(f"perceptron replay: cannot reach {args.url} ({type(e).__name__}: {e})\n")
-        return 1
+        summary = replay(data, options, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()  # so that an error's message goes on a line of its own
     if args.curve:
-        try:
-            write_curve(summary, args.curve, args.window)
-        except (ReplayError, OSError) as e:
-            err.write(f"perceptron replay: {e}\n")
-            return 2
-    out = summary.as_dict()
+        write_curve(summary, args.curve, args.window)
+    return summary
+
+
+def _print(summary: Summary, args: argparse.Namespace) -> None:
     if args.json:
+        out = summary.as_dict()
         if args.curve:
             out["curve"] = str(args.curve)
         sys.stdout.write(json.dumps(out) + "\n")
@@ -190,4 +189,24 @@ def run(args: argparse.Namespace) -> int:
         if args.curve:
             sys.stdout.write(f"{'curve':<14}{args.curve}\n")
     sys.stdout.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    """``perceptron replay``: 0 when done, 1 when the service failed, 2 on bad input."""
+    err = sys.stderr
+    if (problem := _misuse(args)) is not None:
+        err.write(f"perceptron replay: {problem}\n")
+        return 2
+    try:
+        summary = _replay(args)
+    except (ReplayError, OSError) as e:
+        err.write(f"perceptron replay: {e}\n")
+        return 2
+    except PerceptronError as e:
+        err.write(f"perceptron replay: the service answered {e}\n")
+        return 1
+    except httpx.TransportError as e:
+        err.write(f"perceptron replay: cannot reach {args.url} ({type(e).__name__}: {e})\n")
+        return 1
+    _print(summary, args)
     return 0

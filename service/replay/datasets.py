@@ -1,4 +1,5 @@
-"""The datasets a replay streams: CSV and LIBSVM files, or one bundled with a package.
+"""The datasets a replay streams: CSV files, or one bundled with a package (LIBSVM files:
+libsvm.py).
 
 scikit-learn's breast_cancer, digits, iris, wine; River's Phishing (the ``replay`` extra).
 """
@@ -11,6 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from ..client import Label
 from .errors import ReplayError
@@ -51,8 +54,6 @@ class Dataset:
         return sorted(set(self.labels))  # one kind of label, checked above
 
     def shuffled(self, seed: int) -> Dataset:
-        import numpy as np
-
         order = np.random.default_rng(seed).permutation(len(self.rows)).tolist()
         return Dataset(self.name, [self.rows[i] for i in order], [self.labels[i] for i in order])
 
@@ -68,7 +69,7 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _labels(raw: Sequence[str]) -> list[Label]:
+def labels_from_text(raw: Sequence[str]) -> list[Label]:
     """Integers when every label is an integer ("1", "-1", "+1", "2.0"); strings otherwise."""
     ints: list[Label] = []
     for text in raw:
@@ -140,49 +141,7 @@ def load_csv(path: str | Path, label_column: str | int | None = None) -> Dataset
             raise ReplayError(f"{path}, line {n}: {len(row)} fields, the first row has {width}.")
         rows.append([_feature(c, f"{path}, line {n}") for i, c in enumerate(row) if i != label_at])
         raw.append(row[label_at].strip())
-    return Dataset(model_name_for(path.stem), rows, _labels(raw))
-
-
-def load_libsvm(path: str | Path) -> Dataset:
-    """A LIBSVM (svmlight) file: ``label index:value ...``, made dense.
-
-    Indices are 1-based unless some index is 0; the number of features is the largest
-    index seen. ``qid:`` fields and ``#`` comments are ignored.
-    """
-    path = Path(path)
-    sparse: list[dict[int, float]] = []
-    raw: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            tokens = line.split("#", 1)[0].split()
-            if not tokens:
-                continue
-            raw.append(tokens[0])
-            example: dict[int, float] = {}
-            for token in tokens[1:]:
-                key, sep, value = token.partition(":")
-                if not sep:
-                    raise ReplayError(f"{path}, line {n}: {token!r} is not 'index:value'.")
-                if key == "qid":
-                    continue
-                if not key.isdigit():
-                    raise ReplayError(f"{path}, line {n}: {key!r} is not a feature index.")
-                example[int(key)] = _feature(value, f"{path}, line {n}")
-            sparse.append(example)
-    if not sparse:
-        raise ReplayError(f"{path}: no examples.")
-    indices = {i for example in sparse for i in example}
-    if not indices:
-        raise ReplayError(f"{path}: no features.")
-    offset = 0 if 0 in indices else 1
-    width = max(indices) + 1 - offset
-    rows = []
-    for example in sparse:
-        row = [0.0] * width
-        for i, v in example.items():
-            row[i - offset] = v
-        rows.append(row)
-    return Dataset(model_name_for(path.stem), rows, _labels(raw))
+    return Dataset(model_name_for(path.stem), rows, labels_from_text(raw))
 
 
 def load_dataset(name: str) -> Dataset:

@@ -1,47 +1,56 @@
-"""The progress bar of a replay."""
+"""The progress bar of a replay, drawn by tqdm."""
 
 from __future__ import annotations
 
 import sys
-import time
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+
+def _bar(total: int, label: str, stream: TextIO) -> tqdm[Any] | None:
+    """tqdm's bar on a terminal; None on anything else (a file, a pipe) or without tqdm."""
+    if not stream.isatty():
+        return None
+    try:  # the replay extra: a service installed without it replays without a bar
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(
+        total=total,
+        desc=label,
+        unit="ex",
+        postfix=_mistakes(0, 0),
+        file=stream,
+        dynamic_ncols=True,
+    )
+
+
+def _mistakes(done: int, mistakes: int) -> str:
+    return f"mistakes {mistakes} ({mistakes / done:.2%})" if done else "mistakes 0 (-)"
 
 
 class Progress:
-    """A one-line progress bar on a terminal; on anything else, a line every 10%."""
+    """Examples labelled out of all, their rate, and the mistakes so far, on a terminal.
+
+    Redrawn on one line at most ten times a second, and left on screen at the end. Nothing
+    is written when ``stream`` (default: stderr) is not a terminal.
+    """
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
-        self.total = total
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty()
-        self.start = time.monotonic()
-        self._last_draw = 0.0
-        self._last_tenth = 0
-        self._last_done = -1
+        self._bar = _bar(total, label, stream if stream is not None else sys.stderr)
 
     def update(self, done: int, mistakes: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if self.tty:
-            if not final and now - self._last_draw < 0.1:
-                return
-        else:
-            tenth = done * 10 // max(self.total, 1)
-            if tenth <= self._last_tenth and not (final and done != self._last_done):
-                return
-            self._last_tenth = tenth
-        self._last_done = done
-        self._last_draw = now
-        width = 24
-        filled = width * done // max(self.total, 1)
-        rate = f"{mistakes / done:6.2%}" if done else "   -  "
-        speed = done / max(now - self.start, 1e-9)
-        line = (
-            f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} "
-            f"mistakes {mistakes} ({rate}) {speed:,.0f} ex/s"
-        )
-        if self.tty:
-            self.stream.write("\r" + line + "\x1b[K" + ("\n" if final else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        """``done`` examples labelled so far, ``mistakes`` of them; ``final``: the last call."""
+        if self._bar is None:
+            return
+        self._bar.set_postfix_str(_mistakes(done, mistakes), refresh=False)
+        self._bar.update(done - self._bar.n)
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        """Leave the bar as it is and end its line (again: nothing)."""
+        if self._bar is not None:
+            self._bar.close()
