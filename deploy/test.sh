@@ -5,9 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh test
-.venv/bin/ruff check service tests
-.venv/bin/ruff format --check service tests
-.venv/bin/mypy service
+.venv/bin/ruff check service tests deploy
+.venv/bin/ruff format --check service tests deploy
+# the files of pyproject.toml's [tool.mypy]: service/, tests/ and deploy/
+.venv/bin/mypy
 if [ $# -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi

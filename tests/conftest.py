@@ -15,7 +15,6 @@ marker it lacks.
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,7 +25,7 @@ import redis
 
 from service.settings import Settings
 
-from .inprocess import Clock, InProcessService, clock_the_store, fake_server
+from .inprocess import Clock, InProcessService, WaitingClock, clock_the_store, fake_server
 from .servers import RedisServer, ServiceProcess, ServiceThread, wait_until
 
 BACKENDS = ("inprocess", "server")
@@ -132,27 +131,15 @@ def backend() -> str:
 
 
 @pytest.fixture
-def clock(backend: str, monkeypatch: pytest.MonkeyPatch) -> Clock:
+def clock(backend: str, monkeypatch: pytest.MonkeyPatch) -> WaitingClock:
     """The service's clock (the time of its buckets and deadlines), and on the in-process
     backend its store's too (TTLs): ``advance(s)`` skips ``s`` seconds of the service's time;
     ``wait(s)`` skips them in-process and sleeps them on the real backend, whose Redis keeps
     its own time."""
-    c = _WaitingClock(backend)
+    c = WaitingClock(backend)
     if backend == "inprocess":
         clock_the_store(c, monkeypatch)
     return c
-
-
-class _WaitingClock(Clock):
-    def __init__(self, backend: str) -> None:
-        super().__init__()
-        self.backend = backend
-
-    def wait(self, seconds: float) -> None:
-        if self.backend == "inprocess":
-            self.advance(seconds)
-        else:
-            time.sleep(seconds)
 
 
 @pytest.fixture
@@ -185,14 +172,14 @@ def make_service(
     the in-process backend, in-process on the test's fakeredis server."""
     started: list[Callable[[], None]] = []
 
-    def make(**overrides: object) -> httpx.Client:
+    def make(**overrides: Any) -> httpx.Client:
         if backend == "inprocess":
-            settings = Settings(**{"auth": False, **overrides})  # type: ignore[arg-type]
+            settings = Settings(**{"auth": False, **overrides})
             service = InProcessService(settings, fake_redis, clock).start()
             started.append(service.stop)
             return service.client(timeout=30)
         redis_url = request.getfixturevalue("redis_url")
-        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})  # type: ignore[arg-type]
+        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})
         server = ServiceThread(settings, clock).start()
         client = httpx.Client(base_url=server.url, timeout=30)
         if settings.default_model:

@@ -47,6 +47,21 @@ class Clock:
         self.skipped += seconds
 
 
+class WaitingClock(Clock):
+    """A ``Clock`` that can also ``wait(s)``: skip ``s`` seconds on the in-process backend,
+    sleep them on the real one, whose Redis keeps its own time."""
+
+    def __init__(self, backend: str) -> None:
+        super().__init__()
+        self.backend = backend
+
+    def wait(self, seconds: float) -> None:
+        if self.backend == "inprocess":
+            self.advance(seconds)
+        else:
+            time.sleep(seconds)
+
+
 class _StoreTime:
     """Stands for the ``time`` module inside fakeredis, so that key expiry and Redis's TIME
     (the scripts' clock) follow a ``Clock``; everything else is the real module."""

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,7 +30,7 @@ def free_port() -> int:
         return port
 
 
-def wait_until(check, timeout: float = 10.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -157,7 +157,7 @@ class ServiceProcess:
 
 
 @contextmanager
-def running(server):  # type: ignore[no-untyped-def]
+def running(server: ServiceProcess) -> Iterator[ServiceProcess]:
     server.start()
     try:
         yield server

@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .inprocess import Clock
+from .inprocess import WaitingClock
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
@@ -227,7 +227,7 @@ def test_unknown_prediction_is_counted(dense: httpx.Client) -> None:
     assert dense.get("/models/d").json()["counters"]["unknown_feedback"] == 1
 
 
-def test_expired_prediction_is_404(client: httpx.Client, clock: Clock) -> None:
+def test_expired_prediction_is_404(client: httpx.Client, clock: WaitingClock) -> None:
     client.put("/models/e", json={"n_features": 1, "feedback_ttl_s": 1})
     pid = client.post("/predict", json={"model": "e", "features": [1]}).json()["prediction_id"]
     clock.wait(2.1)  # skipped in-process; slept on a real Redis, which keeps its own time

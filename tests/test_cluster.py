@@ -87,7 +87,7 @@ def cluster() -> Iterator[Cluster]:
             )  # fmt: skip
             nodes.append(Node(port, proc))
         for node in nodes:
-            wait_until(lambda node=node: node.client().ping(), what=f"node {node.port}")
+            wait_until(node.client().ping, what=f"node {node.port}")
         subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
              "--cluster-yes"],

@@ -119,7 +119,10 @@ def _format_checker() -> jsonschema.FormatChecker:
 
     @checker.checks("duration")
     def is_duration(value: object) -> bool:
-        return not isinstance(value, str) or re.fullmatch(r"(\d+(\.\d+)?(ns|us|ms|s|m|h))+", value)
+        return (
+            not isinstance(value, str)
+            or re.fullmatch(r"(\d+(\.\d+)?(ns|us|ms|s|m|h))+", value) is not None
+        )
 
     @checker.checks("ports")
     def is_ports(value: object) -> bool:
@@ -231,7 +234,7 @@ def final_stage() -> list[tuple[str, str]]:
 
 def healthcheck_url(test: list[str] | str) -> str:
     text = test if isinstance(test, str) else " ".join(test)
-    urls = re.findall(r"https?://[^\s'\"]+", text)
+    urls: list[str] = re.findall(r"https?://[^\s'\"]+", text)
     assert len(urls) == 1, f"expected one URL in the health check {text!r}"
     return urls[0]
 
@@ -300,7 +303,8 @@ def size_bytes(value: str | int) -> int:
     """A Docker (``512m``, ``2g``) or Redis (``1gb``, ``256mb``) size in bytes."""
     m = re.fullmatch(r"(\d+)([kmg]?)b?", str(value).strip().lower())
     assert m is not None, f"not a size: {value!r}"
-    return int(m[1]) * 1024 ** " kmg".index(m[2] or " ")
+    unit: int = 1024 ** " kmg".index(m[2] or " ")  # int ** int is typed Any: it may be a float
+    return int(m[1]) * unit
 
 
 def knob(raw_value: Any) -> tuple[str, str]:

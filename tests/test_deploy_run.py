@@ -182,7 +182,8 @@ def test_redis_and_the_api_run_on_their_secret_files(
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=port, password="not" + password).ping()
     config = client.config_get("*")
-    assert int(config["maxmemory"]) == 1024**3  # compose's REDIS_MAXMEMORY default, 1gb
+    maxmemory = config["maxmemory"]  # compose's REDIS_MAXMEMORY default, 1gb
+    assert maxmemory is not None and int(maxmemory) == 1024**3
     assert config["maxmemory-policy"] == "noeviction" and config["appendonly"] == "yes"
     assert config["protected-mode"] == "yes"
     acl = next((tmp_path / "acl").iterdir())

@@ -26,7 +26,7 @@ import struct
 import zlib
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -36,6 +36,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
+from schemathesis.core.errors import InvalidSchema
+from schemathesis.core.result import Err, Ok
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_headers_conformance,
@@ -47,6 +49,8 @@ from service.app import create_app
 from service.settings import Settings
 
 from .servers import RedisServer, ServiceThread, wait_until
+
+T = TypeVar("T")
 
 CHECKS = [
     not_a_server_error,
@@ -183,10 +187,16 @@ def steer(case: Any, url: str) -> None:
     batch = op.path.endswith("/batch") and isinstance(features, list)
     if "features" in body and model in DIM and s.pick(4):
         dim = DIM[model]
-        body["features"] = [_fit(x, dim) for x in features] if batch else _fit(features, dim)
+        if batch and isinstance(features, list):
+            body["features"] = [_fit(x, dim) for x in features]
+        else:
+            body["features"] = _fit(features, dim)
     features = body.get("features")
     if "features" in body and s.pick(4):
-        body["features"] = [_tame(x, s) for x in features] if batch else _tame(features, s)
+        if batch and isinstance(features, list):
+            body["features"] = [_tame(x, s) for x in features]
+        else:
+            body["features"] = _tame(features, s)
     labels = LABELS.get(model)
     if labels and "label" in body and s.pick(4):
         body["label"] = labels[s.pick(len(labels))]
@@ -210,7 +220,14 @@ def _prediction(url: str, s: Steer) -> str:
     return pid
 
 
-OPERATIONS = [result.ok() for result in schema.get_all_operations()]
+def _ok(result: Ok[T] | Err[InvalidSchema]) -> T:
+    """What a schemathesis result holds; a part of the schema that is not valid raises."""
+    if isinstance(result, Err):
+        raise result.err()
+    return result.ok()
+
+
+OPERATIONS = [_ok(result) for result in schema.get_all_operations()]
 
 
 def cases(operation: Any) -> st.SearchStrategy[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -344,7 +345,7 @@ def test_a_valid_key_still_reads_a_big_body(secured: httpx.Client) -> None:
     examples = [[1.0, -1.0]] * 5000
     body = json.dumps({"model": "m", "features": examples, "labels": [1] * 5000}).encode()
 
-    def chunks():  # type: ignore[no-untyped-def]
+    def chunks() -> Iterator[bytes]:
         for i in range(0, len(body), 4096):
             yield body[i : i + 4096]
 

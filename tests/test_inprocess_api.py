@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import fakeredis
@@ -83,7 +83,7 @@ def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
     return body
 
 
-def learn(api: httpx.Client, model: str, x: list[float], y: Any) -> dict[str, Any]:
+def learn(api: httpx.Client, model: str, x: Sequence[float], y: Any) -> dict[str, Any]:
     r = api.post("/learn", json={"model": model, "features": x, "label": y})
     assert r.status_code == 200, r.text
     answer: dict[str, Any] = r.json()

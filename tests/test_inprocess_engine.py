@@ -87,7 +87,7 @@ async def test_feedback_waits_while_the_writer_holds_the_model(engines: Any) -> 
     hold = ModelKeys("m").hold
     await engine.store.client.set(hold, "1", px=30)  # a writer's commit, 30 ms
     first = await engine.learning.submit_feedback([(PredictionId.parse(preds[0].prediction_id), 1)])
-    assert first[0].version == 1  # type: ignore[union-attr]
+    assert first[0].version == 1
     await engine.store.client.set(hold, "1", px=5_000)  # a writer that died holding it
     with pytest.raises(Unavailable, match="stayed held") as e:
         await engine.learning.submit_feedback([(PredictionId.parse(preds[1].prediction_id), 1)])
@@ -101,6 +101,7 @@ async def test_an_empty_batch_from_python_is_refused_before_anything_is_stored(
     its callers in Python, for either form of a batch."""
     engine = engines()
     await engine.models.create_model("m", {"n_features": 2})
+    empty: list[float] | np.ndarray
     for empty in ([], np.zeros(0)):
         for call in (
             engine.learning.predict("m", empty),

@@ -819,8 +819,9 @@ def test_classes_may_be_given_as_a_list() -> None:
 
 @pytest.mark.parametrize("param", ["learning_rate", "margin"])
 def test_huge_integer_parameters_are_config_errors(param: str) -> None:
+    parameters: dict[str, Any] = {param: 10**400}
     with pytest.raises(ConfigError):
-        ModelConfig(**{param: 10**400})
+        ModelConfig(**parameters)
 
 
 def test_non_string_feature_names_are_refused() -> None:

@@ -63,9 +63,9 @@ def test_export_then_import_into_another_service(client: httpx.Client) -> None:
 def corrupt(doc: dict[str, Any], how: str) -> Any:
     bad = copy.deepcopy(doc)
     if how == "checksum":
-        raw = bytearray(base64.b64decode(bad["weights"]))
-        raw[0] ^= 1
-        bad["weights"] = base64.b64encode(bytes(raw)).decode()
+        flipped = bytearray(base64.b64decode(bad["weights"]))
+        flipped[0] ^= 1
+        bad["weights"] = base64.b64encode(bytes(flipped)).decode()
     elif how == "truncated":
         raw = base64.b64decode(bad["weights"])[:-8]
         bad["weights"] = base64.b64encode(raw).decode()

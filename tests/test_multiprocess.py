@@ -14,7 +14,7 @@ import pytest
 from .servers import ServiceProcess
 
 D = 5
-CLASSES = {"binary": [-1, 1], "multiclass": ["a", "b", "c"]}
+CLASSES: dict[str, list[int | str]] = {"binary": [-1, 1], "multiclass": ["a", "b", "c"]}
 
 
 @pytest.fixture
@@ -73,10 +73,10 @@ def test_concurrent_clients_on_two_servers_lose_no_update(
                     answers.append((x, label, served, r.json()))
 
     threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     assert failures == []
     assert len(answers) == 16 * 60
 

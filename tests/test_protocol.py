@@ -43,7 +43,7 @@ def test_the_lua_constants_are_pythons(redis_client: redis.Redis) -> None:
 
 
 def test_the_scripts_read_a_record_where_the_codec_wrote_it(redis_client: redis.Redis) -> None:
-    config = ModelConfig(classes=["a", "b", "c"], n_features=2)
+    config = ModelConfig(classes=("a", "b", "c"), n_features=2)
     x = encode(config, [1.5, -2.0])
     record = pack_record("e" * 16, 2, [True, False, True], pack_payload(np.zeros(3), x))
     read = redis_client.eval(

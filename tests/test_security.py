@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -240,7 +241,7 @@ def test_limits(
 def test_body_limit_applies_without_content_length(make_service: MakeService) -> None:
     client = make_service(max_body_bytes=2000)
 
-    def chunks():  # type: ignore[no-untyped-def]
+    def chunks() -> Iterator[bytes]:
         yield b'{"features": {'
         for i in range(300):
             yield b'"f%d": 1, ' % i

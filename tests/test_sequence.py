@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learn_sequence import RECENT, LearnedSequence, _run_binary, _run_general, run_sequence
+from service.learn_sequence import LearnedSequence, _run_binary, _run_general, run_sequence
 from service.learner import Example, ModelConfig, Weights, encode
 from service.learner.codec import unpack_entry
 from service.learner.perceptron import apply
+from service.protocol import RECENT_KEPT
 
 EPOCH = "e" * 16
 
@@ -116,7 +117,7 @@ def test_binary_loop_is_the_general_loop_bit_for_bit(
     # Each update's log entry replays to the same update: its raw score and example.
     logged = [unpack_entry(config, e) for e in fast.batch.entries]
     assert [s for s, u in zip(scores, updated, strict=True) if u] == [r[0] for _, _, r, _ in logged]
-    assert len(fast.batch.recent) == min(n, RECENT)
+    assert len(fast.batch.recent) == min(n, RECENT_KEPT)
 
 
 def test_binary_sequence_counts_mistakes_and_cells() -> None:

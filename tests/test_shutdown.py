@@ -235,7 +235,7 @@ def test_sigterm_mid_load_lets_accepted_requests_finish(
     threads = load.start()
     time.sleep(1.5)
     # Hold the requests in flight: Redis answers nobody for a while. Then SIGTERM.
-    redis_client.execute_command("CLIENT", "PAUSE", "1500", "ALL")
+    redis_client.client_pause(1500, all=True)
     time.sleep(0.4)
     term = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
@@ -284,7 +284,7 @@ def test_kill_9_of_a_worker_mid_load_never_leaves_a_half_applied_update(
     victim = max(workers, key=lambda w: connections(w, server.port))
     # Most requests the victim holds are waiting on a paused Redis when it dies: their
     # scripts may have been sent, and run after it died, or not at all.
-    redis_client.execute_command("CLIENT", "PAUSE", "1000", "ALL")
+    redis_client.client_pause(1000, all=True)
     time.sleep(0.3)
     killed = time.monotonic()
     os.kill(victim.pid, signal.SIGKILL)

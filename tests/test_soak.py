@@ -28,6 +28,7 @@ import httpx
 import psutil
 import pytest
 import redis
+from redis.typing import EncodableT, FieldT
 
 from .servers import RedisServer, ServiceProcess, wait_until
 
@@ -101,7 +102,12 @@ def worker_pids(server: ServiceProcess) -> list[int]:
 
 
 def buckets_in(r: redis.Redis) -> list[int]:
-    return sorted({int(f.split(b":")[0]) for f in r.hkeys(SERIES) if f != b"last"})
+    buckets = set()
+    for f in r.hkeys(SERIES):
+        assert isinstance(f, bytes)  # the client does not decode answers
+        if f != b"last":
+            buckets.add(int(f.split(b":")[0]))
+    return sorted(buckets)
 
 
 def sample(r: redis.Redis, pids: list[int], t0: float) -> Sample:
@@ -180,7 +186,9 @@ def test_soak_memory_and_redis_stay_bounded_and_nothing_fails(
     r = redis.Redis(port=store.port)
     # Seed 30 old buckets (59..30 s ago): during the run they fall out of the 60 s window.
     now_bucket = int(time.time()) // BUCKET_S
-    seeded = {f"{b}:n": 1 for b in range(now_bucket - 59, now_bucket - 29)}
+    seeded: dict[FieldT, EncodableT] = {
+        f"{b}:n": 1 for b in range(now_bucket - 59, now_bucket - 29)
+    }
     r.hset(SERIES, mapping={**seeded, "last": now_bucket - 30})
 
     tally, samples = asyncio.run(soak(url, r, pids))

@@ -343,7 +343,7 @@ def upstream_connections(topo: Any) -> set[int]:
     return {
         c.raddr.port
         for c in psutil.net_connections(kind="tcp4")
-        if c.status == psutil.CONN_ESTABLISHED and c.laddr.port in apis and c.raddr
+        if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port in apis and c.raddr
     }
 
 

@@ -116,11 +116,12 @@ def test_a_learn_on_an_idle_model_needs_no_writer_to_be_running(redis_url: str) 
 def test_learns_handed_to_the_writer_answer_as_learned_there(redis_url: str, kind: str) -> None:
     """A hand-off carries every kind of example and answers labels, mistakes and versions
     exactly as a sequential perceptron would: compare with one worker learning alone."""
-    spec: dict[str, Any] = {
+    specs: dict[str, dict[str, Any]] = {
         "dense": {"n_features": 3},
         "named": {"hash_bits": 10},
         "multiclass-averaged": {"classes": ["a", "b", "c"], "n_features": 3, "averaged": True},
-    }[kind]
+    }
+    spec = specs[kind]
     classes = spec.get("classes", [-1, 1])
     rng = random.Random(3)
     batches = []
@@ -220,7 +221,9 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             assert await store.client.llen(k.answer(token)) == 1
             assert await store.client.hlen(k.reqs) == 0
             assert await store.client.scard(k.taken) == 0
-            served, updated, _ = unpack_answer(await store.client.lpop(k.answer(token)))
+            answer = await store.client.lpop(k.answer(token))
+            assert isinstance(answer, bytes)
+            served, updated, _ = unpack_answer(answer)
             assert updated == [u for _, _, u, _ in learned]
         finally:
             await _close(lapsed, new)
@@ -260,8 +263,8 @@ def test_a_writer_killed_mid_work_leaves_no_request_unanswered(redis_url: str) -
     take the lease over when it lapses and learn what the dead writer took and did not
     commit; every request answers 200 and the weights are exactly those of the answers."""
     env = {"PERCEPTRON_ONE_WRITER": "true", "PERCEPTRON_DEFAULT_MODEL": "false"}
-    writer = ServiceProcess(redis_url, **env)
-    others = [ServiceProcess(redis_url, **env), ServiceProcess(redis_url, **env)]
+    writer = ServiceProcess(redis_url, workers=1, **env)
+    others = [ServiceProcess(redis_url, workers=1, **env) for _ in range(2)]
     answers: list[tuple[list[list[int]], list[int], dict[str, Any]]] = []
     failures: list[str] = []
     lock = threading.Lock()

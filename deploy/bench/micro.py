@@ -83,7 +83,9 @@ def batch_reads() -> dict[str, float]:
 
     def json_path() -> None:
         body = LearnBatchRequest.model_validate(orjson.loads(as_json))
-        encode_many(cfg, body.examples())
+        examples = body.examples()
+        assert isinstance(examples, list)  # JSON features
+        encode_many(cfg, examples)
 
     def stdlib_path() -> None:
         body = LearnBatchRequest.model_validate(orjson.loads(as_packed))
@@ -93,7 +95,9 @@ def batch_reads() -> dict[str, float]:
 
     def packed_path() -> None:
         body = LearnBatchRequest.model_validate(orjson.loads(as_packed))
-        encode_matrix(cfg, body.examples())  # pybase64, as the service does
+        examples = body.examples()  # pybase64, as the service does
+        assert isinstance(examples, np.ndarray)  # packed features
+        encode_matrix(cfg, examples)
 
     return {
         "JSON features (orjson, checks, conversion)": best_ms(json_path),

@@ -306,12 +306,12 @@ def main() -> None:
                 r = run(store, w, args.clients, args.seconds, names)
                 table.setdefault((store, w), []).append(r)
                 bad = [n for n, ok in r["exact"].items() if not ok]
-                exact = f"yes, all {len(names)}" if not bad else "NO: " + ", ".join(bad)
+                all_exact = f"yes, all {len(names)}" if not bad else "NO: " + ", ".join(bad)
                 say(
                     f"  {r['examples_per_s']:,.0f} examples/s over {len(names)} models "
                     f"({', '.join(f'{n} {v:,.0f}' for n, v in r['per_model'].items())}), "
                     f"{r['ok']} ok, failed {r['failed']}, "
-                    f"exact {exact}, "
+                    f"exact {all_exact}, "
                     f"Redis {r['redis_cores']:.2f} cores, service {r['service_cores']:.2f} cores, "
                     f"machine {r['machine_busy']:.0%} busy (all processes)"
                 )
@@ -328,7 +328,12 @@ def main() -> None:
     )
     say("|" + "---|" * 10)
     for w in sorted({w for _, w in table}):
-        med, fails, exact, rcpu, scpu, busy = {}, {}, {}, {}, {}, {}
+        med: dict[str, float] = {}
+        fails: dict[str, str] = {}
+        exact: dict[str, str] = {}
+        rcpu: dict[str, float] = {}
+        scpu: dict[str, float] = {}
+        busy: dict[str, float] = {}
         for store in STORES:
             runs = table[store, w]
             med[store] = statistics.median(r["examples_per_s"] for r in runs)
