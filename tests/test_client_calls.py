@@ -12,6 +12,7 @@ import pytest
 from service.api.schemas import LearnBatchRequest
 from service.client import (
     ConflictError,
+    Features,
     ModelInfo,
     PerceptronError,
     PredictResponse,
@@ -77,7 +78,7 @@ def test_a_numeric_matrix_travels_packed_and_reads_back_as_sent(dtype: str) -> N
 
 
 def test_other_batches_travel_as_json_lists() -> None:
-    rows = [np.array([1.0, 2.0]), {"x": 1.0}]
+    rows: list[Features] = [np.array([1.0, 2.0]), {"x": 1.0}]
     assert calls.predict_batch("m", rows).body == {
         "model": "m",
         "features": [[1.0, 2.0], {"x": 1.0}],

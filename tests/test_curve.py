@@ -100,7 +100,7 @@ def test_the_curve_stays_bounded_and_exact_through_any_batches(redis_url: str) -
             seen += len(marks)
             assert getattr(r, "seen", None) == seen
             raw = await client.hgetall(ModelKeys("s").curve)
-            curve = {k.decode(): int(v) for k, v in raw.items()}
+            curve = {k.decode() if isinstance(k, bytes) else k: int(v) for k, v in raw.items()}
             every = curve.pop("every")
             points = [{"examples": int(k), "mistakes": v} for k, v in curve.items()]
             meta = await client.hget(ModelKeys("s").meta, "mistakes")

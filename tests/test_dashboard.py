@@ -385,7 +385,7 @@ def test_the_readme_demo_draws_a_learning_curve(make_service: MakeService, page:
     time chart; the curve over examples and the headline come from the examples themselves."""
     client = make_service()
     aborted = only_the_service(page, client)
-    perceptron = Path(sys.executable).with_name("perceptron")
+    perceptron = str(Path(sys.executable).with_name("perceptron"))
     command = [perceptron, "replay", "--dataset", "breast_cancer", "--rate", "100", "--quiet"]
     replay = subprocess.Popen([*command, "--url", base(client)], stdout=subprocess.PIPE, text=True)
     try:
@@ -490,11 +490,12 @@ def matrix_fits(page: Page) -> None:
 
 def test_three_classes_fit_a_desktop_and_a_phone(client: httpx.Client, page: Page) -> None:
     aborted = only_the_service(page, client)
-    spec = {"classes": ["setosa", "versicolor", "virginica"], "n_features": 4}
+    classes = ["setosa", "versicolor", "virginica"]
+    spec = {"classes": classes, "n_features": 4}
     assert client.put("/models/iris", json=spec).status_code == 201
     rng = np.random.default_rng(4)
     xs = rng.normal(size=(300, 4)).round(3)
-    ys = [spec["classes"][int(i)] for i in np.argmax(xs[:, :3], axis=1)]
+    ys = [classes[int(i)] for i in np.argmax(xs[:, :3], axis=1)]
     body = {"model": "iris", "features": xs.tolist(), "labels": ys}
     assert client.post("/learn/batch", json=body).status_code == 200
     ARTIFACTS.mkdir(exist_ok=True)

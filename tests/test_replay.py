@@ -21,7 +21,7 @@ from PIL import Image
 
 from service import replay as rp
 from service.cli import main
-from service.client import AsyncClient, Client, FeedbackResponse, Label, PredictResponse
+from service.client import AsyncClient, Client, FeedbackResponse, LabelIn, PredictResponse
 
 from .conftest import MakeService
 
@@ -103,7 +103,7 @@ class Recording(AsyncClient):
         self.events.append("p")
         return p
 
-    async def feedback(self, prediction_id: str, label: Label) -> FeedbackResponse:
+    async def feedback(self, prediction_id: str, label: LabelIn) -> FeedbackResponse:
         self.events.append("f")
         return await super().feedback(prediction_id, label)
 

@@ -46,7 +46,7 @@ from .answers import (
     WeightRow,
     WeightsResponse,
 )
-from .calls import Features
+from .calls import Batch, Features, LabelIn
 from .clients import DEFAULT_TIMEOUT, DEFAULT_URL, AsyncClient, Client
 from .errors import (
     AuthError,
@@ -64,6 +64,7 @@ __all__ = [
     "DEFAULT_URL",
     "AsyncClient",
     "AuthError",
+    "Batch",
     "Client",
     "ConflictError",
     "Confusion",
@@ -78,6 +79,7 @@ __all__ = [
     "Health",
     "InvalidInputError",
     "Label",
+    "LabelIn",
     "LearnBatchResponse",
     "LearnResponse",
     "MistakeBound",

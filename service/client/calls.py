@@ -40,8 +40,10 @@ from .answers import (
 from .errors import PerceptronError, error_from_response
 
 __all__ = [
+    "Batch",
     "Call",
     "Features",
+    "LabelIn",
     "create_model",
     "delete_model",
     "export_model",
@@ -61,8 +63,12 @@ __all__ = [
     "weights",
 ]
 
-# A dense example is a sequence of numbers (a numpy array works too); named features a mapping.
-Features = Sequence[float] | Mapping[str, float]
+# A dense example: a sequence of numbers, or a 1-D numpy array; named features: a mapping.
+Features = Sequence[float] | Mapping[str, float] | np.ndarray
+# A batch: examples one by one, or a 2-D numpy array of numbers (sent packed: see the API).
+Batch = Sequence[Features] | np.ndarray
+# A label as given: a numpy integer works too (sent as a plain int).
+LabelIn = Label | np.integer
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -115,14 +121,13 @@ def _path(name: str) -> str:
 def _features(x: Features) -> list[Any] | dict[str, Any]:
     if isinstance(x, Mapping):
         return dict(x)
-    tolist = getattr(x, "tolist", None)  # numpy: plain floats, not numpy scalars
-    if callable(tolist):
-        values: list[Any] = tolist()
+    if isinstance(x, np.ndarray):  # plain floats, not numpy scalars
+        values: list[Any] = x.tolist()
         return values
     return list(x)
 
 
-def _examples(features_list: Sequence[Features]) -> dict[str, Any]:
+def _examples(features_list: Batch) -> dict[str, Any]:
     """A batch's examples: a 2-D numpy array of numbers goes packed (see the API), the rest
     as JSON."""
     if (
@@ -135,12 +140,8 @@ def _examples(features_list: Sequence[Features]) -> dict[str, Any]:
     return {"features": [_features(x) for x in features_list]}
 
 
-def _label(y: Label) -> Label:
-    item = getattr(y, "item", None)  # numpy integer scalars
-    if callable(item):
-        value: Label = item()
-        return value
-    return y
+def _label(y: LabelIn) -> Label:
+    return int(y) if isinstance(y, np.integer) else y
 
 
 # --- the operations ---------------------------------------------------------------------------
@@ -187,28 +188,28 @@ def predict(model: str, features: Features) -> Call[PredictResponse]:
     return Call("POST", "/predict", _parse(PredictResponse), body)
 
 
-def predict_batch(model: str, features_list: Sequence[Features]) -> Call[PredictBatchResponse]:
+def predict_batch(model: str, features_list: Batch) -> Call[PredictBatchResponse]:
     body = {"model": model, **_examples(features_list)}
     return Call("POST", "/predict/batch", _parse(PredictBatchResponse), body)
 
 
-def feedback(prediction_id: str, label: Label) -> Call[FeedbackResponse]:
+def feedback(prediction_id: str, label: LabelIn) -> Call[FeedbackResponse]:
     body = {"prediction_id": prediction_id, "label": _label(label)}
     return Call("POST", "/feedback", _parse(FeedbackResponse), body)
 
 
-def feedback_batch(items: Sequence[tuple[str, Label]]) -> Call[FeedbackBatchResponse]:
+def feedback_batch(items: Sequence[tuple[str, LabelIn]]) -> Call[FeedbackBatchResponse]:
     body = {"feedback": [{"prediction_id": p, "label": _label(y)} for p, y in items]}
     return Call("POST", "/feedback/batch", _parse(FeedbackBatchResponse), body)
 
 
-def learn(model: str, features: Features, label: Label) -> Call[LearnResponse]:
+def learn(model: str, features: Features, label: LabelIn) -> Call[LearnResponse]:
     body = {"model": model, "features": _features(features), "label": _label(label)}
     return Call("POST", "/learn", _parse(LearnResponse), body)
 
 
 def learn_batch(
-    model: str, features_list: Sequence[Features], labels: Sequence[Label]
+    model: str, features_list: Batch, labels: Sequence[LabelIn]
 ) -> Call[LearnBatchResponse]:
     body = {"model": model, **_examples(features_list), "labels": [_label(y) for y in labels]}
     return Call("POST", "/learn/batch", _parse(LearnBatchResponse), body)

@@ -17,7 +17,6 @@ from .answers import (
     FeedbackBatchResponse,
     FeedbackResponse,
     Health,
-    Label,
     LearnBatchResponse,
     LearnResponse,
     ModelInfo,
@@ -27,7 +26,7 @@ from .answers import (
     PredictResponse,
     WeightsResponse,
 )
-from .calls import Call, Features
+from .calls import Batch, Call, Features, LabelIn
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_URL", "AsyncClient", "Client"]
 
@@ -123,21 +122,21 @@ class Client:
     def predict(self, model: str, features: Features) -> PredictResponse:
         return self._send(calls.predict(model, features))
 
-    def predict_batch(self, model: str, features_list: Sequence[Features]) -> PredictBatchResponse:
+    def predict_batch(self, model: str, features_list: Batch) -> PredictBatchResponse:
         return self._send(calls.predict_batch(model, features_list))
 
-    def feedback(self, prediction_id: str, label: Label) -> FeedbackResponse:
+    def feedback(self, prediction_id: str, label: LabelIn) -> FeedbackResponse:
         return self._send(calls.feedback(prediction_id, label))
 
-    def feedback_batch(self, items: Sequence[tuple[str, Label]]) -> FeedbackBatchResponse:
+    def feedback_batch(self, items: Sequence[tuple[str, LabelIn]]) -> FeedbackBatchResponse:
         """Items are ``(prediction_id, label)``; per-item errors stay in the results."""
         return self._send(calls.feedback_batch(items))
 
-    def learn(self, model: str, features: Features, label: Label) -> LearnResponse:
+    def learn(self, model: str, features: Features, label: LabelIn) -> LearnResponse:
         return self._send(calls.learn(model, features, label))
 
     def learn_batch(
-        self, model: str, features_list: Sequence[Features], labels: Sequence[Label]
+        self, model: str, features_list: Batch, labels: Sequence[LabelIn]
     ) -> LearnBatchResponse:
         return self._send(calls.learn_batch(model, features_list, labels))
 
@@ -225,23 +224,21 @@ class AsyncClient:
     async def predict(self, model: str, features: Features) -> PredictResponse:
         return await self._send(calls.predict(model, features))
 
-    async def predict_batch(
-        self, model: str, features_list: Sequence[Features]
-    ) -> PredictBatchResponse:
+    async def predict_batch(self, model: str, features_list: Batch) -> PredictBatchResponse:
         return await self._send(calls.predict_batch(model, features_list))
 
-    async def feedback(self, prediction_id: str, label: Label) -> FeedbackResponse:
+    async def feedback(self, prediction_id: str, label: LabelIn) -> FeedbackResponse:
         return await self._send(calls.feedback(prediction_id, label))
 
-    async def feedback_batch(self, items: Sequence[tuple[str, Label]]) -> FeedbackBatchResponse:
+    async def feedback_batch(self, items: Sequence[tuple[str, LabelIn]]) -> FeedbackBatchResponse:
         """Items are ``(prediction_id, label)``; per-item errors stay in the results."""
         return await self._send(calls.feedback_batch(items))
 
-    async def learn(self, model: str, features: Features, label: Label) -> LearnResponse:
+    async def learn(self, model: str, features: Features, label: LabelIn) -> LearnResponse:
         return await self._send(calls.learn(model, features, label))
 
     async def learn_batch(
-        self, model: str, features_list: Sequence[Features], labels: Sequence[Label]
+        self, model: str, features_list: Batch, labels: Sequence[LabelIn]
     ) -> LearnBatchResponse:
         return await self._send(calls.learn_batch(model, features_list, labels))
 

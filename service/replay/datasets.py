@@ -163,7 +163,7 @@ def load_dataset(name: str) -> Dataset:
     if key not in DATASETS:
         raise ReplayError(f"Unknown dataset {name!r}; bundled: {', '.join(DATASETS)}.")
     try:
-        from sklearn import datasets  # type: ignore[import-untyped]
+        from sklearn import datasets
     except ImportError as e:
         raise ReplayError(
             f"The {key} dataset comes with scikit-learn: pip install 'perceptron-service[replay]'."

@@ -51,7 +51,7 @@ def load_libsvm(path: str | Path) -> Dataset:
 def _read_svmlight(path: Path) -> tuple[Any, npt.NDArray[np.float64]]:
     """The file as scikit-learn reads it: a CSR matrix and the labels."""
     try:
-        from sklearn.datasets import load_svmlight_file  # type: ignore[import-untyped]
+        from sklearn.datasets import load_svmlight_file
     except ImportError as e:
         raise ReplayError(
             "--libsvm needs scikit-learn: pip install 'perceptron-service[replay]'."
