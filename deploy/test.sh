@@ -12,5 +12,5 @@ bash deploy/setup.sh test
 if [ $# -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
-# The floor sits just below what the whole suite measured: 92.5% (README, "Tests").
-exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=92
+# The floor sits just below what the whole suite measured: 93.1% (README, "Tests").
+exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=92.5
