@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -171,7 +170,3 @@ def _weights_of(doc: dict[str, Any], config: ModelConfig, version: int, seen: in
         if a is not None and not (np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT):
             raise _bad("the weights must be finite numbers within +-1e250.")
     return weights
-
-
-def config_json(config: ModelConfig) -> str:
-    return json.dumps(config.to_dict())

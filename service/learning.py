@@ -103,7 +103,7 @@ class Learning:
                     f"(PERCEPTRON_MAX_FEATURES); got {len(features)}.",
                     code="too_many_features",
                 )
-            if type(features) is not list and isinstance(features, Mapping):
+            if type(features) is not list:  # a mapping: named features
                 for name in features:
                     if isinstance(name, str) and len(name) > s.max_name_length:
                         raise InvalidInput(
@@ -176,12 +176,7 @@ class Learning:
 
         An id is None where the text given could not be one (:meth:`PredictionId.parse`):
         that item is not found."""
-        if len(items) > self.settings.max_batch:
-            raise TooLarge(
-                f"A batch holds at most {self.settings.max_batch} items (PERCEPTRON_MAX_BATCH); "
-                f"got {len(items)}.",
-                code="batch_too_large",
-            )
+        _check_batch_size(len(items), self.settings.max_batch, "items")
         groups: dict[str, list[tuple[int, str]]] = {}  # model -> (item, its token)
         results: list[Feedback | ServiceError] = [PredictionNotFound() for _ in items]
         for i, (pid, _) in enumerate(items):
@@ -351,12 +346,16 @@ class Learning:
             raise StaleModel(rep.name)
 
 
-def _encode_list(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:
-    if len(batch) > limit:
+def _check_batch_size(n: int, limit: int, what: str = "examples") -> None:
+    if n > limit:
         raise TooLarge(
-            f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(batch)}.",
+            f"A batch holds at most {limit} {what} (PERCEPTRON_MAX_BATCH); got {n}.",
             code="batch_too_large",
         )
+
+
+def _encode_list(config: ModelConfig, batch: Sequence[Features], limit: int) -> list[Example]:
+    _check_batch_size(len(batch), limit)
     try:
         xs = encode_many(config, batch)
     except FeatureError:
@@ -375,11 +374,7 @@ def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> list[
         xs = encode_matrix(config, values)
     except FeatureError as e:
         raise InvalidInput(str(e), code=e.code) from e
-    if len(xs) > limit:
-        raise TooLarge(
-            f"A batch holds at most {limit} examples (PERCEPTRON_MAX_BATCH); got {len(xs)}.",
-            code="batch_too_large",
-        )
+    _check_batch_size(len(xs), limit)
     return xs
 
 

@@ -4,7 +4,6 @@ the store's condition that keeps a worker from serving models it should not."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import Conflict, InvalidInput, ModelNotFound, Unavailable
-from .export_format import config_json, export_document, parse_document
+from .export_format import export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
 from .names import check_name
@@ -98,12 +97,10 @@ class Models:
                     "(PERCEPTRON_MAX_MODELS); delete one first.",
                     code="too_many_models",
                 )
-        existing = await self.store.create_model(
-            name, json.dumps(config.to_dict()), secrets.token_hex(8)
-        )
+        existing = await self.store.create_model(name, config.to_json(), secrets.token_hex(8))
         if existing is None:
             return config, True
-        current = ModelConfig.from_dict(json.loads(existing))
+        current = ModelConfig.from_json(existing)
         if current != config:
             raise Conflict(
                 f"Model {name!r} exists with another configuration; delete it first or use "
@@ -145,7 +142,7 @@ class Models:
         meta = await self.store.read_meta(check_name(name))
         if meta is None:
             raise ModelNotFound(name)
-        return ModelConfig.from_dict(json.loads(meta["cfg"])), meta
+        return ModelConfig.from_json(meta["cfg"]), meta
 
     async def list_models(self) -> list[tuple[str, ModelConfig, dict[str, str]]]:
         self.guard()
@@ -156,7 +153,7 @@ class Models:
             if m is None:  # listed, but deleted meanwhile (or its creation failed)
                 continue
             try:
-                models.append((n, ModelConfig.from_dict(json.loads(m["cfg"])), m))
+                models.append((n, ModelConfig.from_json(m["cfg"]), m))
             except (KeyError, ValueError, TypeError) as e:  # one odd model hides no other
                 log.error("model %r has an unreadable configuration (%s); not listed", n, e)
         return models
@@ -180,7 +177,7 @@ class Models:
         file = parse_document(document)
         self._check_limits(file.config)
         meta = await self.store.read_meta(name)
-        if meta is not None and ModelConfig.from_dict(json.loads(meta["cfg"])) != file.config:
+        if meta is not None and ModelConfig.from_json(meta["cfg"]) != file.config:
             raise Conflict(
                 f"Model {name!r} exists with another configuration than the file's; delete "
                 "it first or import under another name.",
@@ -207,7 +204,7 @@ class Models:
         data = pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
         await self.store.replace_model(
             name,
-            config_json(config),
+            config.to_json(),
             secrets.token_hex(8),
             created or int(self.clock()),
             weights.version,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +49,7 @@ class Replica:
 
     @classmethod
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
-        return cls(name, ModelConfig.from_dict(json.loads(meta["cfg"])), meta["epoch"])
+        return cls(name, ModelConfig.from_json(meta["cfg"]), meta["epoch"])
 
     @property
     def seen_guard(self) -> int | None:

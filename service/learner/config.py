@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
@@ -151,6 +152,14 @@ class ModelConfig:
         if "classes" in known and isinstance(known["classes"], list):
             known["classes"] = tuple(known["classes"])
         return cls(**known)
+
+    def to_json(self) -> str:
+        """The configuration as the store keeps it (a model's ``cfg``)."""
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ModelConfig:
+        return cls.from_dict(json.loads(text))
 
 
 def _finite(v: float) -> bool:
