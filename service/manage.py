@@ -8,7 +8,6 @@ happened (``EXIT``), so that scripts need not read either.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -21,17 +20,18 @@ from typing import Any
 import httpx
 
 from .client import (
+    DEFAULT_TIMEOUT,
     DEFAULT_URL,
     AuthError,
     Client,
     ConflictError,
     ModelInfo,
     ModelList,
+    ModelSpec,
     NotFoundError,
     PerceptronError,
     UnavailableError,
 )
-from .learner import ModelConfig
 
 # Exit codes: one per outcome a script may act on.
 EXIT = {
@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--url", help=f"service URL (default: $PERCEPTRON_URL, else {DEFAULT_URL})")
     c.add_argument("--api-key", metavar="KEY", help="API key (default: $PERCEPTRON_API_KEY)")
     c.add_argument(
-        "--timeout", metavar="S", type=float, default=30.0, help="seconds a request (30)"
+        "--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT, help="seconds a request (30)"
     )
     c.add_argument("--json", action="store_true", help="print the service's JSON answer")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -181,7 +181,7 @@ def _show(client: Client, args: argparse.Namespace) -> None:
 
 def _create(client: Client, args: argparse.Namespace) -> None:
     config: dict[str, Any] = dict(args.config or {})
-    for field in (f.name for f in dataclasses.fields(ModelConfig)):
+    for field in ModelSpec.model_fields:  # one --flag each (tests/test_models_command.py)
         value = getattr(args, field)
         if value is not None:
             config[field] = value

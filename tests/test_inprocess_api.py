@@ -28,7 +28,7 @@ from redis.exceptions import (
 from service.settings import Settings
 from service.store.keys import ModelKeys
 
-from .inprocess import Clock, InProcessService, clock_the_store, fake_server
+from .inprocess import BASE_URL, Clock, InProcessService, clock_the_store
 
 DENSE = {"classes": ["a", "b"], "n_features": 3}
 Start = Callable[..., InProcessService]
@@ -43,18 +43,13 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 @pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fake_server()
-
-
-@pytest.fixture
-def start(server: fakeredis.FakeServer, clock: Clock) -> Iterator[Start]:
+def start(fake_redis: fakeredis.FakeServer, clock: Clock) -> Iterator[Start]:
     """Start a service (a worker) on the test's store, with settings overridden."""
     started: list[InProcessService] = []
 
     def make(embedded: bool = True, **overrides: Any) -> InProcessService:
         settings = Settings(**{"auth": False, "default_model": False, **overrides})
-        service = InProcessService(settings, server, clock, embedded=embedded).start()
+        service = InProcessService(settings, fake_redis, clock, embedded=embedded).start()
         started.append(service)
         return service
 
@@ -69,9 +64,9 @@ def api(start: Start) -> httpx.Client:
 
 
 @pytest.fixture
-def keys(server: fakeredis.FakeServer) -> Iterator[redis.Redis]:
+def keys(fake_redis: fakeredis.FakeServer) -> Iterator[redis.Redis]:
     """A plain client of the test's store, to look at (or break) the keys."""
-    r = fakeredis.FakeRedis(server=server)
+    r = fakeredis.FakeRedis(server=fake_redis)
     yield r
     r.close()
 
@@ -336,16 +331,16 @@ def test_a_store_that_may_evict_or_is_full_is_reported(start: Start) -> None:
 
 
 def test_a_store_that_does_not_answer_is_a_503(
-    api: httpx.Client, server: fakeredis.FakeServer
+    api: httpx.Client, fake_redis: fakeredis.FakeServer
 ) -> None:
     api.put("/models/m", json=DENSE)
-    server.connected = False
+    fake_redis.connected = False
     error(api.get("/readyz"), 503, "store_unavailable")
     r = api.post("/predict", json={"model": "m", "features": [1, 2, 3]})
     error(r, 503, "store_unavailable")
     assert r.headers["retry-after"] == "1"
     assert api.get("/healthz").status_code == 200
-    server.connected = True
+    fake_redis.connected = True
     assert api.post("/predict", json={"model": "m", "features": [1, 2, 3]}).status_code == 200
 
 
@@ -496,8 +491,7 @@ def test_learns_handed_to_the_writer_are_learned_once_each_in_order(start: Start
 
     async def send() -> list[dict[str, Any]]:
         clients = [
-            httpx.AsyncClient(base_url="http://service.test", transport=w.async_transport())
-            for w in workers
+            httpx.AsyncClient(base_url=BASE_URL, transport=w.async_transport()) for w in workers
         ]
         try:
             calls = [

@@ -46,18 +46,13 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def server() -> fakeredis.FakeServer:
-    return fake_server()
-
-
-@pytest.fixture
-async def engines(server: fakeredis.FakeServer) -> AsyncIterator[Any]:
+async def engines(fake_redis: fakeredis.FakeServer) -> AsyncIterator[Any]:
     """make(**settings) -> a Worker on the test's store; all closed at the end."""
     made: list[Worker] = []
 
     def make(**overrides: Any) -> Worker:
         settings = Settings(**{"auth": False, **overrides})
-        engine = Worker(Store(fakeredis.FakeAsyncRedis(server=server), embedded=True), settings)
+        engine = Worker(Store(fakeredis.FakeAsyncRedis(server=fake_redis), embedded=True), settings)
         made.append(engine)
         return engine
 

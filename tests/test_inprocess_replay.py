@@ -265,22 +265,22 @@ def test_the_command_reports_a_service_it_cannot_reach(monkeypatch: pytest.Monke
 
 
 def test_the_tally_counts_each_example_once_and_shows_the_counts() -> None:
-    shown: list[tuple[int, int, bool]] = []
+    shown: list[tuple[int, int]] = []
 
     class Shown(rp.Progress):
-        def update(self, done: int, mistakes: int, final: bool = False) -> None:
-            shown.append((done, mistakes, final))
+        def update(self, done: int, mistakes: int) -> None:
+            shown.append((done, mistakes))
 
     tally = Tally(4, Shown(4, "m", io.StringIO()))
     tally.record([(2, True), (0, False)])
     tally.record([(3, True)])
-    assert (tally.labelled, tally.mistakes, shown) == (3, 2, [(2, 1, False), (3, 2, False)])
+    assert (tally.labelled, tally.mistakes, shown) == (3, 2, [(2, 1), (3, 2)])
     with pytest.raises(AssertionError, match="1 examples got no answer"):
         tally.outcomes()
     with pytest.raises(AssertionError, match="example 3 was labelled twice"):
         tally.record([(3, False)])
     tally.record([(1, False)])
-    assert tally.outcomes() == [False, False, True, True] and shown[-1] == (4, 2, True)
+    assert tally.outcomes() == [False, False, True, True] and shown[-1] == (4, 2)
 
 
 def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -288,7 +288,8 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch: pytest.Monkey
     p = rp.Progress(20, "m", tty)
     for done in range(1, 21):
         p.update(done, done // 4)  # within 0.1 s of each other: drawn once or twice
-    p.update(20, 5, final=True)
+    p.update(20, 5)
+    p.close()
     p.close()  # closed already: nothing more
     draws = tty.getvalue().split("\r")[1:]
     assert 2 <= len(draws) <= 5, draws  # when made, maybe once on the way, when done
@@ -299,13 +300,15 @@ def test_the_progress_bar_is_drawn_on_a_terminal_only(monkeypatch: pytest.Monkey
 
     plain = io.StringIO()  # a file or a pipe
     p = rp.Progress(20, "m", plain)
-    p.update(20, 5, final=True)
+    p.update(20, 5)
+    p.close()
     assert plain.getvalue() == ""
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # installed without the replay extra
     tty = Terminal()
     p = rp.Progress(20, "m", tty)
-    p.update(20, 5, final=True)
+    p.update(20, 5)
+    p.close()
     assert tty.getvalue() == ""
 
 

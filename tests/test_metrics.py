@@ -19,7 +19,8 @@ from service.store.keys import ModelKeys
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 
-@pytest.mark.servers  # 1,733 requests: test_inprocess.py has a shorter one
+@pytest.mark.servers  # 1,733 requests; in the fast layer, test_inprocess_api.py checks the
+# metrics through test_prometheus_figures_are_the_apis and the series through the injected clock
 def test_metrics_agree_with_the_answers(client: httpx.Client) -> None:
     client.put("/models/m", json={"classes": ["a", "b", "c"], "n_features": 3})
     rng = np.random.default_rng(5)

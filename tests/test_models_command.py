@@ -6,6 +6,7 @@ the service's URL and key from options or the environment, as a script would run
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -15,6 +16,9 @@ from typing import Any
 
 import httpx
 import pytest
+
+from service.client import ModelSpec
+from service.manage import add_arguments
 
 from .conftest import MakeService
 from .servers import free_port
@@ -48,6 +52,15 @@ def perceptron(
 def as_json(r: subprocess.CompletedProcess[str]) -> Any:
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def test_create_has_a_flag_for_every_field_of_a_configuration() -> None:
+    """perceptron models create reads one option per field of the client's ModelSpec (which
+    tests/test_client_answers.py holds to the service's)."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["create", "m"])
+    assert set(ModelSpec.model_fields) <= set(vars(args))
 
 
 def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:

@@ -56,7 +56,6 @@ from .errors import (
     PerceptronError,
     UnavailableError,
     error_from_item,
-    error_from_response,
 )
 
 __all__ = [
@@ -98,5 +97,4 @@ __all__ = [
     "WeightRow",
     "WeightsResponse",
     "error_from_item",
-    "error_from_response",
 ]

@@ -10,7 +10,7 @@ import sys
 
 import httpx
 
-from ..client import DEFAULT_URL, PerceptronError
+from ..client import DEFAULT_TIMEOUT, DEFAULT_URL, PerceptronError
 from .curve import write_curve
 from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError
@@ -117,7 +117,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="API key (default: the PERCEPTRON_API_KEY variable)",
     )
-    c.add_argument("--timeout", metavar="S", type=float, default=30.0, help="seconds per request")
+    c.add_argument(
+        "--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT, help="seconds per request"
+    )
 
 
 def _load(args: argparse.Namespace) -> Dataset:
@@ -156,17 +158,14 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
 
 def _misuse(args: argparse.Namespace) -> str | None:
     """What is wrong with these options together, if anything."""
-    if args.delay and args.mode != "predict":
-        return "--delay applies to --mode predict only."
     if args.label_column is not None and not args.csv:
         return "--label-column applies to --csv only."
     return None
 
 
-def _replay(args: argparse.Namespace) -> Summary:
+def _replay(args: argparse.Namespace, options: ReplayOptions) -> Summary:
     """Load the data, replay it, draw the curve when asked."""
     data = _load(args)
-    options = _options(args)
     progress = None if args.quiet else Progress(len(data), options.model or data.name)
     try:
         summary = replay(data, options, progress=progress)
@@ -194,11 +193,15 @@ def _print(summary: Summary, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """``perceptron replay``: 0 when done, 1 when the service failed, 2 on bad input."""
     err = sys.stderr
-    if (problem := _misuse(args)) is not None:
-        err.write(f"perceptron replay: {problem}\n")
+    try:
+        if (problem := _misuse(args)) is not None:
+            raise ValueError(problem)
+        options = _options(args)  # checked when made (options.py), before any data is read
+    except ValueError as e:
+        err.write(f"perceptron replay: {e}\n")
         return 2
     try:
-        summary = _replay(args)
+        summary = _replay(args, options)
     except (ReplayError, OSError) as e:
         err.write(f"perceptron replay: {e}\n")
         return 2

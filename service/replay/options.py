@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..client import DEFAULT_URL
+from ..client import DEFAULT_TIMEOUT, DEFAULT_URL
 from .summary import MODES, Mode
 
 
@@ -42,7 +42,10 @@ class StreamOptions:
         ):
             raise ValueError("batch and concurrency must be >= 1, delay >= 0, rate > 0")
         if self.delay and self.mode != "predict":
-            raise ValueError("delay applies to predict mode: /learn takes the label at once")
+            raise ValueError(
+                "delay applies to predict mode only (--delay with --mode predict): /learn "
+                "takes the label at once"
+            )
         if self.retries < 0:
             raise ValueError("retries must be >= 0")
 
@@ -57,7 +60,7 @@ class ReplayOptions:
 
     url: str = DEFAULT_URL
     api_key: str | None = None
-    timeout: float = 30.0
+    timeout: float = DEFAULT_TIMEOUT
     model: str | None = None
     multiclass: str = "multiclass"
     reset: bool = False

@@ -41,16 +41,15 @@ class Progress:
     def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
         self._bar = _bar(total, label, stream if stream is not None else sys.stderr)
 
-    def update(self, done: int, mistakes: int, final: bool = False) -> None:
-        """``done`` examples labelled so far, ``mistakes`` of them; ``final``: the last call."""
+    def update(self, done: int, mistakes: int) -> None:
+        """``done`` examples labelled so far, ``mistakes`` of them."""
         if self._bar is None:
             return
         self._bar.set_postfix_str(_mistakes(done, mistakes), refresh=False)
         self._bar.update(done - self._bar.n)
-        if final:
-            self.close()
 
     def close(self) -> None:
-        """Leave the bar as it is and end its line (again: nothing)."""
+        """Leave the bar as it is and end its line (by whoever made it, when the replay ends
+        or fails; again: nothing)."""
         if self._bar is not None:
             self._bar.close()

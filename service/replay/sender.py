@@ -22,7 +22,7 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-async def retrying(call: Callable[[], Awaitable[T]], retries: int) -> T:
+async def _retrying(call: Callable[[], Awaitable[T]], retries: int) -> T:
     """Retry an answer 503 (store or model busy), waiting as the service asks."""
     for attempt in range(retries):
         try:
@@ -47,7 +47,7 @@ class Sender:
     async def _call(
         self, method: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        return await retrying(partial(method, *args, **kwargs), self.options.retries)
+        return await _retrying(partial(method, *args, **kwargs), self.options.retries)
 
     def _examples(self, chunk: list[int]) -> tuple[list[list[float]], list[Label]]:
         return [self.data.rows[i] for i in chunk], [self.data.labels[i] for i in chunk]
@@ -83,7 +83,7 @@ class Sender:
 
     async def predict(self, chunk: list[int]) -> None:
         """The examples to /predict (or /predict/batch); their labels wait in ``pending``."""
-        rows, _ = self._examples(chunk)
+        rows = [self.data.rows[i] for i in chunk]
         if self.options.batch == 1:
             answer = await self._call(self.client.predict, self.model, rows[0])
             ids = [answer.prediction_id]
@@ -94,13 +94,13 @@ class Sender:
 
     async def feedback(self, items: list[tuple[int, str]]) -> None:
         """The true labels of these (example, prediction_id) to /feedback (or its batch)."""
-        labels = [self.data.labels[i] for i, _ in items]
+        labels = self.data.labels
         if self.options.batch == 1:
-            for (i, pid), label in zip(items, labels, strict=True):
-                answer = await self._call(self.client.feedback, pid, label)
+            for i, pid in items:
+                answer = await self._call(self.client.feedback, pid, labels[i])
                 self.tally.record([(i, answer.mistake)])
             return
-        pairs = [(pid, label) for (_, pid), label in zip(items, labels, strict=True)]
+        pairs = [(pid, labels[i]) for i, pid in items]
         batch = await self._call(self.client.feedback_batch, pairs)
         mistakes = []
         for result in batch.results:

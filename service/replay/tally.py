@@ -36,9 +36,7 @@ class Tally:
             self.progress.update(self.labelled, self.mistakes)
 
     def outcomes(self) -> list[bool]:
-        """Every example's outcome, once all are in (the progress drawn a last time)."""
-        if self.progress is not None:
-            self.progress.update(self.labelled, self.mistakes, final=True)
+        """Every example's outcome, once all are in."""
         missing = self._outcomes.count(None)
         if missing:  # cannot happen: every example is predicted, then labelled once
             raise AssertionError(f"{missing} examples got no answer")
