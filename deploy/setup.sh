@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+say() { echo "setup: $*" >&2; }
+fail() {
+  echo "setup: FAILED: $*" >&2
+  exit 1
+}
+
 need_apt=()
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v redis-cli >/dev/null || need_apt+=(redis-tools)
@@ -20,30 +26,53 @@ fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-  echo "installing system packages: ${need_apt[*]}"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  say "installing system packages: ${need_apt[*]}"
+  $sudo_cmd apt-get update -qq || fail "apt-get update (the list of Debian's packages) failed"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null \
+    || fail "apt-get could not install ${need_apt[*]}"
 fi
 
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
-  "$python" -m venv .venv
+  say "creating .venv with $("$python" --version 2>&1)"
+  "$python" -m venv .venv || fail "$python -m venv .venv (Debian: apt-get install python3-venv)"
 fi
+
+# The installer is pinned too: uv, at the version and with the hashes of
+# requirements/installer.txt. The machine's own pip only installs that one file (uv has no
+# dependencies, so whatever pip the venv came with resolves nothing); uv then installs the
+# lock files. An older pip resolves a dependency's extra (pytest-cov's coverage[toml]) to the
+# newest release on the index instead of the pinned one and fails under --require-hashes the
+# day that release appears: the reason the packages are not installed by pip.
+uv_wanted=$(sed -n 's/^uv==\([^ ;\\]*\).*/\1/p' requirements/installer.txt)
+uv=.venv/bin/uv
+if [ "$("$uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_wanted" ]; then
+  say "installing the installer: uv $uv_wanted (requirements/installer.txt)"
+  # (the filter drops pip's notes about local index folders this machine may not have)
+  .venv/bin/python -m pip install -q --disable-pip-version-check --require-hashes \
+    -r requirements/installer.txt 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2) \
+    || fail "pip could not install uv $uv_wanted from requirements/installer.txt (is the package index reachable?)"
+fi
+
 # The pinned versions of requirements/ (bash deploy/lock.sh updates them), the same that
-# deploy/Dockerfile installs; pip checks every file against its hash, and refuses a package
+# deploy/Dockerfile installs; uv checks every file against its hash, and refuses a package
 # whose dependencies the lock file does not pin. Then the package itself, editable. (The test
 # lock holds every package of the replay lock: a checkout set up for the tests stays so, and
 # deploy/serve.sh does not install again.)
 lock="requirements/replay.txt"
 if [ "${1:-}" = "test" ] || [ -f ".venv/.installed-test" ]; then lock="requirements/test.txt"; fi
 stamp=".venv/.installed-$(basename "$lock" .txt)"
-if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  # (the filter drops pip's notes about local index folders this machine may not have)
-  pip_install() {
-    .venv/bin/pip install -q --disable-pip-version-check "$@" \
-      2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
-  }
-  pip_install --require-hashes -r requirements/build.txt -r "$lock"
-  pip_install --no-deps --no-build-isolation -e .
+if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
+  || [ requirements/installer.txt -nt "$stamp" ]; then
+  say "installing the Python packages of $lock with uv (hashes checked)"
+  export UV_PYTHON=.venv/bin/python VIRTUAL_ENV=.venv
+  started=$SECONDS
+  "$uv" pip install --quiet --require-hashes -r requirements/build.txt -r "$lock" \
+    || fail "uv could not install $lock: the message above says which package and why
+  (the lock pins every package with its hashes: a hash mismatch means the file on the index
+  is not the one locked; 'not found' that the index, or the network to it, is not reachable)"
+  "$uv" pip install --quiet --no-deps --no-build-isolation -e . \
+    || fail "uv could not install this checkout's package (pyproject.toml) into .venv"
   touch "$stamp"
+  say "installed in $((SECONDS - started)) s"
 fi

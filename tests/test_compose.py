@@ -779,8 +779,12 @@ def test_dockerfile_installs_the_lock_before_copying_the_source() -> None:
     assert first_copy[0] == "COPY" and first_run[0] == "RUN"
     *sources, _ = shlex.split(first_copy[1])
     assert sources and all(s.startswith("requirements/") for s in sources), sources
-    assert "--require-hashes -r requirements/service.txt" in first_run[1]
-    assert "--require-hashes -r requirements/build.txt" in first_run[1]
+    # The image's pip installs only the pinned installer and setuptools, which depend on
+    # nothing; the installer (uv) installs the lock.
+    pip, _, rest = first_run[1].partition("python -m uv pip install")
+    installer_and_setuptools = "-r requirements/installer.txt -r requirements/build.txt"
+    assert f"pip install --require-hashes {installer_and_setuptools}" in pip
+    assert "--require-hashes -r requirements/service.txt" in rest
     assert all("service" not in s for s in sources if not s.endswith(".txt"))
     source_at = next(i for i, (w, a) in enumerate(steps) if w == "COPY" and "service" in a.split())
     assert source_at > 1
@@ -890,9 +894,16 @@ def test_lock_files_pin_every_requirement_with_hashes_and_agree() -> None:
             for version, marker, _ in pins:
                 if marker is None or Marker(marker).evaluate(env):
                     assert versions.setdefault(key, version) == version, (name, key)
-    # The image and deploy/setup.sh both install from these files.
+    # The installer is locked too: uv alone, at lock.sh's version, with the hashes of its files.
+    installer = locked(LOCKS / "installer.txt")
+    uv_version = re.search(r"^UV_VERSION=(\S+)$", (ROOT / "deploy/lock.sh").read_text(), re.M)
+    assert uv_version and list(installer) == ["uv"], installer
+    assert [(v, m) for v, m, _ in installer["uv"]] == [(uv_version[1], None)]
+    assert len(installer["uv"][0][2]) >= 10  # a wheel for each platform
+    # The image and deploy/setup.sh both install from these files, with the installer.
     setup = (ROOT / "deploy" / "setup.sh").read_text()
     assert "--require-hashes -r requirements/build.txt" in setup
+    assert re.search(r"--require-hashes\s*\\?\s*-r requirements/installer.txt", setup)
     assert 'lock="requirements/replay.txt"' in setup and 'lock="requirements/test.txt"' in setup
     assert "requirements/service.txt" in DOCKERFILE.read_text()
 

@@ -341,14 +341,14 @@ def test_the_image_build_stage_installs_the_lock_and_the_service_runs_from_it(
             text = re.sub(rf"{re.escape(container)}(?=[/\s]|$)", str(path), text)
         return text
 
-    # `python` is this environment's (with the locked setuptools, as the stage's has); pip's
-    # cache only saves downloads: the hashes are checked all the same.
+    # `python` is this environment's (with the locked setuptools and uv, as the stage's has);
+    # pip's and uv's caches only save downloads: the hashes are checked all the same.
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     workdir = ROOT
     for word, args in build[1:]:
         if word == "ENV":
             for key, value in re.findall(r"(\w+)=(\S+)", args):
-                if key != "PIP_NO_CACHE_DIR":
+                if key not in ("PIP_NO_CACHE_DIR", "UV_NO_CACHE"):
                     env[key] = value
         elif word == "WORKDIR":
             workdir = Path(here(args))
