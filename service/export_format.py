@@ -57,7 +57,8 @@ def _bad(why: str) -> InvalidInput:
 
 FIELDS = {"format", "format_version", "name", "config", "created", "version", "seen"}
 FIELDS |= {"counters", "weights", "sha256"}
-MAX_COUNT = 2**53  # counters and versions stay exact in Redis's scripts (Lua's doubles)
+MAX_COUNT = protocol.MAX_COUNT
+_COUNT_RANGE = f"an integer in [0, 2**{MAX_COUNT.bit_length() - 1}]"
 MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
 _DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
 _CELL = re.compile(r"cm:(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
@@ -66,7 +67,7 @@ _CELL = re.compile(r"cm:(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
 def _count(doc: dict[str, Any], key: str) -> int:
     value = doc.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-        raise _bad(f"{key!r} must be an integer in [0, 2**53]; got {str(value)[:40]}.")
+        raise _bad(f"{key!r} must be {_COUNT_RANGE}; got {str(value)[:40]}.")
     return value
 
 
@@ -90,7 +91,7 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
         if isinstance(value, str) and _DIGITS.fullmatch(value):
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
-            raise _bad(f"counter {key!r} must be an integer in [0, 2**53]; got {str(value)[:40]}.")
+            raise _bad(f"counter {key!r} must be {_COUNT_RANGE}; got {str(value)[:40]}.")
         if key in ("mistakes", "feedback", "learned") and value > seen:
             raise _bad(f"counter {key!r} ({value}) exceeds the labelled examples 'seen' ({seen}).")
         out[key] = str(value)

@@ -38,6 +38,11 @@ PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (
 ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
 HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
+# The most a version or a counter may be where it enters the store (an import; a count that
+# reaches it by learning would take a century at ten million examples a second). Lua counts in
+# doubles, exact to 2**53: the headroom keeps every sum a script makes exact, and so every
+# loop over a count finite.
+MAX_COUNT = 2**50
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import importlib.util
 import random
 import re
 import shutil
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +131,8 @@ class Load:
     acked: list[Answer] = field(default_factory=list)
     ambiguous: list[tuple[list[int], int]] = field(default_factory=list)  # failed learns
     failures: list[Failure] = field(default_factory=list)
+    # (started, elapsed) of each answered request: how slow this machine is under this load
+    answered: list[tuple[float, float]] = field(default_factory=list)
     predicted: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -172,6 +175,8 @@ class Load:
         else:
             if r.status_code == 200:
                 answer: dict[str, Any] = r.json()
+                with self.lock:
+                    self.answered.append((started, time.monotonic() - started))
                 return answer
             try:
                 code = r.json().get("code")
@@ -474,16 +479,23 @@ def test_redis_killed_and_frozen_answers_503_then_recovers(topo: Any, record_pro
         assert {(f.status, f.code) for f in failures} == {(503, "store_unavailable")}, failures
         assert all(f.retry_after is not None for f in failures)
         slowest = max(f.elapsed for f in failures)
+        # Time limits hold on a busy machine: each adds the slowest answer this machine gave
+        # under the same load before the outage (its own queueing, not the service's waiting).
+        busy = max(elapsed for started, elapsed in load.answered if started < killed_at)
+        grace = max(0.5, busy)
+        record_property("slowest_answer_before_outage_s", round(busy, 3))
         # A store call times out after REDIS_TIMEOUT_S; a request opening a new connection may
         # wait for the connection's handshake, then for its command.
-        assert slowest < 2 * REDIS_TIMEOUT_S + 1.5, f"a 503 took {slowest:.2f} s"
+        assert slowest < 2 * REDIS_TIMEOUT_S + 1.0 + grace, f"a 503 took {slowest:.2f} s"
         down = [f for f in failures if killed_at <= f.started < back_at]
         frozen = [f for f in failures if frozen_at - 0.1 <= f.started < thawed_at]
         # A dead Redis fails requests at once (connection refused), well before any timeout;
         # a hung one after the timeout (some of those may be stale connections, failing fast).
-        assert down and max(f.elapsed for f in down) < REDIS_TIMEOUT_S, (
+        # In order: the dead store's 503s come sooner than the frozen store's timeouts.
+        assert down and max(f.elapsed for f in down) < REDIS_TIMEOUT_S + grace, (
             "a dead Redis must fail fast"
         )
+        assert statistics.median(f.elapsed for f in down) < REDIS_TIMEOUT_S / 2, down
         assert any(f.elapsed >= REDIS_TIMEOUT_S * 0.9 for f in frozen), "no timeout while frozen"
         # Outside the outages (plus one timeout's grace after the thaw), only the quick 503s
         # of connections pooled before the crash: at most one per connection a worker held.
@@ -494,7 +506,7 @@ def test_redis_killed_and_frozen_answers_503_then_recovers(topo: Any, record_pro
         ]  # fmt: skip
         workers = len(topo.apis) * WORKERS
         assert len(outside) <= workers * (load.clients + 1), outside
-        assert all(f.elapsed < REDIS_TIMEOUT_S for f in outside), outside
+        assert all(f.elapsed < REDIS_TIMEOUT_S + grace for f in outside), outside
         # After recovery requests succeed again.
         assert any(a.at > thawed_at + 1.0 for a in load.acked)
 

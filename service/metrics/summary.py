@@ -93,7 +93,7 @@ def mistake_bound(
     bias = 1.0 if config.fit_bias else 0.0
     radius = math.sqrt(r2 + bias)
     out.update(applies=True, R=radius)
-    norm = math.sqrt(float(weights.w[0] @ weights.w[0]) + float(weights.b[0]) ** 2 * bias)
+    norm = _norm(weights.w[0], weights.b[0] * bias)
     if not recent or norm == 0.0:
         return {**out, "gamma": None, "bound": None, "separable": None}
     margins = []
@@ -104,8 +104,21 @@ def mistake_bound(
     gamma = min(margins)
     if gamma <= 0:
         return {**out, "gamma": gamma, "bound": None, "separable": False}
-    return {**out, "gamma": gamma, "bound": radius**2 / gamma**2, "separable": True}
+    # (R / gamma)^2, not R^2 / gamma^2: gamma^2 may underflow to 0. A bound past the largest
+    # double is none (null) rather than infinity, which JSON cannot carry.
+    bound = (radius / gamma) ** 2 if radius / gamma < 1e150 else None
+    return {**out, "gamma": gamma, "bound": bound, "separable": True}
+
+
+def _norm(*parts: Any) -> float:
+    """The Euclidean norm of the values together, without overflow or underflow on the way:
+    scaled by the largest magnitude first (weights reach 1e250, whose square is no double)."""
+    v = np.concatenate([np.ravel(np.asarray(p, dtype=np.float64)) for p in parts])
+    top = float(np.abs(v).max()) if v.size else 0.0
+    if top == 0.0 or not math.isfinite(top):
+        return top
+    return top * float(np.sqrt(((v / top) ** 2).sum()))
 
 
 def weight_norm(weights: Weights) -> float:
-    return float(np.sqrt((weights.w * weights.w).sum() + (weights.b * weights.b).sum()))
+    return _norm(weights.w, weights.b)

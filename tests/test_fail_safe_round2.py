@@ -1,0 +1,101 @@
+"""Fail safe, round 2: what a careless or hostile user broke after the first round, each kept
+as a test that failed before its fix. On the service in-process and on the real one."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from service import protocol
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
+
+def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert r.status_code == status, (r.status_code, r.text)
+    body: dict[str, Any] = r.json()
+    assert body["code"] == code, body
+    return body
+
+
+def ok(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code in (200, 201), (r.status_code, r.text)
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def with_weights(doc: dict[str, Any], values: np.ndarray) -> dict[str, Any]:
+    data = np.ascontiguousarray(values, dtype=np.float64).tobytes()
+    return {
+        **doc,
+        "weights": base64.b64encode(data).decode(),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+# -- 1. every count that reaches a script is bounded, with headroom ---------------------------
+
+
+def test_an_import_at_the_largest_count_learns_and_one_past_it_is_refused(
+    client: httpx.Client,
+) -> None:
+    """At version = seen = 2**53 - 1 (accepted before) one /learn never ended: the learning
+    curve's loop could not count past 2**53 in Lua's doubles, and Redis answered no one."""
+    ok(client.put("/models/m", json={"n_features": 2}))
+    doc = ok(client.get("/models/m/export"))
+    top = protocol.MAX_COUNT
+    for past in (top + 1, 2**53 - 1, 2**53):
+        for field in ("version", "seen"):
+            edited = {**doc, "version": 0, "seen": past, field: past}
+            body = error(client.post("/models/m/import", json=edited), 422, "invalid_import")
+            assert "2**50" in body["detail"], body
+        counted = {**doc, "counters": {"predictions": past}}
+        error(client.post("/models/m/import", json=counted), 422, "invalid_import")
+    # At the limit itself: imported, then learning goes on exactly, curve and all.
+    ok(client.post("/models/m/import", json={**doc, "version": top, "seen": top}))
+    for _ in range(2):
+        learned = ok(client.post("/learn", json={"model": "m", "features": [1, 2], "label": 1}))
+        assert learned["version"] == top + 1  # the first updates (zero weights), the second not
+    model = ok(client.get("/models/m"))
+    assert model["counters"]["seen"] == top + 2
+    curve = ok(client.get("/models/m/metrics"))["curve"]
+    assert curve["points"] == [] or curve["points"][-1]["examples"] <= top + 2
+
+
+# -- 9. a model's metrics never answer 500 --------------------------------------------------
+
+
+def test_the_metrics_of_a_model_with_huge_weights_are_finite(client: httpx.Client) -> None:
+    """Weights of 1e200 (the limit is 1e250): the norm's square overflowed (500)."""
+    ok(client.put("/models/m", json={"n_features": 3}))
+    ok(client.post("/learn", json={"model": "m", "features": [1, 0, 1], "label": 1}))
+    doc = ok(client.get("/models/m/export"))
+    n = len(base64.b64decode(doc["weights"])) // 8
+    for big in (1e200, 1e250, -1e250):
+        ok(client.post("/models/m/import", json=with_weights(doc, np.full(n, big))))
+        ok(client.post("/learn", json={"model": "m", "features": [1, 0, 1], "label": 1}))
+        metrics = ok(client.get("/models/m/metrics"))
+        assert metrics["weight_norm"] == pytest.approx(abs(big) * np.sqrt(n), rel=1e-9)
+        bound = metrics["mistake_bound"]
+        assert bound["bound"] is None or np.isfinite(bound["bound"]), bound
+
+
+def test_the_mistake_bound_of_a_tiny_margin_is_none_not_an_error(client: httpx.Client) -> None:
+    """Without a bias, [1] then [1e-200]: gamma**2 underflowed to 0 (ZeroDivisionError, 500)."""
+    ok(client.put("/models/m", json={"n_features": 1, "fit_bias": False}))
+    ok(client.post("/learn", json={"model": "m", "features": [1], "label": 1}))
+    ok(client.post("/learn", json={"model": "m", "features": [1e-200], "label": 1}))
+    bound = ok(client.get("/models/m/metrics"))["mistake_bound"]
+    assert bound["separable"] is True and bound["gamma"] > 0, bound
+    assert bound["bound"] is None, bound  # (R / gamma)^2 is past any double
+    # And an ordinary margin still gets its bound.
+    ok(client.put("/models/n", json={"n_features": 1, "fit_bias": False}))
+    ok(client.post("/learn", json={"model": "n", "features": [2], "label": 1}))
+    ok(client.post("/learn", json={"model": "n", "features": [1], "label": 1}))
+    bound = ok(client.get("/models/n/metrics"))["mistake_bound"]
+    assert bound["bound"] == pytest.approx((2.0 / 1.0) ** 2), bound
