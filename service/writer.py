@@ -36,7 +36,7 @@ from .handoff import pack_error, pack_request, request_token, unpack_answer, unp
 from .learner import Example, Label
 from .replica import Replica
 from .settings import Settings
-from .store import Store
+from .store import Store, StoreError
 
 log = logging.getLogger("perceptron")
 
@@ -182,7 +182,11 @@ class Writers:
                     task.add_done_callback(in_flight.discard)
         except asyncio.CancelledError:
             raise
-        except Exception:  # the store is away: requesters take the lease over, or withdraw
+        except (StoreError, ServiceError) as e:
+            # The store is away or full: requesters take the lease over, or withdraw. A
+            # condition of the store, said in one line (requests answer 503 with its code).
+            log.warning("the writer of model %r stopped: %s", name, e)
+        except Exception:
             log.exception("the writer of model %r stopped", name)
         finally:
             del self._writing[name]

@@ -3,8 +3,11 @@ as a test that failed before its fix. On the service in-process and on the real 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import logging
+import time
 from typing import Any
 
 import httpx
@@ -99,3 +102,37 @@ def test_the_mistake_bound_of_a_tiny_margin_is_none_not_an_error(client: httpx.C
     ok(client.post("/learn", json={"model": "n", "features": [1], "label": 1}))
     bound = ok(client.get("/models/n/metrics"))["mistake_bound"]
     assert bound["bound"] == pytest.approx((2.0 / 1.0) ** 2), bound
+
+
+# -- 12. a full store is one log line, not a traceback ----------------------------------------
+
+
+def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The writer logged a whole traceback each time Redis answered OOM: an expected
+    condition of the store (requests answer 503 store_full), not a bug."""
+    from redis.exceptions import OutOfMemoryError
+
+    from service.settings import Settings
+    from service.writer import Writers
+
+    class FullStore:
+        embedded = False
+
+        async def take_learns(self, *args: Any) -> None:
+            raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+
+    async def never(*args: Any) -> Any:
+        raise AssertionError("not called")
+
+    writers = Writers(FullStore(), Settings(auth=False), time.time, never, never, lambda _: False)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        writers._writing["m"] = asyncio.current_task()  # type: ignore[assignment]
+        await writers._write("m")
+
+    with caplog.at_level(logging.WARNING, logger="perceptron"):
+        asyncio.run(run())
+    records = [r for r in caplog.records if "writer of model 'm' stopped" in r.getMessage()]
+    assert len(records) == 1, caplog.text
+    assert records[0].exc_info is None and "maxmemory" in records[0].getMessage()
+    assert "m" not in writers._writing

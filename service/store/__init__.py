@@ -1,6 +1,8 @@
 """Everything that touches Redis lives in this package; what its calls take and answer is
 ``service/protocol.py``'s."""
 
+from redis.exceptions import RedisError as StoreError
+
 from .connect import describe_store, open_store
 from .keys import ModelKeys
 from .redis_store import Condition, Store
@@ -9,6 +11,7 @@ __all__ = [
     "Condition",
     "ModelKeys",
     "Store",
+    "StoreError",
     "describe_store",
     "open_store",
 ]
