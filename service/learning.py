@@ -36,7 +36,7 @@ from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Store
+from .store import Store, StoreError
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
@@ -182,18 +182,36 @@ class Learning:
         for i, (pid, _) in enumerate(items):
             if pid is not None:
                 groups.setdefault(pid.model, []).append((i, pid.token))
+        applied = False  # whether a model's items were applied: errors then go per item
         for name, group in groups.items():
 
             async def run(
                 rep: Replica, group: list[tuple[int, str]] = group
             ) -> list[Feedback | ServiceError]:
-                labelled = [(token, _class_index(rep.config, items[i][1])) for i, token in group]
-                return await self._coalescer("feedback", rep, self._feedback).submit(labelled)
+                # A label that is none of the classes goes to the store too (as NO_CLASS):
+                # only the store knows whether the prediction is of this model at all.
+                labels = [items[i][1] for i, _ in group]
+                labelled = [
+                    (token, _class_of(rep.config, label))
+                    for (_, token), label in zip(group, labels, strict=True)
+                ]
+                answers = await self._coalescer("feedback", rep, self._feedback).submit(labelled)
+                return [
+                    _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a
+                    for a, label in zip(answers, labels, strict=True)
+                ]
 
             try:
                 answers = await self.replicas.on(name, run)
             except ModelNotFound:
                 continue  # the prediction's model is gone: each of its items stays not found
+            except (ServiceError, StoreError) as e:
+                if not applied:
+                    raise  # nothing applied: the whole request fails, and may be sent again
+                # Other models' items were applied: this model's items each carry the error.
+                error = e if isinstance(e, ServiceError) else _store_unavailable()
+                answers = [error] * len(group)
+            applied = True
             for (i, _), answer in zip(group, answers, strict=True):
                 results[i] = answer
         return results
@@ -226,6 +244,8 @@ class Learning:
         for item in batch.items:
             if item.status == Status.UNKNOWN:
                 out.append(PredictionNotFound())
+            elif item.status == Status.BAD_LABEL:
+                out.append(_BadLabel())
             elif item.given is not None:
                 given = rep.config.classes[item.given]
                 out.append(
@@ -381,8 +401,31 @@ def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> list[
 def _class_index(config: ModelConfig, label: Label) -> int:
     t = config.class_index(label)
     if t is None:
-        raise InvalidInput(
-            f"Label {label!r} is not one of this model's classes {list(config.classes)}.",
-            code="unknown_label",
-        )
+        raise _unknown_label(config, label)
     return t
+
+
+NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
+
+
+def _class_of(config: ModelConfig, label: Label) -> int:
+    t = config.class_index(label)
+    return NO_CLASS if t is None else t
+
+
+def _unknown_label(config: ModelConfig, label: Label) -> InvalidInput:
+    return InvalidInput(
+        f"Label {label!r} is not one of this model's classes {list(config.classes)}.",
+        code="unknown_label",
+    )
+
+
+class _BadLabel(InvalidInput):
+    """A feedback item the store answered BAD_LABEL: its label, named by the caller."""
+
+    def __init__(self) -> None:
+        super().__init__("The label is none of the model's classes.", code="unknown_label")
+
+
+def _store_unavailable() -> Unavailable:
+    return Unavailable("The model store is not answering; retry shortly.", code="store_unavailable")

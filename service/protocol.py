@@ -28,6 +28,7 @@ class Status(IntEnum):
     PENDING_FULL = -6  # the model holds as many pending bytes as it may: {-6, s until some lapse}
     REQUESTS_GONE = -7  # handed-off learns that no longer wait for this commit: {-7, tokens...}
     HELD = -8  # the model is held for its writer's next commit: {-8, ms left}
+    BAD_LABEL = -9  # a feedback item's label is none of the classes of its prediction's model
 
 
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000

@@ -136,3 +136,46 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     assert len(records) == 1, caplog.text
     assert records[0].exc_info is None and "maxmemory" in records[0].getMessage()
     assert "m" not in writers._writing
+
+
+# -- 5 and 11. feedback: an answer per item once anything was applied; an old prediction of a
+# model made anew is not found, whatever its label ----------------------------------------
+
+
+def test_a_feedback_batch_answers_per_item_after_applying_part_of_it(
+    client: httpx.Client,
+) -> None:
+    """A good item for model a, then an unknown label for model b: the batch answered 422
+    as a whole, though a's item had been applied."""
+    ok(client.put("/models/a", json={"n_features": 1}))
+    ok(client.put("/models/b", json={"n_features": 1, "classes": ["x", "y"]}))
+    pa = ok(client.post("/predict", json={"model": "a", "features": [1]}))["prediction_id"]
+    pb = ok(client.post("/predict", json={"model": "b", "features": [1]}))["prediction_id"]
+    body = {"feedback": [{"prediction_id": pa, "label": 1}, {"prediction_id": pb, "label": 7}]}
+    results = ok(client.post("/feedback/batch", json=body))["results"]
+    assert results[0]["error"] is None and results[0]["version"] == 1, results
+    assert results[1]["error"]["code"] == "unknown_label", results
+    assert "7" in results[1]["error"]["detail"] and "'x'" in results[1]["error"]["detail"]
+    assert ok(client.get("/models/a"))["counters"]["feedback"] == 1
+    # b's prediction still waits for its label: it takes a right one afterwards.
+    assert ok(client.post("/feedback", json={"prediction_id": pb, "label": "y"}))["version"] == 1
+    # The same, one item: 422 for the item, nothing applied.
+    pb = ok(client.post("/predict", json={"model": "b", "features": [1]}))["prediction_id"]
+    error(client.post("/feedback", json={"prediction_id": pb, "label": 7}), 422, "unknown_label")
+    assert ok(client.get("/models/b"))["counters"]["feedback"] == 1
+
+
+def test_a_prediction_of_a_model_deleted_and_made_anew_is_not_found_whatever_its_label(
+    client: httpx.Client,
+) -> None:
+    ok(client.put("/models/m", json={"n_features": 1, "classes": [0, 1]}))
+    old = ok(client.post("/predict", json={"model": "m", "features": [1]}))["prediction_id"]
+    assert client.delete("/models/m").status_code == 204
+    ok(client.put("/models/m", json={"n_features": 1, "classes": ["x", "y"]}))
+    for label in (1, "x"):  # a label of the old classes; one of the new ones
+        r = client.post("/feedback", json={"prediction_id": old, "label": label})
+        error(r, 404, "prediction_not_found")
+    batch = {"feedback": [{"prediction_id": old, "label": 0}]}
+    results = ok(client.post("/feedback/batch", json=batch))["results"]
+    assert results[0]["error"]["code"] == "prediction_not_found", results
+    assert ok(client.get("/models/m"))["counters"]["feedback"] == 0

@@ -273,13 +273,16 @@ return {DONE}
 # KEYS = meta, log, series, ring, recent, pend, curve, hold, pending_1 .. pending_n  /
 # ARGV[1] = epoch of the caller's config, ARGV[2] = number of classes, ARGV[3] = time bucket,
 # ARGV[4] = buckets kept, ARGV[5] = the model's feedback ttl, ARGV[5 + i] = true class index
-# of prediction i. While the model's writer holds it (LEARN), nothing is applied: {-8, ms left}.
+# of prediction i (-1: a label that is none of the model's classes, answered BAD_LABEL if the
+# prediction is the model's, else UNKNOWN: a prediction of a model deleted and made anew is
+# not found, whatever its label). While the model's writer holds it (LEARN), nothing is
+# applied: {-8, ms left}.
 # An answer is kept ttl seconds after it was given, so that the same feedback
 # sent again within that time is a duplicate; its prediction's bytes no longer count as
 # pending.
 # returns {-1} or {-2} for the whole call, else {version, log length, then per prediction:
-# status (1 applied, 2 duplicate, -3 unknown or expired, -4 conflict), mistake, updated,
-# version (for -4: the class index given before)}
+# status (1 applied, 2 duplicate, -3 unknown or expired, -4 conflict, -9 bad label), mistake,
+# updated, version (for -4: the class index given before)}
 FEEDBACK = (
     _CONSTANTS
     + _RECORD
@@ -309,6 +312,8 @@ for i = 9, #KEYS do
   if not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0)
+  elseif t == '-1' then
+    answer(BAD_LABEL, 0, 0, 0)
   elseif string.sub(p, 1, 1) == ANSWERED then
     local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
     if prev ~= t then
