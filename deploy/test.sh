@@ -5,9 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash deploy/setup.sh test
-.venv/bin/ruff check service tests deploy
-.venv/bin/ruff format --check service tests deploy
-# the files of pyproject.toml's [tool.mypy]: service/, tests/ and deploy/
+.venv/bin/ruff check service tests deploy client
+.venv/bin/ruff format --check service tests deploy client
+# the files of pyproject.toml's [tool.mypy]: service/, tests/, deploy/ and client/
 .venv/bin/mypy
 if [ $# -gt 0 ]; then
   exec .venv/bin/pytest "$@"

@@ -1,5 +1,5 @@
 """``perceptron models``: list, show, create, delete, reset, export and import the models of a
-running service, through ``service.client.Client``.
+running service, through ``perceptron_client.Client``.
 
 Text for people by default, the service's own JSON with ``--json``; the exit code says what
 happened (``EXIT``), so that scripts need not read either.
@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from .client import (
+from perceptron_client import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     AuthError,

@@ -210,7 +210,7 @@ _SERVICES: weakref.WeakKeyDictionary[httpx.Client, InProcessService] = weakref.W
 
 
 def reach(http: httpx.Client, asynchronous: bool = False) -> dict[str, Any]:
-    """What another client (``service.client``'s, the replay's) needs to reach the service
+    """What another client (``perceptron_client``'s, the replay's) needs to reach the service
     ``http`` talks to: its ``transport`` when the service runs in-process, nothing else."""
     service = _SERVICES.get(http)
     if service is None:

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.client import (
+from perceptron_client import (
     AsyncClient,
     AuthError,
     Client,

@@ -1,5 +1,5 @@
-"""The client keeps its own answer types (``service/client/answers.py``) and builds its own
-requests (``calls.py``); these tests hold both to the service's OpenAPI document, so that a
+"""The client keeps its own answer types (``client/perceptron_client/answers.py``) and builds
+its own requests (``calls.py``); these tests hold both to the service's OpenAPI document, so that a
 change on either side that the other does not follow fails here, without a server.
 
 For each operation of the client: its method and path are a route of the service; its body is
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from pydantic import BaseModel
 
+from perceptron_client import AsyncClient, Client, calls
 from service.app import create_app
-from service.client import AsyncClient, Client, calls
 from service.settings import Settings
 
 OPENAPI: dict[str, Any] = create_app(Settings(redis_url=None, auth=False)).openapi()

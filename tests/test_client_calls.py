@@ -1,5 +1,5 @@
-"""The client's operations as values (``service/client/calls.py``): the request each builds and
-how each reads an answer, without sending anything."""
+"""The client's operations as values (``client/perceptron_client/calls.py``): the request each
+builds and how each reads an answer, without sending anything."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.api.schemas import LearnBatchRequest
-from service.client import (
+from perceptron_client import (
     ConflictError,
     Features,
     ModelInfo,
@@ -19,6 +18,7 @@ from service.client import (
     UnavailableError,
     calls,
 )
+from service.api.schemas import LearnBatchRequest
 
 INFO = {
     "name": "m",

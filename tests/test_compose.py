@@ -823,7 +823,8 @@ def test_dockerignore_keeps_secrets_and_local_files_out_of_the_build_context() -
                  "deploy/Dockerfile", "docker-compose.yml"):  # fmt: skip
         assert dockerignored(path), path
     for path in ("pyproject.toml", "README.md", "requirements/service.txt", "service/app.py",
-                 "service/dashboard/index.html"):  # fmt: skip
+                 "service/dashboard/index.html", "client/perceptron_client/clients.py",
+                 "client/perceptron_client/py.typed"):  # fmt: skip
         assert not dockerignored(path), path
     # The matcher itself: a pattern that lets a folder in, and a later one that keeps it out.
     assert _glob_regex("**/*.pyc").fullmatch("a/b/c.pyc")

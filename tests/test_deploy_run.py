@@ -391,9 +391,12 @@ def test_the_image_build_stage_installs_the_lock_and_the_service_runs_from_it(
                what="the service from the built environment")  # fmt: skip
     p = httpx.post(base + "/predict", json={"features": {"a": 1.0}}, timeout=10)
     assert p.status_code == 200, p.text
+    # the service and the client it uses (perceptron_client, from client/), both installed
     where = subprocess.run(
-        [venv / "bin" / "python", "-c", "import service; print(service.__file__)"],
+        [venv / "bin" / "python", "-c",
+         "import service, perceptron_client as c; print(service.__file__); print(c.__file__)"],
         capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
-    assert where.stdout.startswith(str(venv)), where
+    assert len(lines := where.stdout.split()) == 2, where
+    assert all(line.startswith(str(venv)) for line in lines), where
     assert proc.poll() is None

@@ -20,9 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from perceptron_client import AsyncClient, Client
 from service import cli
 from service import replay as rp
-from service.client import AsyncClient, Client
 from service.replay import command
 from service.replay.tally import Tally
 from service.settings import Settings

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.client import ModelSpec
+from perceptron_client import ModelSpec
 from service.manage import add_arguments
 
 from .conftest import MakeService

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.client import Client
+from perceptron_client import Client
 
 from .conftest import MakeService
 from .inprocess import reach

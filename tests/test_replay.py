@@ -19,9 +19,9 @@ import httpx
 import pytest
 from PIL import Image
 
+from perceptron_client import AsyncClient, Client, FeedbackResponse, LabelIn, PredictResponse
 from service import replay as rp
 from service.cli import main
-from service.client import AsyncClient, Client, FeedbackResponse, LabelIn, PredictResponse
 
 from .conftest import MakeService
 

@@ -10,7 +10,8 @@ import sys
 
 import httpx
 
-from ..client import DEFAULT_TIMEOUT, DEFAULT_URL, PerceptronError
+from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL, PerceptronError
+
 from .curve import write_curve
 from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..client import Label
+from perceptron_client import Label
+
 from .errors import ReplayError
 
 DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..client import DEFAULT_TIMEOUT, DEFAULT_URL
+from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL
+
 from .summary import MODES, Mode
 
 

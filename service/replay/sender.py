@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import ParamSpec, TypeVar
 
-from ..client import AsyncClient, Label, UnavailableError, error_from_item
+from perceptron_client import AsyncClient, Label, UnavailableError, error_from_item
+
 from .datasets import Dataset
 from .options import StreamOptions
 from .tally import Tally

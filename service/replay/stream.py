@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from ..client import AsyncClient, NotFoundError
+from perceptron_client import AsyncClient, NotFoundError
+
 from .datasets import Dataset
 from .errors import ReplayError
 from .options import ReplayOptions, StreamOptions

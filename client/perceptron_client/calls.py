@@ -13,14 +13,14 @@ path, body and answer type are written once for both.
 
 from __future__ import annotations
 
+import base64
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeGuard, TypeVar, cast
 from urllib.parse import quote
 
 import httpx
-import numpy as np
-import pybase64
 from pydantic import BaseModel
 
 from .answers import (
@@ -63,12 +63,23 @@ __all__ = [
     "weights",
 ]
 
-# A dense example: a sequence of numbers, or a 1-D numpy array; named features: a mapping.
-Features = Sequence[float] | Mapping[str, float] | np.ndarray
-# A batch: examples one by one, or a 2-D numpy array of numbers (sent packed: see the API).
-Batch = Sequence[Features] | np.ndarray
-# A label as given: a numpy integer works too (sent as a plain int).
-LabelIn = Label | np.integer
+# numpy is optional (pip install 'perceptron-client[numpy]'), and the client never imports it:
+# an array or a numpy integer is recognised at run time only when something has imported numpy,
+# as whatever made one has (_is_array, _is_integer). Type checkers see numpy's types in these;
+# at run time (typing.get_type_hints) they are the same without them.
+if TYPE_CHECKING:
+    import numpy as np
+
+    # A dense example: a sequence of numbers, or a 1-D numpy array; named features: a mapping.
+    Features: TypeAlias = Sequence[float] | Mapping[str, float] | np.ndarray
+    # A batch: examples one by one, or a 2-D numpy array of numbers (sent packed: see the API).
+    Batch: TypeAlias = Sequence[Features] | np.ndarray
+    # A label as given: a numpy integer works too (sent as a plain int).
+    LabelIn: TypeAlias = Label | np.integer
+else:
+    Features = Sequence[float] | Mapping[str, float]
+    Batch = Sequence[Features]
+    LabelIn = Label
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -118,10 +129,22 @@ def _path(name: str) -> str:
     return "/models/" + quote(name, safe="")
 
 
+def _is_array(x: object) -> TypeGuard[np.ndarray]:
+    """Whether ``x`` is a numpy array; False, and numpy not imported, when nothing has."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(x, numpy.ndarray)
+
+
+def _is_integer(x: object) -> TypeGuard[np.integer]:
+    """Whether ``x`` is a numpy integer (as ``_is_array``: numpy only if already imported)."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(x, numpy.integer)
+
+
 def _features(x: Features) -> list[Any] | dict[str, Any]:
     if isinstance(x, Mapping):
         return dict(x)
-    if isinstance(x, np.ndarray):  # plain floats, not numpy scalars
+    if _is_array(x):  # plain floats, not numpy scalars
         values: list[Any] = x.tolist()
         return values
     return list(x)
@@ -131,17 +154,19 @@ def _examples(features_list: Batch) -> dict[str, Any]:
     """A batch's examples: a 2-D numpy array of numbers goes packed (see the API), the rest
     as JSON."""
     if (
-        isinstance(features_list, np.ndarray)
+        _is_array(features_list)
         and features_list.ndim == 2
         and features_list.dtype.kind in ("f", "i", "u")
     ):
-        values = np.ascontiguousarray(features_list, dtype="<f8")
-        return {"packed_features": pybase64.b64encode(values.tobytes()).decode("ascii")}
+        # little-endian float64, row after row (tobytes writes C order whatever the layout)
+        values = features_list.astype("<f8", copy=False).tobytes()
+        return {"packed_features": base64.b64encode(values).decode("ascii")}
     return {"features": [_features(x) for x in features_list]}
 
 
 def _label(y: LabelIn) -> Label:
-    return int(y) if isinstance(y, np.integer) else y
+    # (a TypeGuard narrows only where it holds: otherwise y is the Label it was given)
+    return int(y) if _is_integer(y) else cast("Label", y)
 
 
 # --- the operations ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Both clients share everything but the I/O: each operation is described once as a
 (``calls.py``: method, path, JSON body, and how to read the answer), and each client only
 sends it::
 
-    from service.client import Client, NotFoundError
+    from perceptron_client import Client, NotFoundError
 
     with Client("http://127.0.0.1:8000", api_key="...") as c:
         c.create_model("iris", classes=["setosa", "versicolor", "virginica"], n_features=4)
@@ -18,6 +18,10 @@ service's ``code``, ``detail`` and ``status``. A request that gets no answer at 
 connection, timeout) raises httpx's own ``httpx.TransportError``. A 2-D numpy array of numbers
 given to ``predict_batch`` or ``learn_batch`` travels packed (``packed_features``), the rest as
 JSON.
+
+A distribution of its own, ``perceptron-client`` (``pip install ./client`` in the service's
+repository), needing httpx and pydantic only. numpy is optional (the extra ``numpy``): the
+client accepts numpy arrays and integers but never imports numpy itself.
 """
 
 from .answers import (
