@@ -22,24 +22,34 @@ from .errors import InvalidInput
 
 NAME_CHARS = "[A-Za-z0-9_.-]"  # what a model's name is made of
 NAME_MAX = 64  # and at most this many of them
+# ... not dots alone: ".", ".." are path segments that a client, a proxy or a browser folds
+# away before the request leaves it ("DELETE /models/.." would become "DELETE /")
+NAME_PATTERN = f"^{NAME_CHARS}*[A-Za-z0-9_-]{NAME_CHARS}*$"  # (the length apart: NAME_MAX)
 TOKEN_CHARS = "[A-Za-z0-9_-]"  # the random part of a prediction id: URL-safe base64
 ID_SEPARATOR = ":"  # between a prediction id's model name and its token
 
-NAME_RE = re.compile(f"{NAME_CHARS}{{1,{NAME_MAX}}}")
+NAME_RE = re.compile(NAME_PATTERN)
 TOKEN_RE = re.compile(f"{TOKEN_CHARS}{{16,64}}")
 _ID_RE = re.compile(f"({NAME_CHARS}{{1,{NAME_MAX}}}){ID_SEPARATOR}({TOKEN_CHARS}{{16,64}})")
 
 
 def valid_name(name: str) -> bool:
-    """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``."""
-    return NAME_RE.fullmatch(name) is not None  # not match/$: "$" allows a final newline
+    """Whether ``name`` may name a model: 1-64 of letters, digits, ``_``, ``-``, ``.``, not
+    dots alone.
+
+    >>> [valid_name(n) for n in ("iris", "v1.2", ".hidden", "..", "a" * 65, "x\\n")]
+    [True, True, True, False, False, False]
+    """
+    # fullmatch, not match: "$" allows a final newline
+    return len(name) <= NAME_MAX and NAME_RE.fullmatch(name) is not None
 
 
 def check_name(name: str) -> str:
     """``name``, or a 400 ``invalid_model_name`` that says what a name may hold."""
     if not valid_name(name):
         raise InvalidInput(
-            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.'.",
+            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.', "
+            "not dots alone.",
             code="invalid_model_name",
         )
     return name

@@ -179,3 +179,19 @@ def test_a_prediction_of_a_model_deleted_and_made_anew_is_not_found_whatever_its
     results = ok(client.post("/feedback/batch", json=batch))["results"]
     assert results[0]["error"]["code"] == "prediction_not_found", results
     assert ok(client.get("/models/m"))["counters"]["feedback"] == 0
+
+
+# -- 8. names of dots alone ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [".", "..", "...", "." * 64])
+def test_a_name_of_dots_alone_is_refused_everywhere(client: httpx.Client, name: str) -> None:
+    """'..' was a model's name that no client could reach again: a path segment of dots is
+    folded away before it is sent (DELETE /models/.. became DELETE /)."""
+    sent = "/models/" + name.replace(".", "%2E")  # as sent by a client that escapes them
+    error(client.put(sent, json={"n_features": 1}), 422, "invalid_model_name")
+    r = client.post("/predict", json={"model": name, "features": [1]})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    assert name not in [m["name"] for m in ok(client.get("/models"))["models"]]
+    # Dots with anything else stay good names.
+    ok(client.put("/models/" + name[:63] + "a", json={"n_features": 1}))

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from ..errors import InvalidInput
-from ..names import NAME_CHARS, NAME_MAX
+from ..names import NAME_MAX, NAME_PATTERN
 from ..protocol import CURVE_POINTS
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
@@ -37,7 +37,7 @@ FeatureBatch = Annotated[
     Field(min_length=1),
     WithJsonSchema({"type": "array", "items": _FEATURES_SCHEMA, "minItems": 1}),
 ]
-ModelName = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=f"^{NAME_CHARS}+$")]
+ModelName = Annotated[str, Field(min_length=1, max_length=NAME_MAX, pattern=NAME_PATTERN)]
 
 # What each request field takes, in words: the OpenAPI document shows them, and a request that
 # gets one wrong is told them (``problems.py``).
