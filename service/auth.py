@@ -104,11 +104,19 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
 
 
-def key_from_headers(authorization: str | None, api_key: str | None) -> str | None:
-    if api_key:
-        return api_key
-    if authorization:
+def key_from_headers(authorizations: list[str], api_keys: list[str]) -> str | None:
+    """The key a request carries, in ``Authorization: Bearer`` or ``X-API-Key`` (each header
+    as often as it was sent); None without one. Two different keys are refused, whichever is
+    valid: a request is one caller's.
+    """
+    keys = {k.strip() for k in api_keys if k.strip()}
+    for authorization in authorizations:
         scheme, _, value = authorization.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-    return None
+            keys.add(value.strip())
+    if len(keys) > 1:
+        raise Unauthorized(
+            "The request carries more than one API key (Authorization: Bearer and X-API-Key "
+            "differ, or a header is repeated): send one."
+        )
+    return next(iter(keys), None)

@@ -75,6 +75,23 @@ def test_no_or_bad_key_is_401(secured: httpx.Client) -> None:
     assert r.status_code == 200
 
 
+def test_conflicting_keys_are_refused_whichever_is_valid(secured: httpx.Client) -> None:
+    """A valid X-API-Key won over a wrong Bearer key: a request is one caller's."""
+    for headers in (
+        [("Authorization", "Bearer not-a-key-at-all-0000"), ("X-API-Key", ADMIN)],
+        [("Authorization", f"Bearer {ADMIN}"), ("X-API-Key", PREDICT)],
+        [("X-API-Key", PREDICT), ("X-API-Key", ADMIN)],
+        [("Authorization", f"Bearer {ADMIN}"), ("Authorization", f"Bearer {TRAIN}")],
+    ):
+        r = secured.get("/models", headers=httpx.Headers(headers))
+        assert r.status_code == 401 and r.json()["code"] == "unauthorized", (headers, r.text)
+        assert "more than one API key" in r.json()["detail"]
+        assert ADMIN not in r.text and PREDICT not in r.text
+    # The same key both ways is one key.
+    both = httpx.Headers([("Authorization", f"Bearer {ADMIN}"), ("X-API-Key", ADMIN)])
+    assert secured.get("/models", headers=both).status_code == 200
+
+
 def test_feedback_needs_train(secured: httpx.Client) -> None:
     p = secured.post(
         "/predict", json={"model": "allowed", "features": [1, 2]}, headers=auth(PREDICT)

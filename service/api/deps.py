@@ -47,7 +47,7 @@ def authenticate(request: Request) -> Principal:
         principal = NOBODY_NEEDED
     else:
         key = key_from_headers(
-            request.headers.get("authorization"), request.headers.get("x-api-key")
+            request.headers.getlist("authorization"), request.headers.getlist("x-api-key")
         )
         if key is None:
             raise Unauthorized("An API key is needed: send 'Authorization: Bearer <key>'.")
