@@ -50,11 +50,13 @@ def create_app(
     *,
     store: Callable[[], Store] | None = None,
     clock: Callable[[], float] = time.time,
+    warn_auth_off: bool = True,
 ) -> FastAPI:
     """The app. For tests, which run it in-process on a store and a clock of their own:
-    ``store`` makes the store each lifespan opens (and closes at shutdown); ``clock``."""
+    ``store`` makes the store each lifespan opens (and closes at shutdown); ``clock``.
+    ``warn_auth_off=False``: the workers of ``perceptron serve``, which said it once for all."""
     settings = settings or Settings()
-    keys = load_keys(settings)
+    keys = load_keys(settings, warn_auth_off=warn_auth_off)
     redis_password(settings)  # a missing or empty file stops start-up here, not per request
 
     @asynccontextmanager

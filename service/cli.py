@@ -4,9 +4,22 @@ from __future__ import annotations
 
 import argparse
 import copy
+import errno
+import http.client
+import logging
+import logging.config
 import os
+import socket
 import sys
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .commands import CLIENT_CODES, SERVE_CODES, Exit, epilog
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from .settings import Settings
 
 DESCRIPTION = """\
 An online-learning perceptron served over HTTP, its weights kept in Redis.
@@ -40,6 +53,18 @@ def _prometheus_dir() -> None:
         atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
+# The request that tells the service is up (for the banner), kept out of the access log
+PROBE = "/healthz?from=perceptron-serve"
+
+
+class QuietProbe(logging.Filter):
+    """Drops the access log's line for ``PROBE``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (isinstance(args, tuple) and len(args) > 2 and args[2] == PROBE)
+
+
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging, with the service's own log ('perceptron') beside it."""
     from uvicorn.config import LOGGING_CONFIG
@@ -50,45 +75,166 @@ def log_config(level: str) -> dict[str, Any]:
         "level": level.upper(),
         "propagate": False,
     }
+    config.setdefault("filters", {})["probe"] = {"()": "service.cli.QuietProbe"}
+    config["loggers"]["uvicorn.access"]["filters"] = ["probe"]
     return config
 
 
-def serve(args: argparse.Namespace) -> int:
-    import uvicorn
+def worker_app() -> FastAPI:
+    """The app of a worker of ``perceptron serve``: its settings were checked before any worker
+    started, and auth being off said there, once for all workers."""
+    from .app import create_app
 
+    return create_app(warn_auth_off=False)
+
+
+def listen_problem(host: str, port: int) -> tuple[Exit, str] | None:
+    """Why the service cannot listen on ``host``:``port``, tried before anything starts (its
+    exit code and words), or None."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as e:
+        return Exit.USAGE, f"cannot listen on {host}: {e.strerror} (--host)"
+    for family, kind, proto, _, address in found:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return Exit.PORT_IN_USE, (
+                        f"port {port} on {host} is in use (another perceptron serve?): "
+                        "pick another with --port"
+                    )
+                return Exit.USAGE, f"cannot listen on {host} port {port}: {e.strerror}"
+    return None
+
+
+def _url_host(host: str) -> str:
+    """The host to reach a service listening on ``host`` at, in a URL."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def banner(host: str, port: int, settings: Settings) -> str:
+    """Where things are, once the service answers: the dashboard, the docs, a first request."""
+    base = f"http://{_url_host(host)}:{port}"
+    every = host in ("", "0.0.0.0", "::")
+    where = f" (listening on {host}: every address of this machine)" if every else ""
+    key = ' -H "Authorization: Bearer $PERCEPTRON_API_KEY"' if settings.auth else ""
+    if settings.default_model:
+        body = """'{"features": {"word=free": 1, "word=offer": 1}}'"""
+        first = f"curl -s {base}/predict{key} -H 'content-type: application/json' -d {body}"
+    else:
+        first = f"curl -s {base}/models{key}"
+    return (
+        f"perceptron serve: ready on {base}{where}\n"
+        f"  dashboard  {base}/dashboard\n"
+        f"  API docs   {base}/docs\n"
+        f"  try        {first}\n"
+    )
+
+
+class _Banner(threading.Thread):
+    """Writes ``banner`` once the service answers HTTP; stops asking when told to."""
+
+    def __init__(self, host: str, port: int, text: str) -> None:
+        super().__init__(name="perceptron-banner", daemon=True)
+        self.host = _url_host(host).strip("[]")
+        self.port = port
+        self.text = text
+        self.stopped = threading.Event()
+
+    def _answers(self) -> bool:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
+        try:
+            conn.request("GET", PROBE)
+            return conn.getresponse().status > 0
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            conn.close()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            if self._answers():
+                if not self.stopped.is_set():
+                    sys.stderr.write(self.text)
+                    sys.stderr.flush()
+                return
+            self.stopped.wait(0.2)
+
+
+def serve(args: argparse.Namespace) -> int:
     from .settings import Settings
 
     settings = Settings()
-    if not settings.redis_url and settings.local_redis_dir:
-        from .local_redis import serving_local_redis
-
-        return serving_local_redis(settings.local_redis_dir, lambda: serve(args))
-    if not settings.redis_url and args.workers > 1:
+    local = not settings.redis_url and settings.local_redis_dir
+    if not settings.redis_url and not local and args.workers > 1:
         sys.stderr.write(
             "The embedded store lives in one process: set PERCEPTRON_REDIS_URL to run "
             f"{args.workers} workers.\n"
         )
-        return 2
+        return Exit.USAGE
+    if (problem := listen_problem(args.host, args.port)) is not None:
+        code, said = problem  # said before anything starts, the local redis-server included
+        sys.stderr.write(f"perceptron serve: {said}\n")
+        return code
+    if local:
+        from .local_redis import serving_local_redis
+
+        # Its URL in PERCEPTRON_REDIS_URL, for the settings read again and the workers'
+        return serving_local_redis(local, lambda: _serve(args, Settings()))
+    return _serve(args, settings)
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
+
     from .startup import check_settings
 
+    config = log_config(settings.log_level)
+    logging.config.dictConfig(config)  # so that what the checks log reads as the service's log
     try:
         # Here, once: a worker that fails its start-up would only be started again and again.
         check_settings(settings)
     except (ValueError, OSError, RuntimeError) as e:
         sys.stderr.write(f"perceptron serve: {e}\n")
-        return 2
+        return Exit.USAGE
     _prometheus_dir()
-    uvicorn.run(
-        "service.app:create_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_level=settings.log_level,
-        log_config=log_config(settings.log_level),
-        timeout_graceful_shutdown=10,
-    )
-    return 0
+    told = _Banner(args.host, args.port, banner(args.host, args.port, settings))
+    told.start()
+    try:
+        uvicorn.run(
+            "service.cli:worker_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=settings.log_level,
+            log_config=config,
+            timeout_graceful_shutdown=10,
+        )
+    except SystemExit as e:
+        if e.code != STARTUP_FAILURE:
+            raise
+        return Exit.FAILED  # uvicorn said why
+    finally:
+        told.stopped.set()
+        told.join(5)
+    return Exit.DONE
+
+
+class _ServeHelp(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Each option's default, and the exit codes' epilog as written."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,10 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser(
         "serve",
         help="run the HTTP service",
-        description="Run the HTTP service. Its settings are PERCEPTRON_* environment "
-        "variables (the README's settings table); without PERCEPTRON_REDIS_URL it runs on "
-        "the embedded in-process store, one worker.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Run the HTTP service. Its settings are PERCEPTRON_* environment\n"
+        "variables (the README's settings table); without PERCEPTRON_REDIS_URL it runs on\n"
+        "the embedded in-process store, one worker. Once it answers, it prints where the\n"
+        "dashboard and the API docs are, and a first request to try.",
+        epilog=epilog(SERVE_CODES),
+        formatter_class=_ServeHelp,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
@@ -124,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         "replay",
         help="stream a dataset through a running service and report its mistakes",
         description=replay.DESCRIPTION,
+        epilog=epilog(CLIENT_CODES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     replay.add_arguments(p)
@@ -137,6 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     manage.add_arguments(p)
     p.set_defaults(func=manage.run)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["models"]:
+        argv = manage.join_dash_values(argv)
     args = parser.parse_args(argv)
     code: int = args.func(args)
     return code

@@ -2,12 +2,14 @@
 running service, through ``perceptron_client.Client``.
 
 Text for people by default, the service's own JSON with ``--json``; the exit code says what
-happened (``EXIT``), so that scripts need not read either.
+happened (``service.commands.Exit``, the same in every command), so that scripts need not read
+either.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -22,33 +24,15 @@ import httpx
 from perceptron_client import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
-    AuthError,
     Client,
-    ConflictError,
     ModelInfo,
     ModelList,
     ModelSpec,
     NotFoundError,
     PerceptronError,
-    UnavailableError,
 )
 
-# Exit codes: one per outcome a script may act on.
-EXIT = {
-    "done": 0,
-    "refused": 1,  # the service refused the request (400, 413, 422) or failed (500)
-    "usage": 2,  # wrong options, or an input file that cannot be read
-    "not_found": 3,  # no such model (404)
-    "conflict": 4,  # the model exists with another configuration (409)
-    "auth": 5,  # no API key, or one without the admin role or this model (401, 403)
-    "unavailable": 6,  # no answer at all, or 503 / 429: try again later
-}
-_BY_ERROR: list[tuple[type[PerceptronError], str]] = [
-    (NotFoundError, "not_found"),
-    (ConflictError, "conflict"),
-    (AuthError, "auth"),
-    (UnavailableError, "unavailable"),
-]
+from .commands import CLIENT_CODES, Exit, epilog, exit_for, file_error, unwritable
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import.
@@ -66,16 +50,7 @@ examples:
   perceptron models delete iris
 """
 
-EPILOG = """\
-exit codes:
-  0  done
-  1  the service refused the request (invalid input) or failed
-  2  wrong usage, or an input file that cannot be read
-  3  no such model
-  4  the model exists with another configuration
-  5  no API key, or a key that may not do this
-  6  the service cannot be reached or is unavailable: try again later
-"""
+EPILOG = epilog(CLIENT_CODES)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,8 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--classes",
         metavar="A,B,...",
         type=_classes,
-        help="labels, comma-separated; integers stay integers (default: --classes=-1,1, "
-        "with '=' when the first starts with '-')",
+        help="labels, comma-separated; integers stay integers (default: -1,1)",
     )
     spec.add_argument("--n-features", metavar="N", type=int, help="dense dimension")
     spec.add_argument("--hash-bits", metavar="B", type=int, help="named features: 2**B weights")
@@ -137,31 +111,78 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+# Options whose value may start with '-' (a negative label), which argparse takes for an option
+DASH_VALUES = ("--classes",)
+
+
+def join_dash_values(argv: list[str]) -> list[str]:
+    """``--classes -1,1`` as ``--classes=-1,1``, the one form argparse reads when the value
+    starts with '-' (any other than -h, which stays a request for help)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return out + argv[i:]
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if arg in DASH_VALUES and re.fullmatch(r"-[^-].*", value) and value != "-h":
+            out.append(f"{arg}={value}")
+            i += 2
+            continue
+        out.append(arg)
+        i += 1
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
-    """``perceptron models ACTION``: its exit code (``EXIT``)."""
+    """``perceptron models ACTION``: its exit code (``service.commands.Exit``)."""
     url = args.url or os.environ.get("PERCEPTRON_URL") or DEFAULT_URL
     api_key = args.api_key or os.environ.get("PERCEPTRON_API_KEY") or None
     try:
         with Client(url, api_key=api_key, timeout=args.timeout) as client:
-            args.act(client, args)
+            try:
+                args.act(client, args)
+            except NotFoundError as e:
+                if e.code != "model_not_found" or args.json:
+                    raise
+                _err(f"perceptron models: {_not_found(client, args)}")
+                return Exit.NOT_FOUND
     except PerceptronError as e:
-        kind = next((k for cls, k in _BY_ERROR if isinstance(e, cls)), "refused")
         if args.json:
             _err(json.dumps({"status": e.status, "code": e.code, "detail": e.detail}))
         else:
             _err(f"perceptron models: {e}")
-        return EXIT[kind]
+        return exit_for(e)
     except httpx.TransportError as e:
         _err(f"perceptron models: cannot reach {url} ({type(e).__name__}: {e})")
-        return EXIT["unavailable"]
+        return exit_for(e)
     except _Usage as e:
         _err(f"perceptron models: {e}")
-        return EXIT["usage"]
-    return EXIT["done"]
+        return Exit.USAGE
+    return Exit.DONE
 
 
 class _Usage(Exception):
-    """Input the command cannot use (a file it cannot read)."""
+    """Input the command cannot use (a file it cannot read or write)."""
+
+
+def _not_found(client: Client, args: argparse.Namespace) -> str:
+    """No model ``args.name``: in the command line's words, with the names it may have meant."""
+    name: str = args.name
+    try:
+        names = [m.name for m in client.list_models().models]
+    except (PerceptronError, httpx.TransportError):  # e.g. a key that may not list: no hint
+        names = []
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    said = f"model {name!r} does not exist"
+    if close:
+        said += f"; did you mean {' or '.join(map(repr, close))}?"
+    if args.action != "delete":
+        said += (
+            f"{'' if close else '.'} To create it: perceptron models create {name} "
+            "--classes A,B,... (options: perceptron models create --help)"
+        )
+    return said
 
 
 # --- the actions ------------------------------------------------------------------------------
@@ -204,11 +225,16 @@ def _reset(client: Client, args: argparse.Namespace) -> None:
 
 
 def _export(client: Client, args: argparse.Namespace) -> None:
+    if args.output and (problem := unwritable(args.output)) is not None:
+        raise _Usage(problem)  # before asking the service for the document
     text = json.dumps(client.export_model(args.name))
     if not args.output:
         _out(text)
         return
-    Path(args.output).write_text(text + "\n", encoding="utf-8")
+    try:
+        Path(args.output).write_text(text + "\n", encoding="utf-8")
+    except OSError as e:
+        raise _Usage(file_error(args.output, e, writing=True)) from e
     if args.json:
         _out(json.dumps({"exported": args.name, "file": args.output}))
     else:
@@ -218,9 +244,14 @@ def _export(client: Client, args: argparse.Namespace) -> None:
 def _import(client: Client, args: argparse.Namespace) -> None:
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
+    except OSError as e:
+        raise _Usage(file_error(args.file, e)) from e
+    except UnicodeDecodeError as e:
+        raise _Usage(f"cannot read {args.file}: not UTF-8 text ({e.reason})") from e
+    try:
         document = json.loads(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _Usage(f"cannot read an export document from {args.file}: {e}") from e
+    except json.JSONDecodeError as e:
+        raise _Usage(f"cannot read an export document from {args.file}: not JSON ({e})") from e
     if not isinstance(document, dict):
         raise _Usage(f"{args.file} holds no export document (not a JSON object)")
     _print_model(client.import_model(args.name, document), args.json)

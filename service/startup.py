@@ -16,13 +16,16 @@ from .settings import Settings
 log = logging.getLogger("perceptron")
 
 
-def load_keys(settings: Settings) -> KeyRing | None:
-    """The API keys, or None when auth is off; fails at start-up on a bad configuration."""
+def load_keys(settings: Settings, *, warn_auth_off: bool = True) -> KeyRing | None:
+    """The API keys, or None when auth is off (said loudly, unless ``warn_auth_off`` is False:
+    a worker of ``perceptron serve``, which said it once for all); fails at start-up on a bad
+    configuration."""
     if not settings.auth:
-        log.warning(
-            "AUTH IS OFF (PERCEPTRON_AUTH=false): anyone who can reach this service may "
-            "predict, train, create and delete models. Use this for local work only."
-        )
+        if warn_auth_off:
+            log.warning(
+                "AUTH IS OFF (PERCEPTRON_AUTH=false): anyone who can reach this service may "
+                "predict, train, create and delete models. Use this for local work only."
+            )
         return None
     secret = settings.api_keys.get_secret_value() if settings.api_keys else None
     keys = KeyRing.load(secret, settings.api_keys_file)

@@ -28,6 +28,7 @@ from service.replay.tally import Tally
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService
+from .servers import free_port
 
 IRIS = rp.load_dataset("iris").shuffled(1).head(45)  # three classes, 4 features
 CANCER = rp.load_dataset("breast_cancer").head(40)
@@ -194,7 +195,7 @@ def test_the_command_replays_prints_and_draws(reaching: InProcessService, tmp_pa
     last = err.split("\r")[-1]  # the bar as it was left
     assert code == 0 and last.startswith("text: 100%|") and last.endswith("]\n")
     assert "9/9 [" in last and f"mistakes {mistakes} ({mistakes / 9:.2%})]" in last
-    assert run_main([*nine, "--quiet"], Terminal())[2] == ""
+    assert run_main([*nine, "--quiet", "--reset"], Terminal())[2] == ""  # no bar, no notice
 
 
 def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,7 +251,9 @@ def test_the_command_says_what_is_wrong(reaching: InProcessService, tmp_path: Pa
         ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "c", "--quiet",
          "--curve", str(tmp_path)]
     )  # fmt: skip
-    assert code == 2 and "perceptron replay:" in err  # a folder is no PNG file
+    assert code == 2 and f"cannot write {tmp_path}: it is a folder" in err
+    with Client(BASE_URL, transport=reaching.transport()) as c:  # said before the replay
+        assert "c" not in [m.name for m in c.list_models().models]
 
 
 def test_the_command_reports_a_service_it_cannot_reach(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -261,7 +264,7 @@ def test_the_command_reports_a_service_it_cannot_reach(monkeypatch: pytest.Monke
         command, "replay", partial(rp.replay, transport=httpx.MockTransport(refuse))
     )
     code, _, err = run_main(["--dataset", "iris", "--quiet", "--url", "http://nowhere.test"])
-    assert code == 1 and "cannot reach http://nowhere.test (ConnectError" in err
+    assert code == 6 and "cannot reach http://nowhere.test (ConnectError" in err
 
 
 def test_the_tally_counts_each_example_once_and_shows_the_counts() -> None:
@@ -329,7 +332,7 @@ def test_an_error_ends_the_bar_before_its_message(
     args = ["--dataset", "iris", "--shuffle", "1", "--mode", "learn", "--limit", "9"]
     code, _, err = run_main(args, Terminal())
     bar, message, end = err.split("\r")[-1].split("\n")
-    assert code == 1 and " 3/9 [" in bar and end == ""
+    assert code == 6 and " 3/9 [" in bar and end == ""  # unreachable: as perceptron models
     assert message.startswith("perceptron replay: cannot reach http://127.0.0.1:8000")
 
 
@@ -352,12 +355,17 @@ def test_the_async_client_against_the_app_on_its_own_loop(service: InProcessServ
 def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: dict[str, Any] = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: ran.update(app=app, **kw))
+    # The service's logging, set before the settings are checked (uvicorn sets it again)
+    monkeypatch.setattr("logging.config.dictConfig", lambda c: ran.update(logging=c))
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     monkeypatch.setenv("PERCEPTRON_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")  # serve checks the keys before any worker
-    assert cli.main(["serve", "--port", "8123", "--workers", "3"]) == 0
-    assert ran["app"] == "service.app:create_app" and ran["factory"] is True
-    assert (ran["port"], ran["workers"]) == (8123, 3)
+    port = free_port()  # serve tries it before anything starts
+    assert cli.main(["serve", "--port", str(port), "--workers", "3"]) == 0
+    # Its workers' app, which leaves the warning that auth is off to serve: once, not per worker
+    assert ran["app"] == "service.cli:worker_app" and ran["factory"] is True
+    assert ran["logging"] == ran["log_config"]
+    assert (ran["port"], ran["workers"]) == (port, 3)
     folder = Path(__import__("os").environ["PROMETHEUS_MULTIPROC_DIR"])
     assert folder.is_dir()  # the workers' shared metrics folder, removed at exit
     monkeypatch.delenv("PERCEPTRON_REDIS_URL")

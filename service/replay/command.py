@@ -12,6 +12,7 @@ import httpx
 
 from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL, PerceptronError
 
+from ..commands import Exit, exit_for, file_error, unwritable
 from .curve import write_curve
 from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError
@@ -124,12 +125,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load(args: argparse.Namespace) -> Dataset:
-    if args.dataset:
-        data = load_dataset(args.dataset)
-    elif args.csv:
-        data = load_csv(args.csv, args.label_column)
-    else:
-        data = load_libsvm(args.libsvm)
+    path = args.csv or args.libsvm
+    try:
+        if args.dataset:
+            data = load_dataset(args.dataset)
+        elif args.csv:
+            data = load_csv(args.csv, args.label_column)
+        else:
+            data = load_libsvm(args.libsvm)
+    except OSError as e:
+        raise ReplayError(file_error(path or e.filename or "", e)) from e
     if args.shuffle is not None:
         data = data.shuffled(args.shuffle)
     if args.limit is not None:
@@ -161,6 +166,8 @@ def _misuse(args: argparse.Namespace) -> str | None:
     """What is wrong with these options together, if anything."""
     if args.label_column is not None and not args.csv:
         return "--label-column applies to --csv only."
+    if args.curve:
+        return unwritable(args.curve)  # before the replay, not after it
     return None
 
 
@@ -174,7 +181,10 @@ def _replay(args: argparse.Namespace, options: ReplayOptions) -> Summary:
         if progress is not None:
             progress.close()  # so that an error's message goes on a line of its own
     if args.curve:
-        write_curve(summary, args.curve, args.window)
+        try:
+            write_curve(summary, args.curve, args.window)
+        except OSError as e:
+            raise ReplayError(file_error(args.curve, e, writing=True)) from e
     return summary
 
 
@@ -192,7 +202,7 @@ def _print(summary: Summary, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``perceptron replay``: 0 when done, 1 when the service failed, 2 on bad input."""
+    """``perceptron replay``: its exit code (``service.commands.Exit``)."""
     err = sys.stderr
     try:
         if (problem := _misuse(args)) is not None:
@@ -200,17 +210,17 @@ def run(args: argparse.Namespace) -> int:
         options = _options(args)  # checked when made (options.py), before any data is read
     except ValueError as e:
         err.write(f"perceptron replay: {e}\n")
-        return 2
+        return Exit.USAGE
     try:
         summary = _replay(args, options)
     except (ReplayError, OSError) as e:
         err.write(f"perceptron replay: {e}\n")
-        return 2
+        return Exit.USAGE
     except PerceptronError as e:
         err.write(f"perceptron replay: the service answered {e}\n")
-        return 1
+        return exit_for(e)
     except httpx.TransportError as e:
         err.write(f"perceptron replay: cannot reach {args.url} ({type(e).__name__}: {e})\n")
-        return 1
+        return exit_for(e)
     _print(summary, args)
-    return 0
+    return Exit.DONE

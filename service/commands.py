@@ -1,0 +1,129 @@
+"""What the ``perceptron`` commands share: their exit codes, one per cause and the same in every
+command, and the words for a file they cannot read or write.
+
+Scripts act on the exit code alone; each command's ``--help`` lists the codes it may give
+(``epilog``), from the table here.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from enum import IntEnum
+from pathlib import Path
+
+import httpx
+
+from perceptron_client import (
+    AuthError,
+    ConflictError,
+    NotFoundError,
+    PerceptronError,
+    UnavailableError,
+)
+
+
+class Exit(IntEnum):
+    """The exit code of every ``perceptron`` command, one per cause."""
+
+    DONE = 0
+    FAILED = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    CONFLICT = 4
+    AUTH = 5
+    UNAVAILABLE = 6
+    PORT_IN_USE = 7
+
+
+MEANING = {
+    Exit.DONE: "done (serve: stopped)",
+    Exit.FAILED: "the service refused the request (invalid input) or failed (serve: did not start)",
+    Exit.USAGE: "wrong usage (options, settings), or a file that cannot be read or written",
+    Exit.NOT_FOUND: "no such model",
+    Exit.CONFLICT: "the model exists with another configuration",
+    Exit.AUTH: "no API key, or a key that may not do this",
+    Exit.UNAVAILABLE: "the service cannot be reached or is unavailable: try again later",
+    Exit.PORT_IN_USE: "the port to listen on is in use",
+}
+
+# The codes of the commands that talk to a service (models, replay) and of the one that runs it
+CLIENT_CODES = tuple(code for code in Exit if code is not Exit.PORT_IN_USE)
+SERVE_CODES = (Exit.DONE, Exit.FAILED, Exit.USAGE, Exit.PORT_IN_USE)
+
+_BY_ERROR: list[tuple[type[PerceptronError], Exit]] = [
+    (NotFoundError, Exit.NOT_FOUND),
+    (ConflictError, Exit.CONFLICT),
+    (AuthError, Exit.AUTH),
+    (UnavailableError, Exit.UNAVAILABLE),
+]
+
+
+def epilog(codes: tuple[Exit, ...]) -> str:
+    """The 'exit codes:' section of a command's ``--help``."""
+    return "exit codes:\n" + "".join(f"  {int(c)}  {MEANING[c]}\n" for c in codes)
+
+
+def exit_for(error: PerceptronError | httpx.TransportError) -> Exit:
+    """The exit code for an error answer of the service, or for no answer at all."""
+    if isinstance(error, httpx.TransportError):
+        return Exit.UNAVAILABLE
+    return next((code for cls, code in _BY_ERROR if isinstance(error, cls)), Exit.FAILED)
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def _not_a_folder(path: Path) -> Path | None:
+    """The first part of ``path``'s folder that exists and is not a folder, if any."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def _missing_folder(path: Path) -> Path | None:
+    """The first folder on the way to ``path`` that does not exist, if any."""
+    for parent in reversed(path.parents):
+        if not parent.exists():
+            return parent
+    return None
+
+
+def _cause(path: Path, error: OSError | None, writing: bool) -> str:
+    if error is not None and error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "permission denied" if error.errno != errno.EROFS else "read-only file system"
+    if path.is_dir():
+        return "it is a folder, not a file"
+    if (part := _not_a_folder(path)) is not None:
+        return f"{part} is a file, not a folder"
+    if (missing := _missing_folder(path)) is not None:
+        return f"the folder {missing} does not exist"
+    if not path.exists() and not writing:
+        return "no such file"
+    if error is None:
+        return "permission denied"
+    return (error.strerror or str(error)).lower()
+
+
+def file_error(path: str | os.PathLike[str], error: OSError, *, writing: bool = False) -> str:
+    """One line naming the file and why it cannot be read (or written)."""
+    verb = "write" if writing else "read"
+    return f"cannot {verb} {os.fspath(path)}: {_cause(Path(path), error, writing)}"
+
+
+def unwritable(path: str | os.PathLike[str]) -> str | None:
+    """Why a file cannot be written at ``path`` (``file_error``'s words), or None if it can.
+
+    Checked before the work whose result goes there, so that none of it is thrown away.
+    """
+    p = Path(path)
+    folder = p.parent
+    if (
+        p.is_dir()
+        or not folder.is_dir()
+        or not os.access(folder, os.W_OK | os.X_OK)
+        or (p.exists() and not os.access(p, os.W_OK))
+    ):
+        return f"cannot write {os.fspath(path)}: {_cause(p, None, writing=True)}"
+    return None

@@ -1,0 +1,268 @@
+"""The ``perceptron`` commands' rough edges, without a service: files they cannot read or write,
+a label list that starts with '-', one exit code per cause in every command, a busy port, and
+what ``perceptron serve`` prints once it answers.
+
+The commands against a real service: tests/test_models_command.py, tests/test_replay.py and
+tests/test_serve_command.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import io
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from perceptron_client import (
+    AuthError,
+    ConflictError,
+    NotFoundError,
+    PerceptronError,
+    UnavailableError,
+)
+from service import cli, commands, manage
+from service.commands import Exit
+from service.settings import Settings
+
+from .servers import free_port
+
+UNREACHABLE = "http://127.0.0.1:1"
+
+
+def run_main(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(args))
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def test_a_file_that_cannot_be_written_is_named_with_its_cause(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for path, cause in [
+        (tmp_path / "no" / "deeper" / "m.json", f"the folder {tmp_path / 'no'} does not exist"),
+        (tmp_path, "it is a folder, not a file"),
+        (a_file / "m.json", f"{a_file} is a file, not a folder"),
+    ]:
+        assert commands.unwritable(path) == f"cannot write {path}: {cause}"
+    assert commands.unwritable(tmp_path / "new.json") is None
+    assert commands.unwritable(a_file) is None  # written over
+
+
+def test_permission_denied_is_said_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "m.json"))
+    assert commands.file_error(tmp_path / "m.json", denied, writing=True) == (
+        f"cannot write {tmp_path / 'm.json'}: permission denied"
+    )
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)  # as for anyone but root
+    assert commands.unwritable(tmp_path / "m.json") == (
+        f"cannot write {tmp_path / 'm.json'}: permission denied"
+    )
+
+
+def test_a_file_that_cannot_be_read_is_named_with_its_cause(tmp_path: Path) -> None:
+    def read(path: Path) -> str:
+        try:
+            path.read_text()
+        except OSError as e:
+            return commands.file_error(path, e)
+        raise AssertionError(f"{path} was read")
+
+    assert read(tmp_path / "none.csv") == f"cannot read {tmp_path / 'none.csv'}: no such file"
+    assert read(tmp_path) == f"cannot read {tmp_path}: it is a folder, not a file"
+    assert read(tmp_path / "no" / "x.csv") == (
+        f"cannot read {tmp_path / 'no' / 'x.csv'}: the folder {tmp_path / 'no'} does not exist"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["models", "export", "iris", "-o", "{tmp}/no/dir/iris.json"], "the folder {tmp}/no does"),
+        (["models", "export", "iris", "-o", "{tmp}"], "it is a folder"),
+        (["models", "import", "iris", "{tmp}"], "it is a folder"),
+        (["models", "import", "iris", "{tmp}/none.json"], "no such file"),
+        (["replay", "--dataset", "iris", "--curve", "{tmp}/no/c.png"], "the folder {tmp}/no"),
+        (["replay", "--dataset", "iris", "--curve", "{tmp}"], "it is a folder"),
+        (["replay", "--csv", "{tmp}/none.csv"], "no such file"),
+        (["replay", "--csv", "{tmp}"], "it is a folder"),
+        (["replay", "--libsvm", "{tmp}/no/x.svm"], "the folder {tmp}/no does not exist"),
+    ],
+)
+def test_commands_say_which_file_and_why_in_one_line(
+    tmp_path: Path, args: list[str], said: str
+) -> None:
+    """Exit 2 and one line, before any request (the URL reaches nothing): no traceback."""
+    argv = [a.format(tmp=tmp_path) for a in args] + ["--url", UNREACHABLE]
+    code, out, err = run_main(*argv)
+    assert code == 2, err
+    assert said.format(tmp=tmp_path) in err and str(tmp_path) in err
+    assert err.count("\n") == 1 and "Traceback" not in err and out == ""
+
+
+# --- --classes -1,1 ---------------------------------------------------------------------------
+
+
+def parse_models(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    manage.add_arguments(parser)
+    return parser.parse_args(manage.join_dash_values(argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "classes"),
+    [
+        (["create", "neg", "--classes", "-1,1"], [-1, 1]),
+        (["create", "neg", "--classes", "-1,0,1", "--n-features", "3"], [-1, 0, 1]),
+        (["create", "neg", "--classes=-1,1"], [-1, 1]),
+        (["create", "neg", "--classes", "-a,b"], ["-a", "b"]),
+        (["create", "neg", "--classes", "a,b"], ["a", "b"]),
+    ],
+)
+def test_classes_may_start_with_a_dash(argv: list[str], classes: list[Any]) -> None:
+    assert parse_models(argv).classes == classes
+
+
+def test_an_option_after_classes_stays_an_option() -> None:
+    assert manage.join_dash_values(["create", "m", "--classes", "--json"]) == [
+        "create", "m", "--classes", "--json",
+    ]  # fmt: skip
+    assert manage.join_dash_values(["--", "--classes", "-1,1"]) == ["--", "--classes", "-1,1"]
+
+
+def test_the_command_line_reads_classes_that_start_with_a_dash() -> None:
+    """Parsed, it goes on to the service (unreachable here), instead of a usage error."""
+    code, _, err = run_main("models", "create", "neg", "--classes", "-1,1", "--url", UNREACHABLE)
+    assert code == Exit.UNAVAILABLE and "expected one argument" not in err
+
+
+# --- exit codes -------------------------------------------------------------------------------
+
+
+def test_one_exit_code_per_cause() -> None:
+    request = httpx.Request("GET", UNREACHABLE)
+    errors: list[tuple[PerceptronError | httpx.TransportError, int]] = [
+        (NotFoundError(404, "model_not_found", "x"), 3),
+        (ConflictError(409, "model_exists", "x"), 4),
+        (AuthError(401, "unauthorized", "x"), 5),
+        (UnavailableError(503, "store_unavailable", "x"), 6),
+        (httpx.ConnectError("refused", request=request), 6),
+        (PerceptronError(500, "internal", "x"), 1),
+    ]
+    for error, code in errors:
+        assert commands.exit_for(error) == code
+    assert [int(c) for c in Exit] == list(range(8)) and set(commands.MEANING) == set(Exit)
+
+
+def test_an_unreachable_service_exits_the_same_from_replay_and_models() -> None:
+    replayed, _, said = run_main("replay", "--dataset", "iris", "--quiet", "--url", UNREACHABLE)
+    listed, _, told = run_main("models", "list", "--url", UNREACHABLE)
+    assert replayed == listed == 6
+    assert "cannot reach" in said and "cannot reach" in told
+
+
+def help_of(*command: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli.main([*command, "--help"])
+    return out.getvalue()
+
+
+def test_each_commands_help_lists_its_exit_codes() -> None:
+    for command in ("models", "replay"):
+        text = help_of(command)
+        assert commands.epilog(commands.CLIENT_CODES) in text, command
+        assert "  6  the service cannot be reached" in text and "  7  " not in text
+    serve = help_of("serve")
+    assert commands.epilog(commands.SERVE_CODES) in serve
+    assert "  7  the port to listen on is in use" in serve
+
+
+# --- perceptron serve -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_busy_port_is_said_before_anything_starts(
+    busy_port: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def not_started(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr("uvicorn.run", not_started)
+    monkeypatch.setattr("service.local_redis.LocalRedis.start", not_started)
+    monkeypatch.delenv("PERCEPTRON_REDIS_URL", raising=False)
+    monkeypatch.setenv("PERCEPTRON_AUTH", "false")
+    for local in ("", str(tmp_path)):  # the embedded store, a local redis-server
+        monkeypatch.setenv("PERCEPTRON_LOCAL_REDIS_DIR", local)
+        code, _, err = run_main("serve", "--port", str(busy_port))
+        assert code == 7
+        assert err == (
+            f"perceptron serve: port {busy_port} on 127.0.0.1 is in use (another perceptron "
+            "serve?): pick another with --port\n"
+        )
+
+
+def test_a_host_it_cannot_listen_on_is_wrong_usage() -> None:
+    problem = cli.listen_problem("host.invalid", free_port())
+    assert problem is not None and problem[0] == Exit.USAGE and "host.invalid" in problem[1]
+    assert cli.listen_problem("127.0.0.1", free_port()) is None
+
+
+def test_the_banner_says_where_things_are() -> None:
+    text = cli.banner("127.0.0.1", 8123, Settings(auth=False))
+    assert text.splitlines() == [
+        "perceptron serve: ready on http://127.0.0.1:8123",
+        "  dashboard  http://127.0.0.1:8123/dashboard",
+        "  API docs   http://127.0.0.1:8123/docs",
+        "  try        curl -s http://127.0.0.1:8123/predict -H 'content-type: application/json'"
+        """ -d '{"features": {"word=free": 1, "word=offer": 1}}'""",
+    ]
+    every = cli.banner("0.0.0.0", 9000, Settings(auth=True, default_model=False))
+    assert every.startswith(
+        "perceptron serve: ready on http://127.0.0.1:9000 (listening on 0.0.0.0: every address"
+    )
+    assert every.splitlines()[-1] == (
+        '  try        curl -s http://127.0.0.1:9000/models -H "Authorization: Bearer '
+        '$PERCEPTRON_API_KEY"'
+    )
+    assert "http://[::1]:8000/docs" in cli.banner("::1", 8000, Settings(auth=False))
+
+
+def test_the_probe_for_the_banner_is_kept_out_of_the_access_log() -> None:
+    import logging
+
+    quiet = cli.QuietProbe()
+
+    def record(path: str) -> logging.LogRecord:
+        args = ("127.0.0.1:5", "GET", path, "1.1", 200)
+        return logging.LogRecord("uvicorn.access", 20, "", 0, '%s - "%s %s HTTP/%s" %d', args, None)
+
+    assert not quiet.filter(record(cli.PROBE))
+    assert quiet.filter(record("/healthz")) and quiet.filter(record("/predict"))
+    assert cli.log_config("info")["loggers"]["uvicorn.access"]["filters"] == ["probe"]
+
+
+def test_workers_of_serve_leave_auth_off_to_serve(caplog: pytest.LogCaptureFixture) -> None:
+    from service.app import create_app
+
+    with caplog.at_level("WARNING", logger="perceptron"):
+        create_app(Settings(auth=False, redis_url=None), warn_auth_off=False)
+    assert not any("AUTH IS OFF" in r.message for r in caplog.records)
