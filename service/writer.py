@@ -112,7 +112,8 @@ class Writers:
         token = secrets.token_urlsafe(16)
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
-        if await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request):
+        wait_ms = int(self.settings.learn_wait_s * 1000)
+        if await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request, wait_ms):
             self._start(rep.name)
             return await self._learn_here(rep, examples, None)
         answer = await self._answer(rep.name, token, deadline)

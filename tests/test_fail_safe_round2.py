@@ -195,3 +195,77 @@ def test_a_name_of_dots_alone_is_refused_everywhere(client: httpx.Client, name: 
     assert name not in [m["name"] for m in ok(client.get("/models"))["models"]]
     # Dots with anything else stay good names.
     ok(client.put("/models/" + name[:63] + "a", json={"n_features": 1}))
+
+
+# -- 4 and 13. deleting a model frees its memory; the writer's queue keys expire ---------------
+
+
+def test_deleting_a_model_deletes_its_pending_predictions_and_queue(
+    client: httpx.Client, redis_client: Any
+) -> None:
+    """At maxmemory the error advises deleting models; a deleted model's 2,900 pending
+    predictions kept their day's TTL, and its writer's queue keys stayed forever."""
+    ok(client.put("/models/gone", json={"n_features": 2}))
+    ok(client.put("/models/kept", json={"n_features": 2}))
+    xs = [[1, 2]] * 300
+    ok(client.post("/predict/batch", json={"model": "gone", "features": xs}))
+    kept = ok(client.post("/predict/batch", json={"model": "kept", "features": xs}))
+    first = ok(client.post("/predict", json={"model": "gone", "features": [1, 2]}))
+    ok(client.post("/feedback", json={"prediction_id": first["prediction_id"], "label": 1}))
+    for key in ("learns", "taken", "reqs", "writer", "hold"):  # what a dead writer leaves
+        redis_client.set(f"pcp:{{gone}}:{key}", "left behind")
+
+    def keys_of(name: str) -> list[bytes]:
+        return list(redis_client.scan_iter(match=f"pcp:{{{name}}}:*", count=1000))
+
+    assert len(keys_of("gone")) > 300
+    assert client.delete("/models/gone").status_code == 204
+    assert keys_of("gone") == []
+    # Another model's pending predictions stay (and so would those of a model made anew
+    # under the name: the purge deletes only the deleted model's epoch, scripts.PURGE).
+    assert len([k for k in keys_of("kept") if b":p:" in k]) == 300
+    pid = kept["predictions"][0]["prediction_id"]
+    assert ok(client.post("/feedback", json={"prediction_id": pid, "label": 1}))["version"] == 1
+
+
+def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -> None:
+    """A handed-over request whose requester lost Redis left its bytes in the queue's keys
+    with no expiry: after every worker was killed, they stayed forever."""
+    import secrets
+
+    from service.handoff import pack_request
+    from service.store import ModelKeys
+
+    from .test_writers import _close, _examples, _worker
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        store = worker.store
+        keys = ModelKeys("m")
+        try:
+            await worker.models.create_model("m", {"n_features": 4})
+            rep = await worker.replicas.get("m")
+            token = secrets.token_urlsafe(16)
+            deadline_ms = int(time.time() * 1000) + 5_000
+            request = pack_request(token, deadline_ms, rep.epoch, _examples(rep, 3))
+            assert await store.claim_writer("m", "writer", 60_000)
+            assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+            for key in (keys.reqs, keys.learns):
+                assert 5_000 < await store.client.pttl(key) <= 7_000, key
+            assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+            assert 5_000 < await store.client.pttl(keys.taken) <= 7_000
+            # The writer dies with it taken; a worker that takes the lease over puts it back,
+            # and the queue still ends with the request's deadline.
+            await store.client.delete(keys.writer)
+            assert await store.claim_writer("m", "next", 60_000)
+            assert 0 < await store.client.pttl(keys.learns) <= 7_000
+            assert not await store.client.exists(keys.taken)
+            # A later request with a later deadline extends them; an earlier one never shortens.
+            later = secrets.token_urlsafe(16)
+            await store.hand_off("m", "requester", 2_000, later, request, 30_000)
+            await store.hand_off("m", "requester", 2_000, secrets.token_urlsafe(16), request, 1)
+            assert 30_000 < await store.client.pttl(keys.reqs) <= 32_000
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())

@@ -201,7 +201,7 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             token = secrets.token_urlsafe(16)
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
             assert await store.claim_writer("m", "lapsed", 60_000)
-            assert not await store.hand_off("m", "requester", 60_000, token, request)
+            assert not await store.hand_off("m", "requester", 60_000, token, request, 60_000)
             assert await store.take_learns("m", "lapsed", 60_000, 10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
             assert await store.claim_writer("m", "new", 60_000)  # the request goes back

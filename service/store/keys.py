@@ -103,6 +103,17 @@ class ModelKeys:
             self.pend,
         )
 
+    @property
+    def handover(self) -> tuple[str, ...]:
+        """The keys of the learn requests handed to the model's writer, and its lease."""
+        return (self.writer, self.learns, self.hold, self.taken, self.reqs)
+
+    @property
+    def pending_match(self) -> str:
+        """A SCAN pattern for every pending prediction of the model (names hold no glob
+        character: ``names.py``)."""
+        return f"{PREFIX}:{{{self.name}}}:p:*"
+
     def pending(self, token: str) -> str:
         if not valid_token(token):
             raise ValueError("Invalid prediction token.")

@@ -30,6 +30,7 @@ from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 
 Client = Redis | RedisCluster
+PURGE_BATCH = 1000  # pending predictions a deleted model's purge scans for and deletes at once
 log = logging.getLogger("perceptron")
 Arg = bytes | str | int | float
 
@@ -89,6 +90,7 @@ class Store:
         self._release = client.register_script(scripts.RELEASE)
         self._refuse = client.register_script(scripts.REFUSE)
         self._withdraw = client.register_script(scripts.WITHDRAW)
+        self._purge = client.register_script(scripts.PURGE)
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -208,13 +210,32 @@ class Store:
         await self._replace(keys=replaced, args=args)
 
     async def delete_model(self, name: str) -> bool:
+        """Delete every key of the model: its state, the requests handed to its writer, and
+        its pending predictions (found by SCAN), so that deleting a model frees its memory."""
         keys = ModelKeys(name)
+        epoch = await self.client.hget(keys.meta, "epoch")
         # One DEL per key keeps each command on its slot under Redis Cluster.
         deleted = 0
         for key in keys.all:
             deleted += await self.client.delete(key)
+        for key in keys.handover:
+            await self.client.delete(key)
         await self.client.srem(REGISTRY, name)
+        if epoch is not None:
+            await self._purge_pending(keys, _str(epoch))
         return deleted > 0
+
+    async def _purge_pending(self, keys: ModelKeys, epoch: str) -> int:
+        """Delete the pending predictions of the model of ``epoch``, PURGE_BATCH at a time."""
+        gone, batch = 0, []
+        async for key in self.client.scan_iter(match=keys.pending_match, count=PURGE_BATCH):
+            batch.append(key)
+            if len(batch) >= PURGE_BATCH:
+                gone += int(await self._purge(keys=batch, args=[epoch]))
+                batch = []
+        if batch:
+            gone += int(await self._purge(keys=batch, args=[epoch]))
+        return gone
 
     async def sync(self, name: str, from_version: int) -> SyncData:
         keys = ModelKeys(name)
@@ -400,12 +421,16 @@ class Store:
 
     # -- one writer per model (scripts.HANDOFF) -------------------------------------------
 
-    async def hand_off(self, name: str, me: str, lease_ms: int, token: str, request: bytes) -> bool:
+    async def hand_off(
+        self, name: str, me: str, lease_ms: int, token: str, request: bytes, wait_ms: int
+    ) -> bool:
         """Queue a learn request for the model's writer; True (nothing queued) when the
-        caller holds, or just took, the lease and learns it itself."""
+        caller holds, or just took, the lease and learns it itself. The queue's keys live
+        ``wait_ms`` (the request's deadline) and a lease more (scripts._KEEP)."""
         k = ModelKeys(name)
         reply = await self._handoff(
-            keys=[k.writer, k.learns, k.taken, k.reqs], args=[me, lease_ms, token, request]
+            keys=[k.writer, k.learns, k.taken, k.reqs],
+            args=[me, lease_ms, token, request, max(1, wait_ms) + lease_ms],
         )
         return int(reply) == 1
 

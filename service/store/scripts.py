@@ -104,17 +104,35 @@ local function answer(taken, reqs, key, token, data)
 end
 """
 
+# The queue's keys (``learns``, ``taken``, ``reqs``) live until the last deadline of the
+# requests in them, and a lease more: a request past its deadline is never learned (its
+# requester withdraws it, a writer refuses it), so keys that outlive every requester and
+# writer (all of them killed, Redis restarted) expire instead of staying forever.
+_KEEP = """
+local function keep(key, ms)
+  if ms > 0 and redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+"""
+
 # Take the lease; what an earlier writer took and did not answer goes back to be learned.
-_ACQUIRE = """
-local function acquire(writer, learns, taken, me, ms)
-  redis.call('SET', writer, me, 'PX', ms)
+_ACQUIRE = (
+    _KEEP
+    + """
+local function give_back(learns, taken)
   local back = redis.call('SMEMBERS', taken)
+  local left = redis.call('PTTL', taken)
   for i = 1, #back, 4000 do
     redis.call('LPUSH', learns, unpack(back, i, math.min(i + 3999, #back)))
   end
+  keep(learns, left)
   redis.call('DEL', taken)
 end
+local function acquire(writer, learns, taken, me, ms)
+  redis.call('SET', writer, me, 'PX', ms)
+  give_back(learns, taken)
+end
 """
+)
 
 # Shared by the scripts that count labelled examples: counters, the confusion matrix, the
 # ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
@@ -468,6 +486,23 @@ if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6]) end
 return 1
 """
 
+# KEYS = pending predictions of one model  /  ARGV[1] = the epoch of a model deleted
+# deletes those of that epoch (answered or not), not those of a model made anew since under
+# the same name; returns how many
+PURGE = (
+    _CONSTANTS
+    + """
+local gone = 0
+for i = 1, #KEYS do
+  local p = redis.call('GET', KEYS[i])
+  if p and string.sub(p, EPOCH_AT, EPOCH_END) == ARGV[1] then
+    gone = gone + redis.call('DEL', KEYS[i])
+  end
+end
+return gone
+"""
+)
+
 # KEYS = meta, snap, log  /  ARGV[1] = epoch, ARGV[2] = version V of the snapshot,
 # ARGV[3] = packed weights at V
 # returns 1 when the snapshot replaced the log up to V, 0 when it was not newer
@@ -484,7 +519,8 @@ return 1
 
 
 # KEYS = writer, learns, taken, reqs  /  ARGV[1] = this worker's id, ARGV[2] = lease ms,
-# ARGV[3] = request token, ARGV[4] = request
+# ARGV[3] = request token, ARGV[4] = request, ARGV[5] = ms the queue's keys must live for it
+# (to its deadline, and a lease more)
 # returns 1 when the caller holds, or just took, the lease (it learns the request itself;
 # nothing queued), 0 when the request was queued for the writer
 HANDOFF = (
@@ -498,6 +534,8 @@ end
 if holder == ARGV[1] then return 1 end
 redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
 redis.call('RPUSH', KEYS[2], ARGV[3])
+keep(KEYS[4], tonumber(ARGV[5]))
+keep(KEYS[2], tonumber(ARGV[5]))
 return 0
 """
 )
@@ -537,6 +575,7 @@ for _, token in ipairs(tokens) do
     taken[#taken + 1] = data
   end
 end
+keep(KEYS[3], redis.call('PTTL', KEYS[4]))
 return taken
 """
 )
@@ -544,18 +583,18 @@ return taken
 # KEYS = writer, learns, taken  /  ARGV[1] = this worker's id, ARGV[2] = '1' to give it up even
 # with requests waiting (the worker stops: what it took goes back to the queue)
 # gives the lease up unless requests are waiting or taken; returns 1 when given up, 0 when kept
-RELEASE = """
+RELEASE = (
+    _ACQUIRE
+    + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 end
 if ARGV[2] ~= '1' and (redis.call('LLEN', KEYS[2]) > 0 or redis.call('SCARD', KEYS[3]) > 0) then
   return 0
 end
-local back = redis.call('SMEMBERS', KEYS[3])
-for i = 1, #back, 4000 do
-  redis.call('LPUSH', KEYS[2], unpack(back, i, math.min(i + 3999, #back)))
-end
-redis.call('DEL', KEYS[1], KEYS[3])
+give_back(KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[1])
 return 1
 """
+)
 
 # KEYS = taken, reqs, answer  /  ARGV[1] = token, ARGV[2] = the answer ('' for none)
 # answers a request the writer took without learning it (an error, or its requester gave up);
