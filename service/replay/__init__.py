@@ -4,7 +4,8 @@ Each example is sent as a prediction whose true label follows as feedback (the d
 to /learn (``mode="learn"``); one at a time or in batches, from one or more concurrent
 clients, with labels optionally arriving ``delay`` examples late (``StreamOptions``; with the
 service and the model, ``ReplayOptions``). The summary counts the examples and the mistakes
-the service reported; ``write_curve`` draws the learning curve.
+the service reported; ``write_curve`` draws the learning curve. A model that exists already is
+trained on from where it is (``Summary.before``; ``ReplayOptions.reset`` starts from zero).
 From Python (``replay`` runs its own event loop; ``replay_async`` runs on yours)::
 
     options = ReplayOptions(model="cancer", stream=StreamOptions("learn", batch=64))
@@ -15,19 +16,21 @@ Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 """
 
 from .command import DESCRIPTION, add_arguments, run
-from .curve import curve_points, write_curve
+from .curve import CUMULATIVE_LABEL, curve_figure, curve_points, window_label, write_curve
 from .datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
 from .errors import ReplayError
 from .libsvm import load_libsvm
 from .options import ReplayOptions, StreamOptions
 from .progress import Progress
-from .stream import ensure_model, replay, replay_async
-from .summary import MODES, Mode, Summary
+from .stream import ensure_model, open_model, replay, replay_async
+from .summary import MODES, Before, Mode, Summary
 
 __all__ = [
+    "CUMULATIVE_LABEL",
     "DATASETS",
     "DESCRIPTION",
     "MODES",
+    "Before",
     "Dataset",
     "Mode",
     "Progress",
@@ -36,14 +39,17 @@ __all__ = [
     "StreamOptions",
     "Summary",
     "add_arguments",
+    "curve_figure",
     "curve_points",
     "ensure_model",
     "load_csv",
     "load_dataset",
     "load_libsvm",
     "model_name_for",
+    "open_model",
     "replay",
     "replay_async",
     "run",
+    "window_label",
     "write_curve",
 ]

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 
 import httpx
 
@@ -171,12 +172,26 @@ def _misuse(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _notice(progress: Progress | None) -> Callable[[str], None]:
+    """Where the replay's notices go: stderr, above the progress bar when one is drawn."""
+
+    def say(text: str) -> None:
+        line = f"perceptron replay: {text}"
+        if progress is not None:
+            progress.note(line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    return say
+
+
 def _replay(args: argparse.Namespace, options: ReplayOptions) -> Summary:
     """Load the data, replay it, draw the curve when asked."""
     data = _load(args)
     progress = None if args.quiet else Progress(len(data), options.model or data.name)
-    try:
-        summary = replay(data, options, progress=progress)
+    try:  # a model trained before is trained on: said on stderr, before the first example
+        summary = replay(data, options, progress=progress, notice=_notice(progress))
     finally:
         if progress is not None:
             progress.close()  # so that an error's message goes on a line of its own

@@ -5,15 +5,27 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .errors import ReplayError
 from .summary import Summary
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+CUMULATIVE_LABEL = "cumulative: mistakes so far / examples so far"
+
+
+def window_label(window: int) -> str:
+    """The legend of the moving line."""
+    return f"last {window} example{'s' if window != 1 else ''}"
 
 
 def curve_points(
     outcomes: Sequence[bool], window: int
 ) -> tuple[list[int], list[float], list[float]]:
-    """Examples 1..n, the cumulative mistake rate, and the rate over the last ``window``."""
+    """Examples 1..n, the cumulative mistake rate, and the rate over the last ``window``
+    (over all the examples so far while there are fewer than ``window``)."""
     xs, cumulative, moving = [], [], []
     total = 0
     recent: deque[bool] = deque(maxlen=max(1, window))
@@ -30,8 +42,24 @@ def curve_points(
     return xs, cumulative, moving
 
 
-def write_curve(summary: Summary, path: str | Path, window: int = 100, title: str = "") -> Path:
-    """Draw the mistake rate against examples (cumulative and moving) to a PNG (Agg)."""
+def _title(summary: Summary) -> str:
+    how = "predict + feedback" if summary.mode == "predict" else "learn"
+    title = (
+        f"{summary.model} ({how}): {summary.mistakes} mistakes in {summary.examples} "
+        f"examples ({summary.mistake_rate:.1%})"
+    )
+    if summary.before.trained:
+        title += f"\ncontinued: the model had learned {summary.before.examples} examples before"
+    return title
+
+
+def curve_figure(summary: Summary, window: int = 100, title: str = "") -> Figure:
+    """The figure of the learning curve: two labelled lines against the examples.
+
+    "cumulative": the mistakes so far over the examples so far, from the first example;
+    "last N examples": the mistakes among the last N (``window``) over N, from the N-th
+    example on (N is the number of examples when there are fewer).
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -40,26 +68,35 @@ def write_curve(summary: Summary, path: str | Path, window: int = 100, title: st
         raise ReplayError(
             "--curve needs matplotlib: pip install 'perceptron-service[replay]'."
         ) from e
+    window = max(1, min(window, summary.examples))
     xs, cumulative, moving = curve_points(summary.outcomes, window)
     fig = Figure(figsize=(8, 4.5), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    ax.plot(xs, moving, color="#9bb7d4", linewidth=1, label=f"last {window} examples")
-    ax.plot(xs, cumulative, color="#1f4e79", linewidth=2, label="cumulative")
-    ax.set_xlabel("examples")
+    ax.plot(
+        xs[window - 1 :],
+        moving[window - 1 :],
+        color="#7fa7d0",
+        linewidth=1.2,
+        marker="o" if window == len(xs) else None,  # one point: seen as a dot
+        label=window_label(window),
+    )
+    ax.plot(xs, cumulative, color="#1f4e79", linewidth=2.2, label=CUMULATIVE_LABEL)
+    ax.set_xlabel("examples" if not summary.before.trained else "examples of this replay")
     ax.set_ylabel("mistake rate")
     ax.set_xlim(1, max(2, len(xs)))
     ax.set_ylim(0, 1)
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper right")
-    how = "predict + feedback" if summary.mode == "predict" else "learn"
-    ax.set_title(
-        title
-        or f"{summary.model} ({how}): {summary.mistakes} mistakes in {summary.examples} "
-        f"examples ({summary.mistake_rate:.1%})"
-    )
+    ax.set_title(title or _title(summary), fontsize=11)
     fig.tight_layout()
+    return fig
+
+
+def write_curve(summary: Summary, path: str | Path, window: int = 100, title: str = "") -> Path:
+    """Draw the learning curve (``curve_figure``) to a PNG (matplotlib's Agg backend)."""
+    fig = curve_figure(summary, window, title)
     path = Path(path)
     fig.savefig(path, format="png")
     return path

@@ -39,7 +39,16 @@ class Progress:
     """
 
     def __init__(self, total: int, label: str, stream: TextIO | None = None) -> None:
-        self._bar = _bar(total, label, stream if stream is not None else sys.stderr)
+        self._stream = stream if stream is not None else sys.stderr
+        self._bar = _bar(total, label, self._stream)
+
+    def note(self, text: str) -> None:
+        """A line of text on the stream (a terminal or not), above the bar when one is drawn."""
+        if self._bar is not None:
+            self._bar.write(text, file=self._stream)
+        else:
+            self._stream.write(text + "\n")
+            self._stream.flush()
 
     def update(self, done: int, mistakes: int) -> None:
         """``done`` examples labelled so far, ``mistakes`` of them."""

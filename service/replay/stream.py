@@ -22,16 +22,17 @@ from .errors import ReplayError
 from .options import ReplayOptions, StreamOptions
 from .progress import Progress
 from .sender import Sender
-from .summary import Summary
+from .summary import Before, Summary
 from .tally import Tally
 
 T = TypeVar("T")
 
 
-async def ensure_model(
+async def open_model(
     client: AsyncClient, name: str, data: Dataset, multiclass: str = "multiclass"
-) -> bool:
-    """Create the model for ``data`` unless one fits already; True when created."""
+) -> Before | None:
+    """Create the model for ``data`` (None) unless one fits already: then what it has
+    learned before (``Before``)."""
     try:
         info = await client.read_model(name)
     except NotFoundError:
@@ -39,7 +40,7 @@ async def ensure_model(
         if len(data.classes) > 2:
             config["multiclass"] = multiclass
         await client.create_model(name, **config)
-        return True
+        return None
     have = info.config
     if have.n_features != data.n_features:
         raise ReplayError(
@@ -52,7 +53,19 @@ async def ensure_model(
             f"Model {name!r} exists with classes {have.classes}, which lack {missing}: "
             "choose another --model, or --reset it."
         )
-    return False
+    return Before(
+        examples=info.counters.seen,
+        mistakes=info.counters.mistakes,
+        version=info.version,
+        multiclass=have.multiclass if len(have.classes) > 2 else None,
+    )
+
+
+async def ensure_model(
+    client: AsyncClient, name: str, data: Dataset, multiclass: str = "multiclass"
+) -> bool:
+    """Create the model for ``data`` unless one fits already; True when created."""
+    return await open_model(client, name, data, multiclass) is None
 
 
 def _groups(items: Sequence[T], size: int) -> list[list[T]]:
@@ -124,8 +137,12 @@ def replay(
     *,
     progress: Progress | None = None,
     transport: httpx.AsyncBaseTransport | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> Summary:
-    """Create the model when missing (after deleting it with ``options.reset``), then replay;
+    """Create the model when missing (after deleting it with ``options.reset``), then replay.
+
+    A model that has learned before is trained on from where it is: ``notice`` gets a line
+    that says so before the first example is sent, and the summary's ``before`` what it had.
     ``transport`` (httpx's) is for tests and custom networking."""
     options = options or ReplayOptions()
     name = options.model or data.name
@@ -143,7 +160,11 @@ def replay(
                     await client.delete_model(name)
                 except NotFoundError:
                     pass
-            await ensure_model(client, name, data, options.multiclass)
-            return await replay_async(client, name, data, options.stream, progress=progress)
+            before = await open_model(client, name, data, options.multiclass) or Before()
+            if before.trained and notice is not None:
+                notice(before.notice(name, options.multiclass))
+            summary = await replay_async(client, name, data, options.stream, progress=progress)
+            summary.before = before
+            return summary
 
     return asyncio.run(run())

@@ -10,9 +10,55 @@ Mode = Literal["predict", "learn"]
 MODES: tuple[Mode, ...] = ("predict", "learn")
 
 
+@dataclass(frozen=True)
+class Before:
+    """The model as a replay found it: what it had learned before (zeros when the replay
+    created it, or deleted it first with ``reset``)."""
+
+    examples: int = 0  # labelled examples it had counted (counters.seen)
+    mistakes: int = 0
+    version: int = 0  # weight updates applied
+    multiclass: str | None = None  # its strategy, for more than two classes
+
+    @property
+    def trained(self) -> bool:
+        """Whether the replay continues from learned weights rather than from zero."""
+        return self.examples > 0 or self.version > 0
+
+    def notice(self, model: str, multiclass: str | None = None) -> str:
+        """What a replay says up front when it continues training this model (one line).
+
+        ``multiclass``: the strategy asked for, named when the model has another.
+        """
+        if self.examples:
+            had = (
+                f"already has {self.examples} labelled example{_s(self.examples)} "
+                f"({self.mistakes} mistake{_s(self.mistakes)}, version {self.version})"
+            )
+        else:
+            had = f"already has trained weights (version {self.version})"
+        text = (
+            f"model {model!r} {had}; continuing to train it: add --reset to start from zero weights"
+        )
+        if multiclass is not None and self.multiclass not in (None, multiclass):
+            text += f" (it keeps its multiclass={self.multiclass!r}, not {multiclass!r})"
+        return text + "."
+
+    def as_dict(self) -> dict[str, int]:
+        return {"examples": self.examples, "mistakes": self.mistakes, "version": self.version}
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
+
+
 @dataclass
 class Summary:
-    """What a replay saw: one entry of ``outcomes`` per example (True: a mistake)."""
+    """What a replay saw: one entry of ``outcomes`` per example (True: a mistake).
+
+    ``before``: what the model had learned before the replay (it continued from there when
+    ``before.trained``); ``examples`` and ``mistakes`` count this replay's alone.
+    """
 
     model: str
     mode: Mode
@@ -21,6 +67,7 @@ class Summary:
     delay: int
     seconds: float
     outcomes: list[bool] = field(repr=False)
+    before: Before = field(default_factory=Before)
 
     @property
     def examples(self) -> int:
@@ -51,17 +98,45 @@ class Summary:
             "mistake_rate": self.mistake_rate,
             "seconds": self.seconds,
             "throughput": self.throughput,
+            "before": self.before.as_dict(),
         }
 
     def text(self) -> str:
         how = "predict + feedback" if self.mode == "predict" else "learn"
         clients = f"{self.concurrency} client{'s' if self.concurrency > 1 else ''}"
+        before, total = self._continued()
         lines = [
             ("model", f"{self.model} ({how}; {clients}; batch {self.batch}; delay {self.delay})"),
+            *before,
             ("examples", str(self.examples)),
             ("mistakes", str(self.mistakes)),
             ("mistake rate", f"{self.mistake_rate:.2%}"),
+            *total,
             ("time", f"{self.seconds:.2f} s"),
             ("throughput", f"{self.throughput:,.1f} examples/s"),
         ]
         return "".join(f"{k:<14}{v}\n" for k, v in lines)
+
+    def _continued(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """When the model was trained before: a line that says so (above this replay's
+        counts), and the model's counts with this replay's (below them)."""
+        b = self.before
+        if not b.trained:
+            return [], []
+        had = (
+            f"{b.examples} example{_s(b.examples)} ({b.mistakes} mistake{_s(b.mistakes)})"
+            if b.examples
+            else f"weights of version {b.version}"
+        )
+        total = b.examples + self.examples
+        mistakes = b.mistakes + self.mistakes
+        return (
+            [("continued", f"the model had learned {had} before this replay (--reset: from zero)")],
+            [
+                (
+                    "model total",
+                    f"{total} example{_s(total)}, {mistakes} mistake{_s(mistakes)} "
+                    "(before + this replay)",
+                )
+            ],
+        )
