@@ -270,7 +270,10 @@ def test_dashboard_shows_what_the_api_reports(
     assert vertices(page, "#chart-examples .series-running polyline") == c
     expect(page.locator("#chart-examples .series-running circle.pt")).to_have_count(0)
     expect(page.locator("#chart-examples .series-window circle.pt")).to_have_count(c - 12)
-    expect(page.locator("#window-legend")).to_have_text("last 104")
+    expect(page.locator("#window-legend")).to_have_text("last 104 examples")
+    expect(page.locator("#running-legend")).to_have_text(
+        "cumulative: mistakes so far / examples so far"
+    )
 
     # The headline says at a glance whether the model learns.
     expected, first = trend(m)
@@ -379,35 +382,98 @@ def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> N
     assert aborted == []
 
 
+def window_rates(curve: dict[str, Any]) -> tuple[int, list[float | None]]:
+    """The page's rate over the last ~100 examples at each point of the learning curve: over
+    a whole number of its steps (``span``), None until the curve reaches that far back."""
+    every, points = curve["every"], curve["points"]
+    span = every * -(-100 // every)
+    at = {p["examples"]: p["mistakes"] for p in points}
+    if points and points[0]["examples"] == every:
+        at[0] = 0
+    rates = [
+        None
+        if p["examples"] - span not in at
+        else (p["mistakes"] - at[p["examples"] - span]) / span
+        for p in points
+    ]
+    return span, rates
+
+
+def hover_examples_chart(page: Page, examples: int, last: int) -> list[str]:
+    """Hover the chart over examples (its x from 0 to ``last``) at ``examples``: the lines of
+    its tooltip."""
+    chart = page.locator("#chart-examples")
+    box = chart.bounding_box()
+    assert box is not None
+    left, right = 48, 16  # the chart's margins, in its own units (1:1 on this page)
+    x = left + (box["width"] - left - right) * examples / last
+    chart.hover(position={"x": x, "y": 60})
+    tip = page.locator("#chart-examples + .tooltip")
+    expect(tip).to_be_visible()
+    return [line.strip() for line in tip.inner_text().splitlines() if line.strip()]
+
+
 def test_the_readme_demo_draws_a_learning_curve(make_service: MakeService, page: Page) -> None:
-    """README: `perceptron replay --dataset breast_cancer --rate 100` and the dashboard, with the
-    service's default 10 s buckets. The 569 examples take under 6 s, one or two buckets of the
-    time chart; the curve over examples and the headline come from the examples themselves."""
+    """README: `perceptron replay --dataset digits --multiclass ovr --rate 100` and the
+    dashboard. The 1,797 digits in file order: the rate over the last examples falls from 51%
+    to 14% (the last 128: a whole number of the curve's steps of 32), the cumulative one from
+    51% to 16%; both lines drawn and named."""
     client = make_service()
     aborted = only_the_service(page, client)
     perceptron = str(Path(sys.executable).with_name("perceptron"))
-    command = [perceptron, "replay", "--dataset", "breast_cancer", "--rate", "100", "--quiet"]
+    command = [perceptron, "replay", "--dataset", "digits", "--multiclass", "ovr"]
+    command += ["--rate", "100", "--quiet"]
     replay = subprocess.Popen([*command, "--url", base(client)], stdout=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: client.get("/models/breast_cancer").status_code == 200, what="model")
-        page.goto(f"{base(client)}/dashboard#model=breast_cancer")
-        expect(page.locator("#model-view")).to_have_attribute("data-model", "breast_cancer")
-        out, _ = replay.communicate(timeout=60)
+        wait_until(lambda: client.get("/models/digits").status_code == 200, what="model")
+        page.goto(f"{base(client)}/dashboard#model=digits")
+        expect(page.locator("#model-view")).to_have_attribute("data-model", "digits")
+        out, _ = replay.communicate(timeout=120)
     finally:
         replay.kill()
-    assert replay.returncode == 0 and re.search(r"mistakes\s+167\b", out), out
+    assert replay.returncode == 0 and re.search(r"mistakes\s+293\b", out), out
 
-    m = client.get("/models/breast_cancer/metrics").json()
-    assert len(m["series"]["points"]) <= 2  # the time chart has nothing to say yet
-    points = len(m["curve"]["points"])
-    assert points >= 20
-    expect(page.locator("#counter-seen")).to_have_text("569")
-    expect(page.locator("#chart-examples")).to_have_attribute("data-points", str(points))
-    expected, first = trend(m)
-    assert (expected, first) == ("falling", 34 / 104)
+    m = client.get("/models/digits/metrics").json()
+    curve = m["curve"]
+    assert curve["every"] == 32 and len(curve["points"]) == 56  # up to example 1,792
+    expect(page.locator("#counter-seen")).to_have_text("1,797")
+    expect(page.locator("#chart-examples")).to_have_attribute("data-points", "56")
+
+    # Both lines, each named in the legend.
+    span, rates = window_rates(curve)
+    drawn = [r for r in rates if r is not None]
+    assert span == 128 and len(drawn) == 53  # from example 128 on
+    assert round(drawn[0], 3) == 0.508 and round(drawn[-1], 3) == 0.141
+    expect(page.locator("#window-legend")).to_have_text("last 128 examples")
+    expect(page.locator("#running-legend")).to_have_text(
+        "cumulative: mistakes so far / examples so far"
+    )
+    assert vertices(page, "#chart-examples .series-running polyline") == 56
+    window = page.locator("#chart-examples .series-window path.line").get_attribute("d") or ""
+    assert window.count("M") == 1 and window.count("L") == 52  # one line of 53 points
+    expect(page.locator("#chart-examples .series-window circle.pt")).to_have_count(53)
+
+    # The tooltip names both lines, with the numbers of the API's curve.
+    first = curve["points"][3]  # example 128: the first with a window behind it
+    assert hover_examples_chart(page, first["examples"], 1792) == [
+        "after 128 examples",
+        f"last 128 examples: {pct(drawn[0])}",
+        f"cumulative: {pct(first['rate'])}",
+        f"{first['mistakes']:,} mistakes in all",
+    ]
+    end = curve["points"][-1]
+    assert hover_examples_chart(page, end["examples"], 1792) == [
+        "after 1,792 examples",
+        f"last 128 examples: {pct(drawn[-1])}",
+        f"cumulative: {pct(end['rate'])}",
+        f"{end['mistakes']:,} mistakes in all",
+    ]
+
+    expected, start = trend(m)
+    assert (expected, start) == ("falling", 65 / 128)
     expect(page.locator("#headline")).to_have_attribute("data-trend", "falling")
     expect(page.locator("#headline-text")).to_have_text(
-        "Learning: mistake rate falling from 32.7% to 26.0%"
+        "Learning: mistake rate falling from 50.8% to 10.0%"
     )
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-demo.png"), full_page=True)

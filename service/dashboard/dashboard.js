@@ -690,18 +690,23 @@ function renderCharts(m) {
     pad: 1,
     emptyText: m.counters.seen ? 'No point on the curve yet' : 'No labelled examples yet',
     lines: [
-      { cls: 'window', name: `last ${fmtInt(recent.span)}`, ys: recent.rates, dots: 200, r: 2.4 },
+      { cls: 'window', name: windowName(recent.span), ys: recent.rates, dots: 200, r: 2.4 },
       // (dotted while the curve is short: a line of one point is not seen)
-      { cls: 'running', name: 'running rate', ys: curve.map((p) => p.rate), polyline: true, area: true, dots: 20, r: 3 },
+      { cls: 'running', name: 'cumulative', ys: curve.map((p) => p.rate), polyline: true, area: true, dots: 20, r: 3 },
     ],
     label: (i) => `after ${nCount(curve[i].examples, 'example')}`,
     extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
   });
-  $('window-legend').textContent = `last ${fmtInt(recent.span)}`;
+  $('window-legend').textContent = windowName(recent.span);
+}
+
+function windowName(span) {
+  return `last ${nCount(span, 'example')}`;
 }
 
 // The mistake rate over the last ~100 examples at each point of the curve (a whole number of
-// its steps); null where the curve does not reach that far back.
+// its steps, so 100 to 128 examples: the legend says how many); null where the curve does not
+// reach that far back, so the line starts once that many examples are labelled.
 function recentRates(curve) {
   const pts = curve.points;
   const span = curve.every * Math.ceil(100 / curve.every);
