@@ -48,6 +48,14 @@ class Unavailable(ServiceError):
     retry_after_s = 1
 
 
+class OutcomeUnknown(ServiceError):
+    """A handed-over learn request whose fate cannot be told: it may have been learned. No
+    Retry-After: sending it again could learn it twice."""
+
+    status = 503
+    code = "learn_outcome_unknown"
+
+
 class ModelStateLost(Unavailable):
     """The model's configuration is in the store but its weights are not all there.
 

@@ -10,7 +10,10 @@ counts (int32), every index (int32), every value (float64).
 
 answer: ``b"R"`` then the version just before the request's first example (int64), then per
 example the served class index (int32) and whether it updated (uint8): the versions after
-each follow as running sums. Or ``b"E"`` and a JSON object ``{status, code, detail}``.
+each follow as running sums. Or ``b"E"`` and a JSON object ``{status, code, detail}``. Or
+``UNLEARNED_ANSWER``: its writer refused it, past its deadline, without learning it. An answer is
+always pushed, so a requester that finds none knows only that its fate is unknown (the answer
+was evicted, or expired).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .errors import ServiceError
 from .learner import Example
 
 TOKEN_LENGTH = 22  # secrets.token_urlsafe(16)
+UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned, past its deadline
 _HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq16sI")
 _START = struct.Struct("<q")
 

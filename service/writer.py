@@ -32,7 +32,14 @@ from functools import partial
 
 from .errors import ServiceError, StaleModel, Unavailable
 from .group_commit import Coalescer, Span
-from .handoff import pack_error, pack_request, request_token, unpack_answer, unpack_request
+from .handoff import (
+    UNLEARNED_ANSWER,
+    pack_error,
+    pack_request,
+    request_token,
+    unpack_answer,
+    unpack_request,
+)
 from .learner import Example, Label
 from .replica import Replica
 from .settings import Settings
@@ -135,15 +142,12 @@ class Writers:
             left = deadline - self.clock()
             if left <= 0:
                 answer = await self.store.withdraw_learn(name, token)
-                if answer is not None:
-                    return answer
-                raise Unavailable(
-                    f"Model {name!r}'s writer did not learn the examples within "
-                    f"{self.settings.learn_wait_s:g} s (PERCEPTRON_LEARN_WAIT_S); they were not "
-                    "learned and will not be: send them again.",
-                    code="learn_timeout",
-                )
+                if answer is None or answer == UNLEARNED_ANSWER:
+                    raise self._not_learned(name)
+                return answer
             answer = await self.store.wait_answer(name, token, min(ANSWER_WAIT_S, left))
+            if answer == UNLEARNED_ANSWER:  # refused by a writer whose clock is past the deadline
+                raise self._not_learned(name)
             if answer is not None:
                 return answer
             # No answer yet: a writer that died leaves the lease to lapse; then take it over:
@@ -151,6 +155,14 @@ class Writers:
             if not self.writes(name) and not self._closing:
                 if await self.store.claim_writer(name, self.me, LEASE_MS):
                     self._start(name)
+
+    def _not_learned(self, name: str) -> Unavailable:
+        return Unavailable(
+            f"Model {name!r}'s writer did not learn the examples within "
+            f"{self.settings.learn_wait_s:g} s (PERCEPTRON_LEARN_WAIT_S); they were not "
+            "learned and will not be: send them again.",
+            code="learn_timeout",
+        )
 
     def _start(self, name: str) -> None:
         if name not in self._writing and not self._closing:
@@ -207,7 +219,7 @@ class Writers:
             request = unpack_request(data, rep.config.n_features)
             if request.deadline_ms < self.clock() * 1000:
                 # its requester no longer waits: it withdraws it and answers 503, not learned
-                await self.store.refuse_learn(name, token, b"")
+                await self.store.refuse_learn(name, token, UNLEARNED_ANSWER)
                 return
             if request.epoch != rep.epoch:  # one of the two copies is older than the model
                 rep = await self._replica(name, True)

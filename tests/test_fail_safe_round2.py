@@ -269,3 +269,59 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             await _close(worker)
 
     asyncio.run(main())
+
+
+# -- 3. an evicted answer is never told "not learned" ------------------------------------------
+
+
+def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
+    redis_url: str,
+) -> None:
+    """Under maxmemory-policy volatile-ttl, 13 answers 'learn_timeout' (not learned, never
+    will be) had been learned: Redis evicted their answers (which expire), and a requester
+    that found none took it for 'not learned'."""
+    import secrets
+
+    from service.errors import OutcomeUnknown
+    from service.handoff import UNLEARNED_ANSWER, pack_request
+    from service.store import ModelKeys
+
+    from .test_writers import _close, _examples, _worker
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        store = worker.store
+        try:
+            await worker.models.create_model("m", {"n_features": 4})
+            rep = await worker.replicas.get("m")
+
+            async def handed_over() -> str:
+                token = secrets.token_urlsafe(16)
+                request = pack_request(token, 0, rep.epoch, _examples(rep, 2))
+                assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+                assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+                return token
+
+            await store.client.delete(ModelKeys("m").writer)
+            assert await store.claim_writer("m", "writer", 60_000)
+            # Learned (answered), and its answer evicted before its requester read it.
+            token = await handed_over()
+            assert await store.refuse_learn("m", token, b"R-an-answer")
+            await store.client.delete(ModelKeys("m").answer(token))
+            with pytest.raises(OutcomeUnknown) as raised:
+                await store.withdraw_learn("m", token)
+            assert raised.value.status == 503 and raised.value.code == "learn_outcome_unknown"
+            # Refused unlearned past its deadline: the requester is told so, surely.
+            token = await handed_over()
+            assert await store.refuse_learn("m", token, UNLEARNED_ANSWER)
+            assert await store.withdraw_learn("m", token) == UNLEARNED_ANSWER
+            # Withdrawn while still waiting: not learned, and now never will be.
+            token = secrets.token_urlsafe(16)
+            request = pack_request(token, 0, rep.epoch, _examples(rep, 1))
+            assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+            assert await store.withdraw_learn("m", token) is None
+            assert await store.take_learns("m", "writer", 60_000, 10) == []
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())

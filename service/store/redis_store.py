@@ -11,7 +11,14 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ..errors import ModelNotFound, ModelStateLost, StaleModel, TooManyPending, Unavailable
+from ..errors import (
+    ModelNotFound,
+    ModelStateLost,
+    OutcomeUnknown,
+    StaleModel,
+    TooManyPending,
+    Unavailable,
+)
 from ..protocol import (
     RECENT_KEPT,
     Bucket,
@@ -463,8 +470,7 @@ class Store:
         return int(reply) == 1
 
     async def refuse_learn(self, name: str, token: str, data: bytes) -> bool:
-        """Answer a taken request without learning it (``data``: b"" for no answer); False
-        when it no longer waited."""
+        """Answer a taken request without learning it; False when it no longer waited."""
         k = ModelKeys(name)
         reply = await self._refuse(keys=[k.taken, k.reqs, k.answer(token)], args=[token, data])
         return int(reply) == 1
@@ -475,11 +481,17 @@ class Store:
 
     async def withdraw_learn(self, name: str, token: str) -> bytes | None:
         """Give a handed-off request up: None when it was not learned (and never will be),
-        else its answer."""
+        else its answer; OutcomeUnknown when its answer is gone (scripts.WITHDRAW)."""
         k = ModelKeys(name)
         reply = await self._withdraw(
             keys=[k.learns, k.taken, k.reqs, k.answer(token)], args=[token]
         )
+        if int(reply[0]) == 2:
+            raise OutcomeUnknown(
+                f"Model {name!r}'s writer took the examples, and their answer is gone from the "
+                "store (evicted: its maxmemory-policy is volatile-*, or it expired): they may "
+                "have been learned. Check the model's counters before sending them again."
+            )
         return _bytes(reply[1]) if int(reply[0]) == 1 else None
 
     @staticmethod

@@ -97,10 +97,8 @@ _ANSWER = """
 local function answer(taken, reqs, key, token, data)
   redis.call('SREM', taken, token)
   redis.call('HDEL', reqs, token)
-  if data ~= '' then
-    redis.call('RPUSH', key, data)
-    redis.call('EXPIRE', key, ANSWER_TTL_S)
-  end
+  redis.call('RPUSH', key, data)
+  redis.call('EXPIRE', key, ANSWER_TTL_S)
 end
 """
 
@@ -596,7 +594,7 @@ return 1
 """
 )
 
-# KEYS = taken, reqs, answer  /  ARGV[1] = token, ARGV[2] = the answer ('' for none)
+# KEYS = taken, reqs, answer  /  ARGV[1] = token, ARGV[2] = the answer
 # answers a request the writer took without learning it (an error, or its requester gave up);
 # returns 1, or 0 when it no longer waited (learned meanwhile, or withdrawn)
 REFUSE = (
@@ -611,7 +609,9 @@ return 1
 
 # KEYS = learns, taken, reqs, answer  /  ARGV[1] = token
 # the requester gives up: returns {0} when the request was not learned (and now never will
-# be), {1, answer} when it was, or was answered with an error, meanwhile
+# be), {1, answer} when it was, or was answered with an error, meanwhile, and {2} when it left
+# the queue with no answer to be found (a volatile-* policy evicted its answer, or a queue key
+# that held it): learned or not, nobody can tell
 WITHDRAW = """
 if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -620,5 +620,5 @@ if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
 end
 local a = redis.call('LPOP', KEYS[4])
 if a then return {1, a} end
-return {0}
+return {2}
 """
