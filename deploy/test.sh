@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every check: lint, types, and the whole test suite against real servers it starts itself.
-# Without arguments, with the coverage of service/ (in-process: see README) held to a floor.
+# Without arguments, with the coverage of service/ (in-process: see docs/tests.md) held to a floor.
 # Arguments go to pytest instead: e.g. deploy/test.sh -m fast (the fast layer alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,5 +12,5 @@ bash deploy/setup.sh test
 if [ $# -gt 0 ]; then
   exec .venv/bin/pytest "$@"
 fi
-# The floor sits just below what the whole suite measured: 93.1% (README, "Tests").
+# The floor sits just below what the whole suite measured: 93.1% (docs/tests.md).
 exec .venv/bin/pytest --cov --cov-report=term --cov-fail-under=92.5

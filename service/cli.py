@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "serve",
         help="run the HTTP service",
         description="Run the HTTP service. Its settings are PERCEPTRON_* environment\n"
-        "variables (the README's settings table); without PERCEPTRON_REDIS_URL it runs on\n"
+        "variables (the table of docs/settings.md); without PERCEPTRON_REDIS_URL it runs on\n"
         "the embedded in-process store, one worker. Once it answers, it prints where the\n"
         "dashboard and the API docs are, and a first request to try.",
         epilog=epilog(SERVE_CODES),

@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """Every setting of the service. The README's settings table mirrors this class."""
+    """Every setting of the service. The table of docs/settings.md mirrors this class."""
 
     model_config = SettingsConfigDict(env_prefix="PERCEPTRON_", extra="ignore")
 

@@ -427,7 +427,7 @@ def test_an_import_at_the_same_version_takes_effect_on_every_worker(
         assert api.http.get("/models/m/weights").json()["rows"][0]["weights"] == [1, 1, 1]
 
 
-# -- the README's promises -------------------------------------------------------------------
+# -- the promises of docs/api.md --------------------------------------------------------------
 
 
 def test_feedback_sent_again_is_a_duplicate_for_a_whole_ttl_after_its_answer(

@@ -1,12 +1,15 @@
 """A newcomer's first session: the README's commands as pasted, and what they meet on the way.
 
-The README's "A first session" blocks run in bash against a real ``perceptron serve`` (only the
-port differs), and every answer the README shows after ``#`` must come out. Then: what ``GET /``
-answers, the start-up log naming the store, the command's help, and what git ignores.
+The README's "A first session" runs against a real ``perceptron serve`` (only the port
+differs): its shell blocks in bash, each answer coming out as the README shows it after ``#``
+and nothing else; then the blocks of docs/cli.md, which carry on from them; and its Python
+block, printing what its comments say. Then: what ``GET /`` answers, the start-up log naming
+the store, the command's help, and what git ignores.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -29,11 +32,13 @@ pytestmark = pytest.mark.servers  # the README's commands, run for real
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+CLI = ROOT / "docs" / "cli.md"
 PERCEPTRON = Path(sys.executable).with_name("perceptron")
+ANY = "<any>"  # what a bare ... stands for in a shown answer: any value
 
 
-def section(title: str) -> str:
-    text = README.read_text()
+def section(title: str, page: Path = README) -> str:
+    text = page.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end > 0 else None]
@@ -41,6 +46,26 @@ def section(title: str) -> str:
 
 def shell_blocks(text: str) -> list[str]:
     return re.findall(r"```sh\n(.*?)```", text, re.S)
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def shown_answers(script: str) -> list[str]:
+    """The answers a block shows: each a line after "# ", continued on lines after "#  "."""
+    shown: list[str] = []
+    for line in script.splitlines():
+        if line.startswith("#  ") and shown:
+            shown[-1] += line[3:]
+        elif line.startswith("# "):
+            shown.append(line[2:])
+    return shown
+
+
+def shown_json(answer: str) -> Any:
+    """A shown answer as JSON, a bare ``...`` (a value that differs from run to run) as ANY."""
+    return json.loads(re.sub(r"(?<=:)\.\.\.(?=[,}\]])", json.dumps(ANY), answer))
 
 
 def json_documents(text: str) -> list[Any]:
@@ -60,6 +85,8 @@ def json_documents(text: str) -> list[Any]:
 
 def matches(shown: Any, actual: Any) -> bool:
     """Whether an answer is the one the README shows ("abc..." stands for any "abc" + more)."""
+    if shown == ANY:
+        return True
     if isinstance(shown, dict):
         return (
             isinstance(actual, dict)
@@ -77,9 +104,8 @@ def service() -> Iterator[ServiceProcess]:
         yield server
 
 
-def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
-    blocks = shell_blocks(section("A first session"))
-    assert len(blocks) >= 3
+def run_blocks(blocks: list[str], service: ServiceProcess, cwd: Path) -> tuple[str, str]:
+    """The blocks as one bash script against ``service``: (the script, what it printed)."""
     script = "\n".join(blocks)
     assert "..." not in "".join(line for line in script.splitlines() if not line.startswith("#"))
     script = script.replace("localhost:8000", f"127.0.0.1:{service.port}")
@@ -87,6 +113,51 @@ def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Pat
     env = {**os.environ, "PERCEPTRON_URL": service.url}
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return script, done.stdout
+
+
+def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
+    blocks = shell_blocks(section("A first session"))
+    assert len(blocks) >= 2
+    script, out = run_blocks(blocks, service, tmp_path)
+    # Each answer on a line of its own, and each one shown: nothing more, nothing less.
+    shown, printed = shown_answers(script), out.splitlines()
+    assert len(printed) == len(shown) >= 4, (shown, out)
+    for expected, line in zip(shown, printed, strict=True):
+        assert matches(shown_json(expected), json.loads(line)), (expected, line)
+    # The feedback found its prediction: the model learned from it.
+    assert httpx.get(service.url + "/models/default").json()["version"] == 1
+
+    # docs/cli.md carries on from there: its shown lines come out too.
+    blocks = shell_blocks(section("`perceptron models`", CLI))
+    assert len(blocks) >= 1
+    script, out = run_blocks(blocks, service, tmp_path)
+    answers = json_documents(out)
+    for expected in shown_answers(script):
+        if expected.startswith("{"):
+            doc = shown_json(expected)
+            assert any(matches(doc, a) for a in answers), (expected, answers)
+            answers = answers[[matches(doc, a) for a in answers].index(True) + 1 :]
+        else:
+            assert expected in out, (expected, out)
+    assert (tmp_path / "iris.perceptron.json").is_file()
+
+
+def test_the_python_first_try_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
+    (block,) = python_blocks(section("A first session"))
+    code = block.replace("http://127.0.0.1:8000", service.url)
+    env = dict(os.environ)
+    if importlib.util.find_spec("perceptron_client") is None:  # as `pip install ./client` would
+        env["PYTHONPATH"] = str(ROOT / "client")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -94,19 +165,9 @@ def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Pat
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    out = done.stdout
-    shown = [line[2:] for line in script.splitlines() if line.startswith("# ")]
-    answers = json_documents(out)
-    for expected in shown:
-        if expected.startswith("{"):
-            doc = json.loads(expected)
-            assert any(matches(doc, a) for a in answers), (expected, answers)
-            answers = answers[[matches(doc, a) for a in answers].index(True) + 1 :]
-        else:
-            assert expected in out, (expected, out)
-    # The feedback found its prediction: the model learned from it.
-    assert httpx.get(service.url + "/models/default").json()["version"] == 1
-    assert (tmp_path / "iris.perceptron.json").is_file()
+    shown = [line.split("  # ", 1)[1] for line in block.splitlines() if "print(" in line]
+    assert len(shown) >= 3
+    assert done.stdout.splitlines() == shown
 
 
 def test_the_root_points_to_the_dashboard_and_the_docs(service: ServiceProcess) -> None:

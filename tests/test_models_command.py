@@ -26,7 +26,7 @@ from .servers import free_port
 pytestmark = pytest.mark.servers  # perceptron processes against a service
 
 ROOT = Path(__file__).resolve().parents[1]
-# The exit codes the README documents for scripts.
+# The exit codes docs/cli.md documents for scripts.
 EXIT = {"refused": 1, "usage": 2, "not_found": 3, "conflict": 4, "auth": 5, "unavailable": 6}
 ADMIN, READER = "admin-key-" + "a" * 24, "predict-key-" + "p" * 24
 
@@ -89,6 +89,9 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
     assert "409 model_exists" in clash.stderr and clash.stdout == ""
     ints = as_json(perceptron("models", "create", "bin", "--classes=-1,1", "--json", url=url))
     assert ints["config"]["classes"] == [-1, 1]  # integer labels stay integers
+    # The plain form too, though argparse alone would take -1,1 for an option
+    plain = as_json(perceptron("models", "create", "neg", "--classes", "-1,0,1", "--json", url=url))
+    assert plain["config"]["classes"] == [-1, 0, 1]
 
     body = {"model": "iris", "features": [[5.1, 3.5, 1.4, 0.2], [6.3, 3.3, 6.0, 2.5]]}
     assert client.post("/learn/batch", json={**body, "labels": ["setosa", "virginica"]}).is_success
@@ -99,7 +102,7 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
     assert lines["classes"] == "setosa, versicolor, virginica" and lines["learned"] == "2"
     table = perceptron("models", "list", url=url).stdout.splitlines()
     assert table[0].split() == ["NAME", "CLASSES", "FEATURES", "VERSION", "SEEN", "MISTAKES"]
-    assert [row.split()[0] for row in table[1:]] == ["bin", "default", "iris"]
+    assert [row.split()[0] for row in table[1:]] == ["bin", "default", "iris", "neg"]
 
     # Export to a file, import it under another name, from the file and from stdin.
     saved = tmp_path / "iris.json"
@@ -148,6 +151,42 @@ def test_exit_codes_of_refused_and_wrong_commands(
     assert r.returncode == EXIT[code], r.stderr
     assert said in r.stderr
     assert client.get("/models/x").status_code == 404  # nothing was made
+
+
+def test_a_mistyped_name_is_answered_with_the_command_and_the_names_it_may_mean(
+    client: httpx.Client,
+) -> None:
+    url = str(client.base_url).rstrip("/")
+    assert client.put("/models/iris", json={"n_features": 4}).is_success
+    for action in ("show", "reset", "export"):
+        r = perceptron("models", action, "irs", url=url)
+        assert r.returncode == EXIT["not_found"], r.stderr
+        assert r.stderr == (
+            "perceptron models: model 'irs' does not exist; did you mean 'iris'? To create it: "
+            "perceptron models create irs --classes A,B,... (options: perceptron models create "
+            "--help)\n"
+        )
+    gone = perceptron("models", "delete", "irs", url=url)
+    assert (gone.returncode, gone.stderr) == (
+        3,
+        "perceptron models: model 'irs' does not exist; did you mean 'iris'?\n",
+    )
+    far = perceptron("models", "show", "zebra", url=url)
+    assert far.returncode == 3 and "did you mean" not in far.stderr
+    assert "perceptron models create zebra" in far.stderr and "PUT" not in far.stderr
+
+
+def test_a_file_that_cannot_be_written_is_one_line_not_a_traceback(
+    client: httpx.Client, tmp_path: Path
+) -> None:
+    url = str(client.base_url).rstrip("/")
+    for path, cause in [
+        (tmp_path / "no" / "iris.json", f"the folder {tmp_path / 'no'} does not exist"),
+        (tmp_path, "it is a folder, not a file"),
+    ]:
+        r = perceptron("models", "export", "default", "-o", str(path), url=url)
+        assert r.returncode == EXIT["usage"], r.stderr
+        assert r.stderr == f"perceptron models: cannot write {path}: {cause}\n"
 
 
 def test_an_unreachable_service_is_told_apart() -> None:

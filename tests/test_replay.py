@@ -1,7 +1,8 @@
 """``perceptron replay`` against the real service: every example counted, mistakes as the API's.
 
 Sequential replays of breast_cancer (569 examples) make 167 mistakes, both as predictions with
-their feedback and through /learn: the sequential perceptron of the README's parity table.
+their feedback and through /learn: the sequential perceptron of the parity table of
+docs/conventions.md.
 """
 
 from __future__ import annotations
@@ -347,5 +348,5 @@ def test_a_multiclass_dataset_through_the_service(make_service: MakeService) -> 
     with Client(url) as c:
         info = c.read_model("digits")
     assert info.config.multiclass == "ovr" and info.config.classes == list(range(10))
-    assert (s.examples, s.mistakes) == (1797, 293)  # the README's parity table
+    assert (s.examples, s.mistakes) == (1797, 293)  # the parity table of docs/conventions.md
     assert (info.counters.learned, info.counters.mistakes) == (1797, 293)

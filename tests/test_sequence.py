@@ -51,7 +51,7 @@ def stream(config: ModelConfig, kind: str, n: int, seed: int) -> tuple[list[Exam
 def reference(
     config: ModelConfig, w: np.ndarray, b: float, xs: list[Example], ts: list[int]
 ) -> tuple[np.ndarray, float, list[int], list[bool], list[float]]:
-    """The binary perceptron written out plainly, with the conventions of the README."""
+    """The binary perceptron written out plainly, with the conventions of docs/conventions.md."""
     w = w.copy()
     served, updated, scores = [], [], []
     for x, t in zip(xs, ts, strict=True):

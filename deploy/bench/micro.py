@@ -1,4 +1,5 @@
-"""Micro-measurements behind the design notes of the README, each beside its alternative.
+"""Micro-measurements behind the design notes of docs/performance.md, each beside its
+alternative.
 
     .venv/bin/python deploy/bench/micro.py            # about 1 minute
 

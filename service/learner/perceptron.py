@@ -3,7 +3,7 @@
 Pure numpy, no I/O. The service runs these same functions on its worker-local copy of the
 weights, so this module is the specification of every number the service returns.
 
-Conventions (also in the README):
+Conventions (also in docs/conventions.md, the one place the docs write them):
 
 - score ``s = w.x + b``; a binary model predicts ``classes[1]`` iff ``s > 0``;
 - binary update iff ``y * s <= margin`` with ``y = +1`` for ``classes[1]`` and ``-1`` for
