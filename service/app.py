@@ -28,6 +28,7 @@ from .api import (
     home,
     learning_routes,
     model_routes,
+    overview,
     problems,
     prometheus,
 )
@@ -84,6 +85,8 @@ def create_app(
     app = FastAPI(
         title="Perceptron service",
         summary="An online perceptron over HTTP; its weights shared through Redis.",
+        description=overview.DESCRIPTION,
+        openapi_tags=overview.TAGS,
         version="0.1.0",
         lifespan=lifespan,
         docs_url=None,  # served from this host by api/docs.py, not from a CDN

@@ -2,7 +2,8 @@
 
 Every request the page makes to anywhere but the service under test is aborted and recorded:
 the docs must list every operation of the OpenAPI document from what the service itself
-serves, and run under its Content-Security-Policy (any violation fails the test). Screenshots
+serves, with its introduction, each group's description and the examples of its bodies, and
+run under its Content-Security-Policy (any violation fails the test). Screenshots
 go to artifacts/docs.png and artifacts/redoc.png.
 """
 
@@ -92,6 +93,14 @@ def test_swagger_ui_lists_every_operation_offline(
     )
     assert sorted(map(tuple, shown)) == [(m, p) for m, p, _ in ops]
     expect(page.locator(".info .title")).to_contain_text("Perceptron service")
+    # The introduction, and a description under each group of operations.
+    expect(page.locator(".info")).to_contain_text("Predict, then feedback")
+    tags = client.get("/openapi.json").json()["tags"]
+    expect(page.locator(".opblock-tag")).to_have_count(len(tags))
+    for tag in tags:
+        expect(page.locator(f".opblock-tag[data-tag='{tag['name']}']")).to_contain_text(
+            tag["description"][:40]
+        )
 
     # An operation opens and shows its schema, drawn from the document alone.
     page.locator(".opblock-post .opblock-summary-path[data-path='/predict']").click()
@@ -108,6 +117,11 @@ def test_redoc_lists_every_operation_offline(client: httpx.Client, base: str, pa
     ids = items.evaluate_all("els => els.map(e => e.getAttribute('data-item-id'))")
     assert sorted(i.rsplit("/", 1)[1] for i in ids) == sorted(o for _, _, o in ops)
     expect(page.locator("h1").first).to_contain_text("Perceptron service")
+    expect(page.locator("body")).to_contain_text("Predict, then feedback")
+    # Every request and answer sample is an example of the document, not made up from the
+    # schema: none shows the placeholders ReDoc invents for an object's keys.
+    expect(page.locator("body")).to_contain_text('"prediction_id"')
+    expect(page.locator("body")).not_to_contain_text("property1")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "redoc.png"))
 

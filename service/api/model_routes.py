@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import Role
+from . import examples
 from .deps import Admin, Reader
 from .metrics_view import model_metrics
 from .routing import FastJSONRoute
@@ -75,7 +76,16 @@ async def read_metrics(name: str, who: Reader) -> ModelMetrics:
     return model_metrics(rep, obs, who.worker.settings.series_bucket_s)
 
 
-@router.get("/{name}/export", responses=errors)
+@router.get(
+    "/{name}/export",
+    responses={
+        **errors,
+        200: {
+            "description": "The export file (`<name>.perceptron.json`)",
+            "content": {"application/json": {"example": examples.EXPORT}},
+        },
+    },
+)
 async def export_model(name: str, who: Admin) -> JSONResponse:
     """Download the model (configuration, weights, counters) as a file to import elsewhere."""
     who.check(Role.admin, name)
@@ -86,7 +96,7 @@ async def export_model(name: str, who: Admin) -> JSONResponse:
 
 @router.post("/{name}/import", responses=with_body)
 async def import_model(
-    name: str, who: Admin, document: Annotated[dict[str, Any], Body()]
+    name: str, who: Admin, document: Annotated[dict[str, Any], Body(examples=[examples.EXPORT])]
 ) -> ModelInfo:
     """Create or overwrite a model from an export file; a bad file changes nothing."""
     who.check(Role.admin, name)

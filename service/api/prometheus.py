@@ -8,12 +8,17 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ..metrics.prometheus import exposition
+from . import examples
 from .deps import Reader
 
 router = APIRouter(tags=["metrics"])
 
 
-@router.get("/metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"example": examples.PROMETHEUS}}}},
+)
 async def read_prometheus_metrics(who: Reader) -> Response:
     """Per-model and per-endpoint figures in the Prometheus text format."""
     models = [m for m in await who.worker.models.list_models() if who.allows(m[0])]

@@ -19,6 +19,7 @@ from pydantic import (
 from ..errors import InvalidInput
 from ..names import NAME_MAX, NAME_PATTERN
 from ..protocol import CURVE_POINTS
+from . import examples
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 LabelValue = StrictInt | StrictStr
@@ -51,6 +52,11 @@ FEATURE_BATCH = (
     "feature names to numbers (named features)."
 )
 LABEL = "The true label, one of the model's classes: an integer or a string."
+
+
+def _examples(bodies: list[Any]) -> ConfigDict:
+    """A schema's examples (``examples.py``): what /docs and /redoc show for it."""
+    return ConfigDict(json_schema_extra={"examples": bodies})
 
 
 class MistakeRates(BaseModel):
@@ -102,6 +108,8 @@ class MistakeBound(BaseModel):
 
 
 class ModelMetrics(BaseModel):
+    model_config = _examples(examples.METRICS)
+
     model: str
     version: int
     counters: Counters
@@ -115,13 +123,22 @@ class ModelMetrics(BaseModel):
 
 
 class ErrorResponse(BaseModel):
+    model_config = _examples([examples.ERROR])
+
     detail: str
     code: str
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI ``responses`` of routes that may answer these error statuses."""
-    return {status: {"model": ErrorResponse} for status in statuses}
+    """The OpenAPI ``responses`` of routes that may answer these error statuses, each with an
+    example of that status."""
+    return {
+        status: {
+            "model": ErrorResponse,
+            "content": {"application/json": {"example": examples.ERRORS[status]}},
+        }
+        for status in statuses
+    }
 
 
 class _Body(BaseModel):
@@ -130,6 +147,8 @@ class _Body(BaseModel):
 
 class ModelSpec(_Body):
     """A model's configuration, fixed at creation."""
+
+    model_config = _examples(examples.MODEL_SPEC)
 
     classes: list[LabelValue] = Field(
         default=[-1, 1],
@@ -180,6 +199,8 @@ class Counters(BaseModel):
 
 
 class ModelInfo(BaseModel):
+    model_config = _examples(examples.MODEL_INFO_EXAMPLES)
+
     name: str
     config: ModelSpec
     version: int = Field(description="Number of weight updates so far.")
@@ -188,15 +209,21 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
+    model_config = _examples(examples.MODEL_LIST)
+
     models: list[ModelInfo]
 
 
 class PredictRequest(_Body):
+    model_config = _examples(examples.PREDICT_REQUEST)
+
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
 
 
 class PredictResponse(BaseModel):
+    model_config = _examples(examples.PREDICT_RESPONSE)
+
     prediction_id: str
     label: LabelValue
     score: float | None = Field(None, description="Binary models: w.x + b.")
@@ -207,6 +234,8 @@ class PredictResponse(BaseModel):
 
 
 class FeedbackRequest(_Body):
+    model_config = _examples(examples.FEEDBACK_REQUEST)
+
     prediction_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
         description="The prediction_id of an answer of /predict: a string."
     )
@@ -214,6 +243,8 @@ class FeedbackRequest(_Body):
 
 
 class FeedbackResponse(BaseModel):
+    model_config = _examples(examples.FEEDBACK_RESPONSE)
+
     mistake: bool
     updated: bool
     version: int
@@ -221,12 +252,16 @@ class FeedbackResponse(BaseModel):
 
 
 class LearnRequest(_Body):
+    model_config = _examples(examples.LEARN_REQUEST)
+
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
     label: LabelValue = Field(description=LABEL)
 
 
 class LearnResponse(BaseModel):
+    model_config = _examples(examples.LEARN_RESPONSE)
+
     label: LabelValue = Field(description="The prediction made before learning.")
     mistake: bool
     updated: bool
@@ -278,15 +313,19 @@ class _Batch(_Body):
 
 
 class PredictBatchRequest(_Batch):
-    pass
+    model_config = _examples(examples.PREDICT_BATCH_REQUEST)
 
 
 class PredictBatchResponse(BaseModel):
+    model_config = _examples(examples.PREDICT_BATCH_RESPONSE)
+
     predictions: list[PredictResponse]
     version: int
 
 
 class FeedbackBatchRequest(_Body):
+    model_config = _examples(examples.FEEDBACK_BATCH_REQUEST)
+
     feedback: list[FeedbackRequest] = Field(
         min_length=1, description="A list of 1 or more objects {prediction_id, label}."
     )
@@ -301,10 +340,14 @@ class FeedbackItemResult(BaseModel):
 
 
 class FeedbackBatchResponse(BaseModel):
+    model_config = _examples(examples.FEEDBACK_BATCH_RESPONSE)
+
     results: list[FeedbackItemResult]
 
 
 class LearnBatchRequest(_Batch):
+    model_config = _examples(examples.LEARN_BATCH_REQUEST)
+
     labels: list[LabelValue] = Field(
         min_length=1,
         description="The true labels, one per example, each one of the model's classes (an "
@@ -322,6 +365,8 @@ class LearnBatchRequest(_Batch):
 
 
 class LearnBatchResponse(BaseModel):
+    model_config = _examples(examples.LEARN_BATCH_RESPONSE)
+
     labels: list[LabelValue] = Field(description="The prediction made before learning each.")
     mistakes: list[bool]
     updated: list[bool]
@@ -338,6 +383,8 @@ class WeightRow(BaseModel):
 
 
 class WeightsResponse(BaseModel):
+    model_config = _examples(examples.WEIGHTS)
+
     model: str
     version: int
     seen: int
@@ -346,5 +393,7 @@ class WeightsResponse(BaseModel):
 
 
 class Health(BaseModel):
+    model_config = _examples(examples.HEALTH)
+
     status: str
     store: str | None = None
