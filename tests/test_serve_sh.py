@@ -70,6 +70,7 @@ class Serve:
 @pytest.fixture
 def checkout(tmp_path: Path) -> Iterator[Path]:
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
+    shutil.copytree(ROOT / "requirements", tmp_path / "requirements")  # setup.sh's locks
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     yield tmp_path
     lock = tmp_path / "data" / "redis" / "lock"
@@ -105,6 +106,13 @@ def test_models_outlive_a_restart_of_serve_sh(checkout: Path) -> None:
     store = checkout / "data" / "redis"
     first = Serve(checkout, "--workers", "2").start()  # two workers need a shared store
     http = first.http
+    # Once it answers: where things are, once; that auth is off, once (not once per worker).
+    log = checkout / f"serve-{first.port}.log"
+    wait_until(lambda: "ready on" in log.read_text(), timeout=10, what="the banner")
+    said = log.read_text()
+    assert said.count(f"ready on http://127.0.0.1:{first.port}\n") == 1, said
+    assert f"  dashboard  http://127.0.0.1:{first.port}/dashboard\n" in said
+    assert said.count("AUTH IS OFF") == 1, said
     assert http.put("/models/kept", json={"n_features": 3}).status_code == 201
     xs = [[1.0, 0.5, -1.0], [-2.0, 1.0, 0.0], [0.5, -0.5, 2.0], [3.0, 1.0, 1.0]] * 10
     ys = [1, -1, 1, -1] * 10
