@@ -14,6 +14,7 @@ import errno
 import io
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,24 @@ def test_workers_of_serve_leave_auth_off_to_serve(caplog: pytest.LogCaptureFixtu
     with caplog.at_level("WARNING", logger="perceptron"):
         create_app(Settings(auth=False, redis_url=None), warn_auth_off=False)
     assert not any("AUTH IS OFF" in r.message for r in caplog.records)
+
+
+def test_a_service_that_fails_to_start_exits_1_not_uvicorns_3(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """uvicorn exits 3 when the app does not start: the code of 'no such model' here."""
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise SystemExit(3)
+
+    monkeypatch.setattr("uvicorn.run", failing)
+    monkeypatch.setattr("logging.config.dictConfig", lambda config: None)
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
+    monkeypatch.setenv("PERCEPTRON_AUTH", "false")
+    monkeypatch.delenv("PERCEPTRON_REDIS_URL", raising=False)
+    monkeypatch.setenv("PERCEPTRON_LOCAL_REDIS_DIR", "")
+    assert cli.main(["serve", "--port", str(free_port())]) == Exit.FAILED
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: sys.exit(143))  # a signal's exit: kept
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["serve", "--port", str(free_port())])
+    assert stopped.value.code == 143
