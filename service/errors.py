@@ -56,6 +56,15 @@ class OutcomeUnknown(ServiceError):
     code = "learn_outcome_unknown"
 
 
+def learn_outcome_unknown(name: str, cause: Exception) -> OutcomeUnknown:
+    """The examples of a /learn whose commit was sent and whose reply was lost."""
+    return OutcomeUnknown(
+        f"The store did not answer the commit of model {name!r}'s examples "
+        f"({type(cause).__name__}) after it was sent: they may have been learned. Check the "
+        "model's version and counters before sending them again."
+    )
+
+
 class ModelStateLost(Unavailable):
     """The model's configuration is in the store but its weights are not all there.
 

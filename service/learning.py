@@ -24,6 +24,7 @@ from .errors import (
     StaleModel,
     TooLarge,
     Unavailable,
+    learn_outcome_unknown,
 )
 from .group_commit import Coalescer, Span
 from .handoff import pack_answer
@@ -36,7 +37,7 @@ from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Store, StoreError
+from .store import NotSent, Store, StoreError
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
@@ -336,9 +337,14 @@ class Learning:
                 )
                 for tag, a, b in spans
             ]
-            res = await self.store.commit_learn(
-                rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._writes
-            )
+            try:
+                res = await self.store.commit_learn(
+                    rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._writes
+                )
+            except NotSent:
+                raise  # it did not run: a 503 with Retry-After says so
+            except StoreError as e:  # sent, and its reply lost: it may have run
+                raise learn_outcome_unknown(rep.name, e) from e
             if isinstance(res, RequestsGone):
                 return res
             if isinstance(res, SyncData):

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
 
-from .errors import ServiceError, StaleModel, Unavailable
+from .errors import ServiceError, StaleModel, Unavailable, learn_outcome_unknown
 from .group_commit import Coalescer, Span
 from .handoff import (
     UNLEARNED_ANSWER,
@@ -43,7 +43,7 @@ from .handoff import (
 from .learner import Example, Label
 from .replica import Replica
 from .settings import Settings
-from .store import Store, StoreError
+from .store import NotSent, Store, StoreError
 
 log = logging.getLogger("perceptron")
 
@@ -120,10 +120,17 @@ class Writers:
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
         wait_ms = int(self.settings.learn_wait_s * 1000)
-        if await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request, wait_ms):
+        try:
+            mine = await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request, wait_ms)
+        except NotSent:
+            raise  # not queued: a 503 with Retry-After says so
+        except StoreError as e:  # maybe queued, and then maybe learned by the writer
+            mine, answer = False, await self._settle(rep.name, token, e)
+        else:
+            answer = b"" if mine else await self._answer(rep.name, token, deadline)
+        if mine:
             self._start(rep.name)
             return await self._learn_here(rep, examples, None)
-        answer = await self._answer(rep.name, token, deadline)
         try:
             served, updated, versions = unpack_answer(answer)
         except ServiceError as e:
@@ -138,6 +145,26 @@ class Writers:
 
     async def _answer(self, name: str, token: str, deadline: float) -> bytes:
         """The answer to a handed-off request, or a 503 that says it was not learned."""
+        try:
+            return await self._wait_answer(name, token, deadline)
+        except StoreError as e:
+            return await self._settle(name, token, e)
+
+    async def _settle(self, name: str, token: str, cause: StoreError) -> bytes:
+        """After the store failed a handed-off request's requester, its fate, once more: the
+        answer if it was learned (or refused); the store's error, which says to retry, if the
+        request is now withdrawn, not learned; OutcomeUnknown if the store cannot tell."""
+        try:
+            answer = await self.store.withdraw_learn(name, token)
+        except StoreError as e:
+            raise learn_outcome_unknown(name, cause) from e
+        if answer is None:
+            raise cause  # withdrawn before any writer learned it: never learned now
+        if answer == UNLEARNED_ANSWER:
+            raise self._not_learned(name)
+        return answer
+
+    async def _wait_answer(self, name: str, token: str, deadline: float) -> bytes:
         while True:
             left = deadline - self.clock()
             if left <= 0:

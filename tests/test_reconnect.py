@@ -121,7 +121,9 @@ def test_a_learn_whose_reply_is_lost_is_a_503_and_is_not_sent_again(
 ) -> None:
     """Redis stalls longer than the service's timeout while a /learn is in flight: the
     script was sent and its reply lost. Redis wakes before twice the timeout, so a client
-    that sent it again on a new connection would see it run twice; this one must not."""
+    that sent it again on a new connection would see it run twice; this one must not. Nor
+    may its answer invite the caller to: it says the outcome is unknown (it was a 503
+    store_unavailable with Retry-After, and a client that followed it learned twice)."""
     before = api.get("/models/d").json()
     with redis.Redis(port=store.port) as r:
         r.config_resetstat()
@@ -137,7 +139,8 @@ def test_a_learn_whose_reply_is_lost_is_a_503_and_is_not_sent_again(
         finally:
             sleeper.wait(10)
         assert resp.status_code == 503, resp.text
-        assert resp.json()["code"] == "store_unavailable"
+        assert resp.json()["code"] == "learn_outcome_unknown", resp.text
+        assert "retry-after" not in resp.headers
         assert still_asleep, f"the 503 came after Redis woke ({took:.2f} s)"
         wait_until(lambda: api.get("/readyz").status_code == 200, timeout=10, what="readyz")
         # The scripts the stalled /learn sent (its learn, maybe a sync first): each once.

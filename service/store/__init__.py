@@ -5,11 +5,12 @@ from redis.exceptions import RedisError as StoreError
 
 from .connect import describe_store, open_store
 from .keys import ModelKeys
-from .redis_store import Condition, Store
+from .redis_store import Condition, NotSent, Store
 
 __all__ = [
     "Condition",
     "ModelKeys",
+    "NotSent",
     "Store",
     "StoreError",
     "describe_store",

@@ -12,10 +12,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..settings import Settings
 from ..startup import redis_password
-from .redis_store import Client, Store
+from .redis_store import Client, NotSent, Store
 
 log = logging.getLogger("perceptron")
 
@@ -42,10 +43,14 @@ class ReadyConnectionPool(ConnectionPool):
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
         try:
-            await _make_ready(connection)
-        except RedisConnectionError:
-            await connection.disconnect()
-            await _make_ready(connection)
+            try:
+                await _make_ready(connection)
+            except RedisConnectionError:
+                await connection.disconnect()
+                await _make_ready(connection)
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            # Nothing of the command was written: whatever it was, it did not run.
+            raise NotSent(str(e)) from e
 
 
 async def _make_ready(connection: AbstractConnection) -> None:
@@ -67,7 +72,8 @@ def open_client(settings: Settings) -> Client:
         "socket_timeout": settings.redis_timeout_s,
         "socket_connect_timeout": settings.redis_timeout_s,
         # No silent retries: a script whose reply was lost may have run, and running a
-        # /learn twice would learn its example twice. Errors become a 503 with Retry-After.
+        # /learn twice would learn its example twice. An error before the command was sent
+        # (NotSent) is a 503 with Retry-After; after it, a write's fate is unknown.
         "retry": Retry(NoBackoff(), 0),
     }
     password = redis_password(settings) if url else None

@@ -10,6 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..errors import (
     ModelNotFound,
@@ -37,6 +38,15 @@ from . import scripts
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 
 Client = Redis | RedisCluster
+
+
+class NotSent(RedisConnectionError):
+    """The store could not be reached before any of a command was sent: it did not run.
+
+    Other connection errors and timeouts may come after a command was sent, and a write's
+    reply lost: whether it ran is then unknown (``store_unknown_outcome``)."""
+
+
 PURGE_BATCH = 1000  # pending predictions a deleted model's purge scans for and deletes at once
 log = logging.getLogger("perceptron")
 Arg = bytes | str | int | float
