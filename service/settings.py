@@ -31,6 +31,13 @@ class Settings(BaseSettings):
     )
     redis_cluster: bool = Field(default=False, description="Use the Redis Cluster client.")
     redis_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of each Redis call.")
+    redis_max_connections: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Connections to Redis one worker process opens at most; a request that "
+        "finds them all busy waits for one, up to PERCEPTRON_REDIS_TIMEOUT_S.",
+    )
     default_model: bool = Field(default=True, description="Create the 'default' model at start.")
     compact_every: int = Field(
         default=1000, ge=1, description="Fold the update log into a snapshot past this length."

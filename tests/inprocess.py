@@ -27,7 +27,7 @@ from fakeredis.commands_mixins import server_mixin as fakeredis_server
 
 from service.app import create_app
 from service.settings import Settings
-from service.store import Store
+from service.store import Store, embedded_client
 
 T = TypeVar("T")
 BASE_URL = "http://service.test"
@@ -103,7 +103,7 @@ class InProcessService:
         self.clock = clock or Clock()
         self.settings = settings
         # embedded=False: the store of several workers (one writer per model, store checks)
-        self.store = Store(fakeredis.FakeAsyncRedis(server=self.server), embedded=embedded)
+        self.store = Store(embedded_client(self.server, settings), embedded=embedded)
         # What Redis's INFO answers (fakeredis has no INFO): the store checks it when it is
         # not embedded; a test sets another eviction policy or memory use here.
         self.redis_info: dict[str, Any] = {

@@ -325,3 +325,23 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             await _close(worker)
 
     asyncio.run(main())
+
+
+# -- 6. more models than connections --------------------------------------------------------
+
+
+def test_more_models_than_pooled_connections_wait_for_one_instead_of_failing(
+    make_service: Any,
+) -> None:
+    """101 models: GET /models and /metrics read them all at once, one connection each, and
+    redis-py's pool of 100 refused the 101st (503 store_unavailable while /readyz said 200)."""
+    client = make_service(default_model=False)
+    for i in range(101):
+        ok(client.put(f"/models/m{i}", json={"n_features": 1}))
+    listed = ok(client.get("/models"))["models"]
+    assert len(listed) == 101
+    r = client.get("/metrics")
+    assert r.status_code == 200 and 'perceptron_model_seen_total{model="m100"}' in r.text
+    # A pool much smaller than the load: every request waits its turn, none fails.
+    small = make_service(default_model=False, redis_max_connections=2)
+    assert len(ok(small.get("/models"))["models"]) == 101

@@ -3,7 +3,7 @@
 
 from redis.exceptions import RedisError as StoreError
 
-from .connect import describe_store, open_store
+from .connect import describe_store, embedded_client, open_store
 from .keys import ModelKeys
 from .redis_store import Condition, NotSent, Store
 
@@ -14,5 +14,6 @@ __all__ = [
     "Store",
     "StoreError",
     "describe_store",
+    "embedded_client",
     "open_store",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
@@ -23,8 +23,10 @@ log = logging.getLogger("perceptron")
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 
-class ReadyConnectionPool(ConnectionPool):
-    """A pool that hands out only connections fit to carry a command, reconnecting once.
+class ReadyConnectionPool(BlockingConnectionPool):
+    """A pool that hands out only connections fit to carry a command, reconnecting once;
+    when all its connections are busy, a caller waits for one (up to the pool's timeout,
+    the store's) instead of failing at once (redis-py's plain pool refuses the 101st).
 
     A connection is taken from the pool before anything of the caller's command is written
     on it, so replacing a dead one here is always safe, unlike retrying the command. After
@@ -40,6 +42,15 @@ class ReadyConnectionPool(ConnectionPool):
     server, a PING that failed) gets one new connection. A ``TimeoutError`` does not: Redis
     is slow or unreachable, and waiting for it twice would only delay the 503.
     """
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        try:
+            connection: AbstractConnection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except NotSent:
+            raise
+        except (RedisConnectionError, RedisTimeoutError) as e:  # none free in time
+            raise NotSent(str(e)) from e
+        return connection
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
         try:
@@ -87,8 +98,7 @@ def open_client(settings: Settings) -> Client:
             "in this one process and are lost when it stops; do not run several workers so."
         )
         # A server of its own: clients made without one share a process-wide default.
-        client: Client = fakeredis.FakeAsyncRedis(server=fakeredis.FakeServer(version=(7, 0)))
-        return client
+        return embedded_client(fakeredis.FakeServer(version=(7, 0)), settings)
     for scheme in CLUSTER_SCHEMES:
         if url.startswith(scheme):
             plain = url.replace("+cluster", "", 1)
@@ -98,8 +108,28 @@ def open_client(settings: Settings) -> Client:
     # A connection idle for a second is PINGed before use, and one found dead is replaced
     # once (ReadyConnectionPool), so that one left over from before a Redis restart does
     # not fail the first request that takes it.
-    pool = ReadyConnectionPool.from_url(url, health_check_interval=1, **options)
+    pool = ReadyConnectionPool.from_url(
+        url,
+        health_check_interval=1,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_timeout_s,
+        **options,
+    )
     return Redis.from_pool(pool)
+
+
+def embedded_client(server: Any, settings: Settings) -> Client:
+    """A client of an in-process fakeredis ``server``, with the same pool as a real Redis's:
+    past ``redis_max_connections`` busy connections, a caller waits for one."""
+    import fakeredis
+
+    client: Client = fakeredis.FakeAsyncRedis(
+        server=server,
+        connection_pool_class=BlockingConnectionPool,
+        max_connections=settings.redis_max_connections,
+        timeout=settings.redis_timeout_s,
+    )
+    return client
 
 
 def describe_store(settings: Settings) -> str:
