@@ -345,3 +345,20 @@ def test_more_models_than_pooled_connections_wait_for_one_instead_of_failing(
     # A pool much smaller than the load: every request waits its turn, none fails.
     small = make_service(default_model=False, redis_max_connections=2)
     assert len(ok(small.get("/models"))["models"]) == 101
+
+
+# -- 12. booleans are booleans ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, "false", None])
+@pytest.mark.parametrize("field", ["averaged", "fit_bias"])
+def test_a_configuration_boolean_takes_only_true_or_false(
+    client: httpx.Client, field: str, value: Any
+) -> None:
+    """ "averaged": "yes" made an averaged model."""
+    r = client.put("/models/m", json={"n_features": 1, field: value})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    assert field in r.json()["detail"]
+    assert client.get("/models/m").status_code == 404
+    made = ok(client.put("/models/m", json={"n_features": 1, field: True}))
+    assert made["config"][field] is True

@@ -10,6 +10,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictInt,
     StrictStr,
     WithJsonSchema,
@@ -169,14 +170,16 @@ class ModelSpec(_Body):
     hash_bits: StrictInt = Field(
         18, description="An integer: named features are hashed into 2**hash_bits weights (18)."
     )
-    fit_bias: bool = Field(True, description="true or false: learn a bias (true).")
+    fit_bias: StrictBool = Field(True, description="true or false: learn a bias (true).")
     learning_rate: FiniteFloat = Field(
         1.0, description="A finite number: the size of each update (1.0)."
     )
     margin: FiniteFloat = Field(
         0.0, description="A finite number: also update when the score's margin is at most this."
     )
-    averaged: bool = Field(False, description="true or false: keep averaged weights too (false).")
+    averaged: StrictBool = Field(
+        False, description="true or false: keep averaged weights too (false)."
+    )
     feedback_ttl_s: StrictInt = Field(
         86_400,
         description="An integer: how many seconds a prediction waits for its label (86400).",
