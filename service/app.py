@@ -66,11 +66,12 @@ def create_app(
         worker = Worker(store() if store else open_store(settings), settings, clock)
         app.state.worker = worker
         made = not settings.default_model
+        warn = _Every(DEFAULT_LOG_S)  # why 'default' is not made yet: once a minute
         with suppress(Exception):  # Redis may not be up yet: both are tried again below
             await asyncio.wait_for(worker.models.check_store(), settings.redis_timeout_s)
-            made = made or await _make_default(worker)
+            made = made or await _make_default(worker, warn)
         worker.start()
-        starter = None if made else asyncio.create_task(_ensure_default(worker))
+        starter = None if made else asyncio.create_task(_ensure_default(worker, warn))
         try:
             yield
         finally:
@@ -112,7 +113,25 @@ def create_app(
     return app
 
 
-async def _make_default(worker: Worker) -> bool:
+class _Every:
+    """Say a thing at most once every ``period_s`` seconds: a retry loop's warnings."""
+
+    def __init__(self, period_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.period_s, self.clock = period_s, clock
+        self.last: float | None = None
+
+    def __call__(self, message: str, *args: object) -> None:
+        now = self.clock()
+        if self.last is None or now - self.last >= self.period_s:
+            self.last = now
+            log.warning(message, *args)
+
+
+DEFAULT_RETRY_S = 1.0  # between two attempts to create the 'default' model
+DEFAULT_LOG_S = 60.0  # between two warnings that it is not created yet
+
+
+async def _make_default(worker: Worker, warn: Callable[..., None] = log.warning) -> bool:
     """Create the 'default' model once per store; whether that is settled.
 
     Once made, the store remembers it: a deleted 'default' stays deleted across restarts
@@ -125,22 +144,23 @@ async def _make_default(worker: Worker) -> bool:
             )
             await worker.store.mark_default_made()
     except Unavailable as e:  # e.g. a store that may evict keys: wait until it is fixed
-        log.warning("the 'default' model is not created yet: %s", e.message)
+        warn("the 'default' model is not created yet: %s", e.message)
         return False
     except ServiceError as e:
         log.warning("the 'default' model was not created: %s", e.message)
     return True
 
 
-async def _ensure_default(worker: Worker) -> None:
-    """:func:`_make_default`, retrying until the store answers."""
+async def _ensure_default(worker: Worker, warn: Callable[..., None]) -> None:
+    """:func:`_make_default`, retrying every second until the store answers; its warnings
+    once a minute (``warn``), not at every attempt."""
     while True:
         try:
-            if await _make_default(worker):
+            if await _make_default(worker, warn):
                 return
         except Exception as e:  # the store may not be up yet
-            log.warning("store not reachable yet (%s); will create 'default' later", e)
-        await asyncio.sleep(1.0)
+            warn("store not reachable yet (%s); will create 'default' later", e)
+        await asyncio.sleep(DEFAULT_RETRY_S)
 
 
 def _error(

@@ -362,3 +362,34 @@ def test_a_configuration_boolean_takes_only_true_or_false(
     assert client.get("/models/m").status_code == 404
     made = ok(client.put("/models/m", json={"n_features": 1, field: True}))
     assert made["config"][field] is True
+
+
+def test_why_the_default_model_is_not_made_is_logged_once_a_minute(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a Redis that may evict keys, each worker logged "'default' model is not created
+    yet" once a second (the docs say once a minute)."""
+    import redis
+
+    from service.settings import Settings
+
+    from .servers import ServiceThread, wait_until
+
+    with redis.Redis.from_url(redis_url) as r:
+        r.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            with caplog.at_level(logging.WARNING, logger="perceptron"):
+                service = ServiceThread(Settings(redis_url=redis_url, auth=False)).start()
+                try:
+
+                    def said() -> list[logging.LogRecord]:
+                        return [r for r in caplog.records if "not created yet" in r.getMessage()]
+
+                    wait_until(lambda: said(), timeout=10, what="the first warning")
+                    time.sleep(3.5)  # three more attempts, one a second
+                    assert len(said()) == 1, [rec.getMessage() for rec in said()]
+                    assert "maxmemory-policy" in said()[0].getMessage()
+                finally:
+                    service.stop()
+        finally:
+            r.config_set("maxmemory-policy", "noeviction")
