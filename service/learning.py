@@ -37,7 +37,7 @@ from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import NotSent, Store, StoreError
+from .store import Store, StoreError, reply_lost
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
@@ -341,10 +341,10 @@ class Learning:
                 res = await self.store.commit_learn(
                     rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._writes
                 )
-            except NotSent:
-                raise  # it did not run: a 503 with Retry-After says so
-            except StoreError as e:  # sent, and its reply lost: it may have run
-                raise learn_outcome_unknown(rep.name, e) from e
+            except StoreError as e:
+                if reply_lost(e):  # sent, and its reply lost: it may have run
+                    raise learn_outcome_unknown(rep.name, e) from e
+                raise  # it did not run: not sent, or refused (a 503 that says to retry)
             if isinstance(res, RequestsGone):
                 return res
             if isinstance(res, SyncData):

@@ -43,7 +43,7 @@ from .handoff import (
 from .learner import Example, Label
 from .replica import Replica
 from .settings import Settings
-from .store import NotSent, Store, StoreError
+from .store import Store, StoreError, reply_lost
 
 log = logging.getLogger("perceptron")
 
@@ -122,9 +122,10 @@ class Writers:
         wait_ms = int(self.settings.learn_wait_s * 1000)
         try:
             mine = await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request, wait_ms)
-        except NotSent:
-            raise  # not queued: a 503 with Retry-After says so
-        except StoreError as e:  # maybe queued, and then maybe learned by the writer
+        except StoreError as e:
+            if not reply_lost(e):
+                raise  # not queued (not sent, or refused): a 503 that says to retry
+            # maybe queued, and then maybe learned by the writer
             mine, answer = False, await self._settle(rep.name, token, e)
         else:
             answer = b"" if mine else await self._answer(rep.name, token, deadline)

@@ -5,7 +5,7 @@ from redis.exceptions import RedisError as StoreError
 
 from .connect import describe_store, embedded_client, open_store
 from .keys import ModelKeys
-from .redis_store import Condition, NotSent, Store
+from .redis_store import Condition, NotSent, Store, reply_lost
 
 __all__ = [
     "Condition",
@@ -16,4 +16,5 @@ __all__ = [
     "describe_store",
     "embedded_client",
     "open_store",
+    "reply_lost",
 ]

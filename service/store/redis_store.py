@@ -10,7 +10,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import (
     ModelNotFound,
@@ -44,7 +46,17 @@ class NotSent(RedisConnectionError):
     """The store could not be reached before any of a command was sent: it did not run.
 
     Other connection errors and timeouts may come after a command was sent, and a write's
-    reply lost: whether it ran is then unknown (``store_unknown_outcome``)."""
+    reply lost: whether it ran is then unknown (:func:`reply_lost`)."""
+
+
+def reply_lost(e: BaseException) -> bool:
+    """Whether a command may have run though its caller got an error: the connection failed
+    or timed out after it was sent. Not when it was never sent (NotSent), nor when Redis
+    answered with an error (a refusal such as OOM or LOADING: scripts refuse before they
+    write)."""
+    return isinstance(e, RedisConnectionError | RedisTimeoutError) and not isinstance(
+        e, NotSent | BusyLoadingError
+    )
 
 
 PURGE_BATCH = 1000  # pending predictions a deleted model's purge scans for and deletes at once
