@@ -127,3 +127,24 @@ def test_an_export_that_is_not_a_json_object_is_an_error() -> None:
     with pytest.raises(PerceptronError) as e:
         calls.export_model("m").result(answer(200, [1, 2]))
     assert (e.value.status, e.value.code) == (200, "unexpected_answer")
+
+
+def test_a_name_of_dots_alone_reaches_the_service_as_that_name() -> None:
+    """'perceptron models delete ..' sent DELETE / (405): the URL folded the name away."""
+    assert calls.read_model("..").path == "/models/%2E%2E"
+    assert calls.delete_model(".").path == "/models/%2E"
+    assert calls.read_model("v1.2").path == "/models/v1.2"
+    request = httpx.Request("GET", "http://127.0.0.1:8000" + calls.read_model("...").path)
+    assert request.url.raw_path == b"/models/%2E%2E%2E"
+
+
+def test_an_answer_that_is_not_the_services_raises_its_error_not_a_traceback() -> None:
+    """'perceptron models show ""' printed pydantic's traceback for an empty 307."""
+    call = calls.read_model("m")
+    empty = httpx.Response(307, request=httpx.Request("GET", "http://h/models/"))
+    with pytest.raises(PerceptronError) as raised:
+        call.result(empty)
+    assert raised.value.code == "unexpected_answer" and "307" in str(raised.value)
+    page = httpx.Response(200, text="<html>", request=httpx.Request("GET", "http://h/models/m"))
+    with pytest.raises(PerceptronError):
+        call.result(page)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeGuard, TypeVar, c
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from .answers import (
     FeedbackBatchResponse,
@@ -106,7 +106,15 @@ class Call(Generic[T]):
 
 def _parse(model: type[M]) -> Callable[[httpx.Response], M]:
     def read(response: httpx.Response) -> M:
-        return model.model_validate_json(response.content)
+        try:
+            return model.model_validate_json(response.content)
+        except ValidationError as e:  # not this service's answer (a proxy's page, a redirect)
+            raise PerceptronError(
+                response.status_code,
+                "unexpected_answer",
+                f"{response.request.method} {response.request.url.path} answered "
+                f"{response.status_code}, not a {model.__name__}: {e.errors()[0]['msg']}",
+            ) from e
 
     return read
 
@@ -116,7 +124,10 @@ def _nothing(response: httpx.Response) -> None:
 
 
 def _document(response: httpx.Response) -> dict[str, Any]:
-    value = response.json()
+    try:
+        value = response.json()
+    except ValueError:
+        value = None
     if not isinstance(value, dict):
         raise PerceptronError(response.status_code, "unexpected_answer", "not a JSON object")
     return value
@@ -126,7 +137,16 @@ def _document(response: httpx.Response) -> dict[str, Any]:
 
 
 def _path(name: str) -> str:
-    return "/models/" + quote(name, safe="")
+    """The model's path, its name escaped: a name of dots alone too, which a URL would
+    otherwise fold away ('/models/..' is '/'), so that the service answers for that name.
+
+    >>> _path("iris"), _path("a b"), _path("..")
+    ('/models/iris', '/models/a%20b', '/models/%2E%2E')
+    """
+    segment = quote(name, safe="")
+    if segment.strip("."):
+        return "/models/" + segment
+    return "/models/" + "%2E" * len(segment)
 
 
 def _is_array(x: object) -> TypeGuard[np.ndarray]:
