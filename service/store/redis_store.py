@@ -107,6 +107,7 @@ class Store:
         self.client = client
         self.embedded = embedded
         self._create = client.register_script(scripts.CREATE)
+        self._delete = client.register_script(scripts.DELETE)
         self._sync = client.register_script(scripts.SYNC)
         self._predict = client.register_script(scripts.PREDICT)
         self._feedback = client.register_script(scripts.FEEDBACK)
@@ -178,13 +179,28 @@ class Store:
     async def close(self) -> None:
         await self.client.aclose()
 
+    @property
+    def _sharded(self) -> bool:
+        """Under Redis Cluster the registry lives on another shard than a model's keys: no
+        script can change both (scripts._REGISTER)."""
+        return isinstance(self.client, RedisCluster)
+
+    def _registry(self) -> tuple[list[str], list[Arg]]:
+        """The keys and the last argument that let a script change the registry too."""
+        return ([], ["0"]) if self._sharded else ([REGISTRY], ["1"])
+
     async def create_model(self, name: str, config_json: str, epoch: str) -> str | None:
-        """Create the model; returns None when created, else the existing config JSON."""
+        """Create the model and list it, together; returns None when created, else the
+        existing config JSON."""
         keys = ModelKeys(name)
-        # Listed first: a registry name without its model is skipped by readers, while a
-        # model missing from the registry would be invisible.
-        await self.client.sadd(REGISTRY, name)
-        reply = await self._create(keys=[keys.meta], args=[config_json, epoch, int(time.time())])
+        registry, flag = self._registry()
+        if self._sharded:  # listed before and after: a concurrent DELETE cannot unlist it
+            await self.client.sadd(REGISTRY, name)
+        reply = await self._create(
+            keys=[keys.meta, *registry], args=[config_json, epoch, int(time.time()), name, *flag]
+        )
+        if self._sharded and int(reply[0]) == 1:
+            await self.client.sadd(REGISTRY, name)
         return None if int(reply[0]) == 1 else _str(reply[1])
 
     async def model_names(self) -> list[str]:
@@ -231,28 +247,30 @@ class Store:
     ) -> None:
         """Make the model exactly this, at once (import and reset); old predictions lapse."""
         keys = ModelKeys(name)
-        args: list[Arg] = [config_json, epoch, created, version, seen, weights]
+        args: list[Arg] = [config_json, epoch, created, version, seen, weights, name]
         for field, value in counters.items():
             args += [field, value]
-        await self.client.sadd(REGISTRY, name)
+        registry, flag = self._registry()
         replaced = [k for k in keys.all if k != keys.pend]  # pending bytes lapse on their own
-        await self._replace(keys=replaced, args=args)
+        await self._replace(keys=[*replaced, *registry], args=[*args, *flag])
+        if self._sharded:
+            await self.client.sadd(REGISTRY, name)
 
     async def delete_model(self, name: str) -> bool:
         """Delete every key of the model: its state, the requests handed to its writer, and
         its pending predictions (found by SCAN), so that deleting a model frees its memory."""
         keys = ModelKeys(name)
-        epoch = await self.client.hget(keys.meta, "epoch")
-        # One DEL per key keeps each command on its slot under Redis Cluster.
-        deleted = 0
-        for key in keys.all:
-            deleted += await self.client.delete(key)
-        for key in keys.handover:
-            await self.client.delete(key)
-        await self.client.srem(REGISTRY, name)
-        if epoch is not None:
+        registry, flag = self._registry()
+        deleted, epoch = await self._delete(
+            keys=[*keys.all, *keys.handover, *registry], args=[name, len(keys.all), *flag]
+        )
+        if self._sharded:
+            await self.client.srem(REGISTRY, name)
+            if await self.client.exists(keys.meta):  # made anew meanwhile: listed again
+                await self.client.sadd(REGISTRY, name)
+        if epoch:
             await self._purge_pending(keys, _str(epoch))
-        return deleted > 0
+        return int(deleted) > 0
 
     async def _purge_pending(self, keys: ModelKeys, epoch: str) -> int:
         """Delete the pending predictions of the model of ``epoch``, PURGE_BATCH at a time."""

@@ -59,14 +59,46 @@ local function sync(meta, snap, log, from)
 end
 """
 
-# KEYS[1] = meta  /  ARGV[1] = config JSON, ARGV[2] = epoch, ARGV[3] = created (unix s)
+# The registry (the set of model names) and a model change together: on one Redis, in the
+# same script (KEYS then ends with the registry); under Redis Cluster, whose registry lives
+# on another shard than the model, around it, in an order that leaves no model unlisted
+# (``redis_store.py``).
+_REGISTER = """
+local function register(name)
+  if ARGV[#ARGV] == '1' then redis.call('SADD', KEYS[#KEYS], name) end
+end
+"""
+
+# KEYS[1] = meta (, registry)  /  ARGV[1] = config JSON, ARGV[2] = epoch, ARGV[3] = created
+# (unix s), ARGV[4] = name, ARGV[5] = '1' when the registry is the last key
 # returns {1} when created, {0, existing config JSON} when the name is taken
-CREATE = """
+CREATE = (
+    _REGISTER
+    + """
 local cfg = redis.call('HGET', KEYS[1], 'cfg')
 if cfg then return {0, cfg} end
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
   'version', 0, 'seen', 0, 'snapv', 0, 'snaplen', 0)
+register(ARGV[4])
 return {1}
+"""
+)
+
+# KEYS = the model's state keys (meta first), then its other keys (, registry)  /  ARGV[1] =
+# name, ARGV[2] = how many state keys, ARGV[3] = '1' when the registry is the last key
+# returns {state keys deleted, the model's epoch ('' without one)}
+DELETE = """
+local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+local last, gone = #KEYS, 0
+if ARGV[3] == '1' then
+  redis.call('SREM', KEYS[last], ARGV[1])
+  last = last - 1
+end
+for i = 1, last do
+  local n = redis.call('DEL', KEYS[i])
+  if i <= tonumber(ARGV[2]) then gone = gone + n end
+end
+return {gone, epoch}
 """
 
 # KEYS = meta, snap, log  /  ARGV[1] = version the caller holds (-1 for none)
@@ -470,19 +502,24 @@ return {DONE, version, seen + n, log_length}
 """
 )
 
-# KEYS = meta, snap, log, series, ring, recent, curve  /  ARGV[1] = config JSON, ARGV[2] =
-# new epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed weights
-# at that version ('' for zeros), then counter field / value pairs
+# KEYS = meta, snap, log, series, ring, recent, curve (, registry)  /  ARGV[1] = config JSON,
+# ARGV[2] = new epoch, ARGV[3] = created, ARGV[4] = version, ARGV[5] = seen, ARGV[6] = packed
+# weights at that version ('' for zeros), ARGV[7] = name, then counter field / value pairs,
+# then '1' when the registry is the last key
 # returns 1; the model's pending predictions become unknown (the epoch changed), though their
 # keys, and so their count in ``pend``, stay until they expire
-REPLACE = """
+REPLACE = (
+    _REGISTER
+    + """
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
   'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4], 'snaplen', #ARGV[6])
-for i = 7, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+for i = 8, #ARGV - 2, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6]) end
+register(ARGV[7])
 return 1
 """
+)
 
 # KEYS = pending predictions of one model  /  ARGV[1] = the epoch of a model deleted
 # deletes those of that epoch (answered or not), not those of a model made anew since under
