@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ModelNotFound, StaleModel, Unavailable
+from .errors import InvalidInput, ModelNotFound, StaleModel, Unavailable
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
 from .names import check_name
@@ -89,11 +89,21 @@ class Replicas:
 
     async def on(self, name: str, op: Callable[[Replica], Any]) -> Any:
         """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
-        worker dropped its replica to stay within its memory budget)."""
+        worker dropped its replica to stay within its memory budget).
+
+        A request this replica's configuration refuses (InvalidInput: a label none of its
+        classes, features of another dimension) is refused only once the store confirms the
+        replica is still the model: one deleted or made anew elsewhere, which this worker has
+        not noticed yet, answers as the model is now (404, or the new one's answer)."""
         for _ in range(_ATTEMPTS):
+            rep = await self.get(name)
             try:
-                return await op(await self.get(name))
+                return await op(rep)
             except StaleModel:
+                self.drop(name)
+            except InvalidInput:
+                if (await self.store.epochs([name]))[0] == rep.epoch:
+                    raise
                 self.drop(name)
         raise Unavailable(
             f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly.",

@@ -429,3 +429,36 @@ def test_concurrent_delete_and_create_of_one_name_never_leave_a_model_unlisted(
             assert broken == []
     finally:
         service.stop()
+
+
+# -- found by tests/test_stateful.py ------------------------------------------------------
+
+
+def test_a_worker_that_has_not_noticed_a_model_made_anew_answers_as_the_new_model(
+    redis_url: str,
+) -> None:
+    """Deleted and made anew with other classes through one worker, a model was refused by
+    another worker from its stale copy's configuration (422 unknown_label for a label of the
+    new classes) until that worker's next store check."""
+    from service.settings import Settings
+
+    from .servers import ServiceThread
+
+    settings = Settings(redis_url=redis_url, auth=False, store_check_s=3600)  # no check
+    one, two = ServiceThread(settings).start(), ServiceThread(settings).start()
+    try:
+        with httpx.Client(base_url=one.url) as a, httpx.Client(base_url=two.url) as b:
+            ok(a.put("/models/m", json={"n_features": 1, "classes": ["no", "yes"]}))
+            ok(b.post("/learn", json={"model": "m", "features": [1], "label": "yes"}))
+            assert a.delete("/models/m").status_code == 204
+            ok(a.put("/models/m", json={"n_features": 2, "classes": [-1, 1]}))
+            learned = ok(b.post("/learn", json={"model": "m", "features": [1, 2], "label": 1}))
+            assert learned["version"] == 1
+            predicted = ok(b.post("/predict", json={"model": "m", "features": [3, 4]}))
+            assert predicted["label"] == 1
+            assert a.delete("/models/m").status_code == 204
+            r = b.post("/learn", json={"model": "m", "features": [1, 2], "label": 7})
+            error(r, 404, "model_not_found")
+    finally:
+        one.stop()
+        two.stop()
