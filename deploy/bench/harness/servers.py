@@ -222,6 +222,9 @@ class Servers:
                 "PERCEPTRON_REDIS_URL": self.redis_url,
                 "PERCEPTRON_LOG_LEVEL": "warning",
                 "PERCEPTRON_API_KEYS": f"admin:{API_KEY}",
+                # wrk's predictions never get their label: without this, a run of /predict at
+                # d=784 fills the model's cap of pending bytes and is answered 429
+                "PERCEPTRON_MAX_PENDING_BYTES": "0",
                 **self.settings,
                 **extra_env,
             }
