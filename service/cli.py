@@ -199,6 +199,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
+    from .http_limits import KEEP_ALIVE_S, BoundedHttpToolsProtocol
     from .startup import check_settings
 
     config = log_config(settings.log_level)
@@ -222,6 +223,11 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             log_level=settings.log_level,
             log_config=config,
             timeout_graceful_shutdown=10,
+            # What one connection may cost a worker (http_limits.py): its head's size and
+            # time, its body's time, idle time kept alive, connections at once
+            http=BoundedHttpToolsProtocol,
+            timeout_keep_alive=KEEP_ALIVE_S,
+            limit_concurrency=settings.max_client_connections,
         )
     except SystemExit as e:
         if e.code != STARTUP_FAILURE:

@@ -84,6 +84,32 @@ class Settings(BaseSettings):
         description="Largest request body, in bytes: a packed batch of 1000 x 390 values, or "
         "1000 x 100 as JSON numbers.",
     )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request line and headers, in bytes (431 past it).",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="Time a connection has to send a request's headers (408 past it), from "
+        "its opening or the request's first byte.",
+    )
+    body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description="Time a request has to send its body once its headers came (the "
+        "connection is closed past it).",
+    )
+    max_client_connections: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="Connections one worker process serves at once (503 past it).",
+    )
     max_features: int = Field(default=100_000, ge=1, description="Most features in one example.")
     max_name_length: int = Field(default=256, ge=1, description="Longest feature name.")
     max_hash_bits: int = Field(default=24, ge=1, le=30, description="Largest hash_bits.")

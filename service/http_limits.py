@@ -1,0 +1,111 @@
+"""What one HTTP connection may cost a worker of ``perceptron serve``, whether or not a proxy
+stands in front: uvicorn's httptools protocol with bounds on a request's head (its bytes, and
+the time its headers take), on the time its body takes, and on idle connections.
+
+- A head (request line and headers) larger than ``max_header_bytes`` is answered 431 and the
+  connection closed, as soon as that many bytes came without the headers' end: a 200 MB
+  header line is never read whole.
+- Headers not complete ``header_timeout_s`` after the connection opened (or after the request
+  began, on a kept-alive connection) are answered 408 and the connection closed: a half-sent
+  header, or a connection that never sends anything, holds nothing for long.
+- A body not complete ``body_timeout_s`` after its headers: the connection is closed (the
+  handler, waiting for it, sees the client gone).
+- An idle kept-alive connection closes after ``KEEP_ALIVE_S`` (uvicorn's
+  ``timeout_keep_alive``); past ``max_client_connections`` a worker answers 503 (uvicorn's
+  ``limit_concurrency``): ``cli.py`` sets both.
+
+The limits come from the settings (``PERCEPTRON_MAX_HEADER_BYTES``, ``..._HEADER_TIMEOUT_S``,
+``..._BODY_TIMEOUT_S``), read once per process: uvicorn starts its worker processes with this
+class by reference, so it cannot carry values of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import cache
+from http import HTTPStatus
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .settings import Settings
+
+KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
+
+
+@cache
+def _limits() -> tuple[int, float, float]:
+    s = Settings()
+    return s.max_header_bytes, s.header_timeout_s, s.body_timeout_s
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._max_head, self._head_s, self._body_s = _limits()
+        self._head = 0  # bytes of the current request's head received so far
+        self._in_head = True
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._wait(self._head_s, self._head_too_slow)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        in_head = self._in_head
+        super().data_received(data)
+        if self.transport.is_closing():
+            return
+        if in_head and self._in_head:  # the headers did not end in these bytes
+            self._head += len(data)
+            if self._head > self._max_head:
+                self._stop_waiting()
+                _refuse(self.transport, 431, "header_too_large", "The headers are too large.")
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head, self._head = True, 0
+        self._wait(self._head_s, self._head_too_slow)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._wait(self._body_s, self._body_too_slow)
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._stop_waiting()
+        super().on_message_complete()
+
+    # -- timers --------------------------------------------------------------------------
+
+    def _wait(self, seconds: float, then: Any) -> None:
+        self._stop_waiting()
+        self._timer = self.loop.call_later(seconds, then)
+
+    def _stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _head_too_slow(self) -> None:
+        if self._in_head and not self.transport.is_closing():
+            self._stop_waiting()
+            _refuse(self.transport, 408, "request_timeout", "The request's headers took too long.")
+
+    def _body_too_slow(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def _refuse(transport: asyncio.Transport, status: int, code: str, detail: str) -> None:
+    """Answer ``status`` with the service's JSON error body, and close the connection."""
+    body = json.dumps({"detail": detail, "code": code}).encode()
+    head = b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
+    head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
+    transport.write(head + b"connection: close\r\n\r\n" + body)
+    transport.close()
