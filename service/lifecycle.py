@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import Conflict, InvalidInput, ModelNotFound, Unavailable
+from .errors import Conflict, InvalidInput, ModelNotFound, ModelStateLost, Unavailable
 from .export_format import export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
@@ -141,6 +141,8 @@ class Models:
         self.guard()
         meta = await self.store.read_meta(check_name(name))
         if meta is None:
+            if await self.store.lost(name):  # its keys are gone, not the model
+                raise ModelStateLost(name, "it is listed but its keys are gone (evicted?)")
             raise ModelNotFound(name)
         return ModelConfig.from_json(meta["cfg"]), meta
 

@@ -462,3 +462,44 @@ def test_a_worker_that_has_not_noticed_a_model_made_anew_answers_as_the_new_mode
     finally:
         one.stop()
         two.stop()
+
+
+# -- 2. a model whose keys are gone is lost, never made anew or served ---------------------
+
+
+def test_a_listed_model_whose_keys_were_evicted_is_lost_not_made_anew(
+    redis_url: str,
+) -> None:
+    """Under allkeys-lru Redis evicted a model's keys; PUT then answered 201 and served version
+    0, all zeros, though the name was still listed; and a worker that held the model kept
+    answering /predict with 200."""
+    import redis
+
+    from service.settings import Settings
+
+    from .servers import ServiceThread
+
+    settings = Settings(redis_url=redis_url, auth=False, store_check_s=3600, default_model=False)
+    one, two = ServiceThread(settings).start(), ServiceThread(settings).start()
+    try:
+        with (
+            httpx.Client(base_url=one.url) as a,
+            httpx.Client(base_url=two.url) as b,
+            redis.Redis.from_url(redis_url) as r,
+        ):
+            ok(a.put("/models/m", json={"n_features": 1}))
+            for x, y in ((1, -1), (-1, 1), (2, -1)):
+                ok(a.post("/learn", json={"model": "m", "features": [x], "label": y}))
+            ok(b.post("/predict", json={"model": "m", "features": [1]}))  # b holds it
+            r.delete("pcp:{m}:log")  # what an eviction takes first: the largest keys
+            error(b.post("/predict", json={"model": "m", "features": [1]}), 503, "model_state_lost")
+            for key in list(r.scan_iter(match="pcp:{m}:*")):
+                r.delete(key)  # and then the rest
+            error(a.put("/models/m", json={"n_features": 1}), 503, "model_state_lost")
+            error(a.get("/models/m"), 503, "model_state_lost")
+            # What an operator does about it: delete the name, then make it anew.
+            assert a.delete("/models/m").status_code in (204, 404)
+            assert ok(a.put("/models/m", json={"n_features": 1}))["version"] == 0
+    finally:
+        one.stop()
+        two.stop()

@@ -199,9 +199,24 @@ class Store:
         reply = await self._create(
             keys=[keys.meta, *registry], args=[config_json, epoch, int(time.time()), name, *flag]
         )
+        self._check(name, reply)
         if self._sharded and int(reply[0]) == 1:
             await self.client.sadd(REGISTRY, name)
         return None if int(reply[0]) == 1 else _str(reply[1])
+
+    async def lost(self, name: str) -> bool:
+        """Whether the registry lists the name while its model has no meta (its keys were
+        evicted): read together, in one transaction on one Redis, so that a model deleted or
+        made anew meanwhile is never taken for a lost one."""
+        keys = ModelKeys(name)
+        if self._sharded:  # (two shards: no transaction spans both)
+            listed = await self.client.sismember(REGISTRY, name)
+            return bool(listed) and not await self.client.exists(keys.meta)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.sismember(REGISTRY, name)
+            pipe.exists(keys.meta)
+            listed, exists = await pipe.execute()
+        return bool(listed) and not exists
 
     async def model_names(self) -> list[str]:
         names = await self.client.smembers(REGISTRY)

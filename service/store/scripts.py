@@ -71,12 +71,18 @@ end
 
 # KEYS[1] = meta (, registry)  /  ARGV[1] = config JSON, ARGV[2] = epoch, ARGV[3] = created
 # (unix s), ARGV[4] = name, ARGV[5] = '1' when the registry is the last key
-# returns {1} when created, {0, existing config JSON} when the name is taken
+# returns {1} when created, {0, existing config JSON} when the name is taken, {-5, why} when
+# the name is listed but its model's keys are gone (evicted, or deleted by hand): such a
+# model is lost, never made anew from zeros under the name (a DELETE clears the name)
 CREATE = (
-    _REGISTER
+    _CONSTANTS
+    + _REGISTER
     + """
 local cfg = redis.call('HGET', KEYS[1], 'cfg')
 if cfg then return {0, cfg} end
+if ARGV[#ARGV] == '1' and redis.call('SISMEMBER', KEYS[#KEYS], ARGV[4]) == 1 then
+  return {STATE_LOST, 'it is listed but its keys are gone (evicted?)'}
+end
 redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
   'version', 0, 'seen', 0, 'snapv', 0, 'snaplen', 0)
 register(ARGV[4])
@@ -291,6 +297,8 @@ PREDICT = (
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
+local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never serve weights the store no longer has
+if why then return {STATE_LOST, why} end
 if ARGV[4] ~= '1' and (st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3])) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
   if reply[1] == DONE then reply[1] = STALE_COPY end
