@@ -37,6 +37,10 @@ RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is the
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
 ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is dropped then
+# A writer's queue keys (learns, taken, reqs) live this long past the last request put in
+# them: long after any deadline, and long enough that a volatile-* policy evicts pending
+# predictions (which live a feedback_ttl_s) before a queue that is in use.
+QUEUE_KEEP_S = 86_400
 HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # The most a version or a counter may be where it enters the store (an import; a count that

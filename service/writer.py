@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
 
-from .errors import ServiceError, StaleModel, Unavailable, learn_outcome_unknown
+from .errors import OutcomeUnknown, ServiceError, StaleModel, Unavailable, learn_outcome_unknown
 from .group_commit import Coalescer, Span
 from .handoff import (
     UNLEARNED_ANSWER,
@@ -145,7 +145,9 @@ class Writers:
         ]
 
     async def _answer(self, name: str, token: str, deadline: float) -> bytes:
-        """The answer to a handed-off request, or a 503 that says it was not learned."""
+        """The answer to a handed-off request; else a 503 that says it was not learned
+        (learn_timeout, or the store's error once the request is withdrawn), or
+        OutcomeUnknown when the store cannot tell."""
         try:
             return await self._wait_answer(name, token, deadline)
         except StoreError as e:
@@ -257,6 +259,17 @@ class Writers:
             return
         except StaleModel:
             answer = pack_error(ServiceError("The model was replaced.", code=STALE))
+        except (OutcomeUnknown, StoreError) as e:
+            # The store failed the writer. The answer below reaches the requester only if the
+            # request still waits (REFUSE finds it taken, so no commit learned it): not learned.
+            log.warning("the writer of model %r could not learn a request: %s", name, e)
+            answer = pack_error(
+                Unavailable(
+                    f"The model store failed while model {name!r}'s writer learned the "
+                    "examples; they were not learned: send them again.",
+                    code="store_unavailable",
+                )
+            )
         except ServiceError as e:
             answer = pack_error(e)
         except Exception:

@@ -249,22 +249,23 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             deadline_ms = int(time.time() * 1000) + 5_000
             request = pack_request(token, deadline_ms, rep.epoch, _examples(rep, 3))
             assert await store.claim_writer("m", "writer", 60_000)
+            keep = protocol.QUEUE_KEEP_S * 1000  # past the last deadline
             assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
             for key in (keys.reqs, keys.learns):
-                assert 5_000 < await store.client.pttl(key) <= 7_000, key
+                assert keep < await store.client.pttl(key) <= keep + 5_000, key
             assert await store.take_learns("m", "writer", 60_000, 10) == [request]
-            assert 5_000 < await store.client.pttl(keys.taken) <= 7_000
+            assert keep < await store.client.pttl(keys.taken) <= keep + 5_000
             # The writer dies with it taken; a worker that takes the lease over puts it back,
             # and the queue still ends with the request's deadline.
             await store.client.delete(keys.writer)
             assert await store.claim_writer("m", "next", 60_000)
-            assert 0 < await store.client.pttl(keys.learns) <= 7_000
+            assert keep < await store.client.pttl(keys.learns) <= keep + 5_000
             assert not await store.client.exists(keys.taken)
             # A later request with a later deadline extends them; an earlier one never shortens.
             later = secrets.token_urlsafe(16)
             await store.hand_off("m", "requester", 2_000, later, request, 30_000)
             await store.hand_off("m", "requester", 2_000, secrets.token_urlsafe(16), request, 1)
-            assert 30_000 < await store.client.pttl(keys.reqs) <= 32_000
+            assert keep + 29_000 < await store.client.pttl(keys.reqs) <= keep + 30_000
         finally:
             await _close(worker)
 
@@ -498,7 +499,7 @@ def test_a_listed_model_whose_keys_were_evicted_is_lost_not_made_anew(
             error(a.put("/models/m", json={"n_features": 1}), 503, "model_state_lost")
             error(a.get("/models/m"), 503, "model_state_lost")
             # What an operator does about it: delete the name, then make it anew.
-            assert a.delete("/models/m").status_code in (204, 404)
+            assert a.delete("/models/m").status_code == 204  # the name of a lost model goes
             assert ok(a.put("/models/m", json={"n_features": 1}))["version"] == 0
     finally:
         one.stop()

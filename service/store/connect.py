@@ -23,7 +23,22 @@ log = logging.getLogger("perceptron")
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 
 
-class ReadyConnectionPool(BlockingConnectionPool):
+class WaitingConnectionPool(BlockingConnectionPool):
+    """A pool whose caller waits for a free connection, up to the pool's timeout; one it
+    cannot get (none free in time, or none fit to carry a command) is NotSent: nothing of
+    the command was written."""
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
+        try:
+            connection: AbstractConnection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except NotSent:
+            raise
+        except (RedisConnectionError, RedisTimeoutError) as e:
+            raise NotSent(str(e)) from e
+        return connection
+
+
+class ReadyConnectionPool(WaitingConnectionPool):
     """A pool that hands out only connections fit to carry a command, reconnecting once;
     when all its connections are busy, a caller waits for one (up to the pool's timeout,
     the store's) instead of failing at once (redis-py's plain pool refuses the 101st).
@@ -42,15 +57,6 @@ class ReadyConnectionPool(BlockingConnectionPool):
     server, a PING that failed) gets one new connection. A ``TimeoutError`` does not: Redis
     is slow or unreachable, and waiting for it twice would only delay the 503.
     """
-
-    async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
-        try:
-            connection: AbstractConnection = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except NotSent:
-            raise
-        except (RedisConnectionError, RedisTimeoutError) as e:  # none free in time
-            raise NotSent(str(e)) from e
-        return connection
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
         try:
@@ -125,7 +131,7 @@ def embedded_client(server: Any, settings: Settings) -> Client:
 
     client: Client = fakeredis.FakeAsyncRedis(
         server=server,
-        connection_pool_class=BlockingConnectionPool,
+        connection_pool_class=WaitingConnectionPool,
         max_connections=settings.redis_max_connections,
         timeout=settings.redis_timeout_s,
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import BusyLoadingError
+from redis.exceptions import BusyLoadingError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -23,6 +23,7 @@ from ..errors import (
     Unavailable,
 )
 from ..protocol import (
+    QUEUE_KEEP_S,
     RECENT_KEPT,
     Bucket,
     FeedbackBatch,
@@ -284,7 +285,10 @@ class Store:
             if await self.client.exists(keys.meta):  # made anew meanwhile: listed again
                 await self.client.sadd(REGISTRY, name)
         if epoch:
-            await self._purge_pending(keys, _str(epoch))
+            try:
+                await self._purge_pending(keys, _str(epoch))
+            except RedisError as e:  # the model is deleted: what is left lapses by its TTL
+                log.warning("model %r deleted; its pending predictions were not: %s", name, e)
         return int(deleted) > 0
 
     async def _purge_pending(self, keys: ModelKeys, epoch: str) -> int:
@@ -488,11 +492,11 @@ class Store:
     ) -> bool:
         """Queue a learn request for the model's writer; True (nothing queued) when the
         caller holds, or just took, the lease and learns it itself. The queue's keys live
-        ``wait_ms`` (the request's deadline) and a lease more (scripts._KEEP)."""
+        ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (scripts._KEEP)."""
         k = ModelKeys(name)
         reply = await self._handoff(
             keys=[k.writer, k.learns, k.taken, k.reqs],
-            args=[me, lease_ms, token, request, max(1, wait_ms) + lease_ms],
+            args=[me, lease_ms, token, request, max(1, wait_ms) + QUEUE_KEEP_S * 1000],
         )
         return int(reply) == 1
 
@@ -562,6 +566,11 @@ class Store:
         return status
 
 
+_SAID_LOST: set[str] = set()  # models this process logged as lost: each said once
+
+
 def _lost(name: str, what: str) -> ModelStateLost:
-    log.error("model %r is not served: %s", name, what)
+    if name not in _SAID_LOST:
+        _SAID_LOST.add(name)
+        log.error("model %r is not served: %s", name, what)
     return ModelStateLost(name, what)

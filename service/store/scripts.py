@@ -92,12 +92,13 @@ return {1}
 
 # KEYS = the model's state keys (meta first), then its other keys (, registry)  /  ARGV[1] =
 # name, ARGV[2] = how many state keys, ARGV[3] = '1' when the registry is the last key
-# returns {state keys deleted, the model's epoch ('' without one)}
+# returns {state keys deleted (and 1 when only the name was listed: a lost model), the model's
+# epoch ('' without one)}
 DELETE = """
 local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
 local last, gone = #KEYS, 0
 if ARGV[3] == '1' then
-  redis.call('SREM', KEYS[last], ARGV[1])
+  gone = redis.call('SREM', KEYS[last], ARGV[1])
   last = last - 1
 end
 for i = 1, last do
@@ -124,10 +125,12 @@ return sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[1]))
 # ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash, token -> request); the
 # writer moves the tokens it takes into ``taken`` (a set) and the commit that learns a request
 # takes it out of both keys and pushes its answer, in one script (LEARN). A request leaves
-# ``reqs`` once: learned and answered, answered with an error, or withdrawn by its requester,
-# so it is learned at most once and its requester always learns which. A worker that takes
-# the lease puts every taken token back at the head of the queue: the writer before it may
-# have died with them; if it lives on, the commit of whichever learns a request first wins.
+# ``reqs`` once: learned and answered, answered with an error, withdrawn by its requester, or
+# gone with its keys (the model deleted, a key evicted or expired), so it is learned at most
+# once; its requester learns which, or (its answer gone too) that nobody can tell. A worker
+# that takes the lease puts every taken token back at the head of the queue: the writer before
+# it may have died with them; if it lives on, the commit of whichever learns a request first
+# wins.
 
 # Answer one request: it leaves the queue's keys and its answer waits ANSWER_TTL_S for its
 # requester.
@@ -141,7 +144,7 @@ end
 """
 
 # The queue's keys (``learns``, ``taken``, ``reqs``) live until the last deadline of the
-# requests in them, and a lease more: a request past its deadline is never learned (its
+# requests in them, and QUEUE_KEEP_S more: a request past its deadline is never learned (its
 # requester withdraws it, a writer refuses it), so keys that outlive every requester and
 # writer (all of them killed, Redis restarted) expire instead of staying forever.
 _KEEP = """
@@ -537,8 +540,7 @@ PURGE = (
     + """
 local gone = 0
 for i = 1, #KEYS do
-  local p = redis.call('GET', KEYS[i])
-  if p and string.sub(p, EPOCH_AT, EPOCH_END) == ARGV[1] then
+  if redis.call('GETRANGE', KEYS[i], EPOCH_AT - 1, EPOCH_END - 1) == ARGV[1] then
     gone = gone + redis.call('DEL', KEYS[i])
   end
 end
