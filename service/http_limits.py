@@ -46,6 +46,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._max_head, self._head_s, self._body_s = _limits()
         self._head = 0  # bytes of the current request's head received so far
         self._in_head = True
+        self._ended = False  # whether a request ended within the bytes being read
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -57,15 +58,17 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        in_head = self._in_head
+        in_head, self._ended = self._in_head, False
         super().data_received(data)
         if self.transport.is_closing():
             return
-        if in_head and self._in_head:  # the headers did not end in these bytes
+        # The headers did not end in these bytes, nor did a pipelined request before them
+        # (whose body they would hold): they are all head.
+        if in_head and self._in_head and not self._ended:
             self._head += len(data)
             if self._head > self._max_head:
                 self._stop_waiting()
-                _refuse(self.transport, 431, "header_too_large", "The headers are too large.")
+                self._refuse(431, code="header_too_large", detail="The headers are too large.")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -79,6 +82,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._stop_waiting()
+        self._ended = True
         super().on_message_complete()
 
     # -- timers --------------------------------------------------------------------------
@@ -95,14 +99,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _head_too_slow(self) -> None:
         if self._in_head and not self.transport.is_closing():
             self._stop_waiting()
-            _refuse(self.transport, 408, "request_timeout", "The request's headers took too long.")
+            self._refuse(408, code="request_timeout", detail="Its headers took too long.")
 
     def _body_too_slow(self) -> None:
         if not self.transport.is_closing():
             self.transport.close()
 
+    def _refuse(self, status: int, code: str, detail: str) -> None:
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # an answer to an earlier request is still being written
+        else:
+            _answer_and_close(self.transport, status, code, detail)
 
-def _refuse(transport: asyncio.Transport, status: int, code: str, detail: str) -> None:
+
+def _answer_and_close(transport: asyncio.Transport, status: int, code: str, detail: str) -> None:
     """Answer ``status`` with the service's JSON error body, and close the connection."""
     body = json.dumps({"detail": detail, "code": code}).encode()
     head = b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())

@@ -121,3 +121,22 @@ def test_connections_past_a_workers_limit_are_answered_503(service: ServiceProce
             s.close()
     time.sleep(0.2)
     assert httpx.get(service.url + "/healthz").status_code == 200
+
+
+def test_pipelined_requests_are_not_taken_for_one_large_head(service: ServiceProcess) -> None:
+    """A read that ended one request's body and began the next one's head was counted whole
+    as head: a tiny head could be answered 431."""
+    body = b'{"features": {"a": 1.0}}' + b" " * (4 * MAX_HEADER_BYTES)
+    first = (
+        b"POST /predict HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    second = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with connect(service) as s:
+        s.sendall(first[:20])
+        time.sleep(0.1)
+        s.sendall(first[20:] + body + second[:10])  # head, body, and the next head's start
+        time.sleep(0.1)
+        s.sendall(second[10:])
+        answer = read_all(s)
+    assert answer.count(b"HTTP/1.1 200 OK") == 2, answer[:400]
