@@ -126,9 +126,9 @@ class Writers:
             if not reply_lost(e):
                 raise  # not queued (not sent, or refused): a 503 that says to retry
             # maybe queued, and then maybe learned by the writer
-            mine, answer = False, await self._settle(rep.name, token, e)
+            mine, answer = False, await self._settle(rep, token, e)
         else:
-            answer = b"" if mine else await self._answer(rep.name, token, deadline)
+            answer = b"" if mine else await self._answer(rep, token, deadline)
         if mine:
             self._start(rep.name)
             return await self._learn_here(rep, examples, None)
@@ -144,34 +144,35 @@ class Writers:
             for s, u, v, (_, t) in zip(served, updated, versions, examples, strict=True)
         ]
 
-    async def _answer(self, name: str, token: str, deadline: float) -> bytes:
+    async def _answer(self, rep: Replica, token: str, deadline: float) -> bytes:
         """The answer to a handed-off request; else a 503 that says it was not learned
         (learn_timeout, or the store's error once the request is withdrawn), or
         OutcomeUnknown when the store cannot tell."""
         try:
-            return await self._wait_answer(name, token, deadline)
+            return await self._wait_answer(rep, token, deadline)
         except StoreError as e:
-            return await self._settle(name, token, e)
+            return await self._settle(rep, token, e)
 
-    async def _settle(self, name: str, token: str, cause: StoreError) -> bytes:
+    async def _settle(self, rep: Replica, token: str, cause: StoreError) -> bytes:
         """After the store failed a handed-off request's requester, its fate, once more: the
         answer if it was learned (or refused); the store's error, which says to retry, if the
         request is now withdrawn, not learned; OutcomeUnknown if the store cannot tell."""
         try:
-            answer = await self.store.withdraw_learn(name, token)
+            answer = await self.store.withdraw_learn(rep.name, token, rep.epoch)
         except StoreError as e:
-            raise learn_outcome_unknown(name, cause) from e
+            raise learn_outcome_unknown(rep.name, cause) from e
         if answer is None:
             raise cause  # withdrawn before any writer learned it: never learned now
         if answer == UNLEARNED_ANSWER:
-            raise self._not_learned(name)
+            raise self._not_learned(rep.name)
         return answer
 
-    async def _wait_answer(self, name: str, token: str, deadline: float) -> bytes:
+    async def _wait_answer(self, rep: Replica, token: str, deadline: float) -> bytes:
+        name = rep.name
         while True:
             left = deadline - self.clock()
             if left <= 0:
-                answer = await self.store.withdraw_learn(name, token)
+                answer = await self.store.withdraw_learn(name, token, rep.epoch)
                 if answer is None or answer == UNLEARNED_ANSWER:
                     raise self._not_learned(name)
                 return answer

@@ -310,18 +310,26 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             assert await store.refuse_learn("m", token, b"R-an-answer")
             await store.client.delete(ModelKeys("m").answer(token))
             with pytest.raises(OutcomeUnknown) as raised:
-                await store.withdraw_learn("m", token)
+                await store.withdraw_learn("m", token, rep.epoch)
             assert raised.value.status == 503 and raised.value.code == "learn_outcome_unknown"
             # Refused unlearned past its deadline: the requester is told so, surely.
             token = await handed_over()
             assert await store.refuse_learn("m", token, UNLEARNED_ANSWER)
-            assert await store.withdraw_learn("m", token) == UNLEARNED_ANSWER
+            assert await store.withdraw_learn("m", token, rep.epoch) == UNLEARNED_ANSWER
             # Withdrawn while still waiting: not learned, and now never will be.
             token = secrets.token_urlsafe(16)
             request = pack_request(token, 0, rep.epoch, _examples(rep, 1))
             assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
-            assert await store.withdraw_learn("m", token) is None
+            assert await store.withdraw_learn("m", token, rep.epoch) is None
             assert await store.take_learns("m", "writer", 60_000, 10) == []
+            # Its model deleted while it waited (the queue's keys go with it): not learned,
+            # and said so (it was learn_outcome_unknown after the whole wait).
+            from service.errors import StaleModel
+
+            token = await handed_over()
+            assert await store.delete_model("m")
+            with pytest.raises(StaleModel):
+                await store.withdraw_learn("m", token, rep.epoch)
         finally:
             await _close(worker)
 

@@ -538,13 +538,17 @@ class Store:
         got = await self.client.blpop([ModelKeys(name).answer(token)], timeout=wait_s)
         return None if got is None else _bytes(got[1])
 
-    async def withdraw_learn(self, name: str, token: str) -> bytes | None:
-        """Give a handed-off request up: None when it was not learned (and never will be),
-        else its answer; OutcomeUnknown when its answer is gone (scripts.WITHDRAW)."""
+    async def withdraw_learn(self, name: str, token: str, epoch: str) -> bytes | None:
+        """Give a handed-off request (for the model at ``epoch``) up: None when it was not
+        learned (and never will be), else its answer; StaleModel when its model was deleted
+        or replaced meanwhile (not learned either); OutcomeUnknown when its answer is gone
+        (scripts.WITHDRAW)."""
         k = ModelKeys(name)
         reply = await self._withdraw(
-            keys=[k.learns, k.taken, k.reqs, k.answer(token)], args=[token]
+            keys=[k.learns, k.taken, k.reqs, k.answer(token), k.meta], args=[token, epoch]
         )
+        if int(reply[0]) == 3:
+            raise StaleModel(name)
         if int(reply[0]) == 2:
             raise OutcomeUnknown(
                 f"Model {name!r}'s writer took the examples, and their answer is gone from the "

@@ -654,11 +654,13 @@ return 1
 """
 )
 
-# KEYS = learns, taken, reqs, answer  /  ARGV[1] = token
+# KEYS = learns, taken, reqs, answer, meta  /  ARGV[1] = token, ARGV[2] = the epoch of the model
+# the request was made for
 # the requester gives up: returns {0} when the request was not learned (and now never will
-# be), {1, answer} when it was, or was answered with an error, meanwhile, and {2} when it left
-# the queue with no answer to be found (a volatile-* policy evicted its answer, or a queue key
-# that held it): learned or not, nobody can tell
+# be), {1, answer} when it was, or was answered with an error, meanwhile, {3} when it left the
+# queue with its model (deleted or replaced: an answer outlives both, so it was not learned),
+# and {2} when it left the queue with no answer to be found (a volatile-* policy evicted its
+# answer, or a queue key that held it): learned or not, nobody can tell
 WITHDRAW = """
 if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[1], 1, ARGV[1])
@@ -667,5 +669,6 @@ if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
 end
 local a = redis.call('LPOP', KEYS[4])
 if a then return {1, a} end
+if redis.call('HGET', KEYS[5], 'epoch') ~= ARGV[2] then return {3} end
 return {2}
 """
