@@ -107,6 +107,7 @@ class Store:
     def __init__(self, client: Client, embedded: bool = False) -> None:
         self.client = client
         self.embedded = embedded
+        self._said_lost: set[str] = set()
         self._create = client.register_script(scripts.CREATE)
         self._delete = client.register_script(scripts.DELETE)
         self._sync = client.register_script(scripts.SYNC)
@@ -344,13 +345,13 @@ class Store:
                 snapshot = bytes(replies[1] or b"") if whole else None
                 # Entries appended meanwhile may come too, never fewer than the version says.
                 if len(entries) < int(version) - base:
-                    raise _lost(keys.name, "its update log is incomplete")
+                    raise self._lost(keys.name, "its update log is incomplete")
                 if snapshot is not None and (
                     len(snapshot) != int(snaplen)
                     if snaplen is not None
                     else snapv > 0 and not snapshot  # written before snaplen was kept
                 ):
-                    raise _lost(keys.name, "its weights snapshot is missing")
+                    raise self._lost(keys.name, "its weights snapshot is missing")
                 return SyncData(
                     epoch=_str(epoch),
                     version=int(version),
@@ -557,8 +558,7 @@ class Store:
             )
         return _bytes(reply[1]) if int(reply[0]) == 1 else None
 
-    @staticmethod
-    def _check(name: str, reply: list[Any]) -> int:
+    def _check(self, name: str, reply: list[Any]) -> int:
         """A script's status, once the model is known to exist at the caller's epoch."""
         status = int(reply[0])
         if status == Status.NO_MODEL:
@@ -566,15 +566,13 @@ class Store:
         if status == Status.STALE_EPOCH:
             raise StaleModel(name)
         if status == Status.STATE_LOST:
-            raise _lost(name, _str(reply[1]))
+            raise self._lost(name, _str(reply[1]))
         return status
 
-
-_SAID_LOST: set[str] = set()  # models this process logged as lost: each said once
-
-
-def _lost(name: str, what: str) -> ModelStateLost:
-    if name not in _SAID_LOST:
-        _SAID_LOST.add(name)
-        log.error("model %r is not served: %s", name, what)
-    return ModelStateLost(name, what)
+    def _lost(self, name: str, what: str) -> ModelStateLost:
+        """The error of a model that is not served; logged once per model by this store (a
+        worker answers every request for it so, and would log each)."""
+        if name not in self._said_lost:
+            self._said_lost.add(name)
+            log.error("model %r is not served: %s", name, what)
+        return ModelStateLost(name, what)
