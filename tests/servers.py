@@ -20,6 +20,7 @@ import redis
 import uvicorn
 
 from service.app import create_app
+from service.http_limits import BoundedHttpToolsProtocol
 from service.settings import Settings
 
 
@@ -89,7 +90,14 @@ class ServiceThread:
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self.port = free_port()
         self.app = create_app(settings, clock=clock)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning")
+        # The HTTP protocol perceptron serve runs (its bounds on a connection: http_limits.py)
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            http=BoundedHttpToolsProtocol,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
