@@ -36,7 +36,7 @@ from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
 from .auth import Unauthorized
-from .errors import ServiceError, TooManyPending, Unavailable
+from .errors import ServiceError, TooManyPending, Unavailable, store_unavailable
 from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
@@ -206,12 +206,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         log.warning("store unavailable: %s", type(exc).__name__)
         with suppress(Exception):
             await request.app.state.worker.store.drop_idle_connections()
-        return _error(
-            503,
-            "store_unavailable",
-            "The model store is not answering; retry shortly.",
-            {"Retry-After": "1"},
-        )
+        down = store_unavailable()
+        return _error(down.status, down.code, down.message, {"Retry-After": "1"})
 
     @app.exception_handler(RedisError)
     @app.exception_handler(BusyLoadingError)  # a ConnectionError too, yet Redis answered it

@@ -56,6 +56,11 @@ class OutcomeUnknown(ServiceError):
     code = "learn_outcome_unknown"
 
 
+def store_unavailable() -> Unavailable:
+    """Redis did not answer (down, or slow past its timeout): the request may be sent again."""
+    return Unavailable("The model store is not answering; retry shortly.", code="store_unavailable")
+
+
 def learn_outcome_unknown(name: str, cause: Exception) -> OutcomeUnknown:
     """The examples of a /learn whose commit was sent and whose reply was lost."""
     return OutcomeUnknown(

@@ -25,6 +25,7 @@ from .errors import (
     TooLarge,
     Unavailable,
     learn_outcome_unknown,
+    store_unavailable,
 )
 from .group_commit import Coalescer, Span
 from .handoff import pack_answer
@@ -210,7 +211,7 @@ class Learning:
                 if not applied:
                     raise  # nothing applied: the whole request fails, and may be sent again
                 # Other models' items were applied: this model's items each carry the error.
-                error = e if isinstance(e, ServiceError) else _store_unavailable()
+                error = e if isinstance(e, ServiceError) else store_unavailable()
                 answers = [error] * len(group)
             applied = True
             for (i, _), answer in zip(group, answers, strict=True):
@@ -431,7 +432,3 @@ class _BadLabel(InvalidInput):
 
     def __init__(self) -> None:
         super().__init__("The label is none of the model's classes.", code="unknown_label")
-
-
-def _store_unavailable() -> Unavailable:
-    return Unavailable("The model store is not answering; retry shortly.", code="store_unavailable")
