@@ -13,8 +13,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import (
     BusyLoadingError,
-    OutOfMemoryError,
-    ReadOnlyError,
     RedisError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -41,6 +39,7 @@ from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
 from .store import Store, describe_store, open_store
+from .store.refusals import store_refusal
 from .worker import Worker
 
 log = logging.getLogger("perceptron")
@@ -225,36 +224,3 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:
         # Starlette logs the traceback; the client still gets the documented JSON body.
         return _error(500, "internal_error", "The service failed to answer; this is a bug.")
-
-
-# Errors Redis answers when it is unable, not unwilling: the request may succeed later.
-STORE_STATES = {
-    "OOM": (
-        "store_full",
-        "The model store is full (Redis is at its maxmemory); nothing was "
-        "changed. Free memory (delete models, lower feedback_ttl_s) or raise maxmemory.",
-    ),
-    "READONLY": ("store_read_only", "The model store is read-only (a replica, or a failover)."),
-    "LOADING": ("store_loading", "The model store is loading its data; retry shortly."),
-    "MISCONF": (
-        "store_cannot_persist",
-        "The model store refuses writes: it cannot save its data to disk.",
-    ),
-    "NOREPLICAS": ("store_no_replicas", "The model store refuses writes: too few replicas."),
-    "MASTERDOWN": ("store_unavailable", "The model store has lost its primary."),
-    "BUSY": ("store_busy", "The model store is busy running a long script."),
-    "TRYAGAIN": ("store_unavailable", "The model store is resharding; retry shortly."),
-    "CLUSTERDOWN": ("store_unavailable", "The model store's cluster is down."),
-}
-
-
-def store_refusal(exc: BaseException) -> tuple[str, str]:
-    """The error code and detail of a command Redis answered with an error."""
-    if isinstance(exc, OutOfMemoryError):
-        return STORE_STATES["OOM"]
-    if isinstance(exc, ReadOnlyError):
-        return STORE_STATES["READONLY"]
-    if isinstance(exc, BusyLoadingError):
-        return STORE_STATES["LOADING"]
-    first = str(exc).split(" ", 1)[0]
-    return STORE_STATES.get(first, ("internal_error", "The store refused a command; a bug."))

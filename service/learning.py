@@ -25,7 +25,6 @@ from .errors import (
     TooLarge,
     Unavailable,
     learn_outcome_unknown,
-    store_unavailable,
 )
 from .group_commit import Coalescer, Span
 from .handoff import pack_answer
@@ -39,6 +38,7 @@ from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
 from .store import Store, StoreError, reply_lost
+from .store.refusals import service_error
 from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
@@ -211,7 +211,7 @@ class Learning:
                 if not applied:
                     raise  # nothing applied: the whole request fails, and may be sent again
                 # Other models' items were applied: this model's items each carry the error.
-                error = e if isinstance(e, ServiceError) else store_unavailable()
+                error = e if isinstance(e, ServiceError) else service_error(e)
                 answers = [error] * len(group)
             applied = True
             for (i, _), answer in zip(group, answers, strict=True):

@@ -512,3 +512,19 @@ def test_a_listed_model_whose_keys_were_evicted_is_lost_not_made_anew(
     finally:
         one.stop()
         two.stop()
+
+
+def test_a_redis_error_is_the_same_service_error_wherever_it_is_answered() -> None:
+    """Feedback's per-item errors called every store error store_unavailable, where the app's
+    handlers answer a full Redis store_full (retry later) and a script error 500."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import OutOfMemoryError, ResponseError
+
+    from service.store.refusals import service_error
+
+    full = service_error(OutOfMemoryError("command not allowed when used memory > 'maxmemory'."))
+    assert (full.status, full.code, full.retry_after_s) == (503, "store_full", 5)  # type: ignore[attr-defined]
+    down = service_error(RedisConnectionError("Connection refused"))
+    assert (down.status, down.code) == (503, "store_unavailable")
+    bug = service_error(ResponseError("ERR Error running script"))
+    assert (bug.status, bug.code) == (500, "internal_error")

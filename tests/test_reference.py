@@ -22,9 +22,10 @@ import jsonschema
 import pytest
 
 from service.api import examples
-from service.app import STORE_STATES, create_app
+from service.app import create_app
 from service.commands import CLIENT_CODES, MEANING, SERVE_CODES
 from service.settings import Settings
+from service.store.refusals import STORE_STATES
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = ROOT / "service"
@@ -118,7 +119,7 @@ def answerable_codes() -> dict[str, set[str]]:
     of a function or class that takes one (``FeatureError(code, message)``,
     ``Condition(code, ...)``, ``_error(status, code, detail)``); as the class attribute
     ``code`` of an error class made without a code of its own; as a string assigned to a
-    variable ``code`` in a function; and as a Redis refusal's code (``app.STORE_STATES``).
+    variable ``code`` in a function; and as a Redis refusal's code (``STORE_STATES``).
     """
     trees = {p: ast.parse(p.read_text()) for p in sorted(SERVICE.rglob("*.py"))}
     class_code: dict[str, str] = {}  # class -> its attribute code
