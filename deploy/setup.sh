@@ -65,7 +65,8 @@ stamp=".venv/.installed-$(basename "$lock" .txt)"
 if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
   || [ requirements/installer.txt -nt "$stamp" ]; then
   say "installing the Python packages of $lock with uv (hashes checked)"
-  export UV_PYTHON=.venv/bin/python VIRTUAL_ENV=.venv
+  # (UV_SYSTEM_CERTS: the machine's certificate store, as pip uses it, a proxy's CA included)
+  export UV_PYTHON=.venv/bin/python VIRTUAL_ENV=.venv UV_SYSTEM_CERTS="${UV_SYSTEM_CERTS-1}"
   started=$SECONDS
   "$uv" pip install --quiet --require-hashes -r requirements/build.txt -r "$lock" \
     || fail "uv could not install $lock: the message above says which package and why
