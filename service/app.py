@@ -168,9 +168,16 @@ def _error(
     return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
 
 
+async def _explained(request: Request, code: str) -> Unavailable | None:
+    """The store's reason for an answer that keys may have been evicted (Models.explain)."""
+    worker: Worker | None = getattr(request.app.state, "worker", None)
+    return None if worker is None else await worker.models.explain(code)
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        exc = await _explained(request, exc.code) or exc
         headers = None
         if isinstance(exc, Unavailable | TooManyPending):
             headers = {"Retry-After": str(exc.retry_after_s)}
@@ -217,6 +224,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         if code == "internal_error":
             log.error("the store refused a command: %s", exc)
             return _error(500, code, detail)
+        evicting = await _explained(request, code)
+        if evicting is not None:
+            return await on_service_error(request, evicting)
         log.warning("store refused a command (%s): %s", code, exc)
         return _error(503, code, detail, {"Retry-After": "5"})
 

@@ -24,6 +24,12 @@ from .store import Condition, Store
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
 _EXPORT_ATTEMPTS = 20  # reads of a model's weights and counters that learning moved meanwhile
+_RECHECK_TIMEOUT_S = 1.0  # a check of the store out of turn, before it answers anyway
+# Answers that keys may have been evicted: checked against the store's policy at once.
+# And a refusal for eviction, so that the store's recovery is seen by the client's retry.
+_MAYBE_EVICTED = frozenset(
+    {"model_not_found", "model_state_lost", "store_full", "store_evicts_keys"}
+)
 
 
 class Models:
@@ -54,6 +60,27 @@ class Models:
             log.warning("the store serves models again (%s is over)", before.code)
         return now
 
+    async def guard_now(self) -> None:
+        """:meth:`guard` on the store's condition as it is now, not as the last watch saw it
+        (one INFO command): before a change that must not happen on a store that may evict
+        keys, such as making a model whose evicted keys left no trace."""
+        await asyncio.wait_for(self.check_store(), _RECHECK_TIMEOUT_S)
+        self.guard()
+
+    async def explain(self, code: str) -> Unavailable | None:
+        """The store's own reason for an answer that keys may have been evicted, when it has
+        one: a policy switched to one that evicts since the last watch answers
+        store_evicts_keys at once, not model_not_found or store_full until the next check."""
+        if code not in _MAYBE_EVICTED:
+            return None
+        try:
+            await self.guard_now()
+        except Unavailable as e:
+            return e
+        except Exception:  # the store is away: the answer stands
+            return None
+        return None
+
     async def watch(self) -> None:
         """Every PERCEPTRON_STORE_CHECK_S: the store's condition, and models changed elsewhere.
 
@@ -82,7 +109,7 @@ class Models:
 
     async def create_model(self, name: str, params: dict[str, Any]) -> tuple[ModelConfig, bool]:
         """Create a model; returns its config and whether it was new. 409 on another config."""
-        self.guard()
+        await self.guard_now()
         check_name(name)
         try:
             config = ModelConfig.from_dict(params)

@@ -528,3 +528,39 @@ def test_a_redis_error_is_the_same_service_error_wherever_it_is_answered() -> No
     assert (down.status, down.code) == (503, "store_unavailable")
     bug = service_error(ResponseError("ERR Error running script"))
     assert (bug.status, bug.code) == (500, "internal_error")
+
+
+def test_a_policy_that_evicts_is_named_at_once_not_at_the_next_check(redis_url: str) -> None:
+    """Redis switched to allkeys-lru while the service ran: until its next check of the store,
+    answers were model_not_found and store_full, never store_evicts_keys, and PUT made a model
+    anew where eviction had taken both its keys and its name."""
+    import redis
+
+    from service.settings import Settings
+
+    from .servers import ServiceThread
+
+    settings = Settings(redis_url=redis_url, auth=False, store_check_s=3600, default_model=False)
+    service = ServiceThread(settings).start()
+    try:
+        with httpx.Client(base_url=service.url) as c, redis.Redis.from_url(redis_url) as r:
+            ok(c.put("/models/m", json={"n_features": 1}))
+            ok(c.post("/learn", json={"model": "m", "features": [1], "label": -1}))
+            r.config_set("maxmemory-policy", "allkeys-lru")
+            try:
+                for key in [*r.scan_iter(match="pcp:{m}:*"), "pcp:models"]:
+                    r.delete(key)  # evicted: the model's keys and the registry with them
+                error(c.get("/models/m"), 503, "store_evicts_keys")
+                error(
+                    c.post("/learn", json={"model": "m", "features": [1], "label": 1}),
+                    503,
+                    "store_evicts_keys",
+                )
+                error(c.put("/models/m", json={"n_features": 1}), 503, "store_evicts_keys")
+            finally:
+                r.config_set("maxmemory-policy", "noeviction")
+            # The refusal looked again: the client's retry finds the store serving.
+            c.get("/models/m")
+            error(c.get("/models/m"), 404, "model_not_found")  # (all trace of it is gone)
+    finally:
+        service.stop()
