@@ -39,7 +39,7 @@ from .metrics.prometheus import RequestMetrics, forget_worker
 from .settings import Settings
 from .startup import load_keys, redis_password
 from .store import Store, describe_store, open_store
-from .store.refusals import store_refusal
+from .store.refusals import service_error, store_refusal
 from .worker import Worker
 
 log = logging.getLogger("perceptron")
@@ -174,16 +174,19 @@ async def _explained(request: Request, code: str) -> Unavailable | None:
     return None if worker is None else await worker.models.explain(code)
 
 
+def _answer(exc: ServiceError) -> JSONResponse:
+    headers = None
+    if isinstance(exc, Unavailable | TooManyPending):
+        headers = {"Retry-After": str(exc.retry_after_s)}
+    elif isinstance(exc, Unauthorized):
+        headers = {"WWW-Authenticate": "Bearer"}
+    return _error(exc.status, exc.code, exc.message, headers)
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def on_service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        exc = await _explained(request, exc.code) or exc
-        headers = None
-        if isinstance(exc, Unavailable | TooManyPending):
-            headers = {"Retry-After": str(exc.retry_after_s)}
-        elif isinstance(exc, Unauthorized):
-            headers = {"WWW-Authenticate": "Bearer"}
-        return _error(exc.status, exc.code, exc.message, headers)
+        return _answer(await _explained(request, exc.code) or exc)
 
     @app.exception_handler(HTTPException)
     async def on_http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -224,11 +227,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         if code == "internal_error":
             log.error("the store refused a command: %s", exc)
             return _error(500, code, detail)
-        evicting = await _explained(request, code)
-        if evicting is not None:
-            return await on_service_error(request, evicting)
         log.warning("store refused a command (%s): %s", code, exc)
-        return _error(503, code, detail, {"Retry-After": "5"})
+        return _answer(await _explained(request, code) or service_error(exc))
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

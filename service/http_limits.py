@@ -2,9 +2,9 @@
 stands in front: uvicorn's httptools protocol with bounds on a request's head (its bytes, and
 the time its headers take), on the time its body takes, and on idle connections.
 
-- A head (request line and headers) larger than ``max_header_bytes`` is answered 431 and the
-  connection closed, as soon as that many bytes came without the headers' end: a 200 MB
-  header line is never read whole.
+- A head (request line and headers, up to and with the blank line that ends them) larger
+  than ``max_header_bytes`` is answered 431 and the connection closed, as soon as more bytes
+  came: a 200 MB header line is never read whole.
 - Headers not complete ``header_timeout_s`` after the connection opened (or after the request
   began, on a kept-alive connection) are answered 408 and the connection closed: a half-sent
   header, or a connection that never sends anything, holds nothing for long.
@@ -44,9 +44,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._max_head, self._head_s, self._body_s = _limits()
+        self._in_head = True  # whether the next bytes are a request's head
         self._head = 0  # bytes of the current request's head received so far
-        self._in_head = True
-        self._ended = False  # whether a request ended within the bytes being read
+        self._tail = b""  # the last bytes of the head so far: its end may straddle two reads
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -58,21 +58,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        in_head, self._ended = self._in_head, False
-        super().data_received(data)
-        if self.transport.is_closing():
-            return
-        # The headers did not end in these bytes, nor did a pipelined request before them
-        # (whose body they would hold): they are all head.
-        if in_head and self._in_head and not self._ended:
-            self._head += len(data)
-            if self._head > self._max_head:
+        # The head is counted before it is parsed, up to the blank line that ends it: a head
+        # of max_head bytes is read, one of a byte more is refused, however it arrives.
+        if self._in_head:
+            seen = self._tail + data
+            end = seen.find(b"\r\n\r\n")
+            head = self._head + (len(data) if end < 0 else end + 4 - len(self._tail))
+            if head > self._max_head:
                 self._stop_waiting()
                 self._refuse(431, code="header_too_large", detail="The headers are too large.")
+                return
+            self._head, self._tail = head, seen[-3:]
+        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._head = True, 0
         self._wait(self._head_s, self._head_too_slow)
 
     def on_headers_complete(self) -> None:
@@ -82,7 +82,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._stop_waiting()
-        self._ended = True
+        self._in_head, self._head, self._tail = True, 0, b""
         super().on_message_complete()
 
     # -- timers --------------------------------------------------------------------------

@@ -564,3 +564,88 @@ def test_a_policy_that_evicts_is_named_at_once_not_at_the_next_check(redis_url: 
             error(c.get("/models/m"), 404, "model_not_found")  # (all trace of it is gone)
     finally:
         service.stop()
+
+
+# -- 12. a key named twice in one object is refused, wherever it is -----------------------
+
+DUPLICATES = [
+    pytest.param("/predict", b'{"model": "d", "model": "e", "features": [1]}', id="model"),
+    pytest.param("/predict", b'{"model": "d", "features": {"x": 1, "x": 2}}', id="feature"),
+    pytest.param(
+        "/learn/batch",
+        b'{"model": "d", "features": [[1]], "labels": [1], "labels": [-1]}',
+        id="labels",
+    ),
+    pytest.param(
+        "/feedback/batch",
+        b'{"feedback": [{"prediction_id": "d:x", "label": 1, "label": -1}]}',
+        id="batch-item",
+    ),
+    pytest.param(
+        "/predict",
+        '{"model": "d", "features": {"f:1": 1, "f:1": 2}}'.encode("utf-16"),
+        id="utf-16",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), DUPLICATES)
+def test_a_key_named_twice_in_one_object_is_refused(
+    client: httpx.Client, path: str, body: bytes
+) -> None:
+    """Accepted before, the last of the two winning, unseen by the client."""
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert "twice" in error(r, 400, "malformed_json")["detail"]
+
+
+def test_a_body_is_parsed_as_written_and_refused_only_for_a_key_named_twice() -> None:
+    """The cheap count that decides whether to look (colons against parsed members) never
+    refuses a document without duplicates, nor lets one with a duplicate through: keys and
+    strings full of colons, quotes and backslashes, lists of mixed items, large objects."""
+    import json
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from service.api.routing import DuplicateKey, parse_json
+
+    text = st.text(alphabet=st.sampled_from('ab:"\\{}[],'), max_size=6)
+    leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | text
+    documents = st.recursive(
+        leaf,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(text, inner, max_size=4)
+            | st.dictionaries(st.from_regex(r"f:?[0-9]{1,3}", fullmatch=True), leaf, min_size=65)
+        ),
+        max_leaves=80,
+    )
+
+    def written(value: Any, twice_in: int, seen: list[int]) -> str:
+        """``value`` as JSON text; its ``twice_in``-th object (in pre-order) names its
+        first key twice (or "k" twice when it has none)."""
+        if isinstance(value, list):
+            return "[" + ", ".join(written(v, twice_in, seen) for v in value) + "]"
+        if not isinstance(value, dict):
+            return json.dumps(value)
+        index = len(seen)
+        seen.append(index)
+        members = [f"{json.dumps(k)}: {written(v, twice_in, seen)}" for k, v in value.items()]
+        if index == twice_in:
+            key = json.dumps(next(iter(value), "k"))
+            members += [f"{key}: 1", f"{key}: 2"] if not value else [f"{key}: 2"]
+        return "{" + ", ".join(members) + "}"
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(document=documents, where=st.integers(0, 100))
+    def check(document: Any, where: int) -> None:
+        assert parse_json(written(document, -1, []).encode()) == document
+        objects: list[int] = []
+        body = written(document, where, objects)
+        if where < len(objects):  # a key named twice in the where-th object
+            with pytest.raises(DuplicateKey):
+                parse_json(body.encode())
+        else:
+            assert parse_json(body.encode()) == document
+
+    check()

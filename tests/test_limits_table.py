@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -212,11 +213,62 @@ def _import_r2(c: httpx.Client, past: str) -> None:
     answers(c.post("/models/m/import", json={**doc, "counters": {"r2": "1.000001e300"}}), past)
 
 
+def head_answer(url: httpx.URL, size: int, pieces: int) -> int:
+    """The status answered to a request whose head (request line, headers and the blank line
+    that ends them) is ``size`` bytes, sent in ``pieces`` writes on a raw connection."""
+    start = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Pad: "
+    head = start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+    assert len(head) == size
+    with socket.create_connection((url.host, url.port or 80), timeout=10) as s:
+        step = -(-size // pieces)
+        try:
+            for at in range(0, size, step):
+                s.sendall(head[at : at + step])
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused before the last piece
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+@walks("a request's head (request line and headers)")
+def _head(c: httpx.Client, past: str) -> None:
+    """On a real connection: the in-process service has no HTTP parser to bound."""
+    limit = int(re.sub(r"\D", "", table()["a request's head (request line and headers)"][0]))
+    status, _ = re.fullmatch(r"(\d{3}) `(\w+)`", past).groups()  # type: ignore[union-attr]
+    for pieces in (1, 3, 64):  # whether its end arrives whole or split across reads
+        assert head_answer(c.base_url, limit, pieces) == 200
+        assert head_answer(c.base_url, limit + 1, pieces) == int(status)
+    r = c.get("/healthz", headers={"X-Pad": "a" * limit})
+    answers(r, past)
+
+
+HTTP_ROWS = {"a request's head (request line and headers)"}  # walked on a real server alone
+
+
 def test_every_row_of_the_table_has_its_walk_and_every_walk_its_row() -> None:
     assert sorted(table()) == sorted(WALKS)
 
 
-@pytest.mark.parametrize("number", sorted(WALKS))
+@pytest.mark.parametrize("number", sorted(set(WALKS) - HTTP_ROWS))
 def test_each_limit_at_its_edge_and_one_past_it(make_service: MakeService, number: str) -> None:
     client = make_service(default_model=False)
     WALKS[number](client, table()[number][1])
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("number", sorted(HTTP_ROWS))
+def test_each_limit_of_the_http_server_at_its_edge_and_one_past_it(
+    redis_url: str, number: str
+) -> None:
+    from service.settings import Settings
+
+    from .servers import ServiceThread
+
+    server = ServiceThread(Settings(redis_url=redis_url, auth=False)).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            WALKS[number](client, table()[number][1])
+    finally:
+        server.stop()

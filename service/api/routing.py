@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -44,12 +45,82 @@ class TooDeep(MalformedJSON):
         )
 
 
+class DuplicateKey(MalformedJSON):
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"The request body names {key!r} twice in one object: each key at most once "
+            "(which one would count is not defined)."
+        )
+
+
 def parse_json(body: bytes) -> Any:
-    """The document in ``body``: TooDeep past MAX_DEPTH, orjson.JSONDecodeError if orjson
-    cannot read it."""
+    """The document in ``body``: TooDeep past MAX_DEPTH, DuplicateKey for an object that
+    names a key twice, orjson.JSONDecodeError if orjson cannot read it."""
     if nesting_deeper_than(body, MAX_DEPTH):
         raise TooDeep()
-    return orjson.loads(body)
+    document = orjson.loads(body)
+    # orjson keeps the last of two: count the members, and look only when the counts differ.
+    # Parsed members are at most the colons outside strings, which are at most all colons:
+    # when all colons are members, no key was named twice.
+    parsed = members_parsed(document)
+    if body.count(b":") != parsed and members_written(body) != parsed:
+        refuse_duplicate_keys(body)
+    return document
+
+
+def refuse_duplicate_keys(body: bytes | str) -> None:
+    """DuplicateKey when an object of the JSON text ``body`` names a key twice."""
+
+    def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise DuplicateKey(key)
+            obj[key] = value
+        return obj
+
+    try:
+        json.loads(body, object_pairs_hook=once)
+    except ValueError:
+        pass  # not JSON to the standard parser either: its own error is answered
+
+
+_LOOK_INTO = 64  # members of an object whose every value is looked at for more objects
+_STRING = re.compile(rb'"[^"]*"')  # on the text of quotes and colons alone
+_NOT_COLONS = bytes(sorted(set(range(256)) - set(b':"')))
+
+
+def members_written(body: bytes) -> int:
+    """How many members the objects of the JSON text ``body`` write: its colons outside
+    strings. One pass in C keeps quotes and colons; strings then go, by pattern when few
+    are left, else by the quotes' running count (numpy)."""
+    if b"\\" in body:
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = body.translate(None, _NOT_COLONS).replace(b'""', b"")  # (no colon inside those)
+    if len(marks) <= _CHUNK // 256:
+        return _STRING.sub(b"", marks).count(b":")
+    codes = np.frombuffer(marks, dtype=np.uint8)
+    outside = (np.cumsum(codes == _QUOTE, dtype=np.int64) & 1) == 0
+    return int(np.count_nonzero(outside & (codes == _COLON)))
+
+
+def members_parsed(document: Any) -> int:
+    """How many members the parsed objects of ``document`` hold. A list, or an object of
+    more than 64 members, is looked into when its first item is an object or a list: lists of
+    numbers (features) and large objects of numbers (sparse features) cost nothing. Where
+    that misses an object (mixed items, which no request takes) the counts differ, and the
+    exact check runs."""
+    count, todo = 0, [document]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            count += len(item)
+            values = item.values()
+            if len(item) <= _LOOK_INTO or isinstance(next(iter(values)), dict | list):
+                todo.extend(v for v in values if isinstance(v, dict | list))
+        elif item and isinstance(item, list) and isinstance(item[0], dict | list):
+            todo.extend(item)
+    return count
 
 
 class FastJSONRoute(APIRoute):
@@ -62,7 +133,8 @@ class FastJSONRoute(APIRoute):
     principal in ``request.state`` and checks the model, which only the body names.
 
     Bodies nested deeper than ``MAX_DEPTH`` are refused (400 ``malformed_json``) before they
-    are parsed; bodies over ``THREAD_BYTES`` are parsed in a worker thread. Bodies orjson
+    are parsed; so is an object that names a key twice (400 ``malformed_json``), whichever
+    would win. Bodies over ``THREAD_BYTES`` are parsed in a worker thread. Bodies orjson
     refuses (NaN or Infinity literals, integers past 64 bits, bad JSON, UTF-16) are left to
     FastAPI's own parser, so every error keeps its usual, precise answer.
     """
@@ -89,6 +161,7 @@ class FastJSONRoute(APIRoute):
                         other = _as_utf8(body)
                         if other is not None and nesting_deeper_than(other, MAX_DEPTH):
                             raise TooDeep() from None
+                        refuse_duplicate_keys(body if other is None else other)
             return await handler(request)
 
         return route
@@ -107,6 +180,7 @@ _STEP = np.zeros(256, dtype=np.int8)
 _STEP[list(b"[{")] = 1
 _STEP[list(b"]}")] = -1
 _QUOTE = ord('"')
+_COLON = ord(":")
 _CHUNK = 1 << 20
 
 
