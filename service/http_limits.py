@@ -11,8 +11,9 @@ the time its headers take), on the time its body takes, and on idle connections.
 - A body not complete ``body_timeout_s`` after its headers: the connection is closed (the
   handler, waiting for it, sees the client gone).
 - An idle kept-alive connection closes after ``KEEP_ALIVE_S`` (uvicorn's
-  ``timeout_keep_alive``); past ``max_client_connections`` a worker answers 503 (uvicorn's
-  ``limit_concurrency``): ``cli.py`` sets both.
+  ``timeout_keep_alive``); past ``max_client_connections`` a worker answers 503
+  ``too_many_connections`` with ``Retry-After`` (uvicorn's ``limit_concurrency``, whose
+  plain-text answer is replaced here by the service's JSON error): ``cli.py`` sets both.
 
 The limits come from the settings (``PERCEPTRON_MAX_HEADER_BYTES``, ``..._HEADER_TIMEOUT_S``,
 ``..._BODY_TIMEOUT_S``), read once per process: uvicorn starts its worker processes with this
@@ -27,6 +28,7 @@ from functools import cache
 from http import HTTPStatus
 from typing import Any
 
+from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .settings import Settings
@@ -112,10 +114,36 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             _answer_and_close(self.transport, status, code, detail)
 
 
+async def _too_many_connections(scope: Any, receive: Any, send: Any) -> None:
+    """What a worker past its ``limit_concurrency`` answers: the service's JSON error."""
+    code = "too_many_connections"
+    body = _error_body(
+        code,
+        "This worker holds as many connections as it takes (PERCEPTRON_MAX_CLIENT_CONNECTIONS); "
+        "retry shortly, or over fewer connections.",
+    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"),
+        (b"connection", b"close"),
+    ]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+# uvicorn's protocol answers with the app it names by this module global (no setting for it).
+httptools_impl.service_unavailable = _too_many_connections  # type: ignore[attr-defined]
+
+
 def _answer_and_close(transport: asyncio.Transport, status: int, code: str, detail: str) -> None:
     """Answer ``status`` with the service's JSON error body, and close the connection."""
-    body = json.dumps({"detail": detail, "code": code}).encode()
+    body = _error_body(code, detail)
     head = b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode())
     head += b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body)
     transport.write(head + b"connection: close\r\n\r\n" + body)
     transport.close()
+
+
+def _error_body(code: str, detail: str) -> bytes:
+    return json.dumps({"detail": detail, "code": code}).encode()

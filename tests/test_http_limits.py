@@ -115,7 +115,9 @@ def test_connections_past_a_workers_limit_are_answered_503(service: ServiceProce
     held = [connect(service) for _ in range(MAX_CONNECTIONS)]
     try:
         r = httpx.get(service.url + "/healthz")
-        assert r.status_code == 503, r.text
+        assert r.status_code == 503, r.text  # was plain text, uvicorn's own
+        assert r.json()["code"] == "too_many_connections"
+        assert r.headers["retry-after"] == "1"
     finally:
         for s in held:
             s.close()
