@@ -308,3 +308,35 @@ def test_delete_removes_the_model_from_its_shard(
     again = api.put(f"/models/{name}", json={"classes": [-1, 1], "n_features": D})
     assert again.status_code == 201
     assert weights_of(api, name) == [0.0] * (D + 1)
+
+
+def test_a_model_its_shard_could_not_make_is_not_left_listed(
+    cluster: Cluster, api: httpx.Client
+) -> None:
+    """The registry lives on another shard than a model, so PUT lists the name first; when the
+    model's shard then refused to make it (full), the name stayed listed with no model, and
+    read as a lost model (model_state_lost) until deleted by hand."""
+    registry = cluster.slot_owner(cluster.keyslot(REGISTRY))
+    name = next(
+        f"full{i}"
+        for i in range(1000)
+        if cluster.slot_owner(cluster.keyslot(ModelKeys(f"full{i}").meta)) != registry
+    )
+    owner = next(
+        n
+        for n in cluster.nodes
+        if n.port == cluster.slot_owner(cluster.keyslot(ModelKeys(name).meta))
+    )
+    with owner.client() as c:
+        c.config_set("maxmemory", 1)  # every write on that shard is refused: OOM
+        try:
+            r = api.put(f"/models/{name}", json={"classes": [-1, 1], "n_features": D})
+            assert (r.status_code, r.json()["code"]) == (503, "store_full"), r.text
+        finally:
+            c.config_set("maxmemory", 0)
+    listed = {m["name"] for m in api.get("/models").json()["models"]}
+    assert name not in listed
+    assert api.get(f"/models/{name}").json()["code"] == "model_not_found"
+    r = api.put(f"/models/{name}", json={"classes": [-1, 1], "n_features": D})
+    assert r.status_code == 201, r.text
+    assert api.delete(f"/models/{name}").status_code == 204

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,9 +199,17 @@ class Store:
         registry, flag = self._registry()
         if self._sharded:  # listed before and after: a concurrent DELETE cannot unlist it
             await self.client.sadd(REGISTRY, name)
-        reply = await self._create(
-            keys=[keys.meta, *registry], args=[config_json, epoch, int(time.time()), name, *flag]
-        )
+        try:
+            reply = await self._create(
+                keys=[keys.meta, *registry],
+                args=[config_json, epoch, int(time.time()), name, *flag],
+            )
+        except RedisError:
+            if self._sharded:  # listed, yet not made (a full shard): unlisted, unless made
+                with suppress(RedisError):  # meanwhile by another PUT, which lists it after
+                    if not await self.client.exists(keys.meta):
+                        await self.client.srem(REGISTRY, name)
+            raise
         self._check(name, reply)
         if self._sharded and int(reply[0]) == 1:
             await self.client.sadd(REGISTRY, name)
