@@ -11,9 +11,10 @@ counts (int32), every index (int32), every value (float64).
 answer: ``b"R"`` then the version just before the request's first example (int64), then per
 example the served class index (int32) and whether it updated (uint8): the versions after
 each follow as running sums. Or ``b"E"`` and a JSON object ``{status, code, detail}``. Or
-``UNLEARNED_ANSWER``: its writer refused it, past its deadline, without learning it. An answer is
-always pushed, so a requester that finds none knows only that its fate is unknown (the answer
-was evicted, or expired).
+``UNLEARNED_ANSWER``: its writer refused it, past its deadline, without learning it. Or
+``NOT_QUEUED_ANSWER``: it was never queued, since its requester holds the lease (found only by
+a requester that lost the hand-over's reply). An answer is always pushed, so a requester that
+finds none knows only that its fate is unknown (the answer was evicted, or expired).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .learner import Example
 
 TOKEN_LENGTH = 22  # secrets.token_urlsafe(16)
 UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned, past its deadline
+NOT_QUEUED_ANSWER = b"Q"  # left by a hand-over that queued nothing: its requester took the lease
 _HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq16sI")
 _START = struct.Struct("<q")
 

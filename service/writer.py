@@ -33,6 +33,7 @@ from functools import partial
 from .errors import OutcomeUnknown, ServiceError, StaleModel, Unavailable, learn_outcome_unknown
 from .group_commit import Coalescer, Span
 from .handoff import (
+    NOT_QUEUED_ANSWER,
     UNLEARNED_ANSWER,
     pack_error,
     pack_request,
@@ -121,7 +122,9 @@ class Writers:
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
         wait_ms = int(self.settings.learn_wait_s * 1000)
         try:
-            mine = await self.store.hand_off(rep.name, self.me, LEASE_MS, token, request, wait_ms)
+            mine = await self.store.hand_off(
+                rep.name, self.me, LEASE_MS, token, request, wait_ms, NOT_QUEUED_ANSWER
+            )
         except StoreError as e:
             if not reply_lost(e):
                 raise  # not queued (not sent, or refused): a 503 that says to retry
@@ -163,6 +166,9 @@ class Writers:
             raise learn_outcome_unknown(rep.name, cause) from e
         if answer is None:
             raise cause  # withdrawn before any writer learned it: never learned now
+        if answer == NOT_QUEUED_ANSWER:  # never queued: this worker took the lease instead
+            self._start(rep.name)  # (it writes the model, or finds another worker does)
+            raise cause
         if answer == UNLEARNED_ANSWER:
             raise self._not_learned(rep.name)
         return answer
@@ -180,6 +186,15 @@ class Writers:
             if answer == UNLEARNED_ANSWER:  # refused by a writer whose clock is past the deadline
                 raise self._not_learned(name)
             if answer is not None:
+                return answer
+            if await self.store.epochs([name]) != [rep.epoch]:
+                # Deleted or replaced meanwhile: no writer learns the request now (its queue
+                # went with the model), so it is given up at once, not at its deadline.
+                answer = await self.store.withdraw_learn(name, token, rep.epoch)
+                if answer is None:
+                    raise StaleModel(name)
+                if answer == UNLEARNED_ANSWER:
+                    raise self._not_learned(name)
                 return answer
             # No answer yet: a writer that died leaves the lease to lapse; then take it over:
             # what the dead writer took goes back to the queue (scripts._ACQUIRE).

@@ -233,7 +233,7 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
     with no expiry: after every worker was killed, they stayed forever."""
     import secrets
 
-    from service.handoff import pack_request
+    from service.handoff import NOT_QUEUED_ANSWER, pack_request
     from service.store import ModelKeys
 
     from .test_writers import _close, _examples, _worker
@@ -250,7 +250,9 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             request = pack_request(token, deadline_ms, rep.epoch, _examples(rep, 3))
             assert await store.claim_writer("m", "writer", 60_000)
             keep = protocol.QUEUE_KEEP_S * 1000  # past the last deadline
-            assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+            assert not await store.hand_off(
+                "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+            )
             for key in (keys.reqs, keys.learns):
                 assert keep < await store.client.pttl(key) <= keep + 5_000, key
             assert await store.take_learns("m", "writer", 60_000, 10) == [request]
@@ -263,8 +265,10 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             assert not await store.client.exists(keys.taken)
             # A later request with a later deadline extends them; an earlier one never shortens.
             later = secrets.token_urlsafe(16)
-            await store.hand_off("m", "requester", 2_000, later, request, 30_000)
-            await store.hand_off("m", "requester", 2_000, secrets.token_urlsafe(16), request, 1)
+            await store.hand_off("m", "requester", 2_000, later, request, 30_000, NOT_QUEUED_ANSWER)
+            await store.hand_off(
+                "m", "requester", 2_000, secrets.token_urlsafe(16), request, 1, NOT_QUEUED_ANSWER
+            )
             assert keep + 29_000 < await store.client.pttl(keys.reqs) <= keep + 30_000
         finally:
             await _close(worker)
@@ -284,7 +288,7 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
     import secrets
 
     from service.errors import OutcomeUnknown
-    from service.handoff import UNLEARNED_ANSWER, pack_request
+    from service.handoff import NOT_QUEUED_ANSWER, UNLEARNED_ANSWER, pack_request
     from service.store import ModelKeys
 
     from .test_writers import _close, _examples, _worker
@@ -299,7 +303,9 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             async def handed_over() -> str:
                 token = secrets.token_urlsafe(16)
                 request = pack_request(token, 0, rep.epoch, _examples(rep, 2))
-                assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+                assert not await store.hand_off(
+                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                )
                 assert await store.take_learns("m", "writer", 60_000, 10) == [request]
                 return token
 
@@ -319,7 +325,9 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             # Withdrawn while still waiting: not learned, and now never will be.
             token = secrets.token_urlsafe(16)
             request = pack_request(token, 0, rep.epoch, _examples(rep, 1))
-            assert not await store.hand_off("m", "requester", 2_000, token, request, 5_000)
+            assert not await store.hand_off(
+                "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+            )
             assert await store.withdraw_learn("m", token, rep.epoch) is None
             assert await store.take_learns("m", "writer", 60_000, 10) == []
             # Its model deleted while it waited (the queue's keys go with it): not learned,
@@ -649,3 +657,78 @@ def test_a_body_is_parsed_as_written_and_refused_only_for_a_key_named_twice() ->
             assert parse_json(body.encode()) == document
 
     check()
+
+
+def test_a_learn_waiting_on_a_model_deleted_meanwhile_is_answered_at_once(
+    redis_url: str,
+) -> None:
+    """A learn handed over to the model's writer waited out PERCEPTRON_LEARN_WAIT_S when the
+    model was deleted meanwhile (its queue went with it, so no writer would answer)."""
+    import concurrent.futures
+
+    import redis
+
+    from service.settings import Settings
+    from service.store import ModelKeys
+
+    from .servers import ServiceThread, wait_until
+
+    settings = Settings(redis_url=redis_url, auth=False, default_model=False, learn_wait_s=20)
+    service = ServiceThread(settings).start()
+    try:
+        with (
+            httpx.Client(base_url=service.url, timeout=60) as c,
+            redis.Redis.from_url(redis_url) as r,
+            concurrent.futures.ThreadPoolExecutor(1) as pool,
+        ):
+            ok(c.put("/models/m", json={"n_features": 1}))
+            r.set(ModelKeys("m").writer, "a stalled writer", px=60_000)  # takes nothing
+            waiting = pool.submit(
+                c.post, "/learn", json={"model": "m", "features": [1], "label": 1}
+            )
+            wait_until(lambda: r.hlen(ModelKeys("m").reqs) == 1, what="the learn queued")
+            assert c.delete("/models/m").status_code == 204
+            started = time.monotonic()
+            error(waiting.result(timeout=30), 404, "model_not_found")
+            assert time.monotonic() - started < 2, "waited for its deadline"
+    finally:
+        service.stop()
+
+
+def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learned(
+    redis_url: str,
+) -> None:
+    """A requester whose hand-over reply was lost, where the script had given it the lease
+    and queued nothing, was told learn_outcome_unknown: nothing said it was never queued."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from service.store.refusals import service_error
+
+    from .test_writers import _close, _examples, _worker
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        store = worker.store
+        try:
+            await worker.models.create_model("m", {"n_features": 4})
+            rep = await worker.replicas.get("m")
+            real = store.hand_off
+
+            async def reply_lost(*args: Any) -> bool:
+                await real(*args)  # ran: the lease taken, nothing queued
+                raise RedisConnectionError("Connection reset by peer")  # reply lost
+
+            store.hand_off = reply_lost  # type: ignore[method-assign,assignment]
+            with pytest.raises(RedisConnectionError) as raised:
+                await worker.learning.writers.learn(rep, _examples(rep, 2))
+            # Answered as the store's error, which says to retry: it was not learned.
+            assert service_error(raised.value).code == "store_unavailable"
+            store.hand_off = real  # type: ignore[method-assign]
+            assert (await store.read_meta("m") or {})["version"] == "0"
+            assert worker.learning.writers.writes("m")  # and the lease it took is used
+            learned = await worker.learning.writers.learn(rep, _examples(rep, 2))
+            assert len(learned) == 2
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())

@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from service.errors import Unavailable
-from service.handoff import pack_request, unpack_answer
+from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.settings import Settings
@@ -201,7 +201,9 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             token = secrets.token_urlsafe(16)
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
             assert await store.claim_writer("m", "lapsed", 60_000)
-            assert not await store.hand_off("m", "requester", 60_000, token, request, 60_000)
+            assert not await store.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+            )
             assert await store.take_learns("m", "lapsed", 60_000, 10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
             assert await store.claim_writer("m", "new", 60_000)  # the request goes back

@@ -498,15 +498,30 @@ class Store:
     # -- one writer per model (scripts.HANDOFF) -------------------------------------------
 
     async def hand_off(
-        self, name: str, me: str, lease_ms: int, token: str, request: bytes, wait_ms: int
+        self,
+        name: str,
+        me: str,
+        lease_ms: int,
+        token: str,
+        request: bytes,
+        wait_ms: int,
+        not_queued: bytes,
     ) -> bool:
         """Queue a learn request for the model's writer; True (nothing queued) when the
-        caller holds, or just took, the lease and learns it itself. The queue's keys live
-        ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (scripts._KEEP)."""
+        caller holds, or just took, the lease and learns it itself: then ``not_queued`` is
+        its answer, which withdraw_learn finds if the caller lost this reply. The queue's keys
+        live ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (scripts._KEEP)."""
         k = ModelKeys(name)
         reply = await self._handoff(
-            keys=[k.writer, k.learns, k.taken, k.reqs],
-            args=[me, lease_ms, token, request, max(1, wait_ms) + QUEUE_KEEP_S * 1000],
+            keys=[k.writer, k.learns, k.taken, k.reqs, k.answer(token)],
+            args=[
+                me,
+                lease_ms,
+                token,
+                request,
+                max(1, wait_ms) + QUEUE_KEEP_S * 1000,
+                not_queued,
+            ],
         )
         return int(reply) == 1
 

@@ -563,25 +563,28 @@ return 1
 """
 
 
-# KEYS = writer, learns, taken, reqs  /  ARGV[1] = this worker's id, ARGV[2] = lease ms,
-# ARGV[3] = request token, ARGV[4] = request, ARGV[5] = ms the queue's keys must live for it
-# (to its deadline, and a lease more)
+# KEYS = writer, learns, taken, reqs, answer  /  ARGV[1] = this worker's id, ARGV[2] = lease
+# ms, ARGV[3] = request token, ARGV[4] = request, ARGV[5] = ms the queue's keys must live for
+# it (to its deadline, and a lease more), ARGV[6] = the answer that says it was not queued
 # returns 1 when the caller holds, or just took, the lease (it learns the request itself;
-# nothing queued), 0 when the request was queued for the writer
+# nothing queued, and the answer key says so, for a requester whose reply was lost: WITHDRAW
+# then finds it never queued, not learned), 0 when the request was queued for the writer
 HANDOFF = (
-    _ACQUIRE
+    _CONSTANTS
+    + _ACQUIRE
     + """
 local holder = redis.call('GET', KEYS[1])
-if not holder then
-  acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-  return 1
+if holder and holder ~= ARGV[1] then
+  redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+  keep(KEYS[4], tonumber(ARGV[5]))
+  keep(KEYS[2], tonumber(ARGV[5]))
+  return 0
 end
-if holder == ARGV[1] then return 1 end
-redis.call('HSET', KEYS[4], ARGV[3], ARGV[4])
-redis.call('RPUSH', KEYS[2], ARGV[3])
-keep(KEYS[4], tonumber(ARGV[5]))
-keep(KEYS[2], tonumber(ARGV[5]))
-return 0
+if not holder then acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) end
+redis.call('RPUSH', KEYS[5], ARGV[6])
+redis.call('EXPIRE', KEYS[5], ANSWER_TTL_S)
+return 1
 """
 )
 
