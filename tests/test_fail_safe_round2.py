@@ -732,3 +732,54 @@ def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learne
             await _close(worker)
 
     asyncio.run(main())
+
+
+# -- 12. the weights of a large model: streamed, one request of a worker at a time ----------
+
+
+def test_the_weights_of_a_large_model_go_to_one_client_at_a_time_and_never_for_long(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight concurrent GET /weights of a 100 x 100,000 model held 873 MiB: each built its
+    whole answer. Now each streams from its own copy, one request of a worker at a time, and
+    a client that stops reading holds its turn WEIGHTS_SEND_S at most."""
+    import socket
+
+    from service.api import views
+    from service.settings import Settings
+
+    from .servers import ServiceThread
+
+    monkeypatch.setattr(views, "WEIGHTS_SEND_S", 1.5)
+    settings = Settings(redis_url=redis_url, auth=False, default_model=False)
+    service = ServiceThread(settings).start()
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            classes = list(range(40))  # ovr: 40 rows of 100,000, past LARGE_WEIGHTS
+            ok(c.put("/models/big", json={"n_features": 100_000, "classes": classes}))
+            ok(c.put("/models/small", json={"n_features": 2}))
+            whole = c.get("/models/big/weights").json()
+            assert len(whole["rows"]) == 40 and whole["rows"][0]["weights"] == [0.0] * 100_000
+            with socket.socket() as stalled:
+                stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                stalled.connect(("127.0.0.1", service.port))
+                stalled.sendall(b"GET /models/big/weights HTTP/1.1\r\nHost: x\r\n\r\n")
+                time.sleep(0.3)  # its answer fills the buffers between them, and stalls
+                started = time.monotonic()
+                # A small model's weights do not wait for the large one's turn.
+                assert ok(c.get("/models/small/weights"))["rows"][0]["weights"] == [0.0, 0.0]
+                assert time.monotonic() - started < 1
+                monkeypatch.setattr(views, "WEIGHTS_SEND_S", 0.3)  # (for the next ones)
+                r = c.get("/models/big/weights")  # waits its turn, and gives up
+                error(r, 503, "weights_busy")
+                assert r.headers["retry-after"] == "5"
+                time.sleep(1.5)  # the stalled client's turn ends: its connection is closed
+                assert ok(c.get("/models/big/weights"))["version"] == 0
+                stalled.settimeout(10)
+                received = b""
+                while chunk := stalled.recv(1 << 20):
+                    received += chunk
+                assert b'"rows":' in received  # part of the answer, then closed
+                assert len(received) < len(c.get("/models/big/weights").content)
+    finally:
+        service.stop()

@@ -20,7 +20,7 @@ from .schemas import (
     WeightsResponse,
     error_responses,
 )
-from .views import model_info, weights_view
+from .views import WeightsStream, model_info
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]
@@ -112,8 +112,9 @@ async def reset_model(name: str, who: Admin) -> ModelInfo:
     return model_info(name, *await who.worker.models.read_model(name))
 
 
-@router.get("/{name}/weights", responses=errors)
-async def read_weights(name: str, who: Reader) -> WeightsResponse:
-    """Read the current weights and bias (and the averaged ones when enabled)."""
+@router.get("/{name}/weights", responses=errors, response_model=WeightsResponse)
+async def read_weights(name: str, who: Reader) -> WeightsStream:
+    """Read the current weights and bias (and the averaged ones when enabled): one version's,
+    streamed row by row."""
     who.check(Role.predict, name)
-    return weights_view(await who.worker.replicas.current(name))
+    return WeightsStream(await who.worker.replicas.current(name))

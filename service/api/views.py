@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import orjson
 from fastapi import Response
+from fastapi.responses import StreamingResponse
 
 from ..learner import ModelConfig
 from ..learner.perceptron import class_votes, ovo_pairs
@@ -19,8 +22,6 @@ from .schemas import (
     ModelSpec,
     PredictBatchResponse,
     PredictResponse,
-    WeightRow,
-    WeightsResponse,
 )
 
 
@@ -40,9 +41,13 @@ def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInf
     )
 
 
-def json_response(body: dict[str, Any], status_code: int = 200) -> Response:
+def json_response(
+    body: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
     """A JSON answer serialised by orjson, skipping the framework's generic encoder."""
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json")
+    return Response(
+        orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers
+    )
 
 
 def score_fields(config: ModelConfig, scores: np.ndarray) -> dict[str, object]:
@@ -64,31 +69,96 @@ def row_targets(config: ModelConfig) -> list[str]:
     return classes
 
 
-def _rows(config: ModelConfig, w: np.ndarray, b: np.ndarray) -> list[WeightRow]:
-    rows = []
-    for target, wr, br in zip(row_targets(config), w, b, strict=True):
-        if config.dense:
-            weights: list[float] | dict[str, float] = wr.tolist()
-        else:
-            nz = np.flatnonzero(wr)
-            weights = {str(i): float(wr[i]) for i in nz}
-        rows.append(WeightRow(target=target, weights=weights, bias=float(br)))
-    return rows
+# Weights of a model this large (rows x dimension) are sent by one request of a worker at a
+# time: each request holds a copy of them while it sends (a consistent snapshot; learning
+# changes the replica in place) and one row's JSON. At PERCEPTRON_MAX_WEIGHTS that is 256 MiB
+# a request, so eight at once held 873 MiB when their answers were built whole. A request
+# waits for its turn and sends within WEIGHTS_SEND_S in all: a client that stops reading
+# holds the turn no longer (its connection is closed); one that waits longer is answered 503.
+LARGE_WEIGHTS = 1 << 20
+WEIGHTS_SEND_S = 120.0
+_ONE_LARGE_AT_A_TIME = asyncio.Lock()
 
 
-def weights_view(rep: Replica) -> WeightsResponse:
-    cfg, w = rep.config, rep.weights
-    averaged = None
-    if cfg.averaged:
-        aw, ab = w.averaged()
-        averaged = _rows(cfg, aw, ab)
-    return WeightsResponse(
-        model=rep.name,
-        version=w.version,
-        seen=w.seen,
-        rows=_rows(cfg, w.w, w.b),
-        averaged=averaged,
+def _row_json(config: ModelConfig, target: str, w: np.ndarray, b: float) -> bytes:
+    if config.dense:
+        weights: np.ndarray | dict[str, float] = w
+    else:
+        nz = np.flatnonzero(w)
+        weights = dict(zip(map(str, nz.tolist()), w[nz].tolist(), strict=True))
+    return orjson.dumps(
+        {"target": target, "weights": weights, "bias": b}, option=orjson.OPT_SERIALIZE_NUMPY
     )
+
+
+def _rows(config: ModelConfig, w: np.ndarray, b: np.ndarray) -> Iterator[bytes]:
+    """The rows of a WeightsResponse as JSON, one at a time."""
+    yield b"["
+    for i, target in enumerate(row_targets(config)):
+        yield (b"," if i else b"") + _row_json(config, target, w[i], float(b[i]))
+    yield b"]"
+
+
+async def weights_body(rep: Replica) -> AsyncIterator[bytes]:
+    """A WeightsResponse as JSON, streamed row by row from a snapshot of the weights."""
+    cfg, w = rep.config, rep.weights  # (read, and copied, with no await between: one version)
+    head = {"model": rep.name, "version": w.version, "seen": w.seen}
+    rows = (w.w.copy(), w.b.copy())
+    averaged = w.averaged() if cfg.averaged else None
+    if averaged is not None and averaged[0] is w.w:  # (no example seen: the weights)
+        averaged = rows
+    yield orjson.dumps(head)[:-1] + b',"rows":'
+    for chunk in _rows(cfg, *rows):
+        yield chunk
+        await asyncio.sleep(0)  # the worker's other requests go on between rows
+    if averaged is None:
+        yield b',"averaged":null}'
+        return
+    yield b',"averaged":'
+    for chunk in _rows(cfg, *averaged):
+        yield chunk
+        await asyncio.sleep(0)
+    yield b"}"
+
+
+class WeightsStream(StreamingResponse):
+    """GET /models/{name}/weights: a WeightsResponse, streamed; the weights of a large model
+    one request of a worker at a time (LARGE_WEIGHTS), within WEIGHTS_SEND_S."""
+
+    def __init__(self, rep: Replica) -> None:
+        super().__init__(weights_body(rep), media_type="application/json")
+        self.large = rep.config.n_rows * rep.config.dim >= LARGE_WEIGHTS
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def sending(message: Any) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            async with asyncio.timeout(WEIGHTS_SEND_S):
+                async with _ONE_LARGE_AT_A_TIME if self.large else nullcontext():
+                    await super().__call__(scope, receive, sending)
+        except TimeoutError:
+            if not started:
+                await busy(scope, receive, send)
+            # else a client that stopped reading: the answer ends unfinished, and the server
+            # closes its connection (a truncated body, never a complete wrong one)
+
+
+async def busy(scope: Any, receive: Any, send: Any) -> None:
+    code = "weights_busy"
+    await json_response(
+        {
+            "detail": "This worker is sending the weights of a large model to other clients; "
+            "retry shortly.",
+            "code": code,
+        },
+        503,
+        headers={"Retry-After": "5"},
+    )(scope, receive, send)
 
 
 def predict_batch_response(config: ModelConfig, preds: Sequence[Predicted]) -> PredictBatchResponse:
