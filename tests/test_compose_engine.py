@@ -143,7 +143,10 @@ def stack() -> Iterator[Stack]:
     secrets += [(ROOT / "secrets" / f).read_text().strip() for f in secret_files[1:]]
     s = Stack(env, f"http://127.0.0.1:{http_port}", https_port, keys, secrets)
     try:
-        s.compose("up", "-d", "--build", "--pull", "never", "--wait")
+        try:
+            s.compose("up", "-d", "--build", "--pull", "never", "--wait")
+        except AssertionError as e:  # with what the services said
+            raise AssertionError(f"{e}\n{s.compose('logs', '--tail', '20')[-4000:]}") from None
         s.ready()
         yield s
     finally:
