@@ -10,7 +10,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import Conflict, InvalidInput, ModelNotFound, ModelStateLost, Unavailable
+from .errors import (
+    Conflict,
+    InvalidInput,
+    ModelNotFound,
+    ModelStateLost,
+    Unavailable,
+    store_unavailable,
+)
 from .export_format import export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
@@ -64,7 +71,10 @@ class Models:
         """:meth:`guard` on the store's condition as it is now, not as the last watch saw it
         (one INFO command): before a change that must not happen on a store that may evict
         keys, such as making a model whose evicted keys left no trace."""
-        await asyncio.wait_for(self.check_store(), _RECHECK_TIMEOUT_S)
+        try:
+            await asyncio.wait_for(self.check_store(), _RECHECK_TIMEOUT_S)
+        except TimeoutError:  # (a store that does not answer in time: as one that is down)
+            raise store_unavailable() from None
         self.guard()
 
     async def explain(self, code: str) -> Unavailable | None:
