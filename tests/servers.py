@@ -114,6 +114,12 @@ class ServiceThread:
         self.server.should_exit = True
         self.thread.join(10)
 
+    def __enter__(self) -> ServiceThread:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
 
 class ServiceProcess:
     """``perceptron serve`` as a real process (with its own uvicorn workers)."""

@@ -138,9 +138,7 @@ def stack() -> Iterator[Stack]:
         if line.strip() and not line.startswith("#"):
             role, key = line.split(":", 1)
             keys.setdefault(role.strip(), key.strip())
-    secret_files = ["api_keys", "redis_password"]
-    secrets = [k for k in keys.values()]
-    secrets += [(ROOT / "secrets" / f).read_text().strip() for f in secret_files[1:]]
+    secrets = [*keys.values(), (ROOT / "secrets" / "redis_password").read_text().strip()]
     s = Stack(env, f"http://127.0.0.1:{http_port}", https_port, keys, secrets)
     try:
         try:

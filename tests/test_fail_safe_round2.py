@@ -545,33 +545,34 @@ def test_a_policy_that_evicts_is_named_at_once_not_at_the_next_check(redis_url: 
     import redis
 
     from service.settings import Settings
+    from service.store.keys import REGISTRY
 
     from .servers import ServiceThread
 
     settings = Settings(redis_url=redis_url, auth=False, store_check_s=3600, default_model=False)
-    service = ServiceThread(settings).start()
-    try:
-        with httpx.Client(base_url=service.url) as c, redis.Redis.from_url(redis_url) as r:
-            ok(c.put("/models/m", json={"n_features": 1}))
-            ok(c.post("/learn", json={"model": "m", "features": [1], "label": -1}))
-            r.config_set("maxmemory-policy", "allkeys-lru")
-            try:
-                for key in [*r.scan_iter(match="pcp:{m}:*"), "pcp:models"]:
-                    r.delete(key)  # evicted: the model's keys and the registry with them
-                error(c.get("/models/m"), 503, "store_evicts_keys")
-                error(
-                    c.post("/learn", json={"model": "m", "features": [1], "label": 1}),
-                    503,
-                    "store_evicts_keys",
-                )
-                error(c.put("/models/m", json={"n_features": 1}), 503, "store_evicts_keys")
-            finally:
-                r.config_set("maxmemory-policy", "noeviction")
-            # The refusal looked again: the client's retry finds the store serving.
-            c.get("/models/m")
-            error(c.get("/models/m"), 404, "model_not_found")  # (all trace of it is gone)
-    finally:
-        service.stop()
+    with (
+        ServiceThread(settings) as service,
+        httpx.Client(base_url=service.url) as c,
+        redis.Redis.from_url(redis_url) as r,
+    ):
+        ok(c.put("/models/m", json={"n_features": 1}))
+        ok(c.post("/learn", json={"model": "m", "features": [1], "label": -1}))
+        r.config_set("maxmemory-policy", "allkeys-lru")
+        try:
+            for key in [*r.scan_iter(match="pcp:{m}:*"), REGISTRY]:
+                r.delete(key)  # evicted: the model's keys and the registry with them
+            error(c.get("/models/m"), 503, "store_evicts_keys")
+            error(
+                c.post("/learn", json={"model": "m", "features": [1], "label": 1}),
+                503,
+                "store_evicts_keys",
+            )
+            error(c.put("/models/m", json={"n_features": 1}), 503, "store_evicts_keys")
+        finally:
+            r.config_set("maxmemory-policy", "noeviction")
+        # The refusal looked again: the client's retry finds the store serving.
+        c.get("/models/m")
+        error(c.get("/models/m"), 404, "model_not_found")  # (all trace of it is gone)
 
 
 # -- 12. a key named twice in one object is refused, wherever it is -----------------------
@@ -674,25 +675,20 @@ def test_a_learn_waiting_on_a_model_deleted_meanwhile_is_answered_at_once(
     from .servers import ServiceThread, wait_until
 
     settings = Settings(redis_url=redis_url, auth=False, default_model=False, learn_wait_s=20)
-    service = ServiceThread(settings).start()
-    try:
-        with (
-            httpx.Client(base_url=service.url, timeout=60) as c,
-            redis.Redis.from_url(redis_url) as r,
-            concurrent.futures.ThreadPoolExecutor(1) as pool,
-        ):
-            ok(c.put("/models/m", json={"n_features": 1}))
-            r.set(ModelKeys("m").writer, "a stalled writer", px=60_000)  # takes nothing
-            waiting = pool.submit(
-                c.post, "/learn", json={"model": "m", "features": [1], "label": 1}
-            )
-            wait_until(lambda: r.hlen(ModelKeys("m").reqs) == 1, what="the learn queued")
-            assert c.delete("/models/m").status_code == 204
-            started = time.monotonic()
-            error(waiting.result(timeout=30), 404, "model_not_found")
-            assert time.monotonic() - started < 2, "waited for its deadline"
-    finally:
-        service.stop()
+    with (
+        ServiceThread(settings) as service,
+        httpx.Client(base_url=service.url, timeout=60) as c,
+        redis.Redis.from_url(redis_url) as r,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        ok(c.put("/models/m", json={"n_features": 1}))
+        r.set(ModelKeys("m").writer, "a stalled writer", px=60_000)  # takes nothing
+        waiting = pool.submit(c.post, "/learn", json={"model": "m", "features": [1], "label": 1})
+        wait_until(lambda: r.hlen(ModelKeys("m").reqs) == 1, what="the learn queued")
+        assert c.delete("/models/m").status_code == 204
+        started = time.monotonic()
+        error(waiting.result(timeout=30), 404, "model_not_found")
+        assert time.monotonic() - started < 2, "waited for its deadline"
 
 
 def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learned(
@@ -752,34 +748,30 @@ def test_the_weights_of_a_large_model_go_to_one_client_at_a_time_and_never_for_l
 
     monkeypatch.setattr(views, "WEIGHTS_SEND_S", 1.5)
     settings = Settings(redis_url=redis_url, auth=False, default_model=False)
-    service = ServiceThread(settings).start()
-    try:
-        with httpx.Client(base_url=service.url, timeout=30) as c:
-            classes = list(range(40))  # ovr: 40 rows of 100,000, past LARGE_WEIGHTS
-            ok(c.put("/models/big", json={"n_features": 100_000, "classes": classes}))
-            ok(c.put("/models/small", json={"n_features": 2}))
-            whole = c.get("/models/big/weights").json()
-            assert len(whole["rows"]) == 40 and whole["rows"][0]["weights"] == [0.0] * 100_000
-            with socket.socket() as stalled:
-                stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-                stalled.connect(("127.0.0.1", service.port))
-                stalled.sendall(b"GET /models/big/weights HTTP/1.1\r\nHost: x\r\n\r\n")
-                time.sleep(0.3)  # its answer fills the buffers between them, and stalls
-                started = time.monotonic()
-                # A small model's weights do not wait for the large one's turn.
-                assert ok(c.get("/models/small/weights"))["rows"][0]["weights"] == [0.0, 0.0]
-                assert time.monotonic() - started < 1
-                monkeypatch.setattr(views, "WEIGHTS_SEND_S", 0.3)  # (for the next ones)
-                r = c.get("/models/big/weights")  # waits its turn, and gives up
-                error(r, 503, "weights_busy")
-                assert r.headers["retry-after"] == "5"
-                time.sleep(1.5)  # the stalled client's turn ends: its connection is closed
-                assert ok(c.get("/models/big/weights"))["version"] == 0
-                stalled.settimeout(10)
-                received = b""
-                while chunk := stalled.recv(1 << 20):
-                    received += chunk
-                assert b'"rows":' in received  # part of the answer, then closed
-                assert len(received) < len(c.get("/models/big/weights").content)
-    finally:
-        service.stop()
+    with ServiceThread(settings) as service, httpx.Client(base_url=service.url, timeout=30) as c:
+        classes = list(range(40))  # ovr: 40 rows of 100,000, past LARGE_WEIGHTS
+        ok(c.put("/models/big", json={"n_features": 100_000, "classes": classes}))
+        ok(c.put("/models/small", json={"n_features": 2}))
+        whole = c.get("/models/big/weights").json()
+        assert len(whole["rows"]) == 40 and whole["rows"][0]["weights"] == [0.0] * 100_000
+        with socket.socket() as stalled:
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.connect(("127.0.0.1", service.port))
+            stalled.sendall(b"GET /models/big/weights HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.3)  # its answer fills the buffers between them, and stalls
+            started = time.monotonic()
+            # A small model's weights do not wait for the large one's turn.
+            assert ok(c.get("/models/small/weights"))["rows"][0]["weights"] == [0.0, 0.0]
+            assert time.monotonic() - started < 1
+            monkeypatch.setattr(views, "WEIGHTS_SEND_S", 0.3)  # (for the next ones)
+            r = c.get("/models/big/weights")  # waits its turn, and gives up
+            error(r, 503, "weights_busy")
+            assert r.headers["retry-after"] == "5"
+            time.sleep(1.5)  # the stalled client's turn ends: its connection is closed
+            assert ok(c.get("/models/big/weights"))["version"] == 0
+            stalled.settimeout(10)
+            received = b""
+            while chunk := stalled.recv(1 << 20):
+                received += chunk
+            assert b'"rows":' in received  # part of the answer, then closed
+            assert len(received) < len(c.get("/models/big/weights").content)

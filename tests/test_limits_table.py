@@ -266,9 +266,8 @@ def test_each_limit_of_the_http_server_at_its_edge_and_one_past_it(
 
     from .servers import ServiceThread
 
-    server = ServiceThread(Settings(redis_url=redis_url, auth=False)).start()
-    try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            WALKS[number](client, table()[number][1])
-    finally:
-        server.stop()
+    with (
+        ServiceThread(Settings(redis_url=redis_url, auth=False)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
+    ):
+        WALKS[number](client, table()[number][1])

@@ -107,17 +107,15 @@ async def weights_body(rep: Replica) -> AsyncIterator[bytes]:
     averaged = w.averaged() if cfg.averaged else None
     if averaged is not None and averaged[0] is w.w:  # (no example seen: the weights)
         averaged = rows
-    yield orjson.dumps(head)[:-1] + b',"rows":'
-    for chunk in _rows(cfg, *rows):
-        yield chunk
-        await asyncio.sleep(0)  # the worker's other requests go on between rows
-    if averaged is None:
-        yield b',"averaged":null}'
-        return
-    yield b',"averaged":'
-    for chunk in _rows(cfg, *averaged):
-        yield chunk
-        await asyncio.sleep(0)
+    yield orjson.dumps(head)[:-1]  # (its closing brace comes last)
+    for key, part in ((b"rows", rows), (b"averaged", averaged)):
+        yield b',"' + key + b'":'
+        if part is None:
+            yield b"null"
+            continue
+        for chunk in _rows(cfg, *part):
+            yield chunk
+            await asyncio.sleep(0)  # the worker's other requests go on between rows
     yield b"}"
 
 
