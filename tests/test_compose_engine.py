@@ -6,8 +6,8 @@ The engine and the base images come from ``../shared/compose/standins.sh`` (or t
 stand-ins for the python, redis and nginx images. The stack runs as its own compose project
 on free loopback ports, beside any stack of the checkout, and is taken down with its volumes
 at the end. Where the engine cannot start, the module fails with the reason: it is never
-skipped. First run on a machine: about 4-5 minutes (debootstrap, the API image); then about
-1.5 minutes, the images cached (docs/deployment.md).
+skipped. About 1.5 minutes with the images cached; a machine's first run also builds the
+stand-ins and the API image (docs/deployment.md).
 """
 
 from __future__ import annotations
