@@ -73,10 +73,20 @@ def _dense_values(xs: list[Example]) -> memoryview | bytes:
     return np.concatenate([x.values for x in xs]).astype("<f8", copy=False).tobytes()
 
 
-def request_token(data: bytes) -> str:
-    """The token of a request, to answer it even when its examples cannot be read."""
-    token: bytes = _HEAD.unpack_from(data)[1]
-    return token.decode()
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    token: str
+    deadline_ms: int
+    epoch: str
+
+
+def request_head(data: bytes) -> RequestHead:
+    """A request's token, deadline and epoch, read before its examples: the token answers it
+    even when they cannot be read, and the epoch names the configuration that reads them."""
+    kind, token, deadline_ms, epoch, _ = _HEAD.unpack_from(data)
+    if kind != b"L":
+        raise ValueError("not a learn request")
+    return RequestHead(token.decode(), deadline_ms, epoch.decode())
 
 
 def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:

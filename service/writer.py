@@ -37,7 +37,7 @@ from .handoff import (
     UNLEARNED_ANSWER,
     pack_error,
     pack_request,
-    request_token,
+    request_head,
     unpack_answer,
     unpack_request,
 )
@@ -256,21 +256,25 @@ class Writers:
         """Learn one handed-off request: its commit answers it (scripts.LEARN); or answer it
         with the error that kept it from being learned."""
         try:
-            token = request_token(data)
+            head = request_head(data)
         except Exception:
             log.error("model %r's queue held something that is not a learn request", name)
             return
+        token = head.token
         try:
-            rep = await self._replica(name, False)
-            request = unpack_request(data, rep.config.n_features)
-            if request.deadline_ms < self.clock() * 1000:
+            if head.deadline_ms < self.clock() * 1000:
                 # its requester no longer waits: it withdraws it and answers 503, not learned
                 await self.store.refuse_learn(name, token, UNLEARNED_ANSWER)
                 return
-            if request.epoch != rep.epoch:  # one of the two copies is older than the model
+            rep = await self._replica(name, False)
+            if head.epoch != rep.epoch:  # one of the two copies is older than the model
                 rep = await self._replica(name, True)
-                if request.epoch != rep.epoch:
+                if head.epoch != rep.epoch:
                     raise StaleModel(name)
+            # Read with the configuration of the model it was made for, only now known: read
+            # with another one's (a replica older than the model), its examples were misread,
+            # then learned, and every copy of the model failed to apply them.
+            request = unpack_request(data, rep.config.n_features)
             await self._learn_here(rep, request.examples, token)
             return
         except StaleModel:

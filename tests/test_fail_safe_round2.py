@@ -481,6 +481,56 @@ def test_a_worker_that_has_not_noticed_a_model_made_anew_answers_as_the_new_mode
         two.stop()
 
 
+def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_made_for(
+    redis_url: str,
+) -> None:
+    """A model deleted and made anew with 2 features where it had 1: its writer, still
+    holding a copy of the old model, read a request made for the new one with the old
+    configuration (one feature an example), then found the new model and learned what it had
+    misread; every copy of the model then failed to apply its log (500 on export)."""
+    import secrets
+
+    from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
+    from service.learner.features import encode_matrix
+    from service.store import ModelKeys
+
+    from .test_writers import _close, _worker
+
+    async def main() -> None:
+        writer, other = _worker(redis_url), _worker(redis_url)
+        try:
+            await writer.models.create_model("m", {"n_features": 1})
+            await writer.replicas.get("m")  # the writer's copy: the old model
+            await other.models.delete_model("m")
+            await other.models.create_model("m", {"n_features": 2})
+            rep = await other.replicas.get("m")
+            xs = encode_matrix(rep.config, np.array([1.0, 2.0, -3.0, 0.5]))
+            token = secrets.token_urlsafe(16)
+            deadline_ms = int(time.time() * 1000) + 60_000
+            request = pack_request(token, deadline_ms, rep.epoch, [(xs[0], 0), (xs[1], 1)])
+            me = writer.learning.writers.me
+            assert await writer.store.claim_writer("m", me, 60_000)
+            assert not await other.store.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+            )
+            assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
+            await writer.learning.writers._serve("m", request)
+            answer = await other.store.wait_answer("m", token, 5)
+            assert answer is not None
+            _, updated, versions = unpack_answer(answer)
+            # The perceptron on the two examples: [1, 2] labelled -1 is a mistake (w = -[1, 2],
+            # b = -1); [-3, 0.5] labelled 1 then scores 3 - 1 - 1 = 1, right.
+            assert updated == [True, False] and versions == [1, 1]
+            current = await other.replicas.current("m")
+            assert current.weights.w.tolist() == [[-1.0, -2.0]]
+            assert current.weights.b.tolist() == [-1.0]
+            await other.store.client.delete(ModelKeys("m").writer)
+        finally:
+            await _close(writer, other)
+
+    asyncio.run(main())
+
+
 # -- 2. a model whose keys are gone is lost, never made anew or served ---------------------
 
 
