@@ -41,11 +41,16 @@ class Coalescer(Generic[Item, Result]):
         return not self._tasks and not self._queue
 
     async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
+        return await self.enqueue(items, tag)
+
+    def enqueue(self, items: list[Item], tag: str | None = None) -> asyncio.Future[list[Result]]:
+        """Queue a request at once (in the caller's turn of the event loop); its results
+        come in the future returned."""
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         self._queue.append((items, tag, future))
         if len(self._tasks) < self._concurrency:
             self._tasks.add(asyncio.create_task(self._drain()))
-        return await future
+        return future
 
     def _take(self) -> list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]]:
         """The requests of the next commit, off the queue: the oldest, and those after it that

@@ -79,7 +79,13 @@ class Learning:
         self.replicas = replicas
         self.clock = clock
         self.writers = Writers(
-            store, settings, clock, self._writer_replica, self._learn_here, self._learning
+            store,
+            settings,
+            clock,
+            self._writer_replica,
+            replicas.peek,
+            self._learn_here,
+            self._learning,
         )
         # Whether this worker's learn commits are a model writer's (writer.py): they hold
         # the model against feedback when they find it moved (scripts.LEARN).
@@ -289,14 +295,14 @@ class Learning:
         queue = rep.queues.get("learn") if rep is not None else None
         return queue is not None and not queue.idle
 
-    async def _learn_here(
+    def _learn_here(
         self, rep: Replica, examples: list[tuple[Example, int]], handed: str | None
-    ) -> list[Learned]:
-        """Learn on this worker's replica, in the group commit of the model's learns;
-        ``handed``: the token of a request handed over by another worker (``writer.py``)."""
-        c = self._coalescer("learn", rep, self._learn)
-        result: list[Learned] = await c.submit(examples, handed)
-        return result
+    ) -> asyncio.Future[list[Learned]]:
+        """Learn on this worker's replica, in the group commit of the model's learns, queued
+        at once; ``handed``: the token of a request handed over by another worker
+        (``writer.py``)."""
+        c: Coalescer[tuple[Example, int], Learned] = self._coalescer("learn", rep, self._learn)
+        return c.enqueue(examples, handed)
 
     async def _learn(
         self, rep: Replica, examples: list[tuple[Example, int]], handed: list[Span]

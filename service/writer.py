@@ -29,12 +29,14 @@ from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from functools import partial
+from typing import Any
 
 from .errors import OutcomeUnknown, ServiceError, StaleModel, Unavailable, learn_outcome_unknown
 from .group_commit import Coalescer, Span
 from .handoff import (
     NOT_QUEUED_ANSWER,
     UNLEARNED_ANSWER,
+    RequestHead,
     pack_error,
     pack_request,
     request_head,
@@ -80,18 +82,21 @@ class Writers:
         settings: Settings,
         clock: Callable[[], float],
         replica: Callable[[str, bool], Awaitable[Replica]],
-        learn_here: Callable[[Replica, Examples, str | None], Awaitable[list[Learned]]],
+        peek: Callable[[str], Replica | None],
+        learn_here: Callable[[Replica, Examples, str | None], asyncio.Future[list[Learned]]],
         learning: Callable[[str], bool],
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         self._replica = replica
+        self._peek = peek  # the replica this worker holds, if any, at once
         self._learn_here = learn_here
         self._learning = learning  # whether this worker has learns of the model in flight
         self.me = secrets.token_hex(8)
         self._writing: dict[str, asyncio.Task[None]] = {}
         self._held: set[str] = set()  # models whose lease this worker took (maybe lapsed)
+        self._refusing: set[asyncio.Future[None]] = set()
         self._closing = False
 
     def writes(self, name: str) -> bool:
@@ -122,8 +127,16 @@ class Writers:
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
         wait_ms = int(self.settings.learn_wait_s * 1000)
         try:
-            mine = await self.store.hand_off(
-                rep.name, self.me, LEASE_MS, token, request, wait_ms, NOT_QUEUED_ANSWER
+            # Queued, and its answer's first wait, in one round trip.
+            mine, first = await self.store.hand_off_and_wait(
+                rep.name,
+                self.me,
+                LEASE_MS,
+                token,
+                request,
+                wait_ms,
+                NOT_QUEUED_ANSWER,
+                min(ANSWER_WAIT_S, self.settings.learn_wait_s),
             )
         except StoreError as e:
             if not reply_lost(e):
@@ -131,7 +144,7 @@ class Writers:
             # maybe queued, and then maybe learned by the writer
             mine, answer = False, await self._settle(rep, token, e)
         else:
-            answer = b"" if mine else await self._answer(rep, token, deadline)
+            answer = b"" if mine else await self._answer(rep, token, deadline, first)
         if mine:
             self._start(rep.name)
             return await self._learn_here(rep, examples, None)
@@ -147,12 +160,14 @@ class Writers:
             for s, u, v, (_, t) in zip(served, updated, versions, examples, strict=True)
         ]
 
-    async def _answer(self, rep: Replica, token: str, deadline: float) -> bytes:
-        """The answer to a handed-off request; else a 503 that says it was not learned
-        (learn_timeout, or the store's error once the request is withdrawn), or
-        OutcomeUnknown when the store cannot tell."""
+    async def _answer(
+        self, rep: Replica, token: str, deadline: float, first: bytes | None
+    ) -> bytes:
+        """The answer to a handed-off request (``first``: what its first wait got); else a
+        503 that says it was not learned (learn_timeout, or the store's error once the
+        request is withdrawn), or OutcomeUnknown when the store cannot tell."""
         try:
-            return await self._wait_answer(rep, token, deadline)
+            return await self._wait_answer(rep, token, deadline, first)
         except StoreError as e:
             return await self._settle(rep, token, e)
 
@@ -173,16 +188,11 @@ class Writers:
             raise self._not_learned(rep.name)
         return answer
 
-    async def _wait_answer(self, rep: Replica, token: str, deadline: float) -> bytes:
+    async def _wait_answer(
+        self, rep: Replica, token: str, deadline: float, answer: bytes | None
+    ) -> bytes:
         name = rep.name
         while True:
-            left = deadline - self.clock()
-            if left <= 0:
-                answer = await self.store.withdraw_learn(name, token, rep.epoch)
-                if answer is None or answer == UNLEARNED_ANSWER:
-                    raise self._not_learned(name)
-                return answer
-            answer = await self.store.wait_answer(name, token, min(ANSWER_WAIT_S, left))
             if answer == UNLEARNED_ANSWER:  # refused by a writer whose clock is past the deadline
                 raise self._not_learned(name)
             if answer is not None:
@@ -201,6 +211,13 @@ class Writers:
             if not self.writes(name) and not self._closing:
                 if await self.store.claim_writer(name, self.me, LEASE_MS):
                     self._start(name)
+            left = deadline - self.clock()
+            if left <= 0:
+                answer = await self.store.withdraw_learn(name, token, rep.epoch)
+                if answer is None or answer == UNLEARNED_ANSWER:
+                    raise self._not_learned(name)
+                return answer
+            answer = await self.store.wait_answer(name, token, min(ANSWER_WAIT_S, left))
 
     def _not_learned(self, name: str) -> Unavailable:
         return Unavailable(
@@ -217,14 +234,15 @@ class Writers:
 
     async def _write(self, name: str) -> None:
         """Serve the model's queue while this worker holds its lease."""
-        in_flight: set[asyncio.Task[None]] = set()
+        in_flight: set[asyncio.Future[Any]] = set()
         idle_since = self.clock()
         try:
             while not self._closing:
                 if len(in_flight) >= MOST_IN_FLIGHT:  # renew the lease meanwhile
                     await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
                 room = max(1, MOST_IN_FLIGHT - len(in_flight))
-                taken = await self.store.take_learns(name, self.me, LEASE_MS, room)
+                # Waits up to WAIT_S for a request, and takes those queued, in one round trip.
+                taken = await self.store.take_learns(name, self.me, LEASE_MS, room, WAIT_S)
                 if taken is None:
                     break  # another worker writes the model now
                 if not taken:
@@ -232,13 +250,9 @@ class Writers:
                     if idle and self.clock() - idle_since > IDLE_S:
                         if await self.store.release_writer(name, self.me):
                             break
-                    await self.store.wait_learn(name, WAIT_S)
                     continue
                 idle_since = self.clock()
-                for request in taken:  # created in order: they join the group commit in order
-                    task = asyncio.create_task(self._serve(name, request))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
+                self._serve_all(name, taken, in_flight)
         except asyncio.CancelledError:
             raise
         except (StoreError, ServiceError) as e:
@@ -252,14 +266,45 @@ class Writers:
             if in_flight:
                 await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
 
-    async def _serve(self, name: str, data: bytes) -> None:
+    def _serve_all(
+        self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]
+    ) -> None:
+        for request in taken:
+            served = self._serve_now(name, request)
+            if served is not None:
+                in_flight.add(served)
+                served.add_done_callback(in_flight.discard)
+
+    def _serve_now(self, name: str, data: bytes) -> asyncio.Future[Any] | None:
         """Learn one handed-off request: its commit answers it (scripts.LEARN); or answer it
-        with the error that kept it from being learned."""
+        with the error that kept it from being learned. Queued for the model's next commit
+        at once, in this turn of the event loop, when this worker's replica is the model the
+        request was made for and it is still awaited (else ``_serve`` looks first)."""
         try:
             head = request_head(data)
         except Exception:
             log.error("model %r's queue held something that is not a learn request", name)
-            return
+            return None
+        rep = self._peek(name)
+        if rep is None or head.epoch != rep.epoch or head.deadline_ms < self.clock() * 1000:
+            return asyncio.ensure_future(self._serve(name, data, head))
+        try:
+            request = unpack_request(data, rep.config.n_features)
+        except Exception as e:
+            return asyncio.ensure_future(self._refuse(name, head.token, e))
+        learned = self._learn_here(rep, request.examples, head.token)
+        learned.add_done_callback(partial(self._refuse_failed, name, head.token))
+        return learned
+
+    def _refuse_failed(self, name: str, token: str, learned: asyncio.Future[Any]) -> None:
+        error = None if learned.cancelled() else learned.exception()
+        if error is not None:
+            task = asyncio.ensure_future(self._refuse(name, token, error))
+            self._refusing.add(task)
+            task.add_done_callback(self._refusing.discard)
+
+    async def _serve(self, name: str, data: bytes, head: RequestHead) -> None:
+        """``_serve_now``'s way when it cannot queue the request at once."""
         token = head.token
         try:
             if head.deadline_ms < self.clock() * 1000:
@@ -276,13 +321,17 @@ class Writers:
             # then learned, and every copy of the model failed to apply them.
             request = unpack_request(data, rep.config.n_features)
             await self._learn_here(rep, request.examples, token)
-            return
-        except StaleModel:
+        except Exception as e:
+            await self._refuse(name, token, e)
+
+    async def _refuse(self, name: str, token: str, error: BaseException) -> None:
+        """Answer a taken request with the error that kept it from being learned."""
+        if isinstance(error, StaleModel):
             answer = pack_error(ServiceError("The model was replaced.", code=STALE))
-        except (OutcomeUnknown, StoreError) as e:
+        elif isinstance(error, OutcomeUnknown | StoreError):
             # The store failed the writer. The answer below reaches the requester only if the
             # request still waits (REFUSE finds it taken, so no commit learned it): not learned.
-            log.warning("the writer of model %r could not learn a request: %s", name, e)
+            log.warning("the writer of model %r could not learn a request: %s", name, error)
             answer = pack_error(
                 Unavailable(
                     f"The model store failed while model {name!r}'s writer learned the "
@@ -290,10 +339,10 @@ class Writers:
                     code="store_unavailable",
                 )
             )
-        except ServiceError as e:
-            answer = pack_error(e)
-        except Exception:
-            log.exception("learning a handed-off request of model %r failed", name)
+        elif isinstance(error, ServiceError):
+            answer = pack_error(error)
+        else:
+            log.error("learning a handed-off request of model %r failed", name, exc_info=error)
             answer = pack_error(ServiceError("The model's writer failed; this is a bug."))
         # Only if it still waits: a commit whose reply was lost may have learned and answered it.
         with suppress(Exception):  # else its requester withdraws it at its deadline

@@ -124,7 +124,15 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     async def never(*args: Any) -> Any:
         raise AssertionError("not called")
 
-    writers = Writers(FullStore(), Settings(auth=False), time.time, never, never, lambda _: False)  # type: ignore[arg-type]
+    writers = Writers(
+        FullStore(),  # type: ignore[arg-type]
+        Settings(auth=False),
+        time.time,
+        never,
+        lambda _: None,
+        never,  # type: ignore[arg-type]
+        lambda _: False,
+    )
 
     async def run() -> None:
         writers._writing["m"] = asyncio.current_task()  # type: ignore[assignment]
@@ -514,7 +522,9 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
             )
             assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
-            await writer.learning.writers._serve("m", request)
+            served = writer.learning.writers._serve_now("m", request)
+            assert served is not None
+            await served
             answer = await other.store.wait_answer("m", token, 5)
             assert answer is not None
             _, updated, versions = unpack_answer(answer)
@@ -758,18 +768,20 @@ def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learne
         try:
             await worker.models.create_model("m", {"n_features": 4})
             rep = await worker.replicas.get("m")
-            real = store.hand_off
+            real = store.hand_off_and_wait
 
             async def reply_lost(*args: Any) -> bool:
-                await real(*args)  # ran: the lease taken, nothing queued
+                # ran (the lease taken, nothing queued) with its first wait, which took the
+                # answer that says so
+                assert (await real(*args))[0]
                 raise RedisConnectionError("Connection reset by peer")  # reply lost
 
-            store.hand_off = reply_lost  # type: ignore[method-assign,assignment]
+            store.hand_off_and_wait = reply_lost  # type: ignore[method-assign,assignment]
             with pytest.raises(RedisConnectionError) as raised:
                 await worker.learning.writers.learn(rep, _examples(rep, 2))
             # Answered as the store's error, which says to retry: it was not learned.
             assert service_error(raised.value).code == "store_unavailable"
-            store.hand_off = real  # type: ignore[method-assign]
+            store.hand_off_and_wait = real  # type: ignore[method-assign]
             assert (await store.read_meta("m") or {})["version"] == "0"
             assert worker.learning.writers.writes("m")  # and the lease it took is used
             learned = await worker.learning.writers.learn(rep, _examples(rep, 2))

@@ -11,7 +11,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import BusyLoadingError, RedisError
+from redis.exceptions import BusyLoadingError, NoScriptError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -525,27 +525,81 @@ class Store:
         )
         return int(reply) == 1
 
+    async def hand_off_and_wait(
+        self,
+        name: str,
+        me: str,
+        lease_ms: int,
+        token: str,
+        request: bytes,
+        wait_ms: int,
+        not_queued: bytes,
+        wait_s: float,
+    ) -> tuple[bool, bytes | None]:
+        """``hand_off``, then its first wait of up to ``wait_s`` for the answer, in one round
+        trip: (whether the caller learns it itself, the answer if one came). When the caller
+        does, the answer that says so is taken at once (the wait does not block)."""
+        k = ModelKeys(name)
+        keys = [k.writer, k.learns, k.taken, k.reqs, k.answer(token)]
+        keep_ms = max(1, wait_ms) + QUEUE_KEEP_S * 1000
+        args: list[Arg] = [me, lease_ms, token, request, keep_ms, not_queued]
+        wait = ("BLPOP", k.answer(token), wait_s)
+        reply, got = await self._with_wait(self._handoff, keys, args, wait, first=False)
+        return int(reply) == 1, None if got is None else _bytes(got[1])
+
+    async def _with_wait(
+        self, script: Any, keys: list[str], args: list[Arg], wait: tuple[Arg, ...], first: bool
+    ) -> tuple[Any, Any]:
+        """``script`` and a blocking ``wait`` command (before it when ``first``, else after
+        it) on one connection, in one round trip: (the script's reply, the wait's). A script
+        Redis no longer holds (after a restart) is loaded, and both are sent again: it did not
+        run. (A cluster's client pipelines no script: there, two round trips.)"""
+        if self._sharded:
+            got = await self.client.execute_command(*wait) if first else None
+            reply = await script(keys=keys, args=args)
+            if not first:
+                got = await self.client.execute_command(*wait)
+            return reply, got
+        for _ in range(2):
+            async with self.client.pipeline(transaction=False) as pipe:
+                if first:
+                    pipe.execute_command(*wait)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                if not first:
+                    pipe.execute_command(*wait)
+                replies = await pipe.execute(raise_on_error=False)
+            got, reply = replies if first else reversed(replies)
+            if isinstance(reply, NoScriptError):
+                await self.client.script_load(script.script)
+                continue
+            for r in (reply, got):
+                if isinstance(r, Exception):
+                    raise r
+            return reply, got
+        raise NoScriptError("the script could not be loaded")
+
     async def claim_writer(self, name: str, me: str, lease_ms: int) -> bool:
         """Take the lease if no worker holds it."""
         k = ModelKeys(name)
         return int(await self._claim(keys=[k.writer, k.learns, k.taken], args=[me, lease_ms])) == 1
 
-    async def take_learns(self, name: str, me: str, lease_ms: int, most: int) -> list[bytes] | None:
-        """Renew the lease and take up to ``most`` queued requests; None: another holds it."""
+    async def take_learns(
+        self, name: str, me: str, lease_ms: int, most: int, wait_s: float = 0.0
+    ) -> list[bytes] | None:
+        """Renew the lease and take up to ``most`` queued requests, after waiting up to
+        ``wait_s`` for one (in the same round trip); None: another holds it."""
         k = ModelKeys(name)
-        reply = await self._take(
-            keys=[k.writer, k.learns, k.taken, k.reqs], args=[me, lease_ms, most]
-        )
+        keys = [k.writer, k.learns, k.taken, k.reqs]
+        args: list[Arg] = [me, lease_ms, most]
+        if wait_s > 0:
+            # (BLMOVE to its own list, from the head to the head: waits, moves nothing)
+            wait = ("BLMOVE", k.learns, k.learns, "LEFT", "LEFT", wait_s)
+            reply, _ = await self._with_wait(self._take, keys, args, wait, first=True)
+        else:
+            reply = await self._take(keys=keys, args=args)
         if int(reply[0]) == 0:
             return None
         return [_bytes(r) for r in reply[1:]]
-
-    async def wait_learn(self, name: str, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` for a queued request, without taking it; whether one is."""
-        learns = ModelKeys(name).learns
-        # (redis-py types BLMOVE's timeout as whole seconds; Redis takes fractions)
-        got = await self.client.execute_command("BLMOVE", learns, learns, "LEFT", "LEFT", wait_s)
-        return got is not None
 
     async def release_writer(self, name: str, me: str, force: bool = False) -> bool:
         """Give the lease up, unless requests are waiting (or ``force``); whether it was."""

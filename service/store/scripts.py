@@ -567,8 +567,9 @@ return 1
 # ms, ARGV[3] = request token, ARGV[4] = request, ARGV[5] = ms the queue's keys must live for
 # it (to its deadline, and a lease more), ARGV[6] = the answer that says it was not queued
 # returns 1 when the caller holds, or just took, the lease (it learns the request itself;
-# nothing queued, and the answer key says so, for a requester whose reply was lost: WITHDRAW
-# then finds it never queued, not learned), 0 when the request was queued for the writer
+# nothing queued, and the answer key says so twice: once for the wait sent with this script,
+# which takes it at once, and once for a requester whose reply was lost, whose WITHDRAW then
+# finds it never queued, not learned), 0 when the request was queued for the writer
 HANDOFF = (
     _CONSTANTS
     + _ACQUIRE
@@ -582,7 +583,7 @@ if holder and holder ~= ARGV[1] then
   return 0
 end
 if not holder then acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) end
-redis.call('RPUSH', KEYS[5], ARGV[6])
+redis.call('RPUSH', KEYS[5], ARGV[6], ARGV[6])
 redis.call('EXPIRE', KEYS[5], ANSWER_TTL_S)
 return 1
 """
