@@ -116,3 +116,13 @@ class PredictionNotFound(NotFound):
 
 class StaleModel(Exception):
     """The model was deleted and created again since this worker read its configuration."""
+
+
+class NotWriter(Unavailable):
+    """A commit as the model's writer, refused: another worker holds its lease now, or none
+    does (it lapsed). Nothing was written; the worker hands its examples over instead."""
+
+    code = "model_busy"
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Model {name!r}'s writer changed; retry shortly.")

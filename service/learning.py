@@ -33,19 +33,20 @@ from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import Features, encode, encode_many, encode_matrix
 from .learner.perceptron import apply
 from .names import PredictionId
-from .protocol import Bucket, Held, Made, RequestsGone, Status, SyncData
+from .protocol import Bucket, Held, Lease, Made, RequestsGone, Status, SyncData
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
 from .store import Store, StoreError, reply_lost
 from .store.refusals import service_error
-from .writer import GROUP_MOST, NOT_LEARNED, Learned, Writers
+from .writer import GROUP_MOST, LEASE_MS, NOT_LEARNED, Learned, Writers
 
 log = logging.getLogger("perceptron")
 
 # A batch: examples one by one, or a dense model's feature values laid end to end (packed).
 Batch = Sequence[Features] | np.ndarray
-HOLD_POLL_MS = 5  # how often feedback looks again at a model its writer holds
+# The longest one wait of feedback for a model its writer holds, before it looks again.
+HOLD_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +88,12 @@ class Learning:
             self._learn_here,
             self._learning,
         )
-        # Whether this worker's learn commits are a model writer's (writer.py): they hold
-        # the model against feedback when they find it moved (scripts.LEARN).
-        self._writes = settings.one_writer and not store.embedded
+        # This worker's lease when its learn commits are a model writer's (writer.py): they
+        # commit only while it holds the model's lease, and hold the model against feedback
+        # when they find it moved (scripts.LEARN).
+        self._lease = (
+            Lease(self.writers.me, LEASE_MS) if settings.one_writer and not store.embedded else None
+        )
 
     async def close(self) -> None:
         await self.writers.close()
@@ -241,13 +245,15 @@ class Learning:
             )
             if not isinstance(batch, Held):
                 break
-            # The model's writer holds it for one commit (milliseconds; HOLD_MS if it died).
-            if self.clock() > deadline:
+            # The model's writer holds it for one commit (milliseconds; HOLD_MS if it died),
+            # and wakes this call when it lets go.
+            left = deadline - self.clock()
+            if left <= 0:
                 raise Unavailable(
                     f"Model {rep.name!r} stayed held by its writer; retry shortly.",
                     code="model_busy",
                 )
-            await asyncio.sleep(min(batch.ms, HOLD_POLL_MS) / 1000)
+            await self.store.wait_unheld(rep.name, min(batch.ms / 1000, HOLD_WAIT_S, left))
         out: list[Feedback | ServiceError] = []
         for item in batch.items:
             if item.status == Status.UNKNOWN:
@@ -346,7 +352,7 @@ class Learning:
             ]
             try:
                 res = await self.store.commit_learn(
-                    rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._writes
+                    rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._lease
                 )
             except StoreError as e:
                 if reply_lost(e):  # sent, and its reply lost: it may have run

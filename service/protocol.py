@@ -29,6 +29,7 @@ class Status(IntEnum):
     REQUESTS_GONE = -7  # handed-off learns that no longer wait for this commit: {-7, tokens...}
     HELD = -8  # the model is held for its writer's next commit: {-8, ms left}
     BAD_LABEL = -9  # a feedback item's label is none of the classes of its prediction's model
+    NOT_WRITER = -10  # a writer's commit whose lease another worker holds now, or none does
 
 
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
@@ -41,7 +42,7 @@ ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is
 # them: long after any deadline, and long enough that a volatile-* policy evicts pending
 # predictions (which live a feedback_ttl_s) before a queue that is in use.
 QUEUE_KEEP_S = 86_400
-HOLD_MS = 1000  # feedback waits at most this long for a writer that holds the model and died
+HOLD_MS = 500  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # The most a version or a counter may be where it enters the store (an import; a count that
 # reaches it by learning would take a century at ten million examples a second). Lua counts in
@@ -187,6 +188,14 @@ class LearnResult:
     version: int
     seen: int
     log_length: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A model writer's lease (``writer.py``): its holder, and how long a renewal keeps it."""
+
+    holder: str
+    ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,14 @@ from contextlib import suppress
 from functools import partial
 from typing import Any
 
-from .errors import OutcomeUnknown, ServiceError, StaleModel, Unavailable, learn_outcome_unknown
+from .errors import (
+    NotWriter,
+    OutcomeUnknown,
+    ServiceError,
+    StaleModel,
+    Unavailable,
+    learn_outcome_unknown,
+)
 from .group_commit import Coalescer, Span
 from .handoff import (
     NOT_QUEUED_ANSWER,
@@ -59,14 +66,20 @@ Examples = list[tuple[Example, int]]
 # commit left out (another writer learned it, or its requester withdrew it): never read.
 NOT_LEARNED: Learned = ("", False, False, -1)
 
-LEASE_MS = 2000  # a writer that stops renewing is replaced after this
+# A writer that stops renewing its lease (it renews it at least every WAIT_S, and at each
+# commit) is replaced this long after it last did, by a requester that looks within
+# ANSWER_WAIT_S: learning stops for at most about half a second when a writer dies or stalls.
+# A writer busy longer than this in one go (the largest requests) may lose its lease, safely:
+# only the lease's holder commits (scripts.LEARN).
+LEASE_MS = 400
 WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
-ANSWER_WAIT_S = 0.25  # a requester's wait for its answer before it checks on the writer
+ANSWER_WAIT_S = 0.1  # a requester's wait for its answer before it checks on the writer
 MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
 # Hand-overs of one worker for one model in flight at once: the writer learns those waiting
 # together, and each waits for a busy writer's event loop several times over.
 HAND_OVERS_IN_FLIGHT = 4
+LEASE_MOVES = 3  # times a hand-over is sent again when the lease moved under its commit
 STALE = "stale_model"  # the answer's code when the model was replaced since the request
 # Examples one group commit (or one hand-over) may hold: several requests of up to
 # PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
@@ -108,8 +121,13 @@ class Writers:
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
         hand-overs are in flight share the next one (``group_commit.py``).
         """
-        if not self.settings.one_writer or self.store.embedded or rep.name in self._writing:
+        if not self.settings.one_writer or self.store.embedded:
             return await self._learn_here(rep, examples, None)
+        if rep.name in self._writing:
+            try:
+                return await self._learn_here(rep, examples, None)
+            except NotWriter:
+                pass  # its lease moved on: hand them over, as any other worker does
         group = rep.queues.get("hand-over")
         if group is None:
             most = max(self.settings.max_batch, GROUP_MOST)
@@ -120,8 +138,17 @@ class Writers:
         return result
 
     async def _hand_over(self, rep: Replica, examples: Examples, _: list[Span]) -> list[Learned]:
+        # A lease that moves between the hand-over and this worker's commit (it lapsed while
+        # the worker was slow) makes the commit NotWriter: the examples are handed over again.
+        for _attempt in range(LEASE_MOVES):
+            with suppress(NotWriter):
+                return await self._hand_over_once(rep, examples)
+        raise NotWriter(rep.name)
+
+    async def _hand_over_once(self, rep: Replica, examples: Examples) -> list[Learned]:
         if rep.name in self._writing:  # this worker became the writer meanwhile
-            return await self._learn_here(rep, examples, None)
+            with suppress(NotWriter):  # (and lost the lease since: hand them over)
+                return await self._learn_here(rep, examples, None)
         token = secrets.token_urlsafe(16)
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
@@ -326,6 +353,8 @@ class Writers:
 
     async def _refuse(self, name: str, token: str, error: BaseException) -> None:
         """Answer a taken request with the error that kept it from being learned."""
+        if isinstance(error, NotWriter):
+            return  # the lease's holder took it back (scripts._ACQUIRE), and learns it
         if isinstance(error, StaleModel):
             answer = pack_error(ServiceError("The model was replaced.", code=STALE))
         elif isinstance(error, OutcomeUnknown | StoreError):

@@ -21,14 +21,13 @@ import numpy as np
 import pytest
 import redis
 
-from service.errors import Unavailable
+from service.errors import NotWriter, Unavailable
 from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.settings import Settings
 from service.store import ModelKeys, open_store
 from service.worker import Worker
-from service.writer import NOT_LEARNED
 
 from .servers import ServiceProcess, running, wait_until
 
@@ -186,10 +185,13 @@ def _examples(rep: Any, n: int) -> list[tuple[Example, int]]:
 
 
 @pytest.mark.parametrize("first", ["new writer", "lapsed writer"])
-def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first: str) -> None:
+def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
+    redis_url: str, first: str
+) -> None:
     """A writer whose lease lapsed while it held a request, and the worker that took the lease
-    over (and the request back to the queue): whichever commits it first learns and answers
-    it; the other's commit leaves it out."""
+    over (and the request back to the queue): only the lease's holder commits, whichever
+    tries first; the lapsed writer's commit writes nothing (it was learned by whichever
+    committed first, and the other's commit left it out)."""
 
     async def main() -> None:
         lapsed, new = _worker(redis_url), _worker(redis_url)
@@ -200,22 +202,23 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             examples = _examples(reps[0], 7)
             token = secrets.token_urlsafe(16)
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
-            assert await store.claim_writer("m", "lapsed", 60_000)
+            old_id, new_id = lapsed.learning.writers.me, new.learning.writers.me
+            assert await store.claim_writer("m", old_id, 60_000)
             assert not await store.hand_off(
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
             )
-            assert await store.take_learns("m", "lapsed", 60_000, 10) == [request]
+            assert await store.take_learns("m", old_id, 60_000, 10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
-            assert await store.claim_writer("m", "new", 60_000)  # the request goes back
-            assert await store.take_learns("m", "new", 60_000, 10) == [request]
+            assert await store.claim_writer("m", new_id, 60_000)  # the request goes back
+            assert await store.take_learns("m", new_id, 60_000, 10) == [request]
 
-            order = [(new, reps[1]), (lapsed, reps[0])]
             if first == "lapsed writer":
-                order.reverse()
-            learned = await order[0][0].learning._learn_here(order[0][1], examples, token)
+                with pytest.raises(NotWriter):
+                    await lapsed.learning._learn_here(reps[0], examples, token)
+            learned = await new.learning._learn_here(reps[1], examples, token)
             assert [v for *_, v in learned] != [-1] * 7
-            left_out = await order[1][0].learning._learn_here(order[1][1], examples, token)
-            assert left_out == [NOT_LEARNED] * 7
+            with pytest.raises(NotWriter):
+                await lapsed.learning._learn_here(reps[0], examples, token)
 
             meta = await store.client.hgetall(ModelKeys("m").meta)
             assert int(meta[b"learned"]) == 7
@@ -227,6 +230,7 @@ def test_a_request_taken_by_two_writers_is_learned_by_one(redis_url: str, first:
             assert isinstance(answer, bytes)
             served, updated, _ = unpack_answer(answer)
             assert updated == [u for _, _, u, _ in learned]
+            await store.client.delete(k.writer)
         finally:
             await _close(lapsed, new)
 

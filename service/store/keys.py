@@ -74,6 +74,11 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:hold"
 
     @property
+    def wake(self) -> str:
+        """Where the writer's commit that lets go of ``hold`` wakes the feedback waiting on it."""
+        return f"{PREFIX}:{{{self.name}}}:wake"
+
+    @property
     def taken(self) -> str:
         """Tokens of the requests the writer took and has not answered yet."""
         return f"{PREFIX}:{{{self.name}}}:taken"
@@ -106,7 +111,7 @@ class ModelKeys:
     @property
     def handover(self) -> tuple[str, ...]:
         """The keys of the learn requests handed to the model's writer, and its lease."""
-        return (self.writer, self.learns, self.hold, self.taken, self.reqs)
+        return (self.writer, self.learns, self.hold, self.wake, self.taken, self.reqs)
 
     @property
     def pending_match(self) -> str:

@@ -18,6 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import (
     ModelNotFound,
     ModelStateLost,
+    NotWriter,
     OutcomeUnknown,
     StaleModel,
     TooManyPending,
@@ -32,6 +33,7 @@ from ..protocol import (
     Held,
     LearnBatch,
     LearnResult,
+    Lease,
     Made,
     Observations,
     RequestsGone,
@@ -433,7 +435,7 @@ class Store:
             args=[epoch, n_classes, when.bucket, when.keep, ttl_s, *labels],
         )
         if int(reply[0]) == Status.HELD:
-            return Held(int(reply[1]))
+            return Held(int(reply[1]))  # (wait_unheld waits for the writer to let go)
         self._check(name, reply)
         flat = [int(v) for v in reply[2:]]
         items = [_feedback_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
@@ -447,11 +449,13 @@ class Store:
         when: Bucket,
         batch: LearnBatch,
         answers: Sequence[tuple[str, bytes]] = (),
-        writer: bool = False,
+        writer: Lease | None = None,
     ) -> LearnResult | SyncData | RequestsGone:
         """Count and log learned examples, if the caller's copy was current. A model's
-        ``writer`` holds the model when it was not (scripts.LEARN); ``answers``: (token,
-        answer) of each handed-off request the commit learns."""
+        ``writer`` commits only while it holds the lease, renews it, and holds the model when
+        its copy was not current (scripts.LEARN; NotWriter when another worker holds the
+        lease, or none does); ``answers``: (token, answer) of each handed-off request the
+        commit learns."""
         keys = ModelKeys(name)
         args: list[Arg] = [
             epoch,
@@ -476,16 +480,25 @@ class Store:
             keys.recent,
             keys.curve,
         ]
-        if writer or answers:
-            script_keys += [keys.hold, keys.taken, keys.reqs, *(keys.answer(t) for t, _ in answers)]
+        if writer is not None:
+            script_keys += [keys.hold, keys.taken, keys.reqs, keys.writer, keys.wake]
+            script_keys += [keys.answer(t) for t, _ in answers]
+            args += [writer.holder, writer.ms]
             for token, data in answers:
                 args += [token, data]
         reply = await self._learn(keys=script_keys, args=args)
+        if int(reply[0]) == Status.NOT_WRITER:
+            raise NotWriter(name)
         if int(reply[0]) == Status.REQUESTS_GONE:
             return RequestsGone(frozenset(_str(t) for t in reply[1:]))
         if self._check(name, reply) == Status.DONE:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
         return await self._sync_data(keys, reply, made.version)
+
+    async def wait_unheld(self, name: str, wait_s: float) -> None:
+        """Wait until the model's writer lets go of the hold a feedback call found (its
+        commit wakes each), or at most ``wait_s``."""
+        await self.client.blpop([ModelKeys(name).wake], timeout=wait_s)
 
     async def compact(self, name: str, epoch: str, version: int, data: bytes) -> bool:
         """Replace the log up to ``version`` with the packed weights at that version."""

@@ -352,7 +352,10 @@ local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= ARGV[1] then return {STALE_EPOCH} end
 local held = redis.call('PTTL', KEYS[8])
-if held > 0 then return {HELD, held} end
+if held > 0 then
+  redis.call('INCR', KEYS[8])  -- one more waiting: the commit that lets go wakes each
+  return {HELD, held}
+end
 if redis.call('LLEN', KEYS[2]) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
@@ -445,15 +448,20 @@ return out
 # confusion cells, then c (field, count) pairs, then the number u of updates and their log
 # entries, then the recent examples' entries (oldest first). The caller formats the entries.
 # The writer of a model (``HANDOFF`` below) also passes KEYS[8] = hold, KEYS[9] = taken,
-# KEYS[10] = reqs and, for each handed-off request of the commit, its answer key as
-# KEYS[11...] and its (token, answer) as the last ARGV pairs: the commit learns each one only
-# if it still waits for this commit, takes it off the queue's keys and pushes its answer, all
-# at once, so a request is learned once and answered, or not learned, whatever worker dies or
-# lease lapses. And a writer's commit that finds the model moved (by feedback) holds it: no
-# feedback is applied until the writer's next commit, which is then sure to find its copy
-# current once caught up (or until HOLD_MS pass, should the writer die).
+# KEYS[10] = reqs, KEYS[11] = writer (the lease), KEYS[12] = wake and, for each handed-off
+# request of the commit, its answer key as KEYS[13...]; and, after the recent examples, its id
+# and the lease's ms, then each such request's (token, answer) as the last ARGV pairs. Only the
+# lease's holder commits (else {NOT_WRITER}, nothing written), and each commit renews the
+# lease. The commit learns each handed-off request only if it still waits for this commit,
+# takes it off the queue's keys and pushes its answer, all at once, so a request is learned
+# once and answered, or not learned, whatever worker dies or lease lapses. And a writer's
+# commit that finds the model moved (by feedback) holds it: no feedback is applied until the
+# writer's next commit, which is then sure to find its copy current once caught up (or until
+# HOLD_MS pass, should the writer die). The hold counts the feedback calls that found it (one
+# each, after its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
 # returns {1, version, seen, log length}, the sync reply with status 0 when stale, -1 or -2,
-# -5, or {-7, tokens} naming the handed-off requests that no longer wait (nothing written)
+# -5, {-7, tokens} naming the handed-off requests that no longer wait, or {-10} (nothing
+# written with these last two)
 LEARN = (
     _CONSTANTS
     + _SYNC
@@ -463,19 +471,26 @@ LEARN = (
 local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
-local writer = #KEYS >= 10
+local writer = #KEYS >= 12
+local answers = writer and #KEYS - 12 or 0
+local last = #ARGV - 2 * answers
+-- (the lease is renewed after the commit's first write: a script's first write is the one
+-- refused when Redis is full, and a renewal is not refused, so it must not come first)
+if writer and redis.call('GET', KEYS[11]) ~= ARGV[last - 1] then return {NOT_WRITER} end
 if st[2] ~= ARGV[2] or (ARGV[3] ~= '' and st[3] ~= ARGV[3]) then
   local reply = sync(KEYS[1], KEYS[2], KEYS[3], tonumber(ARGV[2]))
   if reply[1] == DONE then
     reply[1] = STALE_COPY
-    if writer then redis.call('SET', KEYS[8], '1', 'PX', HOLD_MS) end
+    if writer then
+      local waiting = redis.call('GET', KEYS[8]) or '1'
+      redis.call('SET', KEYS[8], waiting, 'PX', HOLD_MS)
+      redis.call('PEXPIRE', KEYS[11], ARGV[last])
+    end
   end
   return reply
 end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never extend a log that lost entries
 if why then return {STATE_LOST, why} end
-local answers = writer and #KEYS - 10 or 0
-local last = #ARGV - 2 * answers
 if answers > 0 then
   local gone = {}
   for a = 1, answers do
@@ -495,7 +510,7 @@ end
 local updates = tonumber(ARGV[i])
 local first = i + 1
 local recent = {}
-for j = first + updates, last do recent[#recent + 1] = ARGV[j] end
+for j = first + updates, writer and last - 2 or last do recent[#recent + 1] = ARGV[j] end
 record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[4]), tonumber(ARGV[5]),
   seen, n, ARGV[9], mistakes, cells, recent)
 redis.call('HINCRBY', KEYS[1], 'learned', n)
@@ -506,9 +521,22 @@ end
 if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
 for a = 1, answers do
-  answer(KEYS[9], KEYS[10], KEYS[10 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
+  answer(KEYS[9], KEYS[10], KEYS[12 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
 end
-if writer then redis.call('DEL', KEYS[8]) end
+if writer then
+  redis.call('PEXPIRE', KEYS[11], ARGV[last])
+  local waiting = tonumber(redis.call('GET', KEYS[8]) or 1) - 1
+  redis.call('DEL', KEYS[8])
+  if waiting > 0 then
+    for i = 1, waiting, 4000 do
+      local n = math.min(4000, waiting - i + 1)
+      local ones = {}
+      for j = 1, n do ones[j] = '1' end
+      redis.call('RPUSH', KEYS[12], unpack(ones))
+    end
+    redis.call('PEXPIRE', KEYS[12], HOLD_MS)
+  end
+end
 return {DONE, version, seen + n, log_length}
 """
 )
@@ -585,6 +613,7 @@ end
 if not holder then acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2]) end
 redis.call('RPUSH', KEYS[5], ARGV[6], ARGV[6])
 redis.call('EXPIRE', KEYS[5], ANSWER_TTL_S)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])  -- (its holder's: renewed for its commit)
 return 1
 """
 )
