@@ -67,14 +67,15 @@ Examples = list[tuple[Example, int]]
 NOT_LEARNED: Learned = ("", False, False, -1)
 
 # A writer that stops renewing its lease (it renews it at least every WAIT_S, and at each
-# commit) is replaced this long after it last did, by a requester that looks within
-# ANSWER_WAIT_S: learning stops for at most about half a second when a writer dies or stalls.
+# commit) is replaced this long after it last did, by a requester that looks again when the
+# lease would lapse: learning stops for less than half a second when a writer dies or stalls.
 # A writer busy longer than this in one go (the largest requests) may lose its lease, safely:
 # only the lease's holder commits (scripts.LEARN).
 LEASE_MS = 400
 WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
 ANSWER_WAIT_S = 0.1  # a requester's wait for its answer before it checks on the writer
+LAPSE_MARGIN_S = 0.005  # past the moment a lease would lapse, when a requester looks again
 MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
 # Hand-overs of one worker for one model in flight at once: the writer learns those waiting
 # together, and each waits for a busy writer's event loop several times over.
@@ -234,17 +235,21 @@ class Writers:
                     raise self._not_learned(name)
                 return answer
             # No answer yet: a writer that died leaves the lease to lapse; then take it over:
-            # what the dead writer took goes back to the queue (scripts._ACQUIRE).
+            # what the dead writer took goes back to the queue (scripts._ACQUIRE). Looked at
+            # again when it would lapse, if that comes sooner.
+            wait = ANSWER_WAIT_S
             if not self.writes(name) and not self._closing:
-                if await self.store.claim_writer(name, self.me, LEASE_MS):
+                lapses = await self.store.claim_writer(name, self.me, LEASE_MS)
+                if lapses == 0:
                     self._start(name)
+                wait = min(wait, lapses + LAPSE_MARGIN_S)
             left = deadline - self.clock()
             if left <= 0:
                 answer = await self.store.withdraw_learn(name, token, rep.epoch)
                 if answer is None or answer == UNLEARNED_ANSWER:
                     raise self._not_learned(name)
                 return answer
-            answer = await self.store.wait_answer(name, token, min(ANSWER_WAIT_S, left))
+            answer = await self.store.wait_answer(name, token, max(0.001, min(wait, left)))
 
     def _not_learned(self, name: str) -> Unavailable:
         return Unavailable(

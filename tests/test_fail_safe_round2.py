@@ -256,7 +256,7 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             token = secrets.token_urlsafe(16)
             deadline_ms = int(time.time() * 1000) + 5_000
             request = pack_request(token, deadline_ms, rep.epoch, _examples(rep, 3))
-            assert await store.claim_writer("m", "writer", 60_000)
+            assert await store.claim_writer("m", "writer", 60_000) == 0
             keep = protocol.QUEUE_KEEP_S * 1000  # past the last deadline
             assert not await store.hand_off(
                 "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
@@ -268,7 +268,7 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             # The writer dies with it taken; a worker that takes the lease over puts it back,
             # and the queue still ends with the request's deadline.
             await store.client.delete(keys.writer)
-            assert await store.claim_writer("m", "next", 60_000)
+            assert await store.claim_writer("m", "next", 60_000) == 0
             assert keep < await store.client.pttl(keys.learns) <= keep + 5_000
             assert not await store.client.exists(keys.taken)
             # A later request with a later deadline extends them; an earlier one never shortens.
@@ -318,7 +318,7 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
                 return token
 
             await store.client.delete(ModelKeys("m").writer)
-            assert await store.claim_writer("m", "writer", 60_000)
+            assert await store.claim_writer("m", "writer", 60_000) == 0
             # Learned (answered), and its answer evicted before its requester read it.
             token = await handed_over()
             assert await store.refuse_learn("m", token, b"R-an-answer")
@@ -517,7 +517,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             deadline_ms = int(time.time() * 1000) + 60_000
             request = pack_request(token, deadline_ms, rep.epoch, [(xs[0], 0), (xs[1], 1)])
             me = writer.learning.writers.me
-            assert await writer.store.claim_writer("m", me, 60_000)
+            assert await writer.store.claim_writer("m", me, 60_000) == 0
             assert not await other.store.hand_off(
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
             )

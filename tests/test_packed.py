@@ -192,3 +192,18 @@ def test_the_client_sends_numpy_arrays_packed(make_service: MakeService) -> None
         assert "packed_features" in sent[-1] and len(preds.predictions) == 2
         c.learn_batch("m", x.tolist(), [1, -1])  # lists stay JSON
         assert "features" in sent[-1]
+
+
+@pytest.mark.parametrize("d", [1, 3, 100, 784])
+def test_a_packed_batchs_squared_norms_are_each_examples_own_bit_for_bit(d: int) -> None:
+    """A packed batch's squared norms are computed for the whole batch at once; each equals,
+    bit for bit, what the example alone computes (a JSON request's), so the model's R^2 does
+    not depend on how its examples were sent."""
+    from service.learner import ModelConfig
+    from service.learner.features import Example, encode_matrix
+
+    rng = np.random.default_rng(d)
+    values = rng.normal(scale=100, size=300 * d).round(rng.integers(0, 8))
+    batch = encode_matrix(ModelConfig(n_features=d), values)
+    alone = [Example(row.copy()).sq_norm for row in values.reshape(-1, d)]
+    assert [x.sq for x in batch] == alone

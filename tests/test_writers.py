@@ -203,13 +203,13 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
             token = secrets.token_urlsafe(16)
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
             old_id, new_id = lapsed.learning.writers.me, new.learning.writers.me
-            assert await store.claim_writer("m", old_id, 60_000)
+            assert await store.claim_writer("m", old_id, 60_000) == 0
             assert not await store.hand_off(
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
             )
             assert await store.take_learns("m", old_id, 60_000, 10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
-            assert await store.claim_writer("m", new_id, 60_000)  # the request goes back
+            assert await store.claim_writer("m", new_id, 60_000) == 0  # the request goes back
             assert await store.take_learns("m", new_id, 60_000, 10) == [request]
 
             if first == "lapsed writer":
@@ -237,6 +237,67 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
     asyncio.run(main())
 
 
+def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> None:
+    """Feedback that finds the model held by its writer (its commit found the model moved and
+    catches up) waits to be woken by the commit that lets go: the hold counts the feedback
+    calls that found it, and that commit pushes one wake-up for each (feedback polled every
+    5 ms before)."""
+    from service.learning import Feedback
+    from service.names import PredictionId
+    from service.protocol import SyncData
+
+    async def main() -> None:
+        a, b = _worker(redis_url), _worker(redis_url)
+        k = ModelKeys("m")
+        try:
+            await a.models.create_model("m", {"n_features": D})
+            rep = await a.replicas.get("m")
+            assert await a.store.claim_writer("m", a.learning.writers.me, 60_000) == 0
+            _, made = await b.learning.predict("m", [[1, 0, 0, 0], [0, 1, 0, 0]])
+            ids = [PredictionId.parse(p.prediction_id) for p in made]
+            wrong = [-1 if p.label == 1 else 1 for p in made]
+            # The first feedback moves the model under the writer's copy.
+            (first,) = await b.learning.submit_feedback([(ids[0], wrong[0])])
+            assert isinstance(first, Feedback) and first.updated
+            real = a.store.commit_learn
+            seen: dict[str, Any] = {}
+
+            async def commit(*args: Any, **kwargs: Any) -> Any:
+                result = await real(*args, **kwargs)
+                if isinstance(result, SyncData) and "held" not in seen:
+                    seen["held"] = asyncio.create_task(
+                        b.learning.submit_feedback([(ids[1], wrong[1])])
+                    )
+                    for _ in range(500):  # the feedback found the hold, and counted itself
+                        if await a.store.client.get(k.hold) == b"2":
+                            break
+                        await asyncio.sleep(0.01)
+                    assert not seen["held"].done()
+                return result
+
+            waits: list[bool] = []
+            real_wait = b.store.wait_unheld
+
+            async def wait_unheld(name: str, wait_s: float) -> bool:
+                woken = await real_wait(name, wait_s)
+                waits.append(woken)
+                return woken
+
+            a.store.commit_learn = commit  # type: ignore[method-assign]
+            b.store.wait_unheld = wait_unheld  # type: ignore[method-assign]
+            learned = await a.learning._learn_here(rep, _examples(rep, 3), None)
+            assert len(learned) == 3
+            (second,) = await seen["held"]
+            assert waits == [True]  # woken by the commit, not at the end of its wait
+            assert isinstance(second, Feedback) and second.updated
+            assert await a.store.client.exists(k.hold) == 0
+            await a.store.client.delete(k.writer)
+        finally:
+            await _close(a, b)
+
+    asyncio.run(main())
+
+
 def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str) -> None:
     """The requester gives up at PERCEPTRON_LEARN_WAIT_S and says the examples were not
     learned: they are off the queue, so no writer learns them afterwards."""
@@ -248,7 +309,7 @@ def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str
         try:
             await requester.models.create_model("m", {"n_features": D})
             rep = await requester.replicas.get("m")
-            assert await store.claim_writer("m", "stalled", 60_000)  # holds it, serves nothing
+            assert await store.claim_writer("m", "stalled", 60_000) == 0  # holds it, serves nothing
             with pytest.raises(Unavailable, match="were not learned") as e:
                 await requester.learning.writers.learn(rep, _examples(rep, 5))
             assert e.value.code == "learn_timeout"

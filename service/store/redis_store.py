@@ -495,10 +495,10 @@ class Store:
             return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
         return await self._sync_data(keys, reply, made.version)
 
-    async def wait_unheld(self, name: str, wait_s: float) -> None:
+    async def wait_unheld(self, name: str, wait_s: float) -> bool:
         """Wait until the model's writer lets go of the hold a feedback call found (its
-        commit wakes each), or at most ``wait_s``."""
-        await self.client.blpop([ModelKeys(name).wake], timeout=wait_s)
+        commit wakes each), or at most ``wait_s``; whether it was woken."""
+        return await self.client.blpop([ModelKeys(name).wake], timeout=wait_s) is not None
 
     async def compact(self, name: str, epoch: str, version: int, data: bytes) -> bool:
         """Replace the log up to ``version`` with the packed weights at that version."""
@@ -591,10 +591,12 @@ class Store:
             return reply, got
         raise NoScriptError("the script could not be loaded")
 
-    async def claim_writer(self, name: str, me: str, lease_ms: int) -> bool:
-        """Take the lease if no worker holds it."""
+    async def claim_writer(self, name: str, me: str, lease_ms: int) -> float:
+        """Take the lease if no worker holds it: 0 then; else the seconds until the holder's
+        lapses, unless renewed (a requester looks again then)."""
         k = ModelKeys(name)
-        return int(await self._claim(keys=[k.writer, k.learns, k.taken], args=[me, lease_ms])) == 1
+        reply = await self._claim(keys=[k.writer, k.learns, k.taken], args=[me, lease_ms])
+        return int(reply) / 1000
 
     async def take_learns(
         self, name: str, me: str, lease_ms: int, most: int, wait_s: float = 0.0

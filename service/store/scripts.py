@@ -619,13 +619,15 @@ return 1
 )
 
 # KEYS = writer, learns, taken  /  ARGV[1] = this worker's id, ARGV[2] = lease ms
-# returns 1 when the caller took the lease (no worker held it), else 0
+# returns 0 when the caller took the lease (no worker held it), else the ms the holder's has
+# left (1 when it has no limit)
 CLAIM = (
     _ACQUIRE
     + """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local left = redis.call('PTTL', KEYS[1])
+if left ~= -2 then return math.max(left, 1) end
 acquire(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
-return 1
+return 0
 """
 )
 

@@ -1,0 +1,203 @@
+"""/feedback and /learn on one model at once: feedback's latency while the model learns.
+
+    .venv/bin/python deploy/bench/mixed.py                     # about 2 minutes
+    .venv/bin/python deploy/bench/mixed.py --repeat 5 [--baseline REV]
+
+Each run: a fresh redis-server and ``perceptron serve --workers 2`` on loopback, one dense
+binary model (d=100), then two wrk loads at once for --seconds: /learn, one example a
+request (a noisy linear teacher, so the weights keep changing), and /feedback, each for a
+fresh prediction made before the run with its label chosen against the prediction, so that
+every feedback updates the weights too (--connections each, wrk_bodies.lua). Each design
+runs in turn, round after round: one writer (the default) and each worker committing its own
+(PERCEPTRON_ONE_WRITER=false), and with --baseline a checkout of REV with one writer (a git
+worktree made here, removed at the end). Reported per design, medians over the rounds:
+/feedback's p50, p99 and answers/s, /learn's p99 and answers/s, non-200 answers, and whether
+the model's version grew by exactly the updates the answers acknowledged. Every process is
+started here, bound to 127.0.0.1, and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from writers import call, free_port, say, wait
+
+ROOT = Path(__file__).resolve().parents[2]
+LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
+DIM = 100
+PREDICTIONS = 60_000  # fresh ids for one run's /feedback: more than it can send
+
+
+def learn_bodies(path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    truth = np.random.default_rng(0).normal(size=DIM)
+    with path.open("w") as f:
+        for _ in range(2000):
+            x = rng.normal(size=DIM).round(4)
+            y = 1 if float(x @ truth) + rng.normal(scale=2.0) > 0 else -1
+            f.write(json.dumps({"model": "m", "features": x.tolist(), "label": y}) + "\n")
+    return path
+
+
+def feedback_bodies(port: int, path: Path) -> Path:
+    """One /feedback body per fresh prediction, its label the other class."""
+    rng = np.random.default_rng(2)
+    with path.open("w") as f:
+        for _ in range(PREDICTIONS // 1000):
+            xs = rng.normal(size=(1000, DIM)).round(4).tolist()
+            status, data = call(port, "POST", "/predict/batch", {"model": "m", "features": xs})
+            assert status == 200, data
+            for p in json.loads(data)["predictions"]:
+                label = -1 if p["label"] == 1 else 1
+                f.write(json.dumps({"prediction_id": p["prediction_id"], "label": label}) + "\n")
+    return path
+
+
+def wrk(port: int, path: str, body_file: Path, mode: str, conns: int, seconds: float) -> Any:
+    return subprocess.Popen(
+        ["wrk", "-t1", f"-c{conns}", f"-d{round(seconds)}s", "-s", str(LUA)]
+        + [f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def summary(proc: Any) -> dict[str, Any]:
+    out = proc.communicate(timeout=120)[0]
+    m = re.search(r"^BENCH (\{.*\})$", out, re.M)
+    assert m, out
+    result: dict[str, Any] = json.loads(m.group(1))
+    return result
+
+
+def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) -> dict[str, Any]:
+    rport, port = free_port(), free_port()
+    redis_proc = subprocess.Popen(
+        ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(tmp)],
+        stdout=subprocess.DEVNULL,
+    )
+    service = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--workers", "2"],
+        cwd=tree,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
+            "PERCEPTRON_AUTH": "false",
+            "PERCEPTRON_DEFAULT_MODEL": "false",
+            "PERCEPTRON_LOG_LEVEL": "warning",
+            "PERCEPTRON_MAX_PENDING_BYTES": "0",
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
+        assert call(port, "PUT", "/models/m", {"n_features": DIM})[0] == 201
+        fb = feedback_bodies(port, tmp / "feedback_0")
+        before = json.loads(call(port, "GET", "/models/m")[1])
+        learn = wrk(port, "/learn", tmp / "learn", "cycle", conns, seconds)
+        feedback = wrk(port, "/feedback", fb.with_name("feedback_%d"), "once", conns, seconds)
+        got = {"learn": summary(learn), "feedback": summary(feedback)}
+        after = json.loads(call(port, "GET", "/models/m")[1])
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
+        redis_proc.send_signal(signal.SIGTERM)
+        redis_proc.wait(30)
+    out: dict[str, Any] = {}
+    for kind, s in got.items():
+        ok = s["requests"] - sum(s["statuses"].values()) - s["timeouts"]
+        out[kind] = {
+            "per_s": ok / (s["duration_us"] / 1e6),
+            "p50_ms": s["p50_us"] / 1000,
+            "p99_ms": s["p99_us"] / 1000,
+            "bad": sum(s["statuses"].values()) + s["timeouts"],
+        }
+    # Every feedback updates; a learn does when it was a mistake (counted by the model).
+    fed = after["counters"]["feedback"] - before["counters"]["feedback"]
+    learned = after["counters"]["learned"] - before["counters"]["learned"]
+    out["applied"] = {"feedback": fed, "learned": learned}
+    out["exact"] = after["version"] - before["version"] >= fed
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--connections", type=int, default=16, help="per load (wrk -c)")
+    ap.add_argument("--baseline", default=None, help="a git revision to compare with")
+    args = ap.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is missing: deploy/bench/benchmark.py installs it (apt-get install wrk)")
+    trees: dict[str, tuple[Path, dict[str, str]]] = {
+        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
+        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
+    }
+    made = None
+    if args.baseline:
+        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
+        subprocess.run(
+            ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
+            cwd=ROOT,
+            check=True,
+        )
+        trees[f"one writer at {args.baseline}"] = (made, {"PERCEPTRON_ONE_WRITER": "true"})
+    table: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for r in range(args.repeat):
+            order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
+            for name, (tree, env) in order:
+                with tempfile.TemporaryDirectory(prefix="pcp-mixed-") as folder:
+                    tmp = Path(folder)
+                    learn_bodies(tmp / "learn")
+                    got = run(tree, env, tmp, args.connections, args.seconds)
+                table.setdefault(name, []).append(got)
+                f, lr = got["feedback"], got["learn"]
+                say(
+                    f"{name}: /feedback {f['per_s']:,.0f}/s p50 {f['p50_ms']:.1f} ms "
+                    f"p99 {f['p99_ms']:.1f} ms; /learn {lr['per_s']:,.0f}/s p99 "
+                    f"{lr['p99_ms']:.1f} ms; non-200 {f['bad'] + lr['bad']}; exact {got['exact']}"
+                )
+    finally:
+        if made is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
+    say(
+        f"\n/feedback and /learn at once on one model, 2 workers, wrk -c{args.connections} "
+        f"each, {args.seconds:g} s, median of {args.repeat}"
+    )
+    say(
+        "| design | /feedback p50 ms | /feedback p99 ms | /feedback per s | /learn p99 ms "
+        "| /learn per s | non-200 | exact |"
+    )
+    say("|---|---|---|---|---|---|---|---|")
+    for name, runs in table.items():
+
+        def med(kind: str, key: str, runs: list[dict[str, Any]] = runs) -> float:
+            return float(statistics.median(r[kind][key] for r in runs))
+
+        bad = sum(r["feedback"]["bad"] + r["learn"]["bad"] for r in runs)
+        say(
+            f"| {name} | {med('feedback', 'p50_ms'):.1f} | {med('feedback', 'p99_ms'):.1f} "
+            f"| {med('feedback', 'per_s'):,.0f} | {med('learn', 'p99_ms'):.1f} "
+            f"| {med('learn', 'per_s'):,.0f} | {bad} | {all(r['exact'] for r in runs)} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
