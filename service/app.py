@@ -33,12 +33,14 @@ from .api import (
 from .api.connections import RecycleConnections
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
+from .api.request_metrics import RequestMetrics
 from .auth import Unauthorized
 from .errors import ServiceError, TooManyPending, Unavailable, store_unavailable
-from .metrics.prometheus import RequestMetrics, forget_worker
+from .metrics.prometheus import forget_worker
 from .settings import Settings
-from .startup import load_keys, redis_password
+from .startup import load_keys
 from .store import Store, describe_store, open_store
+from .store.connect import redis_password
 from .store.refusals import service_error, store_refusal
 from .worker import Worker
 

@@ -8,10 +8,10 @@ create_app and the store then use the same functions.
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
 from .auth import KeyRing
 from .settings import Settings
+from .store.connect import redis_password
 
 log = logging.getLogger("perceptron")
 
@@ -36,27 +36,6 @@ def load_keys(settings: Settings, *, warn_auth_off: bool = True) -> KeyRing | No
             "local use."
         )
     return keys
-
-
-def redis_password(settings: Settings) -> str | None:
-    """The password in PERCEPTRON_REDIS_PASSWORD_FILE, if set; a bad setting fails start-up.
-
-    A file, so that the password is in no environment, command line or ``docker inspect``.
-    The URL must then carry none: two passwords would leave which one counts to redis-py.
-    """
-    path = settings.redis_password_file
-    if path is None:
-        return None
-    if urlsplit(settings.redis_url or "").password is not None:
-        raise ValueError(
-            "PERCEPTRON_REDIS_URL holds a password and PERCEPTRON_REDIS_PASSWORD_FILE is set: "
-            "give the password one way."
-        )
-    # Less the trailing newlines an editor or `echo` adds, as deploy/redis-start.sh reads it
-    password = path.read_text().rstrip("\n")
-    if not password:
-        raise ValueError(f"PERCEPTRON_REDIS_PASSWORD_FILE: {path} is empty.")
-    return password
 
 
 def check_settings(settings: Settings) -> None:

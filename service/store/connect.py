@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
@@ -15,7 +16,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..settings import Settings
-from ..startup import redis_password
 from .redis_store import Client, NotSent, Store
 
 log = logging.getLogger("perceptron")
@@ -81,6 +81,27 @@ async def _make_ready(connection: AbstractConnection) -> None:
     # PING a connection idle past health_check_interval: it may be dead all the same.
     # The PING refreshes the timer, so the command that follows sends none of its own.
     await connection.check_health()  # type: ignore[no-untyped-call]
+
+
+def redis_password(settings: Settings) -> str | None:
+    """The password in PERCEPTRON_REDIS_PASSWORD_FILE, if set; a bad setting fails start-up.
+
+    A file, so that the password is in no environment, command line or ``docker inspect``.
+    The URL must then carry none: two passwords would leave which one counts to redis-py.
+    """
+    path = settings.redis_password_file
+    if path is None:
+        return None
+    if urlsplit(settings.redis_url or "").password is not None:
+        raise ValueError(
+            "PERCEPTRON_REDIS_URL holds a password and PERCEPTRON_REDIS_PASSWORD_FILE is set: "
+            "give the password one way."
+        )
+    # Less the trailing newlines an editor or `echo` adds, as deploy/redis-start.sh reads it
+    password = path.read_text().rstrip("\n")
+    if not password:
+        raise ValueError(f"PERCEPTRON_REDIS_PASSWORD_FILE: {path} is empty.")
+    return password
 
 
 def open_client(settings: Settings) -> Client:
