@@ -12,8 +12,9 @@ answer: ``b"R"`` then the version just before the request's first example (int64
 example the served class index (int32) and whether it updated (uint8): the versions after
 each follow as running sums. Or ``b"E"`` and a JSON object ``{status, code, detail}``. Or
 ``UNLEARNED_ANSWER``: its writer refused it, past its deadline, without learning it. Or
-``NOT_QUEUED_ANSWER``: it was never queued, since its requester holds the lease (found only by
-a requester that lost the hand-over's reply). An answer is always pushed, so a requester that
+``NOT_QUEUED_ANSWER``: it was never queued, since its requester holds the lease (pushed twice:
+one is taken by the wait sent with the hand-over, the other is found by a requester that lost
+the hand-over's reply). An answer is always pushed, so a requester that
 finds none knows only that its fate is unknown (the answer was evicted, or expired).
 """
 

@@ -15,9 +15,11 @@ with the requests the dead writer had taken (scripts.py, ``_ACQUIRE``).
 
 A handed-off request is learned once or not at all: the commit that learns it also takes it
 off the queue's keys and pushes its answer, and refuses to learn it if it no longer waits
-(another writer learned it, or its requester withdrew it at its deadline). Correctness never
-rests on the lease: a commit is still guarded by the version it was computed on
-(``Learning._learn``), so two writers at once cost a retry, never an update.
+(another writer learned it, or its requester withdrew it at its deadline). Only the lease's
+holder commits (the commit checks it, scripts.LEARN): a writer that stalled past its lease and
+wakes up commits nothing (NotWriter), hands its own examples over like any other worker, and
+leaves the requests it had taken to the new holder, which took them back. And a commit is still
+guarded by the version it was computed on (``Learning._learn``).
 """
 
 from __future__ import annotations
