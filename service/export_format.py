@@ -16,12 +16,13 @@ from . import protocol
 from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights, unpack_weights
+from .protocol import Meta
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
 # What an export carries of the meta hash; the time series, outcome ring and recent examples
 # stay behind.
-COUNTERS = (*(c.name for c in protocol.COUNTERS if c.exported), "r2")
+COUNTERS = (*(c.name for c in protocol.COUNTERS if c.exported), Meta.R2)
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def export_document(
         "format_version": FORMAT_VERSION,
         "name": name,
         "config": config.to_dict(),
-        "created": int(meta.get("created", 0)),
+        "created": int(meta.get(Meta.CREATED, 0)),
         "version": weights.version,
         "seen": weights.seen,
         "counters": counters,
@@ -82,7 +83,7 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
         if cell is not None and max(int(i) for i in cell.groups()) >= config.n_classes:
             raise _bad(f"counter {key!r} names a class this model does not have.")
         # Exports write the counters as Redis keeps them: decimal strings.
-        if key == "r2":
+        if key == Meta.R2:
             r2 = _number(value)
             if r2 is None or not 0 <= r2 <= 1e300:
                 raise _bad(f"'r2' must be a finite number >= 0; got {str(value)[:40]}.")

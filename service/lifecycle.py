@@ -22,7 +22,7 @@ from .export_format import export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights
 from .names import check_name
-from .protocol import Observations
+from .protocol import Meta, Observations
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
@@ -181,7 +181,7 @@ class Models:
             if await self.store.lost(name):  # its keys are gone, not the model
                 raise ModelStateLost(name, "it is listed but its keys are gone (evicted?)")
             raise ModelNotFound(name)
-        return ModelConfig.from_json(meta["cfg"]), meta
+        return ModelConfig.from_json(meta[Meta.CONFIG]), meta
 
     async def list_models(self) -> list[tuple[str, ModelConfig, dict[str, str]]]:
         self.guard()
@@ -192,7 +192,7 @@ class Models:
             if m is None:  # listed, but deleted meanwhile (or its creation failed)
                 continue
             try:
-                models.append((n, ModelConfig.from_json(m["cfg"]), m))
+                models.append((n, ModelConfig.from_json(m[Meta.CONFIG]), m))
             except (KeyError, ValueError, TypeError) as e:  # one odd model hides no other
                 log.error("model %r has an unreadable configuration (%s); not listed", n, e)
         return models
@@ -202,8 +202,8 @@ class Models:
         for _ in range(_EXPORT_ATTEMPTS):
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
-            if int(meta["version"]) == rep.weights.version and meta["epoch"] == rep.epoch:
-                rep.weights.seen = int(meta["seen"])
+            if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
+                rep.weights.seen = int(meta[Meta.SEEN])
                 return export_document(name, config, rep.weights, meta)
         raise Unavailable(
             f"Model {name!r} kept changing during the export; retry shortly.", code="model_busy"
@@ -216,7 +216,7 @@ class Models:
         file = parse_document(document)
         self._check_limits(file.config)
         meta = await self.store.read_meta(name)
-        if meta is not None and ModelConfig.from_json(meta["cfg"]) != file.config:
+        if meta is not None and ModelConfig.from_json(meta[Meta.CONFIG]) != file.config:
             raise Conflict(
                 f"Model {name!r} exists with another configuration than the file's; delete "
                 "it first or import under another name.",
@@ -228,7 +228,7 @@ class Models:
     async def reset_model(self, name: str) -> None:
         """Zero the weights and counters; pending predictions lapse."""
         config, meta = await self.read_model(name)
-        await self._replace(name, config, Weights.zeros(config), {}, int(meta.get("created", 0)))
+        await self._replace(name, config, Weights.zeros(config), {}, int(meta.get(Meta.CREATED, 0)))
 
     async def _replace(
         self,

@@ -51,6 +51,25 @@ CURVE_POINTS = 100  # points kept in the learning curve: between half of it and 
 MAX_COUNT = 2**50
 
 
+class Meta:
+    """The fields of a model's hash (``meta``) besides its counters, declared here only: the
+    scripts get each as a Lua local ``META_<NAME>`` (``LUA``), and Python reads them by name."""
+
+    CONFIG = "cfg"  # the model's configuration, JSON
+    EPOCH = "epoch"  # which model under this name: new at every create, reset and import
+    VERSION = "version"  # updates so far (the log's last version)
+    SEEN = "seen"  # labelled examples so far (a counter too)
+    SNAP_VERSION = "snapv"  # the version of the snapshot ``snap``
+    SNAP_LENGTH = "snaplen"  # the snapshot's length in bytes (0: none, all zeros)
+    CREATED = "created"  # unix seconds
+    R2 = "r2"  # the largest squared feature norm learned from, for the mistake bound
+
+    @classmethod
+    def fields(cls) -> dict[str, str]:
+        """NAME -> field, every one."""
+        return {k: v for k, v in vars(cls).items() if k.isupper()}
+
+
 @dataclass(frozen=True, slots=True)
 class Counter:
     """One of a model's counters, as the API, an export, Prometheus and the dashboard show it."""
@@ -63,7 +82,7 @@ class Counter:
 
 # Every counter of a model, in the order the dashboard lists them: declared here only.
 COUNTERS = (
-    Counter("seen", "Labelled examples", "Labelled examples (feedback and learned).", False),
+    Counter(Meta.SEEN, "Labelled examples", "Labelled examples (feedback and learned).", False),
     Counter("mistakes", "Mistakes", "Served labels that were wrong."),
     Counter("updates", "Weight updates", "Times the weights changed (the version).", False),
     Counter("predictions", "Predictions", "Predictions served."),
@@ -103,7 +122,17 @@ _NUMBERS = {
     "BITMAP_AT": BITMAP_AT,
     **{s.name: int(s) for s in Status},
 }
-_STRINGS = {"PENDING": PENDING.decode(), "ANSWERED": ANSWERED.decode()}
+_STRINGS = {
+    "PENDING": PENDING.decode(),
+    "ANSWERED": ANSWERED.decode(),
+    **{f"META_{k}": v for k, v in Meta.fields().items()},
+    # the counters a script adds to (seen is META_SEEN; updates is the version)
+    **{
+        f"COUNT_{c.name.upper()}": c.name
+        for c in COUNTERS
+        if c.name not in Meta.fields().values() and c.name != "updates"
+    },
+}
 
 # The header of every script: the constants above as Lua locals.
 LUA = "".join(f"local {k} = {v}\n" for k, v in _NUMBERS.items()) + "".join(

@@ -18,7 +18,7 @@ from .learner.perceptron import (
     update_plan,
     updates_by_label,
 )
-from .protocol import SyncData
+from .protocol import Meta, SyncData
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +49,7 @@ class Replica:
 
     @classmethod
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
-        return cls(name, ModelConfig.from_json(meta["cfg"]), meta["epoch"])
+        return cls(name, ModelConfig.from_json(meta[Meta.CONFIG]), meta[Meta.EPOCH])
 
     @property
     def seen_guard(self) -> int | None:

@@ -11,7 +11,7 @@ import redis
 from service.learner import ModelConfig
 from service.learner.codec import pack_payload, pack_record
 from service.learner.features import encode
-from service.protocol import LUA, Status
+from service.protocol import COUNTERS, LUA, Meta, Status
 from service.store import scripts
 
 SCRIPTS = {
@@ -34,6 +34,20 @@ def test_every_script_that_names_a_constant_declares_it() -> None:
         used = {c for c in declared if re.search(rf"\b{c}\b", text.replace(LUA, ""))}
         if used:
             assert text.startswith(LUA), (name, used)
+
+
+def test_no_script_writes_a_stored_name_by_hand() -> None:
+    """The model hash's fields and the counters are declared once (protocol.Meta, COUNTERS);
+    a script names them by the locals LUA generates from those, never as a literal, and uses
+    no such local that is not declared."""
+    stored = set(Meta.fields().values()) | {c.name for c in COUNTERS}
+    declared = set(re.findall(r"local (\w+) =", LUA))
+    for name, text in SCRIPTS.items():
+        body = text.replace(LUA, "")
+        literals = set(re.findall(r"'([^'\n]*)'", body)) | set(re.findall(r'"([^"\n]*)"', body))
+        assert not literals & stored, (name, literals & stored)
+        used = set(re.findall(r"\b(?:META|COUNT)_\w+", body))
+        assert used <= declared, (name, used - declared)
 
 
 def test_the_lua_constants_are_pythons(redis_client: redis.Redis) -> None:

@@ -12,7 +12,7 @@ from ..metrics.summary import (
     series_points,
     weight_norm,
 )
-from ..protocol import RING_SIZE, Observations
+from ..protocol import RING_SIZE, Meta, Observations
 from ..replica import Replica
 from .schemas import (
     Confusion,
@@ -35,11 +35,11 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
         m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
         return m / n if n else None
 
-    r2 = float(obs.meta.get("r2", 0.0))
+    r2 = float(obs.meta.get(Meta.R2, 0.0))
     every, curve = curve_points(obs.curve)
     return ModelMetrics(
         model=rep.name,
-        version=int(obs.meta.get("version", 0)),
+        version=int(obs.meta.get(Meta.VERSION, 0)),
         counters=counters,
         mistake_rate=MistakeRates(
             cumulative=counters.mistakes / seen if seen else None,

@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 from ..learner import ModelConfig
 from ..learner.perceptron import class_votes, ovo_pairs
 from ..learning import Predicted
+from ..protocol import Meta
 from ..replica import Replica
 from .schemas import (
     Counters,
@@ -27,7 +28,7 @@ from .schemas import (
 
 def counters_of(meta: dict[str, str]) -> Counters:
     counters = Counters(**{k: int(meta[k]) for k in Counters.model_fields if k in meta})
-    counters.updates = int(meta.get("version", 0))
+    counters.updates = int(meta.get(Meta.VERSION, 0))
     return counters
 
 
@@ -35,8 +36,8 @@ def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInf
     return ModelInfo(
         name=name,
         config=ModelSpec(**config.to_dict()),
-        version=int(meta.get("version", 0)),
-        created=int(meta.get("created", 0)),
+        version=int(meta.get(Meta.VERSION, 0)),
+        created=int(meta.get(Meta.CREATED, 0)),
         counters=counters_of(meta),
     )
 

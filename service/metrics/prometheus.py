@@ -24,7 +24,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from .. import protocol
 from ..learner import ModelConfig
-from ..protocol import RING_SIZE, Observations
+from ..protocol import RING_SIZE, Meta, Observations
 from .summary import confusion_cells, ring_mistakes
 
 log = logging.getLogger("perceptron")
@@ -109,20 +109,20 @@ class ModelCollector:
         for name, config, obs in self.models:
             meta = obs.meta
             try:  # a model whose counters are not numbers is left out, not every model
-                values = {k: float(meta.get(k, 0)) for k in (*COUNTERS, "version", "r2")}
-                seen, mistakes = int(meta.get("seen", 0)), int(meta.get("mistakes", 0))
+                values = {k: float(meta.get(k, 0)) for k in (*COUNTERS, Meta.VERSION, Meta.R2)}
+                seen, mistakes = int(meta.get(Meta.SEEN, 0)), int(meta.get("mistakes", 0))
             except ValueError:
                 log.error("model %r has counters that are not numbers; not in /metrics", name)
                 continue
             for k, family in families.items():
                 family.add_metric([name], values[k])
-            updates.add_metric([name], values["version"])
+            updates.add_metric([name], values[Meta.VERSION])
             if seen:
                 rate.add_metric([name, "all"], mistakes / seen)
                 for last in (100, 1000):
                     m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
                     rate.add_metric([name, str(last)], m / n)
-            radius.add_metric([name], math.sqrt(max(values["r2"], 0.0)))
+            radius.add_metric([name], math.sqrt(max(values[Meta.R2], 0.0)))
             for served, true, count in confusion_cells(config, meta):
                 confusion.add_metric(
                     [name, str(config.classes[true]), str(config.classes[served])], float(count)

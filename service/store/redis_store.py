@@ -35,6 +35,7 @@ from ..protocol import (
     LearnResult,
     Lease,
     Made,
+    Meta,
     Observations,
     RequestsGone,
     Status,
@@ -165,7 +166,7 @@ class Store:
         """Each model's epoch (None: no such model), read in one round trip."""
         async with self.client.pipeline(transaction=False) as pipe:
             for name in names:
-                pipe.hget(ModelKeys(name).meta, "epoch")
+                pipe.hget(ModelKeys(name).meta, Meta.EPOCH)
             replies = await pipe.execute()
         return [None if e is None else _str(e) for e in replies]
 
@@ -339,11 +340,18 @@ class Store:
         for _ in range(READ_ATTEMPTS):
             whole = from_version < snapv  # the copy needs the snapshot, then the whole log
             async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hmget(keys.meta, "epoch", "version", "seen", "snapv", "snaplen")
+                pipe.hmget(
+                    keys.meta,
+                    Meta.EPOCH,
+                    Meta.VERSION,
+                    Meta.SEEN,
+                    Meta.SNAP_VERSION,
+                    Meta.SNAP_LENGTH,
+                )
                 if whole:
                     pipe.get(keys.snap)
                 pipe.lrange(keys.log, 0 if whole else from_version - snapv, -1)
-                pipe.hmget(keys.meta, "snapv", "epoch")
+                pipe.hmget(keys.meta, Meta.SNAP_VERSION, Meta.EPOCH)
                 replies = await pipe.execute()
             (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
             if epoch is None or after is None:

@@ -16,8 +16,10 @@ A pending prediction is ``"P" .. epoch(16) .. served(4 digits) .. bitmap .. payl
 ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates the weights.
 Once answered it becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated ..
 "|" .. version``. The record's layout is ``learner/codec.py``'s; scripts answer with the status
-codes of ``service/protocol.py``'s ``Status``; both reach the scripts as the Lua locals that
-``protocol.LUA`` declares, and every script that needs them starts with those.
+codes of ``service/protocol.py``'s ``Status``, and name the fields of ``meta`` and the counters
+as ``protocol.Meta`` and ``protocol.COUNTERS`` declare them (``META_EPOCH``, ``COUNT_LEARNED``,
+...): all reach the scripts as the Lua locals that ``protocol.LUA`` declares, and every script
+starts with those (``tests/test_protocol.py`` finds any name written by hand).
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the
 log always holds ``version - snapv`` entries: the scripts that sync a worker check both, so a
@@ -35,7 +37,7 @@ from ..protocol import LUA as _CONSTANTS
 _SYNC = """
 local INLINE = 64
 local function lost(meta, snap, log)
-  local st = redis.call('HMGET', meta, 'version', 'snapv', 'snaplen')
+  local st = redis.call('HMGET', meta, META_VERSION, META_SNAP_VERSION, META_SNAP_LENGTH)
   local snapv = tonumber(st[2])
   if redis.call('LLEN', log) ~= tonumber(st[1]) - snapv then
     return 'its update log is incomplete'
@@ -50,7 +52,7 @@ end
 local function sync(meta, snap, log, from)
   local why = lost(meta, snap, log)
   if why then return {STATE_LOST, why} end
-  local st = redis.call('HMGET', meta, 'epoch', 'version', 'seen', 'snapv')
+  local st = redis.call('HMGET', meta, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
   local snapv = tonumber(st[4])
   if from < snapv or tonumber(st[2]) - from > INLINE then
     return {DONE, st[1], st[2], st[3], snapv, 1, {}}
@@ -78,13 +80,13 @@ CREATE = (
     _CONSTANTS
     + _REGISTER
     + """
-local cfg = redis.call('HGET', KEYS[1], 'cfg')
+local cfg = redis.call('HGET', KEYS[1], META_CONFIG)
 if cfg then return {0, cfg} end
 if ARGV[#ARGV] == '1' and redis.call('SISMEMBER', KEYS[#KEYS], ARGV[4]) == 1 then
   return {STATE_LOST, 'it is listed but its keys are gone (evicted?)'}
 end
-redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
-  'version', 0, 'seen', 0, 'snapv', 0, 'snaplen', 0)
+redis.call('HSET', KEYS[1], META_CONFIG, ARGV[1], META_EPOCH, ARGV[2], META_CREATED, ARGV[3],
+  META_VERSION, 0, META_SEEN, 0, META_SNAP_VERSION, 0, META_SNAP_LENGTH, 0)
 register(ARGV[4])
 return {1}
 """
@@ -94,8 +96,10 @@ return {1}
 # name, ARGV[2] = how many state keys, ARGV[3] = '1' when the registry is the last key
 # returns {state keys deleted (and 1 when only the name was listed: a lost model), the model's
 # epoch ('' without one)}
-DELETE = """
-local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+DELETE = (
+    _CONSTANTS
+    + """
+local epoch = redis.call('HGET', KEYS[1], META_EPOCH) or ''
 local last, gone = #KEYS, 0
 if ARGV[3] == '1' then
   gone = redis.call('SREM', KEYS[last], ARGV[1])
@@ -107,6 +111,7 @@ for i = 1, last do
 end
 return {gone, epoch}
 """
+)
 
 # KEYS = meta, snap, log  /  ARGV[1] = version the caller holds (-1 for none)
 # returns -1 without the model, else the sync reply
@@ -197,7 +202,7 @@ local function curve_add(curve, meta, seen, n, marks)
     end
     held = math.max(0, redis.call('HLEN', curve) - 1)
   end
-  local m = tonumber(redis.call('HGET', meta, 'mistakes') or 0)
+  local m = tonumber(redis.call('HGET', meta, COUNT_MISTAKES) or 0)
   local points, at = {'every', string.format('%d', every)}, 0
   for k = (math.floor(seen / every) + 1) * every, total, every do
     local _, wrong = string.gsub(string.sub(marks, at + 1, k - seen), '1', '')
@@ -209,15 +214,15 @@ local function curve_add(curve, meta, seen, n, marks)
 end
 local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
     mistakes, cells, recent)
-  curve_add(curve, meta, seen, n, marks)  -- before 'mistakes' counts these
+  curve_add(curve, meta, seen, n, marks)  -- before the mistakes counter counts these
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
   local start = (seen + n - #marks) % WINDOW
   local first = math.min(#marks, WINDOW - start)
   if first > 0 then redis.call('SETRANGE', ring, start, string.sub(marks, 1, first)) end
   if first < #marks then redis.call('SETRANGE', ring, 0, string.sub(marks, first + 1)) end
   for cell, c in pairs(cells) do redis.call('HINCRBY', meta, cell, c) end
-  redis.call('HINCRBY', meta, 'seen', n)
-  if mistakes > 0 then redis.call('HINCRBY', meta, 'mistakes', mistakes) end
+  redis.call('HINCRBY', meta, META_SEEN, n)
+  if mistakes > 0 then redis.call('HINCRBY', meta, COUNT_MISTAKES, mistakes) end
   local known = redis.call('HGET', series, 'last')
   local last = tonumber(known or bucket)
   if bucket > last then
@@ -297,7 +302,7 @@ PREDICT = (
     + _SYNC
     + _PENDING
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
+local st = redis.call('HMGET', KEYS[1], META_EPOCH, META_VERSION, META_SEEN, META_R2)
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
 local why = lost(KEYS[1], KEYS[2], KEYS[3])  -- never serve weights the store no longer has
@@ -323,8 +328,8 @@ local bucket = math.floor(now / width)
 redis.call('HINCRBY', KEYS[4], bucket, size)
 redis.call('HINCRBY', KEYS[4], 'bytes', size)
 if not oldest then redis.call('HSET', KEYS[4], 'oldest', bucket) end
-redis.call('HINCRBY', KEYS[1], 'predictions', #KEYS - 4)
-if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
+redis.call('HINCRBY', KEYS[1], COUNT_PREDICTIONS, #KEYS - 4)
+if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], META_R2, ARGV[6]) end
 return {DONE}
 """
 )
@@ -347,7 +352,7 @@ FEEDBACK = (
     + _RECORD
     + _PENDING
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'snapv')
+local st = redis.call('HMGET', KEYS[1], META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= ARGV[1] then return {STALE_EPOCH} end
@@ -422,19 +427,19 @@ for b, size in pairs(answered) do
     redis.call('HINCRBY', KEYS[6], 'bytes', -math.min(held, size))
   end
 end
-if unknown > 0 then redis.call('HINCRBY', KEYS[1], 'unknown_feedback', unknown) end
-if dups > 0 then redis.call('HINCRBY', KEYS[1], 'duplicates', dups) end
-if conflicts > 0 then redis.call('HINCRBY', KEYS[1], 'conflicts', conflicts) end
+if unknown > 0 then redis.call('HINCRBY', KEYS[1], COUNT_UNKNOWN_FEEDBACK, unknown) end
+if dups > 0 then redis.call('HINCRBY', KEYS[1], COUNT_DUPLICATES, dups) end
+if conflicts > 0 then redis.call('HINCRBY', KEYS[1], COUNT_CONFLICTS, conflicts) end
 if #marks > 0 then
   record(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[7], tonumber(ARGV[3]), tonumber(ARGV[4]),
     seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
-  redis.call('HINCRBY', KEYS[1], 'feedback', #marks)
+  redis.call('HINCRBY', KEYS[1], COUNT_FEEDBACK, #marks)
 end
 local log_length = -1
 for i = 1, #entries, 4000 do
   log_length = redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 3999, #entries)))
 end
-if #entries > 0 then redis.call('HSET', KEYS[1], 'version', version) end
+if #entries > 0 then redis.call('HSET', KEYS[1], META_VERSION, version) end
 table.insert(out, 1, log_length)
 table.insert(out, 1, version)
 return out
@@ -468,7 +473,7 @@ LEARN = (
     + _RECORD
     + _ANSWER
     + """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'seen', 'r2')
+local st = redis.call('HMGET', KEYS[1], META_EPOCH, META_VERSION, META_SEEN, META_R2)
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= ARGV[1] then return {STALE_EPOCH} end
 local writer = #KEYS >= 12
@@ -513,13 +518,13 @@ local recent = {}
 for j = first + updates, writer and last - 2 or last do recent[#recent + 1] = ARGV[j] end
 record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[4]), tonumber(ARGV[5]),
   seen, n, ARGV[9], mistakes, cells, recent)
-redis.call('HINCRBY', KEYS[1], 'learned', n)
+redis.call('HINCRBY', KEYS[1], COUNT_LEARNED, n)
 local log_length, stop = -1, first + updates - 1
 for j = first, stop, 4000 do
   log_length = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 3999, stop)))
 end
-if updates > 0 then version = redis.call('HINCRBY', KEYS[1], 'version', updates) end
-if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], 'r2', ARGV[6]) end
+if updates > 0 then version = redis.call('HINCRBY', KEYS[1], META_VERSION, updates) end
+if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], META_R2, ARGV[6]) end
 for a = 1, answers do
   answer(KEYS[9], KEYS[10], KEYS[12 + a], ARGV[last + 2 * a - 1], ARGV[last + 2 * a])
 end
@@ -548,11 +553,12 @@ return {DONE, version, seen + n, log_length}
 # returns 1; the model's pending predictions become unknown (the epoch changed), though their
 # keys, and so their count in ``pend``, stay until they expire
 REPLACE = (
-    _REGISTER
+    _CONSTANTS
+    + _REGISTER
     + """
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-redis.call('HSET', KEYS[1], 'cfg', ARGV[1], 'epoch', ARGV[2], 'created', ARGV[3],
-  'version', ARGV[4], 'seen', ARGV[5], 'snapv', ARGV[4], 'snaplen', #ARGV[6])
+redis.call('HSET', KEYS[1], META_CONFIG, ARGV[1], META_EPOCH, ARGV[2], META_CREATED, ARGV[3],
+  META_VERSION, ARGV[4], META_SEEN, ARGV[5], META_SNAP_VERSION, ARGV[4], META_SNAP_LENGTH, #ARGV[6])
 for i = 8, #ARGV - 2, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 if ARGV[6] ~= '' then redis.call('SET', KEYS[2], ARGV[6]) end
 register(ARGV[7])
@@ -579,16 +585,19 @@ return gone
 # KEYS = meta, snap, log  /  ARGV[1] = epoch, ARGV[2] = version V of the snapshot,
 # ARGV[3] = packed weights at V
 # returns 1 when the snapshot replaced the log up to V, 0 when it was not newer
-COMPACT = """
-local st = redis.call('HMGET', KEYS[1], 'epoch', 'version', 'snapv')
+COMPACT = (
+    _CONSTANTS
+    + """
+local st = redis.call('HMGET', KEYS[1], META_EPOCH, META_VERSION, META_SNAP_VERSION)
 if st[1] ~= ARGV[1] then return 0 end
 local v, snapv = tonumber(ARGV[2]), tonumber(st[3])
 if v <= snapv or v > tonumber(st[2]) then return 0 end
 redis.call('SET', KEYS[2], ARGV[3])
 redis.call('LTRIM', KEYS[3], v - snapv, -1)
-redis.call('HSET', KEYS[1], 'snapv', v, 'snaplen', #ARGV[3])
+redis.call('HSET', KEYS[1], META_SNAP_VERSION, v, META_SNAP_LENGTH, #ARGV[3])
 return 1
 """
+)
 
 
 # KEYS = writer, learns, taken, reqs, answer  /  ARGV[1] = this worker's id, ARGV[2] = lease
@@ -622,7 +631,8 @@ return 1
 # returns 0 when the caller took the lease (no worker held it), else the ms the holder's has
 # left (1 when it has no limit)
 CLAIM = (
-    _ACQUIRE
+    _CONSTANTS
+    + _ACQUIRE
     + """
 local left = redis.call('PTTL', KEYS[1])
 if left ~= -2 then return math.max(left, 1) end
@@ -636,7 +646,8 @@ return 0
 # returns {1, requests...} and renews the lease while the caller holds it (or takes it when
 # free); {0} when another worker holds it
 TAKE = (
-    _ACQUIRE
+    _CONSTANTS
+    + _ACQUIRE
     + """
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then return {0} end
@@ -664,7 +675,8 @@ return taken
 # with requests waiting (the worker stops: what it took goes back to the queue)
 # gives the lease up unless requests are waiting or taken; returns 1 when given up, 0 when kept
 RELEASE = (
-    _ACQUIRE
+    _CONSTANTS
+    + _ACQUIRE
     + """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 1 end
 if ARGV[2] ~= '1' and (redis.call('LLEN', KEYS[2]) > 0 or redis.call('SCARD', KEYS[3]) > 0) then
@@ -696,7 +708,9 @@ return 1
 # queue with its model (deleted or replaced: an answer outlives both, so it was not learned),
 # and {2} when it left the queue with no answer to be found (a volatile-* policy evicted its
 # answer, or a queue key that held it): learned or not, nobody can tell
-WITHDRAW = """
+WITHDRAW = (
+    _CONSTANTS
+    + """
 if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
   redis.call('LREM', KEYS[1], 1, ARGV[1])
   redis.call('SREM', KEYS[2], ARGV[1])
@@ -704,6 +718,7 @@ if redis.call('HDEL', KEYS[3], ARGV[1]) == 1 then
 end
 local a = redis.call('LPOP', KEYS[4])
 if a then return {1, a} end
-if redis.call('HGET', KEYS[5], 'epoch') ~= ARGV[2] then return {3} end
+if redis.call('HGET', KEYS[5], META_EPOCH) ~= ARGV[2] then return {3} end
 return {2}
 """
+)
