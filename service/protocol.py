@@ -78,6 +78,7 @@ class Counter:
     title: str  # a few words, for the dashboard
     help: str  # one sentence
     exported: bool = True  # carried by an export (seen and updates follow from the weights)
+    warns: bool = False  # above zero, a sign of something wrong (the dashboard marks it)
 
 
 # Every counter of a model, in the order the dashboard lists them: declared here only.
@@ -97,8 +98,14 @@ COUNTERS = (
         "conflicts",
         "Conflicting feedback",
         "Feedback refused for giving a prediction a second, different label.",
+        warns=True,
     ),
-    Counter("unknown_feedback", "Unknown feedback", "Feedback for unknown or expired predictions."),
+    Counter(
+        "unknown_feedback",
+        "Unknown feedback",
+        "Feedback for unknown or expired predictions.",
+        warns=True,
+    ),
 )
 
 # Where a pending record's fields start, 1-based as Lua's string.sub counts.

@@ -215,6 +215,14 @@ def test_dashboard_shows_what_the_api_reports(
     # Numbers: the same as the JSON API's.
     for name, value in counters.items():
         expect(page.locator(f"#counter-{name}")).to_have_text(f"{value:,}")
+    # A counter that warns (protocol.COUNTERS) is marked once above zero, and only then.
+    expect(page.locator("#counter-unknown_feedback")).to_have_attribute("data-tone", "")
+    gone = {"prediction_id": "cancer:AAAAAAAAAAAAAAAAAAAA", "label": 1}
+    assert client.post("/feedback", json=gone).status_code == 404
+    expect(page.locator("#counter-unknown_feedback")).to_have_attribute("data-tone", "warn")
+    expect(page.locator("#counter-conflicts")).to_have_attribute("data-tone", "")
+    expect(page.locator("#counter-mistakes")).to_have_attribute("data-tone", "")
+    counters["unknown_feedback"] += 1
     expect(page.locator("#version")).to_have_text(f"{m['version']:,}")
     assert m["version"] > 0
     for key, element in [

@@ -22,9 +22,9 @@ async def read_dashboard() -> FileResponse:
     return FileResponse(PAGES / "index.html", media_type="text/html")
 
 
-# Every counter of a model, in the dashboard's order, as [field, title, help]: a script the page
-# loads before dashboard.js, so that the counters are declared once (service/protocol.py).
-_TABLE = json.dumps([[c.name, c.title, c.help] for c in COUNTERS])
+# Every counter of a model, in the dashboard's order, as [field, title, help, warns]: a script
+# the page loads before dashboard.js, so that the counters are declared once (protocol.py).
+_TABLE = json.dumps([[c.name, c.title, c.help, c.warns] for c in COUNTERS])
 COUNTERS_JS = f"window.PERCEPTRON_COUNTERS = {_TABLE};\n"
 
 

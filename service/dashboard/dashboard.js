@@ -13,7 +13,8 @@ const $ = (id) => document.getElementById(id);
 
 // [field, title, help] of every counter, from the service (dashboard/counters.js).
 const COUNTERS = window.PERCEPTRON_COUNTERS || [];
-const WARN_COUNTERS = new Set(['conflicts', 'unknown_feedback']);
+// the counters that, above zero, mean something is wrong: named by the service (protocol.py)
+const WARN_COUNTERS = new Set(COUNTERS.filter((c) => c[3]).map((c) => c[0]));
 
 const state = {
   key: null,
