@@ -44,6 +44,10 @@ ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is
 QUEUE_KEEP_S = 86_400
 HOLD_MS = 500  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
+# Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
+SYNC_INLINE = 64
+# Values a script passes to one Redis command at most (Lua's unpack has a stack limit).
+UNPACK_CHUNK = 4000
 # The most a version or a counter may be where it enters the store (an import; a count that
 # reaches it by learning would take a century at ten million examples a second). Lua counts in
 # doubles, exact to 2**53: the headroom keeps every sum a script makes exact, and so every
@@ -122,6 +126,8 @@ _NUMBERS = {
     "ANSWER_TTL_S": ANSWER_TTL_S,
     "HOLD_MS": HOLD_MS,
     "CURVE_POINTS": CURVE_POINTS,
+    "SYNC_INLINE": SYNC_INLINE,
+    "UNPACK_CHUNK": UNPACK_CHUNK,
     "EPOCH_AT": EPOCH_AT,
     "EPOCH_END": SERVED_AT - 1,
     "SERVED_AT": SERVED_AT,

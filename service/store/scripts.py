@@ -35,7 +35,6 @@ from ..protocol import LUA as _CONSTANTS
 # script copies and hashes every string it touches, which for a whole log costs ten times
 # as much as a plain LRANGE.
 _SYNC = """
-local INLINE = 64
 local function lost(meta, snap, log)
   local st = redis.call('HMGET', meta, META_VERSION, META_SNAP_VERSION, META_SNAP_LENGTH)
   local snapv = tonumber(st[2])
@@ -54,7 +53,7 @@ local function sync(meta, snap, log, from)
   if why then return {STATE_LOST, why} end
   local st = redis.call('HMGET', meta, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
   local snapv = tonumber(st[4])
-  if from < snapv or tonumber(st[2]) - from > INLINE then
+  if from < snapv or tonumber(st[2]) - from > SYNC_INLINE then
     return {DONE, st[1], st[2], st[3], snapv, 1, {}}
   end
   return {DONE, st[1], st[2], st[3], from, 0, redis.call('LRANGE', log, from - snapv, -1)}
@@ -165,8 +164,8 @@ _ACQUIRE = (
 local function give_back(learns, taken)
   local back = redis.call('SMEMBERS', taken)
   local left = redis.call('PTTL', taken)
-  for i = 1, #back, 4000 do
-    redis.call('LPUSH', learns, unpack(back, i, math.min(i + 3999, #back)))
+  for i = 1, #back, UNPACK_CHUNK do
+    redis.call('LPUSH', learns, unpack(back, i, math.min(i + UNPACK_CHUNK - 1, #back)))
   end
   keep(learns, left)
   redis.call('DEL', taken)
@@ -197,8 +196,8 @@ local function curve_add(curve, meta, seen, n, marks)
       local k = tonumber(field)
       if k and k % every ~= 0 then gone[#gone + 1] = field end
     end
-    for i = 1, #gone, 4000 do
-      redis.call('HDEL', curve, unpack(gone, i, math.min(i + 3999, #gone)))
+    for i = 1, #gone, UNPACK_CHUNK do
+      redis.call('HDEL', curve, unpack(gone, i, math.min(i + UNPACK_CHUNK - 1, #gone)))
     end
     held = math.max(0, redis.call('HLEN', curve) - 1)
   end
@@ -436,8 +435,9 @@ if #marks > 0 then
   redis.call('HINCRBY', KEYS[1], COUNT_FEEDBACK, #marks)
 end
 local log_length = -1
-for i = 1, #entries, 4000 do
-  log_length = redis.call('RPUSH', KEYS[2], unpack(entries, i, math.min(i + 3999, #entries)))
+for i = 1, #entries, UNPACK_CHUNK do
+  local upto = math.min(i + UNPACK_CHUNK - 1, #entries)
+  log_length = redis.call('RPUSH', KEYS[2], unpack(entries, i, upto))
 end
 if #entries > 0 then redis.call('HSET', KEYS[1], META_VERSION, version) end
 table.insert(out, 1, log_length)
@@ -520,8 +520,9 @@ record(KEYS[1], KEYS[4], KEYS[5], KEYS[6], KEYS[7], tonumber(ARGV[4]), tonumber(
   seen, n, ARGV[9], mistakes, cells, recent)
 redis.call('HINCRBY', KEYS[1], COUNT_LEARNED, n)
 local log_length, stop = -1, first + updates - 1
-for j = first, stop, 4000 do
-  log_length = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, math.min(j + 3999, stop)))
+for j = first, stop, UNPACK_CHUNK do
+  local upto = math.min(j + UNPACK_CHUNK - 1, stop)
+  log_length = redis.call('RPUSH', KEYS[3], unpack(ARGV, j, upto))
 end
 if updates > 0 then version = redis.call('HINCRBY', KEYS[1], META_VERSION, updates) end
 if tonumber(ARGV[6]) > tonumber(st[4] or 0) then redis.call('HSET', KEYS[1], META_R2, ARGV[6]) end
@@ -533,8 +534,8 @@ if writer then
   local waiting = tonumber(redis.call('GET', KEYS[8]) or 1) - 1
   redis.call('DEL', KEYS[8])
   if waiting > 0 then
-    for i = 1, waiting, 4000 do
-      local n = math.min(4000, waiting - i + 1)
+    for i = 1, waiting, UNPACK_CHUNK do
+      local n = math.min(UNPACK_CHUNK, waiting - i + 1)
       local ones = {}
       for j = 1, n do ones[j] = '1' end
       redis.call('RPUSH', KEYS[12], unpack(ones))
