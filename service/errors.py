@@ -48,6 +48,12 @@ class Unavailable(ServiceError):
     retry_after_s = 1
 
 
+class ModelBusy(Unavailable):
+    """The model kept changing, or stayed held, under every attempt; retry shortly."""
+
+    code = "model_busy"
+
+
 class OutcomeUnknown(ServiceError):
     """A handed-over learn request whose fate cannot be told: it may have been learned. No
     Retry-After: sending it again could learn it twice."""
@@ -118,11 +124,9 @@ class StaleModel(Exception):
     """The model was deleted and created again since this worker read its configuration."""
 
 
-class NotWriter(Unavailable):
+class NotWriter(ModelBusy):
     """A commit as the model's writer, refused: another worker holds its lease now, or none
     does (it lapsed). Nothing was written; the worker hands its examples over instead."""
-
-    code = "model_busy"
 
     def __init__(self, name: str) -> None:
         super().__init__(f"Model {name!r}'s writer changed; retry shortly.")

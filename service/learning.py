@@ -18,12 +18,12 @@ import numpy as np
 from .errors import (
     Conflict,
     InvalidInput,
+    ModelBusy,
     ModelNotFound,
     PredictionNotFound,
     ServiceError,
     StaleModel,
     TooLarge,
-    Unavailable,
     learn_outcome_unknown,
 )
 from .group_commit import Coalescer, Span
@@ -155,9 +155,7 @@ class Learning:
         tokens = [secrets.token_urlsafe(12) for _ in xs]
         for force in (False, True):
             if force and rep.weights.version < 0:  # never serve a copy that holds no weights
-                raise Unavailable(
-                    f"Model {rep.name!r} could not be loaded; retry shortly.", code="model_busy"
-                )
+                raise ModelBusy(f"Model {rep.name!r} could not be loaded; retry shortly.")
             preds = [rep.predict(x) for x in xs]
             made = Made(rep.weights.version, rep.seen_guard, r2)
             stale = await self.store.commit_predictions(
@@ -249,10 +247,7 @@ class Learning:
             # and wakes this call when it lets go.
             left = deadline - self.clock()
             if left <= 0:
-                raise Unavailable(
-                    f"Model {rep.name!r} stayed held by its writer; retry shortly.",
-                    code="model_busy",
-                )
+                raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             await self.store.wait_unheld(rep.name, min(batch.ms / 1000, HOLD_WAIT_S, left))
         out: list[Feedback | ServiceError] = []
         for item in batch.items:
@@ -373,10 +368,9 @@ class Learning:
             mistakes = map(operator.ne, seq.served, ts)
             versions = (made.version + n for n in accumulate(seq.updated))
             return list(zip(labels, mistakes, seq.updated, versions, strict=True))
-        raise Unavailable(
+        raise ModelBusy(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
-            "attempts to learn; retry shortly.",
-            code="model_busy",
+            "attempts to learn; retry shortly."
         )
 
     def _check_current(self, rep: Replica) -> None:

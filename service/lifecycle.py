@@ -13,6 +13,7 @@ from typing import Any
 from .errors import (
     Conflict,
     InvalidInput,
+    ModelBusy,
     ModelNotFound,
     ModelStateLost,
     Unavailable,
@@ -205,9 +206,7 @@ class Models:
             if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
                 rep.weights.seen = int(meta[Meta.SEEN])
                 return export_document(name, config, rep.weights, meta)
-        raise Unavailable(
-            f"Model {name!r} kept changing during the export; retry shortly.", code="model_busy"
-        )
+        raise ModelBusy(f"Model {name!r} kept changing during the export; retry shortly.")
 
     async def import_model(self, name: str, document: Any) -> ModelConfig:
         """Make model ``name`` what the export says; refused whole when anything is off."""

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidInput, ModelNotFound, StaleModel, Unavailable
+from .errors import InvalidInput, ModelBusy, ModelNotFound, StaleModel
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
 from .names import check_name
@@ -105,9 +105,8 @@ class Replicas:
                 if (await self.store.epochs([name]))[0] == rep.epoch:
                     raise
                 self.drop(name)
-        raise Unavailable(
-            f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly.",
-            code="model_busy",
+        raise ModelBusy(
+            f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly."
         )
 
     async def current(self, name: str) -> Replica:

@@ -16,13 +16,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import (
+    ModelBusy,
     ModelNotFound,
     ModelStateLost,
     NotWriter,
     OutcomeUnknown,
     StaleModel,
     TooManyPending,
-    Unavailable,
 )
 from ..protocol import (
     QUEUE_KEEP_S,
@@ -380,10 +380,9 @@ class Store:
                     entries=entries,
                 )
             snapv = int(after)
-        raise Unavailable(
+        raise ModelBusy(
             f"Model {keys.name!r} was compacted under every one of {READ_ATTEMPTS} reads of "
-            "its log; retry shortly.",
-            code="model_busy",
+            "its log; retry shortly."
         )
 
     async def commit_predictions(
