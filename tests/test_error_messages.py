@@ -167,7 +167,8 @@ MESSAGES = [
         [
             "'hash_bit' is not a field of this request (did you mean 'hash_bits'?)",
             "'multiclass' is a string (\"tree\")",
-            "'multiclass' (the default), 'ovr' or 'ovo'",
+            "'multiclass', 'ovr' or 'ovo': how more than two classes are learned (default "
+            '"multiclass")',
         ],
         id="config-typo-and-bad-value",
     ),
@@ -175,7 +176,7 @@ MESSAGES = [
         "put",
         "/models/x",
         {"json": {"n_features": "4"}},
-        ["'n_features' is a string (\"4\")", "an integer; null (the default) for named features"],
+        ["'n_features' is a string (\"4\")", "an integer; null for named features (default null)"],
         id="config-wrong-type",
     ),
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -18,6 +19,7 @@ from pydantic import (
 )
 
 from ..errors import InvalidInput
+from ..learner import ModelConfig
 from ..names import NAME_MAX, NAME_PATTERN
 from ..protocol import CURVE_POINTS
 from . import examples
@@ -146,43 +148,50 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+_CONFIG = ModelConfig()  # every parameter's default, declared once: by the learner
+
+
+def _config_field(name: str, takes: str, **constraints: Any) -> Any:
+    """A configuration parameter of the API: its default is the learner's, and its description
+    (what it takes) ends with that default, as JSON."""
+    default = getattr(_CONFIG, name)
+    if isinstance(default, tuple):
+        default = list(default)
+    text = f"{takes} (default {json.dumps(default)})."
+    return Field(default=default, description=text, **constraints)
+
+
 class ModelSpec(_Body):
     """A model's configuration, fixed at creation."""
 
     model_config = _examples(examples.MODEL_SPEC)
 
-    classes: list[LabelValue] = Field(
-        default=[-1, 1],
+    classes: list[LabelValue] = _config_field(
+        "classes",
+        "The labels: 2 or more integers or strings, all different; with two, the second is "
+        "the positive class",
         min_length=2,
-        description="The labels: 2 or more integers or strings, all different (default "
-        "[-1, 1]; with two, the second is the positive class).",
     )
-    multiclass: Literal["multiclass", "ovr", "ovo"] = Field(
-        "multiclass",
-        description="'multiclass' (the default), 'ovr' or 'ovo': how more than two classes "
-        "are learned.",
+    multiclass: Literal["multiclass", "ovr", "ovo"] = _config_field(
+        "multiclass", "'multiclass', 'ovr' or 'ovo': how more than two classes are learned"
     )
-    n_features: StrictInt | None = Field(
-        None,
-        description="The number of features of a dense model, an integer; null (the default) "
-        "for named features.",
+    n_features: StrictInt | None = _config_field(
+        "n_features",
+        "The number of features of a dense model, an integer; null for named features",
     )
-    hash_bits: StrictInt = Field(
-        18, description="An integer: named features are hashed into 2**hash_bits weights (18)."
+    hash_bits: StrictInt = _config_field(
+        "hash_bits", "An integer: named features are hashed into 2**hash_bits weights"
     )
-    fit_bias: StrictBool = Field(True, description="true or false: learn a bias (true).")
-    learning_rate: FiniteFloat = Field(
-        1.0, description="A finite number: the size of each update (1.0)."
+    fit_bias: StrictBool = _config_field("fit_bias", "true or false: learn a bias")
+    learning_rate: FiniteFloat = _config_field(
+        "learning_rate", "A finite number: the size of each update"
     )
-    margin: FiniteFloat = Field(
-        0.0, description="A finite number: also update when the score's margin is at most this."
+    margin: FiniteFloat = _config_field(
+        "margin", "A finite number: also update when the score's margin is at most this"
     )
-    averaged: StrictBool = Field(
-        False, description="true or false: keep averaged weights too (false)."
-    )
-    feedback_ttl_s: StrictInt = Field(
-        86_400,
-        description="An integer: how many seconds a prediction waits for its label (86400).",
+    averaged: StrictBool = _config_field("averaged", "true or false: keep averaged weights too")
+    feedback_ttl_s: StrictInt = _config_field(
+        "feedback_ttl_s", "An integer: how many seconds a prediction waits for its label"
     )
 
 
