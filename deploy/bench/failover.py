@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, free_port, say, wait
+from writers import call, free_port, redis_server, say, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -93,13 +93,7 @@ def longest_gap(times: list[float], start: float, stop: float) -> float:
 
 
 def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float) -> dict[str, Any]:
-    rport = free_port()
-    folder = tempfile.mkdtemp(prefix="pcp-failover-")
-    redis_proc = subprocess.Popen(
-        ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", ""]
-        + ["--appendonly", "no", "--dir", folder],
-        stdout=subprocess.DEVNULL,
-    )
+    redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-failover-"))
     base = {
         **os.environ,
         "PYTHONPATH": str(tree),

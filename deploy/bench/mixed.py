@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, free_port, say, wait
+from writers import call, free_port, redis_server, say, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
@@ -83,12 +83,8 @@ def summary(proc: Any) -> dict[str, Any]:
 
 
 def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) -> dict[str, Any]:
-    rport, port = free_port(), free_port()
-    redis_proc = subprocess.Popen(
-        ["redis-server", "--port", str(rport), "--bind", "127.0.0.1", "--save", ""]
-        + ["--appendonly", "no", "--dir", str(tmp)],
-        stdout=subprocess.DEVNULL,
-    )
+    port = free_port()
+    redis_proc, rport = redis_server(tmp)
     service = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--workers", "2"],
         cwd=tree,

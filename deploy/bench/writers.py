@@ -63,6 +63,18 @@ def wait(check: Any, what: str, timeout: float = 30.0) -> None:
     raise TimeoutError(what)
 
 
+def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A redis-server on a free loopback port, without persistence, its files in ``folder``;
+    stop it by its PID."""
+    port = free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        + ["--appendonly", "no", "--dir", str(folder)],
+        stdout=subprocess.DEVNULL,
+    )
+    return proc, port
+
+
 def call(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     data = json.dumps(body).encode() if body is not None else None
@@ -123,24 +135,8 @@ class Run:
         self.clients, self.seconds = clients, seconds
 
     def __call__(self) -> dict[str, Any]:
-        rport, port = free_port(), free_port()
-        folder = tempfile.mkdtemp(prefix="pcp-writers-")
-        redis_proc = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(rport),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                folder,
-            ],
-            stdout=subprocess.DEVNULL,
-        )
+        port = free_port()
+        redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-writers-"))
         env = {
             **os.environ,
             "PYTHONPATH": str(self.tree),
