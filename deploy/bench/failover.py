@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, free_port, redis_server, say, wait
+from writers import call, designs, free_port, redis_server, say, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -178,21 +178,8 @@ def main() -> None:
     ap.add_argument("--after", type=float, default=4.0, help="seconds after the fault")
     ap.add_argument("--baseline", default=None, help="a git revision to compare with")
     args = ap.parse_args()
-    trees: dict[str, tuple[Path, dict[str, str]]] = {
-        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
-        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
-    }
-    made = None
-    if args.baseline:
-        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
-            cwd=ROOT,
-            check=True,
-        )
-        trees[f"one writer at {args.baseline}"] = (made, {"PERCEPTRON_ONE_WRITER": "true"})
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    try:
+    with designs(args.baseline) as trees:
         for _ in range(args.repeat):
             for fault in ("dies", "stalls"):
                 for name, (tree, env) in trees.items():
@@ -203,9 +190,6 @@ def main() -> None:
                         f"(before: {r['noise_s']:.2f} s at most, {r['per_s']:,.0f} answers/s), "
                         f"failed {r['failed']}, exact {r['exact']}"
                     )
-    finally:
-        if made is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
     say(
         f"\nlongest time without a 200 from the two other services' clients, from the fault "
         f"on ({args.after:g} s watched), median (min-max) of {args.repeat}"

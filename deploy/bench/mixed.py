@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, free_port, redis_server, say, wait
+from writers import call, designs, free_port, redis_server, say, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
@@ -141,21 +141,8 @@ def main() -> None:
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: deploy/bench/benchmark.py installs it (apt-get install wrk)")
-    trees: dict[str, tuple[Path, dict[str, str]]] = {
-        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
-        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
-    }
-    made = None
-    if args.baseline:
-        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
-            cwd=ROOT,
-            check=True,
-        )
-        trees[f"one writer at {args.baseline}"] = (made, {"PERCEPTRON_ONE_WRITER": "true"})
     table: dict[str, list[dict[str, Any]]] = {}
-    try:
+    with designs(args.baseline) as trees:
         for r in range(args.repeat):
             order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
             for name, (tree, env) in order:
@@ -170,9 +157,6 @@ def main() -> None:
                     f"p99 {f['p99_ms']:.1f} ms; /learn {lr['per_s']:,.0f}/s p99 "
                     f"{lr['p99_ms']:.1f} ms; non-200 {f['bad'] + lr['bad']}; exact {got['exact']}"
                 )
-    finally:
-        if made is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
     say(
         f"\n/feedback and /learn at once on one model, 2 workers, wrk -c{args.connections} "
         f"each, {args.seconds:g} s, median of {args.repeat}"

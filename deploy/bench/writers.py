@@ -30,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,31 @@ def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
         stdout=subprocess.DEVNULL,
     )
     return proc, port
+
+
+@contextmanager
+def designs(baseline: str | None) -> Iterator[dict[str, tuple[Path, dict[str, str]]]]:
+    """Where and how each design runs, by its name: this tree with one writer per model and
+    with each worker committing its own, and with ``baseline`` a checkout of that revision with
+    one writer (a git worktree made here, removed at the end)."""
+    trees: dict[str, tuple[Path, dict[str, str]]] = {
+        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
+        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
+    }
+    made = None
+    try:
+        if baseline:
+            made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
+            subprocess.run(
+                ["git", "worktree", "add", "-q", "--detach", str(made), baseline],
+                cwd=ROOT,
+                check=True,
+            )
+            trees[f"one writer at {baseline}"] = (made, {"PERCEPTRON_ONE_WRITER": "true"})
+        yield trees
+    finally:
+        if made is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
 
 
 def call(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -237,21 +264,8 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a git revision to compare with")
     args = ap.parse_args()
     say(f"the learner loop alone (run_sequence, d={DIM}): {ceiling():,.0f} examples/s")
-    trees: dict[str, tuple[Path, dict[str, str]]] = {
-        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
-        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
-    }
-    made = None
-    if args.baseline:
-        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline],
-            cwd=ROOT,
-            check=True,
-        )
-        trees["baseline"] = (made, {})
     table: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    try:
+    with designs(args.baseline) as trees:
         for w in [int(v) for v in args.workers.split(",")]:
             for _ in range(args.repeat):
                 for name, (tree, env) in trees.items():
@@ -262,9 +276,6 @@ def main() -> None:
                         f"{r['ok']} ok, failed {r['failed']}, exact {r['exact']}",
                         flush=True,
                     )
-    finally:
-        if made is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
     say(
         f"\n{args.clients} writer processes, packed {BATCH} x {DIM} batches, one model, "
         f"{args.seconds:g} s runs, median of {args.repeat}"
