@@ -158,7 +158,7 @@ class Writers:
         wait_ms = int(self.settings.learn_wait_s * 1000)
         try:
             # Queued, and its answer's first wait, in one round trip.
-            mine, first = await self.store.hand_off_and_wait(
+            mine, first = await self.store.hand_off(
                 rep.name,
                 self.me,
                 LEASE_MS,

@@ -258,9 +258,11 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             request = pack_request(token, deadline_ms, rep.epoch, _examples(rep, 3))
             assert await store.claim_writer("m", "writer", 60_000) == 0
             keep = protocol.QUEUE_KEEP_S * 1000  # past the last deadline
-            assert not await store.hand_off(
-                "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
-            )
+            assert not (
+                await store.hand_off(
+                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                )
+            )[0]
             for key in (keys.reqs, keys.learns):
                 assert keep < await store.client.pttl(key) <= keep + 5_000, key
             assert await store.take_learns("m", "writer", 60_000, 10) == [request]
@@ -311,9 +313,11 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             async def handed_over() -> str:
                 token = secrets.token_urlsafe(16)
                 request = pack_request(token, 0, rep.epoch, _examples(rep, 2))
-                assert not await store.hand_off(
-                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
-                )
+                assert not (
+                    await store.hand_off(
+                        "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                    )
+                )[0]
                 assert await store.take_learns("m", "writer", 60_000, 10) == [request]
                 return token
 
@@ -333,9 +337,11 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             # Withdrawn while still waiting: not learned, and now never will be.
             token = secrets.token_urlsafe(16)
             request = pack_request(token, 0, rep.epoch, _examples(rep, 1))
-            assert not await store.hand_off(
-                "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
-            )
+            assert not (
+                await store.hand_off(
+                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                )
+            )[0]
             assert await store.withdraw_learn("m", token, rep.epoch) is None
             assert await store.take_learns("m", "writer", 60_000, 10) == []
             # Its model deleted while it waited (the queue's keys go with it): not learned,
@@ -518,9 +524,11 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             request = pack_request(token, deadline_ms, rep.epoch, [(xs[0], 0), (xs[1], 1)])
             me = writer.learning.writers.me
             assert await writer.store.claim_writer("m", me, 60_000) == 0
-            assert not await other.store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
-            )
+            assert not (
+                await other.store.hand_off(
+                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                )
+            )[0]
             assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
             served = writer.learning.writers._serve_now("m", request)
             assert served is not None
@@ -768,7 +776,7 @@ def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learne
         try:
             await worker.models.create_model("m", {"n_features": 4})
             rep = await worker.replicas.get("m")
-            real = store.hand_off_and_wait
+            real = store.hand_off
 
             async def reply_lost(*args: Any) -> bool:
                 # ran (the lease taken, nothing queued) with its first wait, which took the
@@ -776,12 +784,12 @@ def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learne
                 assert (await real(*args))[0]
                 raise RedisConnectionError("Connection reset by peer")  # reply lost
 
-            store.hand_off_and_wait = reply_lost  # type: ignore[method-assign,assignment]
+            store.hand_off = reply_lost  # type: ignore[method-assign,assignment]
             with pytest.raises(RedisConnectionError) as raised:
                 await worker.learning.writers.learn(rep, _examples(rep, 2))
             # Answered as the store's error, which says to retry: it was not learned.
             assert service_error(raised.value).code == "store_unavailable"
-            store.hand_off_and_wait = real  # type: ignore[method-assign]
+            store.hand_off = real  # type: ignore[method-assign]
             assert (await store.read_meta("m") or {})["version"] == "0"
             assert worker.learning.writers.writes("m")  # and the lease it took is used
             learned = await worker.learning.writers.learn(rep, _examples(rep, 2))

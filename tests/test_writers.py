@@ -204,9 +204,11 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
             old_id, new_id = lapsed.learning.writers.me, new.learning.writers.me
             assert await store.claim_writer("m", old_id, 60_000) == 0
-            assert not await store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
-            )
+            assert not (
+                await store.hand_off(
+                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                )
+            )[0]
             assert await store.take_learns("m", old_id, 60_000, 10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
             assert await store.claim_writer("m", new_id, 60_000) == 0  # the request goes back

@@ -526,43 +526,20 @@ class Store:
         request: bytes,
         wait_ms: int,
         not_queued: bytes,
-    ) -> bool:
-        """Queue a learn request for the model's writer; True (nothing queued) when the
-        caller holds, or just took, the lease and learns it itself: then ``not_queued`` is
-        its answer, which withdraw_learn finds if the caller lost this reply. The queue's keys
-        live ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (scripts._KEEP)."""
-        k = ModelKeys(name)
-        reply = await self._handoff(
-            keys=[k.writer, k.learns, k.taken, k.reqs, k.answer(token)],
-            args=[
-                me,
-                lease_ms,
-                token,
-                request,
-                max(1, wait_ms) + QUEUE_KEEP_S * 1000,
-                not_queued,
-            ],
-        )
-        return int(reply) == 1
-
-    async def hand_off_and_wait(
-        self,
-        name: str,
-        me: str,
-        lease_ms: int,
-        token: str,
-        request: bytes,
-        wait_ms: int,
-        not_queued: bytes,
-        wait_s: float,
+        wait_s: float = 0.0,
     ) -> tuple[bool, bytes | None]:
-        """``hand_off``, then its first wait of up to ``wait_s`` for the answer, in one round
-        trip: (whether the caller learns it itself, the answer if one came). When the caller
-        does, the answer that says so is taken at once (the wait does not block)."""
+        """Queue a learn request for the model's writer, and wait up to ``wait_s`` for its
+        answer in the same round trip (none: no wait); (whether the caller learns it itself,
+        the answer if one came). It learns it itself (nothing queued) when it holds, or just
+        took, the lease: then ``not_queued`` is its answer, taken at once by the wait, and left
+        once more for withdraw_learn to find, should the caller lose this reply. The queue's
+        keys live ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (scripts._KEEP)."""
         k = ModelKeys(name)
         keys = [k.writer, k.learns, k.taken, k.reqs, k.answer(token)]
         keep_ms = max(1, wait_ms) + QUEUE_KEEP_S * 1000
         args: list[Arg] = [me, lease_ms, token, request, keep_ms, not_queued]
+        if wait_s <= 0:
+            return int(await self._handoff(keys=keys, args=args)) == 1, None
         wait = ("BLPOP", k.answer(token), wait_s)
         reply, got = await self._with_wait(self._handoff, keys, args, wait, first=False)
         return int(reply) == 1, None if got is None else _bytes(got[1])
