@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 import redis
 
 from service.learner import ModelConfig
@@ -50,12 +51,19 @@ def test_no_script_writes_a_stored_name_by_hand() -> None:
         assert used <= declared, (name, used - declared)
 
 
+@pytest.mark.in_process  # on fakeredis's Lua (the fast layer) and on a real redis-server
 def test_the_lua_constants_are_pythons(redis_client: redis.Redis) -> None:
-    names = [s.name for s in Status]
+    names = [s.name for s in Status] + [f"META_{k}" for k in Meta.fields()]
     got = redis_client.eval(LUA + "return {" + ", ".join(names) + "}", 0)
-    assert got == [int(s) for s in Status]
+    assert got == [int(s) for s in Status] + [v.encode() for v in Meta.fields().values()]
+    counted = [c.name for c in COUNTERS if f"COUNT_{c.name.upper()}" in LUA]
+    got = redis_client.eval(
+        LUA + "return {" + ", ".join(f"COUNT_{c.upper()}" for c in counted) + "}", 0
+    )
+    assert got == [c.encode() for c in counted] and counted
 
 
+@pytest.mark.in_process
 def test_the_scripts_read_a_record_where_the_codec_wrote_it(redis_client: redis.Redis) -> None:
     config = ModelConfig(classes=("a", "b", "c"), n_features=2)
     x = encode(config, [1.5, -2.0])
