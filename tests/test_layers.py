@@ -4,12 +4,14 @@ Python client none of the server."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.servers  # a fresh interpreter per module
+ROOT = Path(__file__).resolve().parents[1]
 
 # module -> packages it must not pull in, even indirectly
 PURE = {
@@ -45,6 +47,15 @@ PURE = {
 }
 
 
+def _forbidden(imported: set[str], bad: tuple[str, ...]) -> list[str]:
+    return sorted(
+        m
+        for m in imported
+        if m.split(".")[0] in bad or any(m == p or m.startswith(p + ".") for p in bad)
+    )
+
+
+@pytest.mark.servers  # a fresh interpreter per module
 @pytest.mark.parametrize("module", sorted(PURE))
 def test_a_module_does_not_pull_in_a_higher_layer(module: str) -> None:
     code = (
@@ -55,3 +66,88 @@ def test_a_module_does_not_pull_in_a_higher_layer(module: str) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "", f"{module} imports {out.stdout.strip()}"
+
+
+# The same rule read from the source, in the fast layer: every import a module makes when it is
+# loaded (its top-level statements, ``if TYPE_CHECKING`` left out), followed through the
+# project's own modules. A package that a third-party package loads is seen only at run time.
+PACKAGES = {"service": ROOT / "service", "perceptron_client": ROOT / "client/perceptron_client"}
+
+
+def _source(module: str) -> Path | None:
+    top, *rest = module.split(".")
+    if top not in PACKAGES:
+        return None
+    base = PACKAGES[top].joinpath(*rest)
+    for path in (base / "__init__.py", base.with_suffix(".py")):
+        if path.is_file():
+            return path
+    return None
+
+
+def _loaded(node: ast.stmt) -> list[ast.stmt]:
+    """The statements a module runs when loaded, through its top-level if and try blocks."""
+    if isinstance(node, ast.If):
+        if "TYPE_CHECKING" in ast.unparse(node.test):
+            return list(node.orelse)
+        return [*node.body, *node.orelse]
+    if isinstance(node, ast.Try):
+        return [*node.body, *(s for h in node.handlers for s in h.body), *node.orelse]
+    return [node]
+
+
+def _imports(module: str) -> set[str]:
+    """What loading ``module`` imports itself, as absolute module names."""
+    path = _source(module)
+    assert path is not None, module
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If | ast.Try) and _loaded(node) != [node]:
+            todo.extend(_loaded(node))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.add(base)
+            for alias in node.names:  # ``from package import module``
+                if _source(f"{base}.{alias.name}") is not None:
+                    found.add(f"{base}.{alias.name}")
+    return found
+
+
+def _closure(module: str) -> set[str]:
+    """Every module loading ``module`` imports, through the project's own (and their
+    packages: loading a.b.c runs a and a.b first)."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            m = ".".join(parts[:i])
+            if m in seen:
+                continue
+            seen.add(m)
+            if _source(m) is not None:
+                todo.extend(_imports(m))
+    return seen
+
+
+@pytest.mark.parametrize("module", sorted(PURE))
+def test_a_module_does_not_import_a_higher_layer_in_its_source(module: str) -> None:
+    assert _forbidden(_closure(module), PURE[module]) == []
+
+
+def test_the_source_walk_sees_what_a_module_imports() -> None:
+    """The walk finds imports, relative ones included: the api imports Starlette, and the
+    store imports redis through its own modules."""
+    assert _forbidden(_closure("service.api.request_metrics"), ("starlette",))
+    assert "redis" in _closure("service.store")
+    assert "service.learner.config" in _closure("service.learner")
