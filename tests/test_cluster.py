@@ -10,11 +10,9 @@ from __future__ import annotations
 import random
 import shutil
 import subprocess
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,7 +23,7 @@ from redis.exceptions import MovedError
 
 from service.store.keys import REGISTRY, ModelKeys
 
-from .servers import ServiceProcess, free_port, wait_until
+from .servers import RedisServer, ServiceProcess, free_port, wait_until
 
 pytestmark = pytest.mark.servers  # a 3-master Redis Cluster
 
@@ -36,7 +34,6 @@ N_MODELS = 30
 @dataclass
 class Node:
     port: int
-    proc: subprocess.Popen[bytes]
 
     def client(self) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port)
@@ -68,26 +65,19 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    exe = shutil.which("redis-server")
     cli = shutil.which("redis-cli")
-    assert exe and cli, "redis-server and redis-cli are needed: run deploy/setup.sh test"
-    base = Path(tempfile.mkdtemp(prefix="pcp-cluster-"))
+    assert cli, "redis-cli is needed: run deploy/setup.sh test"
+    servers: list[RedisServer] = []
     nodes: list[Node] = []
     try:
-        for i in range(3):
-            port, bus = free_port(), free_port()
-            folder = base / str(i)
-            folder.mkdir()
-            proc = subprocess.Popen(
-                [exe, "--port", str(port), "--cluster-port", str(bus), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-                 "--cluster-node-timeout", "5000", "--appendonly", "no", "--save", "",
-                 "--dir", str(folder)],
-                stdout=subprocess.DEVNULL,
+        for _ in range(3):
+            server = RedisServer(
+                "--cluster-port", str(free_port()), "--cluster-enabled", "yes",
+                "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+                "--appendonly", "no",
             )  # fmt: skip
-            nodes.append(Node(port, proc))
-        for node in nodes:
-            wait_until(node.client().ping, what=f"node {node.port}")
+            servers.append(server.start())
+            nodes.append(Node(server.port))
         subprocess.run(
             [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
              "--cluster-yes"],
@@ -105,11 +95,8 @@ def cluster() -> Iterator[Cluster]:
         wait_until(ready, timeout=30, what="cluster_state:ok on every node")
         yield Cluster(nodes)
     finally:
-        for node in nodes:
-            if node.proc.poll() is None:
-                node.proc.terminate()
-                node.proc.wait(10)
-        shutil.rmtree(base, ignore_errors=True)
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
