@@ -375,7 +375,7 @@ class Learning:
 
     def _check_current(self, rep: Replica) -> None:
         """A queued commit runs on the replica it was queued for, or not at all."""
-        if not self.replicas.is_held(rep):
+        if not self.replicas.is_kept(rep):
             raise StaleModel(rep.name)
 
 

@@ -32,60 +32,60 @@ class Replicas:
         self._guard = guard
         # Least recently used first; their weights' bytes add up to at most the budget (but
         # the one model in use, whatever its size).
-        self._held: OrderedDict[str, Replica] = OrderedDict()
-        self._held_bytes = 0
+        self._kept: OrderedDict[str, Replica] = OrderedDict()
+        self._kept_bytes = 0
         self._compacting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- the cache -----------------------------------------------------------------------
 
-    def hold(self, rep: Replica) -> Replica:
+    def keep(self, rep: Replica) -> Replica:
         """Keep ``rep``; drop the least recently used others past the memory budget."""
         self.drop(rep.name)
-        self._held[rep.name] = rep
-        self._held_bytes += rep.nbytes
+        self._kept[rep.name] = rep
+        self._kept_bytes += rep.nbytes
         evicted = 0
-        while self._held_bytes > self.settings.replica_memory_bytes and len(self._held) > 1:
-            _, old = self._held.popitem(last=False)
-            self._held_bytes -= old.nbytes
+        while self._kept_bytes > self.settings.replica_memory_bytes and len(self._kept) > 1:
+            _, old = self._kept.popitem(last=False)
+            self._kept_bytes -= old.nbytes
             evicted += 1
-        record_replicas(len(self._held), self._held_bytes, evicted)
+        record_replicas(len(self._kept), self._kept_bytes, evicted)
         return rep
 
     def drop(self, name: str) -> None:
-        rep = self._held.pop(name, None)
+        rep = self._kept.pop(name, None)
         if rep is not None:
-            self._held_bytes -= rep.nbytes
-            record_replicas(len(self._held), self._held_bytes)
+            self._kept_bytes -= rep.nbytes
+            record_replicas(len(self._kept), self._kept_bytes)
 
     def peek(self, name: str) -> Replica | None:
-        """The replica held for ``name``, if any, without loading or touching it."""
-        return self._held.get(name)
+        """The replica kept for ``name``, if any, without loading or touching it."""
+        return self._kept.get(name)
 
-    def is_held(self, rep: Replica) -> bool:
+    def is_kept(self, rep: Replica) -> bool:
         """Whether ``rep`` is still the replica this worker serves its model from."""
-        return self._held.get(rep.name) is rep
+        return self._kept.get(rep.name) is rep
 
     @property
-    def held_bytes(self) -> int:
-        return self._held_bytes
+    def kept_bytes(self) -> int:
+        return self._kept_bytes
 
-    def held_models(self) -> list[str]:
+    def kept_models(self) -> list[str]:
         """The models this worker keeps in memory, least recently used first."""
-        return list(self._held)
+        return list(self._kept)
 
     async def get(self, name: str) -> Replica:
-        """The model's replica, loaded when this worker holds none (not caught up)."""
+        """The model's replica, loaded when this worker keeps none (not caught up)."""
         self._guard()
-        rep = self._held.get(name)
+        rep = self._kept.get(name)
         if rep is not None:
-            self._held.move_to_end(name)
+            self._kept.move_to_end(name)
             return rep
         meta = await self.store.read_meta(check_name(name))
         if meta is None:
             raise ModelNotFound(name)
         # Another request may have loaded it meanwhile: every request shares one replica.
-        return self._held.get(name) or self.hold(Replica.from_meta(name, meta))
+        return self._kept.get(name) or self.keep(Replica.from_meta(name, meta))
 
     async def on(self, name: str, op: Callable[[Replica], Any]) -> Any:
         """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
@@ -121,13 +121,13 @@ class Replicas:
 
     async def forget_changed(self) -> list[str]:
         """Drop the replicas of models deleted, reset or imported (a new epoch) elsewhere."""
-        names = list(self._held)
+        names = list(self._kept)
         if not names:
             return []
         epochs = await self.store.epochs(names)
         gone = []
         for name, epoch in zip(names, epochs, strict=True):
-            rep = self._held.get(name)
+            rep = self._kept.get(name)
             if rep is not None and rep.epoch != epoch:
                 self.drop(name)
                 gone.append(name)

@@ -111,7 +111,7 @@ class Writers:
         self._learning = learning  # whether this worker has learns of the model in flight
         self.me = secrets.token_hex(8)
         self._writing: dict[str, asyncio.Task[None]] = {}
-        self._held: set[str] = set()  # models whose lease this worker took (maybe lapsed)
+        self._leased: set[str] = set()  # models whose lease this worker took (maybe lapsed)
         self._refusing: set[asyncio.Future[None]] = set()
         self._closing = False
 
@@ -263,7 +263,7 @@ class Writers:
 
     def _start(self, name: str) -> None:
         if name not in self._writing and not self._closing:
-            self._held.add(name)
+            self._leased.add(name)
             self._writing[name] = asyncio.create_task(self._write(name))
 
     async def _write(self, name: str) -> None:
@@ -393,6 +393,6 @@ class Writers:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for name in self._held:  # waiting requesters need not wait for the leases to lapse
+        for name in self._leased:  # waiting requesters need not wait for the leases to lapse
             with suppress(Exception):
                 await self.store.release_writer(name, self.me, force=True)

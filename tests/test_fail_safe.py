@@ -218,16 +218,16 @@ def test_a_worker_keeps_at_most_its_memory_budget_of_models(
         hashed_model(api.http, f"m{i}")
         api.http.post("/learn", json={"model": f"m{i}", "features": {f"f{i}": 1}, "label": 1})
         answers[i] = api.http.post("/predict", json={"model": f"m{i}", "features": {f"f{i}": 1}})
-        assert api.worker.replicas.held_bytes <= budget
-    held = api.worker.replicas.held_models()
+        assert api.worker.replicas.kept_bytes <= budget
+    held = api.worker.replicas.kept_models()
     assert 1 < len(held) <= 8 and held[-1] == "m19"
     metrics = api.http.get("/metrics").text
-    assert f"perceptron_worker_replica_bytes {float(api.worker.replicas.held_bytes)}" in metrics
+    assert f"perceptron_worker_replica_bytes {float(api.worker.replicas.kept_bytes)}" in metrics
     assert "perceptron_worker_replica_evictions_total" in metrics
     # A model dropped from memory is read again, exactly, when used.
     again = api.http.post("/predict", json={"model": "m0", "features": {"f0": 1}}).json()
     assert again["score"] == answers[0].json()["score"] and again["version"] == 1
-    assert api.worker.replicas.held_models()[-1] == "m0"
+    assert api.worker.replicas.kept_models()[-1] == "m0"
 
 
 def test_a_huge_model_is_still_served_with_a_smaller_budget(
@@ -237,7 +237,7 @@ def test_a_huge_model_is_still_served_with_a_smaller_budget(
     hashed_model(api.http, "big", bits=18)  # 2 MiB of weights
     r = api.http.post("/learn", json={"model": "big", "features": {"a": 1}, "label": 1})
     assert r.status_code == 200
-    assert api.worker.replicas.held_models() == ["big"]
+    assert api.worker.replicas.kept_models() == ["big"]
 
 
 def test_models_deleted_or_reset_elsewhere_leave_every_worker(
@@ -248,11 +248,11 @@ def test_models_deleted_or_reset_elsewhere_leave_every_worker(
         hashed_model(one.http, name)
         for api in (one, two):
             api.http.post("/predict", json={"model": name, "features": {"a": 1}})
-    assert sorted(two.worker.replicas.held_models()) == ["gone", "kept", "reset"]
+    assert sorted(two.worker.replicas.kept_models()) == ["gone", "kept", "reset"]
     assert one.http.delete("/models/gone").status_code == 204
     assert one.http.post("/models/reset/reset").status_code == 200
     wait_until(
-        lambda: two.worker.replicas.held_models() == ["kept"], what="worker two to forget them"
+        lambda: two.worker.replicas.kept_models() == ["kept"], what="worker two to forget them"
     )
 
 

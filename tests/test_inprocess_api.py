@@ -249,10 +249,10 @@ def test_a_model_deleted_or_reset_elsewhere_leaves_every_worker(start: Start) ->
     a.put("/models/m", json=DENSE)
     learn(a, "m", [1, 2, 3], "b")
     b.post("/predict", json={"model": "m", "features": [1, 2, 3]})
-    assert two.worker.replicas.held_models() == ["m"]
+    assert two.worker.replicas.kept_models() == ["m"]
     assert a.post("/models/m/reset").json()["version"] == 0
     assert two.run(two.worker.replicas.forget_changed()) == ["m"]  # what each store check does
-    assert two.worker.replicas.held_models() == []
+    assert two.worker.replicas.kept_models() == []
     assert b.get("/models/m/weights").json()["rows"][0]["weights"] == [0.0, 0.0, 0.0]
     a.delete("/models/m")
     assert two.run(two.worker.replicas.forget_changed()) == ["m"]
@@ -285,10 +285,10 @@ def test_a_worker_keeps_its_memory_budget_of_models(start: Start) -> None:
     for name in "abcd":  # 2^15 weights and a bias, of 8 bytes: a bit over a quarter each
         api.put(f"/models/{name}", json={"hash_bits": 15})
         api.post("/predict", json={"model": name, "features": {"f": 1}})
-    assert service.worker.replicas.held_models() == ["b", "c", "d"]
-    assert service.worker.replicas.held_bytes <= 1024 * 1024
+    assert service.worker.replicas.kept_models() == ["b", "c", "d"]
+    assert service.worker.replicas.kept_bytes <= 1024 * 1024
     api.post("/predict", json={"model": "a", "features": {"f": 1}})  # read again from the store
-    assert service.worker.replicas.held_models() == ["c", "d", "a"]
+    assert service.worker.replicas.kept_models() == ["c", "d", "a"]
     text = api.get("/metrics").text
     assert "perceptron_worker_replicas 3.0" in text
 
@@ -512,7 +512,7 @@ def test_learns_handed_to_the_writer_are_learned_once_each_in_order(start: Start
     assert len(weights) == 1
     assert (
         sum(
-            w.worker.learning.writers.writes("m") or "m" in w.worker.learning.writers._held
+            w.worker.learning.writers.writes("m") or "m" in w.worker.learning.writers._leased
             for w in workers
         )
         >= 1

@@ -157,7 +157,7 @@ async def test_a_model_replaced_under_every_attempt_is_model_busy(
     monkeypatch.setattr(engine.store, "commit_predictions", replaced)
     with pytest.raises(Unavailable, match="replaced under every one of 3") as e:
         await engine.learning.predict("m", [[1.0, 0.0]])
-    assert e.value.code == "model_busy" and engine.replicas.held_models() == []
+    assert e.value.code == "model_busy" and engine.replicas.kept_models() == []
     assert len(replicas) == 3 and len({id(r) for r in replicas}) == 3  # a fresh one each time
 
 
