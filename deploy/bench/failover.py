@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, designs, free_port, redis_server, say, wait
+from writers import call, designs, free_port, redis_server, say, serve, stop, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -94,27 +91,10 @@ def longest_gap(times: list[float], start: float, stop: float) -> float:
 
 def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float) -> dict[str, Any]:
     redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-failover-"))
-    base = {
-        **os.environ,
-        "PYTHONPATH": str(tree),
-        "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
-        "PERCEPTRON_AUTH": "false",
-        "PERCEPTRON_DEFAULT_MODEL": "false",
-        "PERCEPTRON_LOG_LEVEL": "error",
-        **env,
-    }
     ports = [free_port() for _ in range(3)]
-    services = [
-        subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(p)],
-            cwd=tree,
-            env=base,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for p in ports
-    ]
-    stop = threading.Event()
+    quiet = {"PERCEPTRON_LOG_LEVEL": "error", **env}
+    services = [serve(tree, rport, p, 1, quiet) for p in ports]
+    done = threading.Event()
     clients: list[Client] = []
     try:
         for p in ports:
@@ -122,7 +102,7 @@ def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float
         assert call(ports[0], "PUT", "/models/f", {"n_features": DIM})[0] == 201
         first = {"model": "f", "features": [0.0] * DIM, "label": 1}
         assert call(ports[0], "POST", "/learn", first)[0] == 200  # A writes the model
-        clients = [Client(p, 10 * i + j, stop) for i, p in enumerate(ports) for j in range(2)]
+        clients = [Client(p, 10 * i + j, done) for i, p in enumerate(ports) for j in range(2)]
         for c in clients:
             c.start()
         time.sleep(before)
@@ -137,20 +117,14 @@ def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float
             a.send_signal(signal.SIGSTOP)
             time.sleep(after)
             a.send_signal(signal.SIGCONT)
-        stop.set()
+        done.set()
         for c in clients:
             c.join(60)
         others = [t for c in clients[2:] for t in c.done]
         info = json.loads(call(ports[1], "GET", "/models/f")[1])
     finally:
-        stop.set()
-        for s in services:
-            if s.poll() is None:
-                s.send_signal(signal.SIGCONT)
-                s.send_signal(signal.SIGTERM)
-                s.wait(30)
-        redis_proc.send_signal(signal.SIGTERM)
-        redis_proc.wait(30)
+        done.set()
+        stop(*services, redis_proc)
     failed: dict[str, int] = {}
     for c in clients[2:]:
         for k, v in c.failed.items():

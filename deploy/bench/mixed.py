@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, designs, free_port, redis_server, say, wait
+from writers import call, designs, free_port, redis_server, say, serve, stop, wait
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
@@ -85,22 +83,7 @@ def summary(proc: Any) -> dict[str, Any]:
 def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) -> dict[str, Any]:
     port = free_port()
     redis_proc, rport = redis_server(tmp)
-    service = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--workers", "2"],
-        cwd=tree,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(tree),
-            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
-            "PERCEPTRON_AUTH": "false",
-            "PERCEPTRON_DEFAULT_MODEL": "false",
-            "PERCEPTRON_LOG_LEVEL": "warning",
-            "PERCEPTRON_MAX_PENDING_BYTES": "0",
-            **env,
-        },
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    service = serve(tree, rport, port, 2, {"PERCEPTRON_MAX_PENDING_BYTES": "0", **env})
     try:
         wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
         assert call(port, "PUT", "/models/m", {"n_features": DIM})[0] == 201
@@ -111,10 +94,7 @@ def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) 
         got = {"learn": summary(learn), "feedback": summary(feedback)}
         after = json.loads(call(port, "GET", "/models/m")[1])
     finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(30)
-        redis_proc.send_signal(signal.SIGTERM)
-        redis_proc.wait(30)
+        stop(service, redis_proc)
     out: dict[str, Any] = {}
     for kind, s in got.items():
         ok = s["requests"] - sum(s["statuses"].values()) - s["timeouts"]

@@ -77,6 +77,40 @@ def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
+def serve(
+    tree: Path, redis_port: int, port: int, workers: int, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``perceptron serve`` of ``tree`` started on loopback ``port`` (auth off, no default
+    model, its output dropped), on the Redis at ``redis_port``, with ``env`` on top; it
+    answers once its /readyz does. Stop it with ``stop``."""
+    service = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
+        + ["--workers", str(workers)],
+        cwd=tree,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "PERCEPTRON_AUTH": "false",
+            "PERCEPTRON_DEFAULT_MODEL": "false",
+            "PERCEPTRON_LOG_LEVEL": "warning",
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return service
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """Stop the processes started here, by their PIDs (one stopped with SIGSTOP too)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
 @contextmanager
 def designs(baseline: str | None) -> Iterator[dict[str, tuple[Path, dict[str, str]]]]:
     """Where and how each design runs, by its name: this tree with one writer per model and
@@ -164,29 +198,7 @@ class Run:
     def __call__(self) -> dict[str, Any]:
         port = free_port()
         redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-writers-"))
-        env = {
-            **os.environ,
-            "PYTHONPATH": str(self.tree),
-            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{rport}/0",
-            "PERCEPTRON_AUTH": "false",
-            "PERCEPTRON_DEFAULT_MODEL": "false",
-            "PERCEPTRON_LOG_LEVEL": "warning",
-            **self.extra,
-        }
-        service = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "service.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--workers",
-                str(self.workers),
-            ],
-            cwd=self.tree,
-            env=env,
-        )
+        service = serve(self.tree, rport, port, self.workers, self.extra)
         try:
             wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
             assert call(port, "PUT", "/models/w", {"n_features": DIM})[0] == 201
@@ -217,10 +229,7 @@ class Run:
                 p.join(30)
             after = json.loads(call(port, "GET", "/models/w")[1])
         finally:
-            service.send_signal(signal.SIGTERM)
-            service.wait(30)
-            redis_proc.send_signal(signal.SIGTERM)
-            redis_proc.wait(30)
+            stop(service, redis_proc)
         statuses: dict[int, int] = {}
         for _, _, s in results:
             for k, v in s.items():
