@@ -300,6 +300,36 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     asyncio.run(main())
 
 
+def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_url: str) -> None:
+    """The hand-over and the writer's take send their script with a wait in one pipeline,
+    by its digest: after a Redis restart forgets the scripts, each is loaded and sent again
+    (it did not run the first time), not answered with NOSCRIPT."""
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        store = worker.store
+        try:
+            await worker.models.create_model("m", {"n_features": D})
+            rep = await worker.replicas.get("m")
+            token = secrets.token_urlsafe(16)
+            request = pack_request(
+                token, int(time.time() * 1000) + 60_000, rep.epoch, _examples(rep, 1)
+            )
+            assert await store.claim_writer("m", "writer", 60_000) == 0
+            await store.client.script_flush()
+            mine, answer = await store.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+            )
+            assert not mine and answer is None
+            await store.client.script_flush()
+            assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            await store.client.delete(ModelKeys("m").writer)
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())
+
+
 def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str) -> None:
     """The requester gives up at PERCEPTRON_LEARN_WAIT_S and says the examples were not
     learned: they are off the queue, so no writer learns them afterwards."""

@@ -538,34 +538,39 @@ class Store:
         keys = [k.writer, k.learns, k.taken, k.reqs, k.answer(token)]
         keep_ms = max(1, wait_ms) + QUEUE_KEEP_S * 1000
         args: list[Arg] = [me, lease_ms, token, request, keep_ms, not_queued]
-        if wait_s <= 0:
-            return int(await self._handoff(keys=keys, args=args)) == 1, None
-        wait = ("BLPOP", k.answer(token), wait_s)
-        reply, got = await self._with_wait(self._handoff, keys, args, wait, first=False)
+        wait = ("BLPOP", k.answer(token), wait_s) if wait_s > 0 else None
+        reply, got = await self._with_wait(self._handoff, keys, args, after=wait)
         return int(reply) == 1, None if got is None else _bytes(got[1])
 
     async def _with_wait(
-        self, script: Any, keys: list[str], args: list[Arg], wait: tuple[Arg, ...], first: bool
+        self,
+        script: Any,
+        keys: list[str],
+        args: list[Arg],
+        before: tuple[Arg, ...] | None = None,
+        after: tuple[Arg, ...] | None = None,
     ) -> tuple[Any, Any]:
-        """``script`` and a blocking ``wait`` command (before it when ``first``, else after
-        it) on one connection, in one round trip: (the script's reply, the wait's). A script
-        Redis no longer holds (after a restart) is loaded, and both are sent again: it did not
-        run. (A cluster's client pipelines no script: there, two round trips.)"""
+        """``script`` with a blocking wait command sent ``before`` or ``after`` it, on one
+        connection in one round trip: (the script's reply, the wait's; None without one). A
+        script Redis no longer holds (after a restart) is loaded, and both are sent again: it
+        did not run. (redis-py's own scripts ask SCRIPT EXISTS before a pipeline, one more
+        round trip; a cluster's client pipelines no script: there, two round trips.)"""
+        wait = before or after
+        if wait is None:
+            return await script(keys=keys, args=args), None
         if self._sharded:
-            got = await self.client.execute_command(*wait) if first else None
+            got = await self.client.execute_command(*wait) if before else None
             reply = await script(keys=keys, args=args)
-            if not first:
+            if after:
                 got = await self.client.execute_command(*wait)
             return reply, got
         for _ in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
-                if first:
-                    pipe.execute_command(*wait)
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-                if not first:
-                    pipe.execute_command(*wait)
+                for command in (before, ("EVALSHA", script.sha, len(keys), *keys, *args), after):
+                    if command is not None:
+                        pipe.execute_command(*command)
                 replies = await pipe.execute(raise_on_error=False)
-            got, reply = replies if first else reversed(replies)
+            reply, got = (replies[1], replies[0]) if before else (replies[0], replies[1])
             if isinstance(reply, NoScriptError):
                 await self.client.script_load(script.script)
                 continue
@@ -590,12 +595,9 @@ class Store:
         k = ModelKeys(name)
         keys = [k.writer, k.learns, k.taken, k.reqs]
         args: list[Arg] = [me, lease_ms, most]
-        if wait_s > 0:
-            # (BLMOVE to its own list, from the head to the head: waits, moves nothing)
-            wait = ("BLMOVE", k.learns, k.learns, "LEFT", "LEFT", wait_s)
-            reply, _ = await self._with_wait(self._take, keys, args, wait, first=True)
-        else:
-            reply = await self._take(keys=keys, args=args)
+        # (BLMOVE to its own list, from the head to the head: waits, moves nothing)
+        wait = ("BLMOVE", k.learns, k.learns, "LEFT", "LEFT", wait_s) if wait_s > 0 else None
+        reply, _ = await self._with_wait(self._take, keys, args, before=wait)
         if int(reply[0]) == 0:
             return None
         return [_bytes(r) for r in reply[1:]]
