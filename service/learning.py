@@ -79,15 +79,7 @@ class Learning:
         self.settings = settings
         self.replicas = replicas
         self.clock = clock
-        self.writers = Writers(
-            store,
-            settings,
-            clock,
-            self._writer_replica,
-            replicas.peek,
-            self._learn_here,
-            self._learning,
-        )
+        self.writers = Writers(store, settings, clock, replicas, self._learn_here)
         # This worker's lease when its learn commits are a model writer's (writer.py): they
         # commit only while it holds the model's lease, and hold the model against feedback
         # when they find it moved (scripts.LEARN).
@@ -285,16 +277,6 @@ class Learning:
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result
-
-    async def _writer_replica(self, name: str, fresh: bool) -> Replica:
-        if fresh:
-            self.replicas.drop(name)
-        return await self.replicas.get(name)
-
-    def _learning(self, name: str) -> bool:
-        rep = self.replicas.peek(name)
-        queue = rep.queues.get("learn") if rep is not None else None
-        return queue is not None and not queue.idle
 
     def _learn_here(
         self, rep: Replica, examples: list[tuple[Example, int]], handed: str | None

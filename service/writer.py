@@ -28,7 +28,7 @@ import asyncio
 import logging
 import secrets
 from asyncio import FIRST_COMPLETED
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import suppress
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ from .handoff import (
 )
 from .learner import Example, Label
 from .replica import Replica
+from .replicas import Replicas
 from .settings import Settings
 from .store import Store, StoreError, reply_lost
 
@@ -97,18 +98,14 @@ class Writers:
         store: Store,
         settings: Settings,
         clock: Callable[[], float],
-        replica: Callable[[str, bool], Awaitable[Replica]],
-        peek: Callable[[str], Replica | None],
+        replicas: Replicas,
         learn_here: Callable[[Replica, Examples, str | None], asyncio.Future[list[Learned]]],
-        learning: Callable[[str], bool],
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self._replica = replica
-        self._peek = peek  # the replica this worker holds, if any, at once
+        self.replicas = replicas
         self._learn_here = learn_here
-        self._learning = learning  # whether this worker has learns of the model in flight
         self.me = secrets.token_hex(8)
         self._writing: dict[str, asyncio.Task[None]] = {}
         self._leased: set[str] = set()  # models whose lease this worker took (maybe lapsed)
@@ -253,6 +250,12 @@ class Writers:
                 return answer
             answer = await self.store.wait_answer(name, token, max(0.001, min(wait, left)))
 
+    def _learning(self, name: str) -> bool:
+        """Whether this worker has learns of the model in flight."""
+        rep = self.replicas.peek(name)
+        queue = rep.queues.get("learn") if rep is not None else None
+        return queue is not None and not queue.idle
+
     def _not_learned(self, name: str) -> Unavailable:
         return Unavailable(
             f"Model {name!r}'s writer did not learn the examples within "
@@ -319,7 +322,7 @@ class Writers:
         except Exception:
             log.error("model %r's queue held something that is not a learn request", name)
             return None
-        rep = self._peek(name)
+        rep = self.replicas.peek(name)
         if rep is None or head.epoch != rep.epoch or head.deadline_ms < self.clock() * 1000:
             return asyncio.ensure_future(self._serve(name, data, head))
         try:
@@ -345,9 +348,10 @@ class Writers:
                 # its requester no longer waits: it withdraws it and answers 503, not learned
                 await self.store.refuse_learn(name, token, UNLEARNED_ANSWER)
                 return
-            rep = await self._replica(name, False)
+            rep = await self.replicas.get(name)
             if head.epoch != rep.epoch:  # one of the two copies is older than the model
-                rep = await self._replica(name, True)
+                self.replicas.drop(name)
+                rep = await self.replicas.get(name)
                 if head.epoch != rep.epoch:
                     raise StaleModel(name)
             # Read with the configuration of the model it was made for, only now known: read

@@ -112,6 +112,7 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     condition of the store (requests answer 503 store_full), not a bug."""
     from redis.exceptions import OutOfMemoryError
 
+    from service.replicas import Replicas
     from service.settings import Settings
     from service.writer import Writers
 
@@ -124,15 +125,9 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     async def never(*args: Any) -> Any:
         raise AssertionError("not called")
 
-    writers = Writers(
-        FullStore(),  # type: ignore[arg-type]
-        Settings(auth=False),
-        time.time,
-        never,
-        lambda _: None,
-        never,  # type: ignore[arg-type]
-        lambda _: False,
-    )
+    store, settings = FullStore(), Settings(auth=False)
+    replicas = Replicas(store, settings, lambda: None)  # type: ignore[arg-type]
+    writers = Writers(store, settings, time.time, replicas, never)  # type: ignore[arg-type]
 
     async def run() -> None:
         writers._writing["m"] = asyncio.current_task()  # type: ignore[assignment]
