@@ -229,7 +229,6 @@ class Learning:
                 rep.epoch,
                 [token for token, _ in labelled],
                 [t for _, t in labelled],
-                rep.config.n_classes,
                 self._bucket(),
                 rep.config.feedback_ttl_s,
             )

@@ -30,6 +30,12 @@ class Status(IntEnum):
     HELD = -8  # the model is held for its writer's next commit: {-8, ms left}
     BAD_LABEL = -9  # a feedback item's label is none of the classes of its prediction's model
     NOT_WRITER = -10  # a writer's commit whose lease another worker holds now, or none does
+    # (-10 also: a lease another worker holds: CLAIM {-10, ms left}, TAKE)
+    NAME_TAKEN = 3  # CREATE: the name is taken, {3, its config JSON}
+    UNCHANGED = 4  # nothing done: a snapshot not newer (COMPACT), a lease kept (RELEASE)
+    QUEUED = 5  # HANDOFF: the request waits for the model's writer
+    LEASED = 6  # the caller holds the model's lease (HANDOFF, CLAIM, TAKE {6, requests...})
+    REPLIED = 7  # WITHDRAW: the request was answered meanwhile, {7, answer}
 
 
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000

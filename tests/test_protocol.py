@@ -1,5 +1,6 @@
 """One source for the store protocol: the Lua scripts get their constants from
-service/protocol.py, and read a pending record at the offsets of learner/codec.py."""
+service/protocol.py and their KEYS and ARGV from their slots (store/script.py), and read a
+pending record at the offsets of learner/codec.py."""
 
 from __future__ import annotations
 
@@ -13,20 +14,83 @@ from service.learner import ModelConfig
 from service.learner.codec import pack_payload, pack_record
 from service.learner.features import encode
 from service.protocol import COUNTERS, LUA, Meta, Status
-from service.store import scripts
+from service.store import ModelKeys
+from service.store.ops import SCRIPTS as OPS
+from service.store.script import Script
 
-SCRIPTS = {
-    name: text
-    for name, text in vars(scripts).items()
-    if name.isupper() and not name.startswith("_") and isinstance(text, str)
-}
+SCRIPTS = {op.name: op.lua for op in OPS}
 
 
-def test_no_script_writes_a_status_code_as_a_number() -> None:
-    """The scripts that answer with a Status (the others answer yes or no, 1 or 0)."""
-    for name in ("SYNC", "PREDICT", "FEEDBACK", "LEARN"):
-        for pattern in (r"return \{-?\d", r"answer\(-?\d", r"reply\[1\] = -?\d"):
-            assert not re.findall(pattern, SCRIPTS[name]), (name, pattern)
+def test_every_script_answers_a_status_by_its_name() -> None:
+    """Every script answers a table that starts with a Status, named, never a number."""
+    for op in OPS:
+        returns = re.findall(r"return (.*)", op.body)
+        assert returns, op.name
+        for r in returns:
+            assert re.match(r"\{[A-Z_]+\b|sync\(|reply\b|taken\b|out\b", r), (op.name, r)
+        for pattern in (r"answer\(-?\d", r"reply\[1\] = -?\d"):
+            assert not re.findall(pattern, op.body), (op.name, pattern)
+
+
+def test_every_script_reads_its_keys_and_arguments_by_the_names_of_its_slots() -> None:
+    """No script indexes KEYS or ARGV by a number of its own: the header made from its
+    slots does, once; and every slot it declares, it uses."""
+    for op in OPS:
+        code = op.body + "".join(op.parts)
+        assert not re.findall(r"(?:KEYS|ARGV)\[\d", code), op.name
+        assert op.lua.startswith(LUA + op.header), op.name
+        slots = [line.split()[1] for line in op.header.splitlines()]
+        assert len(slots) == len(op.keys) + len(op.args) + bool(op.rest_keys) + bool(
+            op.rest_args
+        ), op.name
+        for slot in slots:  # (or a rest of keys read back from the end)
+            used = re.search(rf"\b{slot}\b", op.body) or "#KEYS" in op.body
+            assert used, (op.name, slot)
+
+
+def test_a_key_slot_is_named_after_the_models_key_it_holds() -> None:
+    """So the caller's keys come from ModelKeys by the slot's name (key_list): the order is
+    declared once. Only a request's answer key is given by name."""
+    for op in OPS:
+        for key in op.keys:
+            assert key == "answer" or isinstance(getattr(ModelKeys, key, None), property), (
+                op.name,
+                key,
+            )
+
+
+def test_a_call_gives_every_slot_by_name_and_no_other() -> None:
+    op = Script("t", keys=("meta", "log"), args=("epoch", "n#"), body="return {DONE}")
+    keys = ModelKeys("m")
+    assert op.key_list(keys) == [keys.meta, keys.log]
+    assert op.key_list(keys, {"log": "x"}) == [keys.meta, "x"]
+    assert op.arg_list(epoch="e", n=3) == ["e", 3]
+    with pytest.raises(KeyError):
+        op.arg_list(epoch="e", m=3)
+    with pytest.raises(ValueError):
+        op.arg_list(epoch="e")
+    with pytest.raises(ValueError):
+        op.arg_list(["more"], epoch="e", n=3)  # no rest_args declared
+    with pytest.raises(ValueError):
+        op.key_list(keys, {"pend": "x"})
+    with pytest.raises(ValueError, match="clash"):
+        Script("t", keys=("meta",), args=("done",), body="")  # DONE is a Status
+
+
+@pytest.mark.in_process  # on fakeredis's Lua and on a real redis-server
+def test_every_script_compiles_and_reads_its_slots(redis_client: redis.Redis) -> None:
+    for op in OPS:
+        assert redis_client.script_load(op.lua)
+    op = Script(
+        "t",
+        keys=("meta", "log"),
+        args=("epoch", "n#"),
+        rest_args="more",
+        body="return {META, LOG, EPOCH, N + 1, MORE_AT, ARGV[MORE_AT]}",
+    )
+    keys = ModelKeys("m")
+    got = redis_client.eval(op.lua, 2, *op.key_list(keys), *op.arg_list(["x"], epoch="e", n=2))
+    assert got == [keys.meta.encode(), keys.log.encode(), b"e", 3, 3, b"x"]
 
 
 def test_every_script_that_names_a_constant_declares_it() -> None:

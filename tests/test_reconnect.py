@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from service.settings import Settings
-from service.store import scripts
+from service.store import ops
 from service.store.connect import open_client
 
 from .servers import RedisServer, ServiceThread, wait_until
@@ -173,7 +173,7 @@ def test_a_learn_whose_reply_is_lost_is_a_503_and_is_not_sent_again(
     wait_until(lambda: api.get("/readyz").status_code == 200, timeout=10, what="readyz")
     # The scripts the stalled /learn sent (its learn, maybe a sync first): each once.
     watch.stop()
-    calls = watch.calls(scripts.LEARN, scripts.SYNC, scripts.HANDOFF, scripts.WITHDRAW)
+    calls = watch.calls(*(op.SCRIPT.lua for op in (ops.learn, ops.sync, ops.handoff, ops.withdraw)))
     after = api.get("/models/d").json()
     ran = after["counters"]["learned"] - before["counters"]["learned"]
     log.info("the learn whose reply was lost ran %d time(s); %d script call(s)", ran, calls)

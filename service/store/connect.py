@@ -16,7 +16,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..settings import Settings
-from .redis_store import Client, NotSent, Store
+from .ops.runner import Client
+from .redis_store import NotSent, Store
 
 log = logging.getLogger("perceptron")
 

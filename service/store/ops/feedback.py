@@ -1,0 +1,158 @@
+"""FEEDBACK: the true class of pending predictions, applied once each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...protocol import Bucket, FeedbackBatch, FeedbackItem, Held, Status
+from ..keys import ModelKeys
+from ..script import Script
+from . import parts
+from .runner import Runner
+
+# KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
+# same order (-1: a label that is none of the model's classes, answered BAD_LABEL if the
+# prediction is the model's, else UNKNOWN: a prediction of a model deleted and made anew is
+# not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
+# bucket, KEEP: buckets kept; TTL: the model's feedback ttl. While the model's writer holds it
+# (``learn.py``), nothing is applied: {HELD, ms left}. An answer is kept TTL seconds after it
+# was given, so that the same feedback sent again within that time is a duplicate; its
+# prediction's bytes no longer count as pending.
+# Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version,
+# log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, CONFLICT, BAD_LABEL),
+# mistake, updated, version (for CONFLICT: the class index given before)}
+SCRIPT = Script(
+    "feedback",
+    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold"),
+    args=("epoch", "bucket#", "keep#", "ttl#"),
+    rest_keys="pending",
+    rest_args="labels",
+    parts=(parts.RECORD, parts.PENDING),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+local epoch = st[1]
+if not epoch then return {NO_MODEL} end
+if epoch ~= EPOCH then return {STALE_EPOCH} end
+local held = redis.call('PTTL', HOLD)
+if held > 0 then
+  redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
+  return {HELD, held}
+end
+if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
+  return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
+end
+local version, seen = tonumber(st[2]), tonumber(st[3])
+local out, entries, marks, cells, recent = {}, {}, {}, {}, {}
+local mistakes, n = 0, 0
+local function answer(status, m, u, v)
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = status, m, u, v
+  n = n + 4
+end
+local unknown, dups, conflicts = 0, 0, 0
+local ttl, now, answered = TTL, nil, {}
+for i = PENDING_AT, #KEYS do
+  local t = ARGV[i + LABELS_AT - PENDING_AT]
+  local p = redis.call('GET', KEYS[i])
+  if not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
+    unknown = unknown + 1
+    answer(UNKNOWN, 0, 0, 0)
+  elseif t == '-1' then
+    answer(BAD_LABEL, 0, 0, 0)
+  elseif string.sub(p, 1, 1) == ANSWERED then
+    local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
+    if prev ~= t then
+      conflicts = conflicts + 1
+      answer(CONFLICT, 0, 0, tonumber(prev))
+    else
+      dups = dups + 1
+      answer(DUPLICATE, tonumber(m), tonumber(u), tonumber(v))
+    end
+  else
+    local served = tonumber(string.sub(p, SERVED_AT, SERVED_END))
+    local ti = tonumber(t)
+    local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
+    seen = seen + 1
+    local entry = string.format('%d|%s|', seen, t) .. p
+    recent[#recent + 1] = entry
+    if updated == 1 then
+      version = version + 1
+      entries[#entries + 1] = entry
+    end
+    local m = (served ~= ti) and 1 or 0
+    marks[#marks + 1] = (m == 1) and '1' or '0'
+    mistakes = mistakes + m
+    local cell = 'cm:' .. served .. ':' .. t
+    cells[cell] = (cells[cell] or 0) + 1
+    now = now or clock()
+    local made = now - ttl + redis.call('PTTL', KEYS[i]) / 1000
+    local b = math.floor(made / pending_width(ttl))
+    answered[b] = (answered[b] or 0) + pending_size(KEYS[i], p)
+    redis.call('SET', KEYS[i],
+      ANSWERED .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. version, 'EX', ttl)
+    answer(DONE, m, updated, version)
+  end
+end
+-- Answered predictions no longer count as pending: their bytes leave their buckets.
+for b, size in pairs(answered) do
+  local held = tonumber(redis.call('HGET', PEND, b))
+  if held then
+    if held <= size then
+      redis.call('HDEL', PEND, b)
+    else
+      redis.call('HSET', PEND, b, held - size)
+    end
+    redis.call('HINCRBY', PEND, 'bytes', -math.min(held, size))
+  end
+end
+if unknown > 0 then redis.call('HINCRBY', META, COUNT_UNKNOWN_FEEDBACK, unknown) end
+if dups > 0 then redis.call('HINCRBY', META, COUNT_DUPLICATES, dups) end
+if conflicts > 0 then redis.call('HINCRBY', META, COUNT_CONFLICTS, conflicts) end
+if #marks > 0 then
+  record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP,
+    seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
+  redis.call('HINCRBY', META, COUNT_FEEDBACK, #marks)
+end
+local log_length = -1
+for i = 1, #entries, UNPACK_CHUNK do
+  local upto = math.min(i + UNPACK_CHUNK - 1, #entries)
+  log_length = redis.call('RPUSH', LOG, unpack(entries, i, upto))
+end
+if #entries > 0 then redis.call('HSET', META, META_VERSION, version) end
+table.insert(out, 1, log_length)
+table.insert(out, 1, version)
+table.insert(out, 1, DONE)
+return out
+""",
+)
+
+
+async def feedback(
+    store: Runner,
+    name: str,
+    epoch: str,
+    tokens: Sequence[str],
+    labels: Sequence[int],
+    when: Bucket,
+    ttl_s: int,
+) -> FeedbackBatch | Held:
+    """Apply the true class index of each pending prediction, once each; or nothing, while
+    the model's writer holds it."""
+    k = ModelKeys(name)
+    reply = await store.run(
+        SCRIPT,
+        SCRIPT.key_list(k, rest=[k.pending(t) for t in tokens]),
+        SCRIPT.arg_list(labels, epoch=epoch, bucket=when.bucket, keep=when.keep, ttl=ttl_s),
+    )
+    if int(reply[0]) == Status.HELD:
+        return Held(int(reply[1]))  # (the store's wait_unheld waits for the writer to let go)
+    store.check(name, reply)
+    flat = [int(v) for v in reply[3:]]
+    items = [_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
+    return FeedbackBatch(version=int(reply[1]), log_length=int(reply[2]), items=items)
+
+
+def _item(status: int, mistake: int, updated: int, version: int) -> FeedbackItem:
+    s = Status(status)
+    if s == Status.CONFLICT:
+        return FeedbackItem(s, False, False, -1, given=version)
+    return FeedbackItem(s, bool(mistake), bool(updated), version)

@@ -1,0 +1,206 @@
+"""LEARN: count and log learned examples, if the caller's copy was current; for the model's
+writer, also answer the handed-over requests the commit learns.
+
+One writer per model (``service/writer.py``): the worker that holds ``writer`` (a lease,
+renewed while it works) learns every /learn of the model; the other workers hand their
+checked examples over (``handoff.py``) and wait for the answer. A request waiting for the
+writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
+token -> request); the writer moves the tokens it takes into ``taken`` (a set, ``take.py``)
+and the commit that learns a request takes it out of both keys and pushes its answer, in this
+one script. A request leaves ``reqs`` once: learned and answered, answered with an error
+(``refuse.py``), withdrawn by its requester (``withdraw.py``), or gone with its keys (the model
+deleted, a key evicted or expired), so it is learned at most once; its requester learns which,
+or (its answer gone too) that nobody can tell. A worker that takes the lease puts every taken
+token back at the head of the queue (``parts.ACQUIRE``): the writer before it may have died
+with them; if it lives on, the commit of whichever learns a request first wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import NotWriter
+from ...protocol import Bucket, LearnBatch, LearnResult, Lease, Made, RequestsGone, Status, SyncData
+from ..keys import ModelKeys
+from ..script import Arg, Script
+from . import parts
+from .runner import Runner, text
+
+# KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
+# ARGV: VERSION and SEEN the copy used (SEEN '' when it does not matter); BUCKET, KEEP: the
+# time bucket and the buckets kept; R2: the largest squared feature norm; N examples, MISTAKES,
+# MARKS ('0'/'1' per example, all N of them); HOLDER: the writer's id ('' when each worker
+# commits its own), LEASE: the lease's ms; then N_CELLS (field, count) confusion pairs,
+# N_UPDATES log entries, N_RECENT recent examples' entries (oldest first), and each handed-off
+# request's (token, answer). The caller formats the entries.
+# A writer's commit (HOLDER set) runs only while HOLDER holds the lease (else {NOT_WRITER},
+# nothing written), and renews it after its first write (a script's first write is the one
+# refused when Redis is full, and a renewal is not refused, so it must not come first). It
+# learns each handed-off request only if the request still waits for this commit, takes it
+# off the queue's keys and pushes its answer, all at once, so a request is learned once and
+# answered, or not learned, whatever worker dies or lease lapses. And a writer's commit that
+# finds the model moved (by feedback) holds it: no feedback is applied until the writer's next
+# commit, which is then sure to find its copy current once caught up (or until HOLD_MS pass,
+# should the writer die). The hold counts the feedback calls that found it (one each, after
+# its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
+# Returns {DONE, version, seen, log length}, the sync reply with STALE_COPY when stale,
+# NO_MODEL, STALE_EPOCH, STATE_LOST, {REQUESTS_GONE, tokens} naming the handed-off requests
+# that no longer wait, or {NOT_WRITER} (nothing written with these last two).
+SCRIPT = Script(
+    "learn",
+    keys=(
+        "meta",
+        "snap",
+        "log",
+        "series",
+        "ring",
+        "recent",
+        "curve",
+        "hold",
+        "taken",
+        "reqs",
+        "writer",
+        "wake",
+    ),
+    args=(
+        "epoch",
+        "version",
+        "seen",
+        "bucket#",
+        "keep#",
+        "r2",
+        "n#",
+        "mistakes#",
+        "marks",
+        "holder",
+        "lease",
+        "n_cells#",
+        "n_updates#",
+        "n_recent#",
+    ),
+    rest_keys="answers",
+    rest_args="cells",
+    parts=(parts.SYNC, parts.RECORD, parts.ANSWER),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
+if not st[1] then return {NO_MODEL} end
+if st[1] ~= EPOCH then return {STALE_EPOCH} end
+local writer = HOLDER ~= ''
+if writer and redis.call('GET', WRITER) ~= HOLDER then return {NOT_WRITER} end
+if st[2] ~= VERSION or (SEEN ~= '' and st[3] ~= SEEN) then
+  local reply = sync(META, SNAP, LOG, tonumber(VERSION))
+  if reply[1] == DONE then
+    reply[1] = STALE_COPY
+    if writer then
+      local waiting = redis.call('GET', HOLD) or '1'
+      redis.call('SET', HOLD, waiting, 'PX', HOLD_MS)
+      redis.call('PEXPIRE', WRITER, LEASE)
+    end
+  end
+  return reply
+end
+local why = lost(META, SNAP, LOG)  -- never extend a log that lost entries
+if why then return {STATE_LOST, why} end
+local entries_at = CELLS_AT + 2 * N_CELLS
+local recent_at = entries_at + N_UPDATES
+local replies_at = recent_at + N_RECENT
+local answers = #KEYS - ANSWERS_AT + 1
+if answers > 0 then
+  local gone = {}
+  for a = 0, answers - 1 do
+    local token = ARGV[replies_at + 2 * a]
+    if redis.call('SISMEMBER', TAKEN, token) == 0 or redis.call('HEXISTS', REQS, token) == 0
+    then gone[#gone + 1] = token end
+  end
+  if #gone > 0 then return {REQUESTS_GONE, unpack(gone)} end
+end
+local seen, version = tonumber(st[3]), tonumber(st[2])
+local cells = {}
+for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local recent = {}
+for j = recent_at, replies_at - 1 do recent[#recent + 1] = ARGV[j] end
+record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent)
+redis.call('HINCRBY', META, COUNT_LEARNED, N)
+local log_length, stop = -1, recent_at - 1
+for j = entries_at, stop, UNPACK_CHUNK do
+  local upto = math.min(j + UNPACK_CHUNK - 1, stop)
+  log_length = redis.call('RPUSH', LOG, unpack(ARGV, j, upto))
+end
+if N_UPDATES > 0 then version = redis.call('HINCRBY', META, META_VERSION, N_UPDATES) end
+if tonumber(R2) > tonumber(st[4] or 0) then redis.call('HSET', META, META_R2, R2) end
+for a = 0, answers - 1 do
+  answer(TAKEN, REQS, KEYS[ANSWERS_AT + a], ARGV[replies_at + 2 * a], ARGV[replies_at + 2 * a + 1])
+end
+if writer then
+  redis.call('PEXPIRE', WRITER, LEASE)
+  local waiting = tonumber(redis.call('GET', HOLD) or 1) - 1
+  redis.call('DEL', HOLD)
+  if waiting > 0 then
+    for i = 1, waiting, UNPACK_CHUNK do
+      local n = math.min(UNPACK_CHUNK, waiting - i + 1)
+      local ones = {}
+      for j = 1, n do ones[j] = '1' end
+      redis.call('RPUSH', WAKE, unpack(ones))
+    end
+    redis.call('PEXPIRE', WAKE, HOLD_MS)
+  end
+end
+return {DONE, version, seen + N, log_length}
+""",
+)
+
+
+async def learn(
+    store: Runner,
+    name: str,
+    epoch: str,
+    made: Made,
+    when: Bucket,
+    batch: LearnBatch,
+    answers: Sequence[tuple[str, bytes]] = (),
+    writer: Lease | None = None,
+) -> LearnResult | SyncData | RequestsGone:
+    """Count and log learned examples, if the caller's copy was current. A model's
+    ``writer`` commits only while it holds the lease, renews it, and holds the model when its
+    copy was not current (NotWriter when another worker holds the lease, or none does);
+    ``answers``: (token, answer) of each handed-off request the commit learns, only with a
+    ``writer``."""
+    keys = ModelKeys(name)
+    rest: list[Arg] = []
+    for field, count in batch.cells.items():
+        rest += [field, count]
+    rest += [*batch.entries, *batch.recent]
+    if answers and writer is None:
+        raise ValueError("only a writer's commit answers handed-off requests")
+    for token, data in answers:
+        rest += [token, data]
+    version, seen = made.guard
+    reply = await store.run(
+        SCRIPT,
+        SCRIPT.key_list(keys, rest=[keys.answer(t) for t, _ in answers]),
+        SCRIPT.arg_list(
+            rest,
+            epoch=epoch,
+            version=version,
+            seen=seen,
+            bucket=when.bucket,
+            keep=when.keep,
+            r2=made.r2,
+            n=batch.n,
+            mistakes=batch.mistakes,
+            marks=batch.marks,
+            holder="" if writer is None else writer.holder,
+            lease=0 if writer is None else writer.ms,
+            n_cells=len(batch.cells),
+            n_updates=len(batch.entries),
+            n_recent=len(batch.recent),
+        ),
+    )
+    status = int(reply[0])
+    if status == Status.NOT_WRITER:
+        raise NotWriter(name)
+    if status == Status.REQUESTS_GONE:
+        return RequestsGone(frozenset(text(t) for t in reply[1:]))
+    if store.check(name, reply) == Status.DONE:
+        return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
+    return await store.sync_data(keys, reply, made.version)

@@ -1,0 +1,202 @@
+"""Lua functions shared by the store's scripts (each script says which it uses)."""
+
+# Shared by the scripts that answer with what a worker's copy (at version ``from``) lacks.
+# A few entries come inline: {1, epoch, version, seen, from, 0, entries}. When there are more,
+# or the copy needs the snapshot, the reply says where the log starts instead, {1, epoch,
+# version, seen, snapv, 1, {}}, and the worker reads the keys itself with plain commands: a
+# script copies and hashes every string it touches, which for a whole log costs ten times
+# as much as a plain LRANGE.
+SYNC = """
+local function lost(meta, snap, log)
+  local st = redis.call('HMGET', meta, META_VERSION, META_SNAP_VERSION, META_SNAP_LENGTH)
+  local snapv = tonumber(st[2])
+  if redis.call('LLEN', log) ~= tonumber(st[1]) - snapv then
+    return 'its update log is incomplete'
+  end
+  local snaplen = tonumber(st[3] or -1)
+  local held = redis.call('STRLEN', snap)
+  if (snaplen >= 0 and held ~= snaplen) or (snaplen < 0 and snapv > 0 and held == 0) then
+    return 'its weights snapshot is missing'
+  end
+  return nil
+end
+local function sync(meta, snap, log, from)
+  local why = lost(meta, snap, log)
+  if why then return {STATE_LOST, why} end
+  local st = redis.call('HMGET', meta, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+  local snapv = tonumber(st[4])
+  if from < snapv or tonumber(st[2]) - from > SYNC_INLINE then
+    return {DONE, st[1], st[2], st[3], snapv, 1, {}}
+  end
+  return {DONE, st[1], st[2], st[3], from, 0, redis.call('LRANGE', log, from - snapv, -1)}
+end
+"""
+
+
+# Answer one request: it leaves the queue's keys and its answer waits ANSWER_TTL_S for its
+# requester.
+ANSWER = """
+local function answer(taken, reqs, key, token, data)
+  redis.call('SREM', taken, token)
+  redis.call('HDEL', reqs, token)
+  redis.call('RPUSH', key, data)
+  redis.call('EXPIRE', key, ANSWER_TTL_S)
+end
+"""
+
+
+# The queue's keys (``learns``, ``taken``, ``reqs``) live until the last deadline of the
+# requests in them, and QUEUE_KEEP_S more: a request past its deadline is never learned (its
+# requester withdraws it, a writer refuses it), so keys that outlive every requester and
+# writer (all of them killed, Redis restarted) expire instead of staying forever.
+KEEP = """
+local function keep(key, ms)
+  if ms > 0 and redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end
+end
+"""
+
+
+# Take the lease; what an earlier writer took and did not answer goes back to be learned.
+ACQUIRE = (
+    KEEP
+    + """
+local function give_back(learns, taken)
+  local back = redis.call('SMEMBERS', taken)
+  local left = redis.call('PTTL', taken)
+  for i = 1, #back, UNPACK_CHUNK do
+    redis.call('LPUSH', learns, unpack(back, i, math.min(i + UNPACK_CHUNK - 1, #back)))
+  end
+  keep(learns, left)
+  redis.call('DEL', taken)
+end
+local function acquire(writer, learns, taken, me, ms)
+  redis.call('SET', writer, me, 'PX', ms)
+  give_back(learns, taken)
+end
+"""
+)
+
+
+# Shared by the scripts that count labelled examples: counters, the confusion matrix, the
+# ring of the last WINDOW outcomes (one byte each, '1' for a mistake), mistake and example
+# counts per time bucket (buckets older than the retention are dropped), the learning curve,
+# and the most recent labelled examples (as log entries, "k|t|" .. payload).
+# record(..., seen before, n examples, marks: '0'/'1' per example in order, all n of them,
+# mistakes, cells: {confusion field = count}, recent: entries, oldest first)
+RECORD = """
+local function curve_add(curve, meta, seen, n, marks)
+  local total = seen + n
+  local every = tonumber(redis.call('HGET', curve, 'every') or 1)
+  if math.floor(total / every) == math.floor(seen / every) then return end
+  local held = math.max(0, redis.call('HLEN', curve) - 1)
+  while held + math.floor(total / every) - math.floor(seen / every) > CURVE_POINTS do
+    every = every * 2
+    local gone = {}
+    for _, field in ipairs(redis.call('HKEYS', curve)) do
+      local k = tonumber(field)
+      if k and k % every ~= 0 then gone[#gone + 1] = field end
+    end
+    for i = 1, #gone, UNPACK_CHUNK do
+      redis.call('HDEL', curve, unpack(gone, i, math.min(i + UNPACK_CHUNK - 1, #gone)))
+    end
+    held = math.max(0, redis.call('HLEN', curve) - 1)
+  end
+  local m = tonumber(redis.call('HGET', meta, COUNT_MISTAKES) or 0)
+  local points, at = {'every', string.format('%d', every)}, 0
+  for k = (math.floor(seen / every) + 1) * every, total, every do
+    local _, wrong = string.gsub(string.sub(marks, at + 1, k - seen), '1', '')
+    m, at = m + wrong, k - seen
+    points[#points + 1] = string.format('%d', k)
+    points[#points + 1] = string.format('%d', m)
+  end
+  redis.call('HSET', curve, unpack(points))
+end
+local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
+    mistakes, cells, recent)
+  curve_add(curve, meta, seen, n, marks)  -- before the mistakes counter counts these
+  if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
+  local start = (seen + n - #marks) % WINDOW
+  local first = math.min(#marks, WINDOW - start)
+  if first > 0 then redis.call('SETRANGE', ring, start, string.sub(marks, 1, first)) end
+  if first < #marks then redis.call('SETRANGE', ring, 0, string.sub(marks, first + 1)) end
+  for cell, c in pairs(cells) do redis.call('HINCRBY', meta, cell, c) end
+  redis.call('HINCRBY', meta, META_SEEN, n)
+  if mistakes > 0 then redis.call('HINCRBY', meta, COUNT_MISTAKES, mistakes) end
+  local known = redis.call('HGET', series, 'last')
+  local last = tonumber(known or bucket)
+  if bucket > last then
+    if bucket - last >= keep then
+      redis.call('DEL', series)
+    else
+      for b = last - keep + 1, bucket - keep do
+        redis.call('HDEL', series, b .. ':n', b .. ':m')
+      end
+    end
+  end
+  if bucket > last or not known then redis.call('HSET', series, 'last', bucket) end
+  redis.call('HINCRBY', series, bucket .. ':n', n)
+  if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
+  local kept = {}
+  for i = math.max(1, #recent - RECENT_KEPT + 1), #recent do
+    if #recent[i] <= RECENT_MAX_BYTES then kept[#kept + 1] = recent[i] end
+  end
+  if #kept > 0 then
+    local length = redis.call('LPUSH', recentkey, unpack(kept))
+    if length > RECENT_KEPT + RECENT_KEPT / 2 then
+      redis.call('LTRIM', recentkey, 0, RECENT_KEPT - 1)
+    end
+  end
+end
+"""
+
+
+# Shared by the scripts that store or answer predictions: what each model holds pending,
+# counted in bytes per creation bucket of ttl / PENDING_BUCKETS seconds, by Redis's clock.
+# Hash ``pend``: field <bucket> = bytes made then and not answered yet, ``bytes`` = their
+# sum, ``oldest`` = the oldest bucket held. Every key made in bucket b is gone by
+# (b + 1) * width + ttl; a bucket is dropped then (a rescan, at most once per bucket width).
+PENDING = """
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function pending_width(ttl) return math.max(1, math.ceil(ttl / PENDING_BUCKETS)) end
+local function pending_held(pend, ttl, now)
+  local width = pending_width(ttl)
+  local st = redis.call('HMGET', pend, 'bytes', 'oldest')
+  local bytes, oldest = tonumber(st[1] or 0), tonumber(st[2])
+  if oldest and (oldest + 1) * width + ttl <= now then
+    local all = redis.call('HGETALL', pend)
+    bytes, oldest = 0, nil
+    for i = 1, #all, 2 do
+      local b = tonumber(all[i])
+      if b then
+        if (b + 1) * width + ttl <= now then
+          redis.call('HDEL', pend, all[i])
+        else
+          bytes = bytes + tonumber(all[i + 1])
+          if not oldest or b < oldest then oldest = b end
+        end
+      end
+    end
+    if oldest then
+      redis.call('HSET', pend, 'bytes', bytes, 'oldest', oldest)
+    else
+      redis.call('DEL', pend)
+    end
+  end
+  return math.max(0, bytes), oldest, width
+end
+local function pending_size(key, record) return #key + #record + PENDING_OVERHEAD end
+"""
+
+
+# The registry (the set of model names) and a model change together: on one Redis, in the
+# same script (KEYS then ends with the registry, and LISTED is '1'); under Redis Cluster, whose
+# registry lives on another shard than the model, around it, in an order that leaves no model
+# unlisted (``ops/create.py``, ``ops/replace.py``, ``ops/delete.py``).
+REGISTER = """
+local function register(listed, registry, name)
+  if listed == '1' then redis.call('SADD', registry, name) end
+end
+"""

@@ -1,0 +1,107 @@
+"""PREDICT: store pending predictions made at a version of a model's weights."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import TooManyPending
+from ...protocol import Made, Status, SyncData
+from ..keys import ModelKeys
+from ..script import Script
+from . import parts
+from .runner import Runner
+
+# KEYS: then each prediction's pending key; ARGV: then each pending record, in the same order.
+# VERSION and SEEN: what the predictions were made with (SEEN '' when it does not matter);
+# FORCE '1' stores them whatever the version; R2: the largest squared feature norm among
+# them; CAP: the most bytes the model may hold pending (0: no limit).
+# Returns {DONE} when stored, the sync reply with STALE_COPY when the copy was behind,
+# NO_MODEL, STALE_EPOCH, STATE_LOST, or {PENDING_FULL, seconds until some pending bytes
+# lapse, bytes held, bytes of these predictions}.
+SCRIPT = Script(
+    "predict",
+    keys=("meta", "snap", "log", "pend"),
+    args=("epoch", "version", "seen", "force", "ttl#", "r2", "cap#"),
+    rest_keys="pending",
+    rest_args="records",
+    parts=(parts.SYNC, parts.PENDING),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
+if not st[1] then return {NO_MODEL} end
+if st[1] ~= EPOCH then return {STALE_EPOCH} end
+local why = lost(META, SNAP, LOG)  -- never serve weights the store no longer has
+if why then return {STATE_LOST, why} end
+if FORCE ~= '1' and (st[2] ~= VERSION or (SEEN ~= '' and st[3] ~= SEEN)) then
+  local reply = sync(META, SNAP, LOG, tonumber(VERSION))
+  if reply[1] == DONE then reply[1] = STALE_COPY end
+  return reply
+end
+local now = clock()
+local held, oldest, width = pending_held(PEND, TTL, now)
+local size, shift = 0, RECORDS_AT - PENDING_AT
+for i = PENDING_AT, #KEYS do size = size + pending_size(KEYS[i], ARGV[i + shift]) end
+if CAP > 0 and held + size > CAP then
+  local wait = TTL
+  if oldest then wait = math.ceil((oldest + 1) * width + TTL - now) end
+  return {PENDING_FULL, math.max(1, wait), held, size}
+end
+for i = PENDING_AT, #KEYS do
+  redis.call('SET', KEYS[i], ARGV[i + shift], 'EX', TTL)
+end
+local bucket = math.floor(now / width)
+redis.call('HINCRBY', PEND, bucket, size)
+redis.call('HINCRBY', PEND, 'bytes', size)
+if not oldest then redis.call('HSET', PEND, 'oldest', bucket) end
+redis.call('HINCRBY', META, COUNT_PREDICTIONS, #KEYS - PENDING_AT + 1)
+if tonumber(R2) > tonumber(st[4] or 0) then redis.call('HSET', META, META_R2, R2) end
+return {DONE}
+""",
+)
+
+
+async def predict(
+    store: Runner,
+    name: str,
+    epoch: str,
+    made: Made,
+    tokens: Sequence[str],
+    records: Sequence[bytes],
+    ttl_s: int,
+    max_pending_bytes: int = 0,
+    force: bool = False,
+) -> SyncData | None:
+    """Store pending predictions made at ``made.version`` (and ``made.seen``).
+
+    Returns None when stored, or, when the model has moved on and ``force`` is off, what the
+    caller's copy lacks; nothing is stored then. Raises TooManyPending when the model would
+    hold more than ``max_pending_bytes`` of predictions awaiting their label.
+    """
+    keys = ModelKeys(name)
+    version, seen = made.guard
+    reply = await store.run(
+        SCRIPT,
+        SCRIPT.key_list(keys, rest=[keys.pending(t) for t in tokens]),
+        SCRIPT.arg_list(
+            records,
+            epoch=epoch,
+            version=version,
+            seen=seen,
+            force=int(force),
+            ttl=ttl_s,
+            r2=made.r2,
+            cap=max_pending_bytes,
+        ),
+    )
+    if int(reply[0]) == Status.PENDING_FULL:
+        wait, held, size = int(reply[1]), int(reply[2]), int(reply[3])
+        raise TooManyPending(
+            f"Model {name!r} holds {held} bytes of predictions awaiting their label; "
+            f"these {len(tokens)} would take {size} more, past its limit of "
+            f"{max_pending_bytes} (PERCEPTRON_MAX_PENDING_BYTES). Send feedback for "
+            "pending predictions, lower the model's feedback_ttl_s, or retry after "
+            f"{wait} s, when the oldest lapse.",
+            retry_after_s=wait,
+        )
+    if store.check(name, reply) == Status.STALE_COPY:
+        return await store.sync_data(keys, reply, made.version)
+    return None

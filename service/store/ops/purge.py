@@ -1,0 +1,45 @@
+"""PURGE: delete the pending predictions of a deleted model (of its epoch)."""
+
+from __future__ import annotations
+
+from ..keys import ModelKeys
+from ..script import Script
+from .runner import Runner
+
+PURGE_BATCH = 1000  # pending predictions found by SCAN and deleted at once
+
+# KEYS: pending predictions of one model. Deletes those of EPOCH (answered or not), not those
+# of a model made anew since under the same name; returns {DONE, how many}
+SCRIPT = Script(
+    "purge",
+    keys=(),
+    args=("epoch",),
+    rest_keys="pending",
+    body="""
+local gone = 0
+for i = PENDING_AT, #KEYS do
+  if redis.call('GETRANGE', KEYS[i], EPOCH_AT - 1, EPOCH_END - 1) == EPOCH then
+    gone = gone + redis.call('DEL', KEYS[i])
+  end
+end
+return {DONE, gone}
+""",
+)
+
+
+async def purge(store: Runner, keys: ModelKeys, epoch: str) -> int:
+    """Delete the pending predictions of the model of ``epoch``, PURGE_BATCH at a time."""
+    gone, batch = 0, []
+    async for key in store.client.scan_iter(match=keys.pending_match, count=PURGE_BATCH):
+        batch.append(key)
+        if len(batch) >= PURGE_BATCH:
+            gone += await _purge(store, keys, batch, epoch)
+            batch = []
+    if batch:
+        gone += await _purge(store, keys, batch, epoch)
+    return gone
+
+
+async def _purge(store: Runner, keys: ModelKeys, batch: list[str], epoch: str) -> int:
+    reply = await store.run(SCRIPT, SCRIPT.key_list(keys, rest=batch), SCRIPT.arg_list(epoch=epoch))
+    return int(reply[1])

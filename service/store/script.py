@@ -1,0 +1,84 @@
+"""A store operation's Lua script with its named slots: the one declaration of its KEYS and
+ARGV, from which both the script's header and its caller's lists are made.
+
+A key slot is named after the ``ModelKeys`` property it holds (``meta``, ``log``, ...), so the
+caller's keys come from the model's names in the declared order; a key that is no model's
+property (an answer's key, the registry) is given by name. An argument slot ending in ``#`` is
+a number: the header reads it with ``tonumber``. A script may take more keys or arguments
+past its fixed slots (``rest_keys``, ``rest_args``): the header then says where they start,
+as ``<NAME>_AT``. Every script starts with the protocol's constants (``protocol.LUA``), then
+its slots as Lua locals (key ``meta`` is ``META``, argument ``epoch`` is ``EPOCH``), then the
+shared functions it uses (``ops/parts.py``), then its body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..protocol import LUA
+from .keys import ModelKeys
+
+Arg = bytes | str | int | float
+NUMBER = "#"
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    keys: tuple[str, ...]
+    args: tuple[str, ...]
+    body: str
+    parts: tuple[str, ...] = ()
+    rest_keys: str | None = None
+    rest_args: str | None = None
+    header: str = field(init=False, repr=False)
+    lua: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [*self.keys, *self.arg_names]
+        for rest in (self.rest_keys, self.rest_args):
+            if rest is not None:
+                names.append(f"{rest}_at")
+        taken = set(_declared(LUA))
+        clash = [n for n in names if n.upper() in taken or names.count(n) > 1]
+        if clash:
+            raise ValueError(f"{self.name}: slot names {clash} clash with a constant or another")
+        header = [f"local {k.upper()} = KEYS[{i}]" for i, k in enumerate(self.keys, 1)]
+        for i, a in enumerate(self.args, 1):
+            name = a.rstrip(NUMBER).upper()
+            header.append(
+                f"local {name} = tonumber(ARGV[{i}])"
+                if a.endswith(NUMBER)
+                else f"local {name} = ARGV[{i}]"
+            )
+        if self.rest_keys is not None:
+            header.append(f"local {self.rest_keys.upper()}_AT = {len(self.keys) + 1}")
+        if self.rest_args is not None:
+            header.append(f"local {self.rest_args.upper()}_AT = {len(self.args) + 1}")
+        object.__setattr__(self, "header", "\n".join(header) + "\n")
+        object.__setattr__(self, "lua", LUA + self.header + "".join(self.parts) + self.body)
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(a.rstrip(NUMBER) for a in self.args)
+
+    def key_list(
+        self, k: ModelKeys, given: Mapping[str, str] | None = None, rest: Sequence[str] = ()
+    ) -> list[str]:
+        """KEYS in the declared order: each the model's key of that name, or ``given``'s."""
+        given = given or {}
+        if not given.keys() <= set(self.keys) or (rest and self.rest_keys is None):
+            raise ValueError(f"{self.name} takes the keys {self.keys}, not {sorted(given)}")
+        return [given[s] if s in given else getattr(k, s) for s in self.keys] + list(rest)
+
+    def arg_list(self, rest: Sequence[Arg] = (), **values: Arg) -> list[Arg]:
+        """ARGV in the declared order, from every slot's value by name (and any more)."""
+        names = self.arg_names
+        if len(values) != len(names) or (rest and self.rest_args is None):
+            raise ValueError(f"{self.name} takes the arguments {names}, not {sorted(values)}")
+        return [values[n] for n in names] + list(rest)
+
+
+def _declared(lua: str) -> list[str]:
+    return [line.split()[1] for line in lua.splitlines() if line.startswith("local ")]
