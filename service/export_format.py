@@ -16,7 +16,7 @@ from . import protocol
 from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights, unpack_weights
-from .protocol import Meta
+from .protocol import Field, Meta, parse_cell
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
@@ -37,7 +37,7 @@ def export_document(
     name: str, config: ModelConfig, weights: Weights, meta: dict[str, str]
 ) -> dict[str, Any]:
     data = pack_weights(weights)
-    counters = {k: v for k, v in meta.items() if k in COUNTERS or k.startswith("cm:")}
+    counters = {k: v for k, v in meta.items() if k in COUNTERS or parse_cell(k) is not None}
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -62,7 +62,7 @@ MAX_COUNT = protocol.MAX_COUNT
 _COUNT_RANGE = f"an integer in [0, 2**{MAX_COUNT.bit_length() - 1}]"
 MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
 _DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
-_CELL = re.compile(r"cm:(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
+_CELL = re.compile(re.escape(Field.CELL) + r"(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
 
 
 def _count(doc: dict[str, Any], key: str) -> int:

@@ -21,6 +21,7 @@ finds none knows only that its fate is unknown (the answer was evicted, or expir
 from __future__ import annotations
 
 import json
+import secrets
 import struct
 from dataclasses import dataclass
 from itertools import accumulate
@@ -29,12 +30,19 @@ import numpy as np
 
 from .errors import ServiceError
 from .learner import Example
+from .learner.codec import EPOCH_LENGTH
 
-TOKEN_LENGTH = 22  # secrets.token_urlsafe(16)
+TOKEN_BYTES = 16
+TOKEN_LENGTH = 22  # new_token()'s characters: TOKEN_BYTES in URL-safe base64, unpadded
 UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned, past its deadline
 NOT_QUEUED_ANSWER = b"Q"  # left by a hand-over that queued nothing: its requester took the lease
-_HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq16sI")
+_HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sI")
 _START = struct.Struct("<q")
+
+
+def new_token() -> str:
+    """A handed-over request's token: it names the key its answer is pushed to."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .learner import Example, ModelConfig, Weights
-from .learner.codec import pack_payload, pack_record
+from .learner.codec import entry_head, pack_payload, pack_record
 from .learner.perceptron import (
     Plan,
     apply,
@@ -28,7 +28,7 @@ from .learner.perceptron import (
     update_plan,
 )
 from .protocol import RECENT_KEPT as RECENT  # labelled examples kept for the margin estimate
-from .protocol import LearnBatch
+from .protocol import LearnBatch, cell_field
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 
@@ -82,7 +82,7 @@ def _run_general(
         if plan or i >= n - RECENT:
             k = base.seen + i + 1 if cfg.averaged else 0
             record = pack_record(epoch, served, no_updates, pack_payload(raw, x))
-            entry = b"%d|%d|" % (k, t) + record
+            entry = entry_head(k, t) + record
             if plan:
                 entries.append(entry)
             if i >= n - RECENT:
@@ -116,7 +116,7 @@ def _run_binary(
     # Log entry heads ("k|t|" and the pending record's header) by served and true class;
     # the payload that follows is pack_payload's: the raw score, then the example.
     records = tuple(pack_record(epoch, p, [False, False], b"") for p in (0, 1))
-    tags = tuple(b"0|%d|" % t for t in (0, 1))
+    tags = tuple(entry_head(0, t) for t in (0, 1))
     served = [0] * n
     updated = [False] * n
     entries: list[bytes] = []
@@ -176,5 +176,5 @@ def _batch(
     marks = np.where(wrong, 49, 48).astype(np.uint8).tobytes()  # b"1" a mistake, b"0" not
     k = int(max(s.max(), t.max())) + 1
     counts = np.bincount(s * k + t)
-    cells = {f"cm:{c // k}:{c % k}": int(counts[c]) for c in np.flatnonzero(counts).tolist()}
+    cells = {cell_field(c // k, c % k): int(counts[c]) for c in np.flatnonzero(counts).tolist()}
     return LearnBatch(len(served), int(wrong.sum()), marks, cells, entries, recent)

@@ -82,7 +82,7 @@ class Learning:
         self.writers = Writers(store, settings, clock, replicas, self._learn_here)
         # This worker's lease when its learn commits are a model writer's (writer.py): they
         # commit only while it holds the model's lease, and hold the model against feedback
-        # when they find it moved (scripts.LEARN).
+        # when they find it moved (ops/learn.py).
         self._lease = (
             Lease(self.writers.me, LEASE_MS) if settings.one_writer and not store.embedded else None
         )

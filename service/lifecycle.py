@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +20,7 @@ from .errors import (
 )
 from .export_format import export_document, parse_document
 from .learner import ConfigError, ModelConfig, Weights
-from .learner.codec import pack_weights
+from .learner.codec import new_epoch, pack_weights
 from .names import check_name
 from .protocol import Meta, Observations
 from .replica import Replica
@@ -135,7 +134,7 @@ class Models:
                     "(PERCEPTRON_MAX_MODELS); delete one first.",
                     code="too_many_models",
                 )
-        existing = await self.store.create_model(name, config.to_json(), secrets.token_hex(8))
+        existing = await self.store.create_model(name, config.to_json(), new_epoch())
         if existing is None:
             return config, True
         current = ModelConfig.from_json(existing)
@@ -243,7 +242,7 @@ class Models:
         await self.store.replace_model(
             name,
             config.to_json(),
-            secrets.token_hex(8),
+            new_epoch(),
             created or int(self.clock()),
             weights.version,
             weights.seen,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .learner.codec import ANSWERED, EPOCH_LENGTH, PENDING, SERVED_DIGITS
+from .learner.codec import ANSWERED, ENTRY_SEP, EPOCH_LENGTH, PENDING, SERVED_DIGITS
 
 
 class Status(IntEnum):
@@ -59,6 +59,38 @@ UNPACK_CHUNK = 4000
 # doubles, exact to 2**53: the headroom keeps every sum a script makes exact, and so every
 # loop over a count finite.
 MAX_COUNT = 2**50
+
+
+class Field:
+    """The fields of a model's other hashes, and of the confusion matrix in ``meta``, declared
+    here only: the scripts get each as a Lua local ``FIELD_<NAME>`` (``LUA``)."""
+
+    CELL = "cm:"  # meta: "cm:<served>:<true>" = how many labelled examples had that pair
+    EXAMPLES = ":n"  # series: "<bucket>:n" = examples labelled in that time bucket
+    MISTAKES = ":m"  # series: "<bucket>:m" = mistakes among them
+    LAST = "last"  # series: the latest bucket written
+    EVERY = "every"  # curve: "<k>" = mistakes among the first k, for k a multiple of this
+    BYTES = "bytes"  # pend: the bytes of pending predictions, all buckets together
+    OLDEST = "oldest"  # pend: the oldest creation bucket held
+
+    @staticmethod
+    def fields() -> dict[str, str]:
+        return {k: v for k, v in vars(Field).items() if k.isupper()}
+
+
+def cell_field(served: int, true: int) -> str:
+    return f"{Field.CELL}{served}:{true}"
+
+
+def parse_cell(field: str) -> tuple[int, int] | None:
+    """``(served, true)`` of a confusion field, or None for another field."""
+    if not field.startswith(Field.CELL):
+        return None
+    try:
+        served, true = (int(v) for v in field[len(Field.CELL) :].split(":"))
+    except ValueError:
+        return None
+    return served, true
 
 
 class Meta:
@@ -144,6 +176,8 @@ _NUMBERS = {
 _STRINGS = {
     "PENDING": PENDING.decode(),
     "ANSWERED": ANSWERED.decode(),
+    "ENTRY_SEP": ENTRY_SEP.decode(),
+    **{f"FIELD_{k}": v for k, v in Field.fields().items()},
     **{f"META_{k}": v for k, v in Meta.fields().items()},
     # the counters a script adds to (seen is META_SEEN; updates is the version)
     **{

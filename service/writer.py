@@ -11,12 +11,12 @@ everything waiting in one group commit (``group_commit.py``), so its replica is 
 catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
 (in the same script that would queue its request); a writer with nothing left to do gives the
 lease up; a writer that dies leaves the lease to lapse, and a waiting worker takes it over,
-with the requests the dead writer had taken (scripts.py, ``_ACQUIRE``).
+with the requests the dead writer had taken (``store/ops/parts.py``, ACQUIRE).
 
 A handed-off request is learned once or not at all: the commit that learns it also takes it
 off the queue's keys and pushes its answer, and refuses to learn it if it no longer waits
 (another writer learned it, or its requester withdrew it at its deadline). Only the lease's
-holder commits (the commit checks it, scripts.LEARN): a writer that stalled past its lease and
+holder commits (the commit checks it, ops/learn.py): a writer that stalled past its lease and
 wakes up commits nothing (NotWriter), hands its own examples over like any other worker, and
 leaves the requests it had taken to the new holder, which took them back. And a commit is still
 guarded by the version it was computed on (``Learning._learn``).
@@ -46,6 +46,7 @@ from .handoff import (
     NOT_QUEUED_ANSWER,
     UNLEARNED_ANSWER,
     RequestHead,
+    new_token,
     pack_error,
     pack_request,
     request_head,
@@ -73,7 +74,7 @@ NOT_LEARNED: Learned = ("", False, False, -1)
 # commit) is replaced this long after it last did, by a requester that looks again when the
 # lease would lapse: learning stops for less than half a second when a writer dies or stalls.
 # A writer busy longer than this in one go (the largest requests) may lose its lease, safely:
-# only the lease's holder commits (scripts.LEARN).
+# only the lease's holder commits (ops/learn.py).
 LEASE_MS = 400
 WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
@@ -149,7 +150,7 @@ class Writers:
         if rep.name in self._writing:  # this worker became the writer meanwhile
             with suppress(NotWriter):  # (and lost the lease since: hand them over)
                 return await self._learn_here(rep, examples, None)
-        token = secrets.token_urlsafe(16)
+        token = new_token()
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
         wait_ms = int(self.settings.learn_wait_s * 1000)
@@ -234,7 +235,7 @@ class Writers:
                     raise self._not_learned(name)
                 return answer
             # No answer yet: a writer that died leaves the lease to lapse; then take it over:
-            # what the dead writer took goes back to the queue (scripts._ACQUIRE). Looked at
+            # what the dead writer took goes back to the queue (ops/parts.ACQUIRE). Looked at
             # again when it would lapse, if that comes sooner.
             wait = ANSWER_WAIT_S
             if not self.writes(name) and not self._closing:
@@ -313,7 +314,7 @@ class Writers:
                 served.add_done_callback(in_flight.discard)
 
     def _serve_now(self, name: str, data: bytes) -> asyncio.Future[Any] | None:
-        """Learn one handed-off request: its commit answers it (scripts.LEARN); or answer it
+        """Learn one handed-off request: its commit answers it (ops/learn.py); or answer it
         with the error that kept it from being learned. Queued for the model's next commit
         at once, in this turn of the event loop, when this worker's replica is the model the
         request was made for and it is still awaited (else ``_serve`` looks first)."""
@@ -365,7 +366,7 @@ class Writers:
     async def _refuse(self, name: str, token: str, error: BaseException) -> None:
         """Answer a taken request with the error that kept it from being learned."""
         if isinstance(error, NotWriter):
-            return  # the lease's holder took it back (scripts._ACQUIRE), and learns it
+            return  # the lease's holder took it back (ops/parts.ACQUIRE), and learns it
         if isinstance(error, StaleModel):
             answer = pack_error(ServiceError("The model was replaced.", code=STALE))
         elif isinstance(error, OutcomeUnknown | StoreError):

@@ -225,7 +225,7 @@ def test_deleting_a_model_deletes_its_pending_predictions_and_queue(
     assert client.delete("/models/gone").status_code == 204
     assert keys_of("gone") == []
     # Another model's pending predictions stay (and so would those of a model made anew
-    # under the name: the purge deletes only the deleted model's epoch, scripts.PURGE).
+    # under the name: the purge deletes only the deleted model's epoch, ops/purge.py).
     assert len([k for k in keys_of("kept") if b":p:" in k]) == 300
     pid = kept["predictions"][0]["prediction_id"]
     assert ok(client.post("/feedback", json={"prediction_id": pid, "label": 1}))["version"] == 1

@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from service.learner import ModelConfig
-from service.learner.codec import pack_payload, pack_record
+from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
 from service.learner.features import encode
-from service.protocol import COUNTERS, LUA, Meta, Status
+from service.protocol import COUNTERS, LUA, Field, Meta, Status, cell_field, parse_cell
 from service.store import ModelKeys
 from service.store.ops import SCRIPTS as OPS
 from service.store.script import Script
@@ -106,12 +106,13 @@ def test_no_script_writes_a_stored_name_by_hand() -> None:
     a script names them by the locals LUA generates from those, never as a literal, and uses
     no such local that is not declared."""
     stored = set(Meta.fields().values()) | {c.name for c in COUNTERS}
+    stored |= set(Field.fields().values())
     declared = set(re.findall(r"local (\w+) =", LUA))
     for name, text in SCRIPTS.items():
         body = text.replace(LUA, "")
         literals = set(re.findall(r"'([^'\n]*)'", body)) | set(re.findall(r'"([^"\n]*)"', body))
         assert not literals & stored, (name, literals & stored)
-        used = set(re.findall(r"\b(?:META|COUNT)_\w+", body))
+        used = set(re.findall(r"\b(?:META|COUNT|FIELD)_\w+", body))
         assert used <= declared, (name, used - declared)
 
 
@@ -125,6 +126,28 @@ def test_the_lua_constants_are_pythons(redis_client: redis.Redis) -> None:
         LUA + "return {" + ", ".join(f"COUNT_{c.upper()}" for c in counted) + "}", 0
     )
     assert got == [c.encode() for c in counted] and counted
+
+
+@pytest.mark.in_process
+def test_the_scripts_write_fields_and_log_entries_as_python_reads_them(
+    redis_client: redis.Redis,
+) -> None:
+    """A confusion field and a log entry's head, built in Lua (ops/feedback.py) and read in
+    Python; the other fields are the same strings on both sides (FIELD_*)."""
+    got = redis_client.eval(
+        LUA
+        + "return {FIELD_CELL .. 12 .. ':' .. 3, "
+        + "string.format('%d', 1234567) .. ENTRY_SEP .. '2' .. ENTRY_SEP}",
+        0,
+    )
+    assert got[0].decode() == cell_field(12, 3) and parse_cell(got[0].decode()) == (12, 3)
+    assert got[1] == entry_head(1234567, 2)
+    config = ModelConfig(classes=("a", "b", "c"), n_features=2)
+    x = encode(config, [1.5, -2.0])
+    record = pack_record("e" * 16, 2, [True, False, True], pack_payload(np.zeros(3), x))
+    k, t, _, back = unpack_entry(config, got[1] + record)
+    assert (k, t) == (1234567, 2) and back.values.tolist() == [1.5, -2.0]
+    assert parse_cell("cm:x:1") is None and parse_cell("seen") is None
 
 
 @pytest.mark.in_process

@@ -9,11 +9,10 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from service.protocol import Bucket, LearnBatch, Made, SyncData
+from service.protocol import SYNC_INLINE, Bucket, LearnBatch, Made, SyncData
 from service.store import ModelKeys, Store
 
 EPOCH = "0123456789abcdef"
-INLINE = 64  # scripts._SYNC sends at most this many entries in its reply
 
 
 def entry(version: int) -> bytes:
@@ -47,7 +46,7 @@ def expect(data: SyncData, base: int, version: int, snapshot: bytes | None) -> N
     assert data.entries == [entry(v) for v in range(base + 1, version + 1)]
 
 
-@pytest.mark.parametrize("behind", [0, 1, INLINE, INLINE + 1, 300])
+@pytest.mark.parametrize("behind", [0, 1, SYNC_INLINE, SYNC_INLINE + 1, 300])
 def test_sync_sends_what_a_copy_lacks_inline_or_read_directly(redis_url: str, behind: int) -> None:
     async def body(store: Store) -> None:
         version = await learn(store, 0, 400)

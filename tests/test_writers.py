@@ -434,7 +434,7 @@ def test_a_writer_killed_mid_work_leaves_no_request_unanswered(redis_url: str) -
 def test_learns_mixed_with_heavy_feedback_on_one_model_all_succeed(redis_url: str) -> None:
     """Feedback moves the model between the writer's commits: its updates were decided when
     the predictions were served and need no writer. A writer's commit that finds the model
-    moved holds it against feedback until its next commit (scripts.LEARN), so two attempts
+    moved holds it against feedback until its next commit (ops/learn.py), so two attempts
     always do (with one, this fails), and every update lands once."""
     service = ServiceProcess(
         redis_url,

@@ -10,6 +10,8 @@ entries in log order through the learner reproduces the weights bit for bit.
 
 from __future__ import annotations
 
+import secrets
+
 import numpy as np
 
 from .config import ModelConfig
@@ -19,8 +21,20 @@ from .perceptron import Weights
 # A pending record (``pack_record``): its mark, then the model's epoch, then the served class.
 PENDING = b"P"
 ANSWERED = b"A"  # the mark of a record once its feedback was applied (the scripts write it)
-EPOCH_LENGTH = 16
+EPOCH_LENGTH = 16  # hex digits: a model's epoch is new_epoch()'s
 SERVED_DIGITS = 4
+ENTRY_SEP = b"|"  # a log entry: b"k|t|" + record (entry_head)
+
+
+def new_epoch() -> str:
+    """The epoch of a model made, imported or reset: it tells its records from any other's."""
+    return secrets.token_hex(EPOCH_LENGTH // 2)
+
+
+def entry_head(k: int, t: int) -> bytes:
+    """A log entry's head, before the pending record: the labelled example's ordinal ``k``
+    (0 where it does not matter) and its true class index ``t``."""
+    return b"%d%s%d%s" % (k, ENTRY_SEP, t, ENTRY_SEP)
 
 
 def pack_payload(raw: np.ndarray, x: Example) -> bytes:
@@ -63,7 +77,7 @@ def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarra
     An entry is ``b"k|t|"`` and the prediction's whole pending record, so that the script
     that logs feedback copies the record once, without cutting it.
     """
-    k, t, record = entry.split(b"|", 2)
+    k, t, record = entry.split(ENTRY_SEP, 2)
     raw, x = unpack_payload(config, record[record_header(config) :])
     return int(k), int(t), raw, x
 

@@ -11,6 +11,7 @@ import numpy as np
 from ..learner import ModelConfig, Weights
 from ..learner.codec import unpack_entry
 from ..learner.perceptron import raw_scores
+from ..protocol import Field, parse_cell
 
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
@@ -26,10 +27,12 @@ def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, in
 
 def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:
     """Per-bucket examples and mistakes, oldest first, with the running totals."""
-    buckets = sorted({int(k.split(":")[0]) for k in series if k.endswith(":n")})
+    n_at = -len(Field.EXAMPLES)
+    buckets = sorted({int(k[:n_at]) for k in series if k.endswith(Field.EXAMPLES)})
     points, examples, mistakes = [], 0, 0
     for b in buckets:
-        n, m = series.get(f"{b}:n", 0), series.get(f"{b}:m", 0)
+        n = series.get(f"{b}{Field.EXAMPLES}", 0)
+        m = series.get(f"{b}{Field.MISTAKES}", 0)
         examples, mistakes = examples + n, mistakes + m
         points.append(
             {
@@ -48,7 +51,8 @@ def curve_points(curve: dict[str, int]) -> tuple[int, list[dict[str, Any]]]:
     """The learning curve's stride and points, oldest first: mistakes among the first
     ``examples`` labelled examples, and their rate."""
     points = sorted((int(k), m) for k, m in curve.items() if k.isdigit() and int(k) > 0)
-    return curve.get("every", 1), [{"examples": k, "mistakes": m, "rate": m / k} for k, m in points]
+    every = curve.get(Field.EVERY, 1)
+    return every, [{"examples": k, "mistakes": m, "rate": m / k} for k, m in points]
 
 
 def confusion_cells(config: ModelConfig, meta: dict[str, str]) -> Iterator[tuple[int, int, int]]:
@@ -59,14 +63,12 @@ def confusion_cells(config: ModelConfig, meta: dict[str, str]) -> Iterator[tuple
     """
     k = config.n_classes
     for key, value in meta.items():
-        if key.startswith("cm:"):
-            try:
-                served, true = (int(v) for v in key[3:].split(":"))
-                count = int(value)
-            except ValueError:
-                continue
-            if 0 <= served < k and 0 <= true < k:
-                yield served, true, count
+        pair = parse_cell(key)
+        if pair is None or not value.isdigit():
+            continue
+        served, true = pair
+        if 0 <= served < k and 0 <= true < k:
+            yield served, true, int(value)
 
 
 def confusion(config: ModelConfig, meta: dict[str, str]) -> list[list[int]]:

@@ -50,17 +50,17 @@ class ModelKeys:
 
     @property
     def curve(self) -> str:
-        """The learning curve: mistakes up to every few labelled examples (scripts.py)."""
+        """The learning curve: mistakes up to every few labelled examples (ops/parts.RECORD)."""
         return f"{PREFIX}:{{{self.name}}}:curve"
 
     @property
     def pend(self) -> str:
-        """Bytes of pending predictions by creation time (scripts._PENDING)."""
+        """Bytes of pending predictions by creation time (ops/parts.PENDING)."""
         return f"{PREFIX}:{{{self.name}}}:pend"
 
     @property
     def writer(self) -> str:
-        """The lease of the worker that learns for the model now (scripts.HANDOFF)."""
+        """The lease of the worker that learns for the model now (ops/handoff.py)."""
         return f"{PREFIX}:{{{self.name}}}:writer"
 
     @property

@@ -72,7 +72,7 @@ for i = PENDING_AT, #KEYS do
     local ti = tonumber(t)
     local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
     seen = seen + 1
-    local entry = string.format('%d|%s|', seen, t) .. p
+    local entry = string.format('%d', seen) .. ENTRY_SEP .. t .. ENTRY_SEP .. p
     recent[#recent + 1] = entry
     if updated == 1 then
       version = version + 1
@@ -81,7 +81,7 @@ for i = PENDING_AT, #KEYS do
     local m = (served ~= ti) and 1 or 0
     marks[#marks + 1] = (m == 1) and '1' or '0'
     mistakes = mistakes + m
-    local cell = 'cm:' .. served .. ':' .. t
+    local cell = FIELD_CELL .. served .. ':' .. t
     cells[cell] = (cells[cell] or 0) + 1
     now = now or clock()
     local made = now - ttl + redis.call('PTTL', KEYS[i]) / 1000
@@ -101,7 +101,7 @@ for b, size in pairs(answered) do
     else
       redis.call('HSET', PEND, b, held - size)
     end
-    redis.call('HINCRBY', PEND, 'bytes', -math.min(held, size))
+    redis.call('HINCRBY', PEND, FIELD_BYTES, -math.min(held, size))
   end
 end
 if unknown > 0 then redis.call('HINCRBY', META, COUNT_UNKNOWN_FEEDBACK, unknown) end

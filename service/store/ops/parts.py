@@ -86,7 +86,7 @@ end
 RECORD = """
 local function curve_add(curve, meta, seen, n, marks)
   local total = seen + n
-  local every = tonumber(redis.call('HGET', curve, 'every') or 1)
+  local every = tonumber(redis.call('HGET', curve, FIELD_EVERY) or 1)
   if math.floor(total / every) == math.floor(seen / every) then return end
   local held = math.max(0, redis.call('HLEN', curve) - 1)
   while held + math.floor(total / every) - math.floor(seen / every) > CURVE_POINTS do
@@ -102,7 +102,7 @@ local function curve_add(curve, meta, seen, n, marks)
     held = math.max(0, redis.call('HLEN', curve) - 1)
   end
   local m = tonumber(redis.call('HGET', meta, COUNT_MISTAKES) or 0)
-  local points, at = {'every', string.format('%d', every)}, 0
+  local points, at = {FIELD_EVERY, string.format('%d', every)}, 0
   for k = (math.floor(seen / every) + 1) * every, total, every do
     local _, wrong = string.gsub(string.sub(marks, at + 1, k - seen), '1', '')
     m, at = m + wrong, k - seen
@@ -122,20 +122,20 @@ local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, 
   for cell, c in pairs(cells) do redis.call('HINCRBY', meta, cell, c) end
   redis.call('HINCRBY', meta, META_SEEN, n)
   if mistakes > 0 then redis.call('HINCRBY', meta, COUNT_MISTAKES, mistakes) end
-  local known = redis.call('HGET', series, 'last')
+  local known = redis.call('HGET', series, FIELD_LAST)
   local last = tonumber(known or bucket)
   if bucket > last then
     if bucket - last >= keep then
       redis.call('DEL', series)
     else
       for b = last - keep + 1, bucket - keep do
-        redis.call('HDEL', series, b .. ':n', b .. ':m')
+        redis.call('HDEL', series, b .. FIELD_EXAMPLES, b .. FIELD_MISTAKES)
       end
     end
   end
-  if bucket > last or not known then redis.call('HSET', series, 'last', bucket) end
-  redis.call('HINCRBY', series, bucket .. ':n', n)
-  if mistakes > 0 then redis.call('HINCRBY', series, bucket .. ':m', mistakes) end
+  if bucket > last or not known then redis.call('HSET', series, FIELD_LAST, bucket) end
+  redis.call('HINCRBY', series, bucket .. FIELD_EXAMPLES, n)
+  if mistakes > 0 then redis.call('HINCRBY', series, bucket .. FIELD_MISTAKES, mistakes) end
   local kept = {}
   for i = math.max(1, #recent - RECENT_KEPT + 1), #recent do
     if #recent[i] <= RECENT_MAX_BYTES then kept[#kept + 1] = recent[i] end
@@ -163,7 +163,7 @@ end
 local function pending_width(ttl) return math.max(1, math.ceil(ttl / PENDING_BUCKETS)) end
 local function pending_held(pend, ttl, now)
   local width = pending_width(ttl)
-  local st = redis.call('HMGET', pend, 'bytes', 'oldest')
+  local st = redis.call('HMGET', pend, FIELD_BYTES, FIELD_OLDEST)
   local bytes, oldest = tonumber(st[1] or 0), tonumber(st[2])
   if oldest and (oldest + 1) * width + ttl <= now then
     local all = redis.call('HGETALL', pend)
@@ -180,7 +180,7 @@ local function pending_held(pend, ttl, now)
       end
     end
     if oldest then
-      redis.call('HSET', pend, 'bytes', bytes, 'oldest', oldest)
+      redis.call('HSET', pend, FIELD_BYTES, bytes, FIELD_OLDEST, oldest)
     else
       redis.call('DEL', pend)
     end

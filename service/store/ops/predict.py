@@ -50,8 +50,8 @@ for i = PENDING_AT, #KEYS do
 end
 local bucket = math.floor(now / width)
 redis.call('HINCRBY', PEND, bucket, size)
-redis.call('HINCRBY', PEND, 'bytes', size)
-if not oldest then redis.call('HSET', PEND, 'oldest', bucket) end
+redis.call('HINCRBY', PEND, FIELD_BYTES, size)
+if not oldest then redis.call('HSET', PEND, FIELD_OLDEST, bucket) end
 redis.call('HINCRBY', META, COUNT_PREDICTIONS, #KEYS - PENDING_AT + 1)
 if tonumber(R2) > tonumber(st[4] or 0) then redis.call('HSET', META, META_R2, R2) end
 return {DONE}
