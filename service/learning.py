@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import operator
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -22,24 +19,20 @@ from .errors import (
     ModelNotFound,
     PredictionNotFound,
     ServiceError,
-    StaleModel,
     TooLarge,
-    learn_outcome_unknown,
 )
 from .group_commit import Coalescer, Span
-from .handoff import pack_answer
-from .learn_sequence import run_sequence
+from .learn_commit import GROUP_MOST, Learned, time_bucket
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import Features, encode, encode_many, encode_matrix
-from .learner.perceptron import apply
 from .names import PredictionId
-from .protocol import Bucket, Held, Lease, Made, RequestsGone, Status, SyncData
+from .protocol import Held, Made, Status
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Store, StoreError, reply_lost
+from .store import Store, StoreError
 from .store.refusals import service_error
-from .writer import GROUP_MOST, LEASE_MS, NOT_LEARNED, Learned, Writers
+from .writer import Writers
 
 log = logging.getLogger("perceptron")
 
@@ -79,13 +72,7 @@ class Learning:
         self.settings = settings
         self.replicas = replicas
         self.clock = clock
-        self.writers = Writers(store, settings, clock, replicas, self._learn_here)
-        # This worker's lease when its learn commits are a model writer's (writer.py): they
-        # commit only while it holds the model's lease, and hold the model against feedback
-        # when they find it moved (ops/learn.py).
-        self._lease = (
-            Lease(self.writers.me, LEASE_MS) if settings.one_writer and not store.embedded else None
-        )
+        self.writers = Writers(store, settings, clock, replicas)
 
     async def close(self) -> None:
         await self.writers.close()
@@ -117,10 +104,6 @@ class Learning:
                         )
         return _encode_list(config, batch, s.max_batch)
 
-    def _bucket(self) -> Bucket:
-        s = self.settings
-        return Bucket(int(self.clock() // s.series_bucket_s), s.series_keep_s // s.series_bucket_s)
-
     # -- learning ----------------------------------------------------------------------
 
     def _coalescer(self, op: str, rep: Replica, run: Callable[..., Any]) -> Coalescer[Any, Any]:
@@ -142,7 +125,7 @@ class Learning:
         return result
 
     async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
-        self._check_current(rep)
+        self.replicas.check_current(rep)
         r2 = max(x.sq_norm for x in xs)
         tokens = [secrets.token_urlsafe(12) for _ in xs]
         for force in (False, True):
@@ -221,7 +204,7 @@ class Learning:
     async def _feedback(
         self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span]
     ) -> list[Feedback | ServiceError]:
-        self._check_current(rep)
+        self.replicas.check_current(rep)
         deadline = self.clock() + self.settings.learn_wait_s
         while True:
             batch = await self.store.commit_feedback(
@@ -229,7 +212,7 @@ class Learning:
                 rep.epoch,
                 [token for token, _ in labelled],
                 [t for _, t in labelled],
-                self._bucket(),
+                time_bucket(self.settings, self.clock()),
                 rep.config.feedback_ttl_s,
             )
             if not isinstance(batch, Held):
@@ -276,88 +259,6 @@ class Learning:
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result
-
-    def _learn_here(
-        self, rep: Replica, examples: list[tuple[Example, int]], handed: str | None
-    ) -> asyncio.Future[list[Learned]]:
-        """Learn on this worker's replica, in the group commit of the model's learns, queued
-        at once; ``handed``: the token of a request handed over by another worker
-        (``writer.py``)."""
-        c: Coalescer[tuple[Example, int], Learned] = self._coalescer("learn", rep, self._learn)
-        return c.enqueue(examples, handed)
-
-    async def _learn(
-        self, rep: Replica, examples: list[tuple[Example, int]], handed: list[Span]
-    ) -> list[Learned]:
-        """Learn a group commit's examples; the commit answers each handed-off request in it,
-        unless it no longer waits (then it is left out: its results are never read)."""
-        self._check_current(rep)
-        keep = [True] * len(examples)
-        while True:
-            at = list(accumulate(keep, initial=0))  # where each example lands among those kept
-            spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
-            kept = [e for e, k in zip(examples, keep, strict=True) if k]
-            res = await self._commit_learn(rep, kept, spans) if kept else []
-            if isinstance(res, RequestsGone):
-                for tag, a, b in handed:
-                    if tag in res.tokens:
-                        keep[a:b] = [False] * (b - a)
-                continue
-            results = iter(res)
-            return [next(results) if k else NOT_LEARNED for k in keep]
-
-    async def _commit_learn(
-        self, rep: Replica, examples: list[tuple[Example, int]], spans: list[Span]
-    ) -> list[Learned] | RequestsGone:
-        cfg = rep.config
-        xs = [x for x, _ in examples]
-        ts = [t for _, t in examples]
-        r2 = max(x.sq_norm for x in xs)
-        for _ in range(self.settings.learn_attempts):
-            base = rep.weights
-            made = Made(base.version, rep.seen_guard, r2)
-            seq = run_sequence(cfg, rep.epoch, base, xs, ts)
-            answers = [
-                (
-                    tag,
-                    pack_answer(
-                        made.version + sum(seq.updated[:a]), seq.served[a:b], seq.updated[a:b]
-                    ),
-                )
-                for tag, a, b in spans
-            ]
-            try:
-                res = await self.store.commit_learn(
-                    rep.name, rep.epoch, made, self._bucket(), seq.batch, answers, self._lease
-                )
-            except StoreError as e:
-                if reply_lost(e):  # sent, and its reply lost: it may have run
-                    raise learn_outcome_unknown(rep.name, e) from e
-                raise  # it did not run: not sent, or refused (a 503 that says to retry)
-            if isinstance(res, RequestsGone):
-                return res
-            if isinstance(res, SyncData):
-                self.replicas.catch_up(rep, res)
-                continue
-            if rep.weights is base and base.version == made.version:
-                rep.weights = seq.work
-                if seq.last is not None:
-                    apply(cfg, seq.work, xs[-1], seq.last, res.seen)
-            rep.weights.seen = max(rep.weights.seen, res.seen)
-            self.replicas.maybe_compact(rep, res.log_length)
-            labels = map(cfg.classes.__getitem__, seq.served)
-            mistakes = map(operator.ne, seq.served, ts)
-            versions = (made.version + n for n in accumulate(seq.updated))
-            return list(zip(labels, mistakes, seq.updated, versions, strict=True))
-        raise ModelBusy(
-            f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
-            "attempts to learn; retry shortly."
-        )
-
-    def _check_current(self, rep: Replica) -> None:
-        """A queued commit runs on the replica it was queued for, or not at all."""
-        if not self.replicas.is_kept(rep):
-            raise StaleModel(rep.name)
 
 
 def _check_batch_size(n: int, limit: int, what: str = "examples") -> None:

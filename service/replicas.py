@@ -66,6 +66,11 @@ class Replicas:
         """Whether ``rep`` is still the replica this worker serves its model from."""
         return self._kept.get(rep.name) is rep
 
+    def check_current(self, rep: Replica) -> None:
+        """A queued commit runs on the replica it was queued for, or not at all."""
+        if not self.is_kept(rep):
+            raise StaleModel(rep.name)
+
     @property
     def kept_bytes(self) -> int:
         return self._kept_bytes

@@ -53,22 +53,14 @@ from .handoff import (
     unpack_answer,
     unpack_request,
 )
-from .learner import Example, Label
+from .learn_commit import GROUP_MOST, Examples, LearnCommits, Learned
+from .protocol import Lease
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
 from .store import Store, StoreError, reply_lost
 
 log = logging.getLogger("perceptron")
-
-# What learning one example did: (the label predicted before learning it, whether that was a
-# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
-# makes thousands.
-Learned = tuple[Label, bool, bool, int]
-Examples = list[tuple[Example, int]]
-# In a group commit's results, what stands for the examples of a handed-off request that the
-# commit left out (another writer learned it, or its requester withdrew it): never read.
-NOT_LEARNED: Learned = ("", False, False, -1)
 
 # A writer that stops renewing its lease (it renews it at least every WAIT_S, and at each
 # commit) is replaced this long after it last did, by a requester that looks again when the
@@ -86,28 +78,25 @@ MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
 HAND_OVERS_IN_FLIGHT = 4
 LEASE_MOVES = 3  # times a hand-over is sent again when the lease moved under its commit
 STALE = "stale_model"  # the answer's code when the model was replaced since the request
-# Examples one group commit (or one hand-over) may hold: several requests of up to
-# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
-GROUP_MOST = 10_000
 
 
 class Writers:
     """This worker's side of the writers of every model: hand-offs, leases, queue drains."""
 
     def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        clock: Callable[[], float],
-        replicas: Replicas,
-        learn_here: Callable[[Replica, Examples, str | None], asyncio.Future[list[Learned]]],
+        self, store: Store, settings: Settings, clock: Callable[[], float], replicas: Replicas
     ) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
         self.replicas = replicas
-        self._learn_here = learn_here
         self.me = secrets.token_hex(8)
+        # The one decision: one writer per model, or each worker commits its own (an
+        # embedded store serves one process: no other worker to hand over to).
+        self.on = settings.one_writer and not store.embedded
+        self.commits = LearnCommits(
+            store, settings, replicas, clock, Lease(self.me, LEASE_MS) if self.on else None
+        )
         self._writing: dict[str, asyncio.Task[None]] = {}
         self._leased: set[str] = set()  # models whose lease this worker took (maybe lapsed)
         self._refusing: set[asyncio.Future[None]] = set()
@@ -122,11 +111,11 @@ class Writers:
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
         hand-overs are in flight share the next one (``group_commit.py``).
         """
-        if not self.settings.one_writer or self.store.embedded:
-            return await self._learn_here(rep, examples, None)
+        if not self.on:
+            return await self.commits.queue(rep, examples)
         if rep.name in self._writing:
             try:
-                return await self._learn_here(rep, examples, None)
+                return await self.commits.queue(rep, examples)
             except NotWriter:
                 pass  # its lease moved on: hand them over, as any other worker does
         group = rep.queues.get("hand-over")
@@ -149,7 +138,7 @@ class Writers:
     async def _hand_over_once(self, rep: Replica, examples: Examples) -> list[Learned]:
         if rep.name in self._writing:  # this worker became the writer meanwhile
             with suppress(NotWriter):  # (and lost the lease since: hand them over)
-                return await self._learn_here(rep, examples, None)
+                return await self.commits.queue(rep, examples)
         token = new_token()
         deadline = self.clock() + self.settings.learn_wait_s
         request = pack_request(token, int(deadline * 1000), rep.epoch, examples)
@@ -175,7 +164,7 @@ class Writers:
             answer = b"" if mine else await self._answer(rep, token, deadline, first)
         if mine:
             self._start(rep.name)
-            return await self._learn_here(rep, examples, None)
+            return await self.commits.queue(rep, examples)
         try:
             served, updated, versions = unpack_answer(answer)
         except ServiceError as e:
@@ -251,12 +240,6 @@ class Writers:
                 return answer
             answer = await self.store.wait_answer(name, token, max(0.001, min(wait, left)))
 
-    def _learning(self, name: str) -> bool:
-        """Whether this worker has learns of the model in flight."""
-        rep = self.replicas.peek(name)
-        queue = rep.queues.get("learn") if rep is not None else None
-        return queue is not None and not queue.idle
-
     def _not_learned(self, name: str) -> Unavailable:
         return Unavailable(
             f"Model {name!r}'s writer did not learn the examples within "
@@ -284,7 +267,7 @@ class Writers:
                 if taken is None:
                     break  # another worker writes the model now
                 if not taken:
-                    idle = not in_flight and not self._learning(name)
+                    idle = not in_flight and not self.commits.learning(name)
                     if idle and self.clock() - idle_since > IDLE_S:
                         if await self.store.release_writer(name, self.me):
                             break
@@ -330,7 +313,7 @@ class Writers:
             request = unpack_request(data, rep.config.n_features)
         except Exception as e:
             return asyncio.ensure_future(self._refuse(name, head.token, e))
-        learned = self._learn_here(rep, request.examples, head.token)
+        learned = self.commits.queue(rep, request.examples, head.token)
         learned.add_done_callback(partial(self._refuse_failed, name, head.token))
         return learned
 
@@ -359,7 +342,7 @@ class Writers:
             # with another one's (a replica older than the model), its examples were misread,
             # then learned, and every copy of the model failed to apply them.
             request = unpack_request(data, rep.config.n_features)
-            await self._learn_here(rep, request.examples, token)
+            await self.commits.queue(rep, request.examples, token)
         except Exception as e:
             await self._refuse(name, token, e)
 

@@ -122,12 +122,9 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
         async def take_learns(self, *args: Any) -> None:
             raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
 
-    async def never(*args: Any) -> Any:
-        raise AssertionError("not called")
-
     store, settings = FullStore(), Settings(auth=False)
     replicas = Replicas(store, settings, lambda: None)  # type: ignore[arg-type]
-    writers = Writers(store, settings, time.time, replicas, never)  # type: ignore[arg-type]
+    writers = Writers(store, settings, time.time, replicas)  # type: ignore[arg-type]
 
     async def run() -> None:
         writers._writing["m"] = asyncio.current_task()  # type: ignore[assignment]

@@ -216,11 +216,11 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
 
             if first == "lapsed writer":
                 with pytest.raises(NotWriter):
-                    await lapsed.learning._learn_here(reps[0], examples, token)
-            learned = await new.learning._learn_here(reps[1], examples, token)
+                    await lapsed.learning.writers.commits.queue(reps[0], examples, token)
+            learned = await new.learning.writers.commits.queue(reps[1], examples, token)
             assert [v for *_, v in learned] != [-1] * 7
             with pytest.raises(NotWriter):
-                await lapsed.learning._learn_here(reps[0], examples, token)
+                await lapsed.learning.writers.commits.queue(reps[0], examples, token)
 
             meta = await store.client.hgetall(ModelKeys("m").meta)
             assert int(meta[b"learned"]) == 7
@@ -287,7 +287,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
 
             a.store.commit_learn = commit  # type: ignore[method-assign]
             b.store.wait_unheld = wait_unheld  # type: ignore[method-assign]
-            learned = await a.learning._learn_here(rep, _examples(rep, 3), None)
+            learned = await a.learning.writers.commits.queue(rep, _examples(rep, 3), None)
             assert len(learned) == 3
             (second,) = await seen["held"]
             assert waits == [True]  # woken by the commit, not at the end of its wait

@@ -1,0 +1,159 @@
+"""The learn commit: examples learned in order on this worker's replica of a model, and
+committed to the store in one group commit, which answers the handed-over requests it learns.
+
+Each worker committing its own (PERCEPTRON_ONE_WRITER=false, or an embedded store) or a
+model's writer (``writer.py``, which calls this with its lease): the same code, one decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from collections.abc import Callable
+from functools import partial
+from itertools import accumulate
+
+from .errors import ModelBusy, learn_outcome_unknown
+from .group_commit import Coalescer, Span
+from .handoff import pack_answer
+from .learn_sequence import run_sequence
+from .learner import Example, Label
+from .learner.perceptron import apply
+from .protocol import Bucket, Lease, Made, RequestsGone, SyncData
+from .replica import Replica
+from .replicas import Replicas
+from .settings import Settings
+from .store import Store, StoreError, reply_lost
+
+# What learning one example did: (the label predicted before learning it, whether that was a
+# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
+# makes thousands.
+Learned = tuple[Label, bool, bool, int]
+Examples = list[tuple[Example, int]]
+# In a group commit's results, what stands for the examples of a handed-off request that the
+# commit left out (another writer learned it, or its requester withdrew it): never read.
+NOT_LEARNED: Learned = ("", False, False, -1)
+# Examples one group commit (or one hand-over) may hold: several requests of up to
+# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
+GROUP_MOST = 10_000
+QUEUE = "learn"  # the replica's group-commit queue of learns
+
+
+def time_bucket(settings: Settings, now: float) -> Bucket:
+    """The time bucket of the metrics' series that ``now`` falls in, and how many are kept."""
+    return Bucket(
+        int(now // settings.series_bucket_s), settings.series_keep_s // settings.series_bucket_s
+    )
+
+
+class LearnCommits:
+    """This worker's learn commits, for every model it learns."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        replicas: Replicas,
+        clock: Callable[[], float],
+        lease: Lease | None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.replicas = replicas
+        self.clock = clock
+        # This worker's lease when its learn commits are a model writer's (writer.py): they
+        # commit only while it holds the model's lease, and hold the model against feedback
+        # when they find it moved (store/ops/learn.py). None: each worker commits its own.
+        self.lease = lease
+
+    def queue(
+        self, rep: Replica, examples: Examples, handed: str | None = None
+    ) -> asyncio.Future[list[Learned]]:
+        """Learn on this worker's replica, in the group commit of the model's learns, queued
+        at once; ``handed``: the token of a request handed over by another worker
+        (``writer.py``)."""
+        c = rep.queues.get(QUEUE)
+        if c is None:
+            most = max(self.settings.max_batch, GROUP_MOST)
+            c = rep.queues[QUEUE] = Coalescer(partial(self._learn, rep), most)
+        return c.enqueue(examples, handed)
+
+    def learning(self, name: str) -> bool:
+        """Whether this worker has learns of the model in flight."""
+        rep = self.replicas.peek(name)
+        queue = rep.queues.get(QUEUE) if rep is not None else None
+        return queue is not None and not queue.idle
+
+    async def _learn(
+        self, rep: Replica, examples: list[tuple[Example, int]], handed: list[Span]
+    ) -> list[Learned]:
+        """Learn a group commit's examples; the commit answers each handed-off request in it,
+        unless it no longer waits (then it is left out: its results are never read)."""
+        self.replicas.check_current(rep)
+        keep = [True] * len(examples)
+        while True:
+            at = list(accumulate(keep, initial=0))  # where each example lands among those kept
+            spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
+            kept = [e for e, k in zip(examples, keep, strict=True) if k]
+            res = await self._commit(rep, kept, spans) if kept else []
+            if isinstance(res, RequestsGone):
+                for tag, a, b in handed:
+                    if tag in res.tokens:
+                        keep[a:b] = [False] * (b - a)
+                continue
+            results = iter(res)
+            return [next(results) if k else NOT_LEARNED for k in keep]
+
+    async def _commit(
+        self, rep: Replica, examples: list[tuple[Example, int]], spans: list[Span]
+    ) -> list[Learned] | RequestsGone:
+        cfg = rep.config
+        xs = [x for x, _ in examples]
+        ts = [t for _, t in examples]
+        r2 = max(x.sq_norm for x in xs)
+        for _ in range(self.settings.learn_attempts):
+            base = rep.weights
+            made = Made(base.version, rep.seen_guard, r2)
+            seq = run_sequence(cfg, rep.epoch, base, xs, ts)
+            answers = [
+                (
+                    tag,
+                    pack_answer(
+                        made.version + sum(seq.updated[:a]), seq.served[a:b], seq.updated[a:b]
+                    ),
+                )
+                for tag, a, b in spans
+            ]
+            try:
+                res = await self.store.commit_learn(
+                    rep.name,
+                    rep.epoch,
+                    made,
+                    time_bucket(self.settings, self.clock()),
+                    seq.batch,
+                    answers,
+                    self.lease,
+                )
+            except StoreError as e:
+                if reply_lost(e):  # sent, and its reply lost: it may have run
+                    raise learn_outcome_unknown(rep.name, e) from e
+                raise  # it did not run: not sent, or refused (a 503 that says to retry)
+            if isinstance(res, RequestsGone):
+                return res
+            if isinstance(res, SyncData):
+                self.replicas.catch_up(rep, res)
+                continue
+            if rep.weights is base and base.version == made.version:
+                rep.weights = seq.work
+                if seq.last is not None:
+                    apply(cfg, seq.work, xs[-1], seq.last, res.seen)
+            rep.weights.seen = max(rep.weights.seen, res.seen)
+            self.replicas.maybe_compact(rep, res.log_length)
+            labels = map(cfg.classes.__getitem__, seq.served)
+            mistakes = map(operator.ne, seq.served, ts)
+            versions = (made.version + n for n in accumulate(seq.updated))
+            return list(zip(labels, mistakes, seq.updated, versions, strict=True))
+        raise ModelBusy(
+            f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
+            "attempts to learn; retry shortly."
+        )
