@@ -19,7 +19,7 @@ off the queue's keys and pushes its answer, and refuses to learn it if it no lon
 holder commits (the commit checks it, ops/learn.py): a writer that stalled past its lease and
 wakes up commits nothing (NotWriter), hands its own examples over like any other worker, and
 leaves the requests it had taken to the new holder, which took them back. And a commit is still
-guarded by the version it was computed on (``Learning._learn``).
+guarded by the version it was computed on (``learn_commit.LearnCommits``).
 """
 
 from __future__ import annotations
