@@ -51,42 +51,22 @@ from . import (
     withdraw,
 )
 
-SCRIPTS: tuple[Script, ...] = tuple(
-    m.SCRIPT
-    for m in (
-        create,
-        delete,
-        replace,
-        purge,
-        sync,
-        predict,
-        feedback,
-        learn,
-        compact,
-        handoff,
-        claim,
-        take,
-        release,
-        refuse,
-        withdraw,
-    )
+# Every operation, and so every script the store registers.
+OPS = (
+    create,
+    delete,
+    replace,
+    purge,
+    sync,
+    predict,
+    feedback,
+    learn,
+    compact,
+    handoff,
+    claim,
+    take,
+    release,
+    refuse,
+    withdraw,
 )
-
-__all__ = [
-    "SCRIPTS",
-    "claim",
-    "compact",
-    "create",
-    "delete",
-    "feedback",
-    "handoff",
-    "learn",
-    "predict",
-    "purge",
-    "refuse",
-    "release",
-    "replace",
-    "sync",
-    "take",
-    "withdraw",
-]
+SCRIPTS: tuple[Script, ...] = tuple(op.SCRIPT for op in OPS)
