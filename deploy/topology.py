@@ -31,9 +31,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from service.loopback import HOST, free_port, wait_until
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
-HOST = "127.0.0.1"
 # The line of deploy/nginx.conf that names the compose service; replaced by one per process.
 UPSTREAM_RE = re.compile(r"^(?P<indent>[ \t]*)server[ \t]+api:8000\b(?P<params>[^;]*);", re.M)
 LISTEN_RE = re.compile(r"^(?P<indent>[ \t]*)listen[ \t]+(?P<port>8080|8443)(?P<ssl> ssl)?;", re.M)
@@ -44,25 +45,6 @@ INCLUDE_RE = re.compile(
     rf"^(?P<indent>[ \t]*)include[ \t]+{re.escape(LOCATIONS_IN_CONTAINER)};", re.M
 )
 SECRET_RE = re.compile(r"/run/secrets/(?P<name>tls_certificate|tls_key)\b")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 def http_status(url: str, timeout: float = 2.0) -> int:
@@ -391,23 +373,10 @@ class Topology:
         return "\n".join(p.tail(lines) for p in self.procs)
 
     def _wait(self, proc: Proc, check: Callable[[], bool], timeout: float, what: str) -> None:
-        def ok() -> bool:
-            if not proc.alive():
-                raise RuntimeError(f"{proc.name} exited\n{proc.tail()}")
-            return check()
-
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if ok():
-                    return
-            except RuntimeError:
-                raise
-            except Exception:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out waiting for {what}\n{proc.tail()}")
-            time.sleep(0.05)
+        try:
+            wait_until(check, timeout, what, alive=proc.alive)
+        except (TimeoutError, RuntimeError) as e:
+            raise type(e)(f"{e}\n{proc.tail()}") from None
 
     # -- faults ------------------------------------------------------------------------
 

@@ -23,10 +23,11 @@ import httpx
 import pytest
 import redis
 
+from service.loopback import wait_until
 from service.settings import Settings
 
 from .inprocess import Clock, InProcessService, WaitingClock, clock_the_store, fake_server
-from .servers import RedisServer, ServiceProcess, ServiceThread, wait_until
+from .servers import RedisServer, ServiceProcess, ServiceThread
 
 BACKENDS = ("inprocess", "server")
 # These start real servers or processes, whatever the backend (compose_schema: pip download)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,49 +19,17 @@ import uvicorn
 
 from service.app import create_app
 from service.http_limits import BoundedHttpToolsProtocol
+from service.loopback import free_port, redis_server_command, wait_until
 from service.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_until(check: Callable[[], object], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except Exception:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 class RedisServer:
     """A throwaway redis-server on loopback; stopped by its own PID."""
 
     def __init__(self, *extra: str) -> None:
-        exe = shutil.which("redis-server")
-        if exe is None:
-            raise RuntimeError("redis-server is not installed: run deploy/setup.sh test")
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="pcp-redis-")
-        self.args = [
-            exe,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-            self.dir,
-            *extra,
-        ]
+        self.args = redis_server_command(self.port, self.dir, *extra)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -38,10 +38,10 @@ from perceptron_client import (
     WeightsResponse,
     error_from_item,
 )
+from service.loopback import free_port
 
 from .conftest import MakeService
 from .inprocess import reach
-from .servers import free_port
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 

@@ -21,9 +21,10 @@ import pytest
 import redis
 from redis.exceptions import MovedError
 
+from service.loopback import free_port, wait_until
 from service.store.keys import REGISTRY, ModelKeys
 
-from .servers import RedisServer, ServiceProcess, free_port, wait_until
+from .servers import RedisServer, ServiceProcess
 
 pytestmark = pytest.mark.servers  # a 3-master Redis Cluster
 

@@ -31,9 +31,8 @@ from perceptron_client import (
 )
 from service import cli, commands, manage
 from service.commands import Exit
+from service.loopback import free_port
 from service.settings import Settings
-
-from .servers import free_port
 
 UNREACHABLE = "http://127.0.0.1:1"
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .servers import free_port, wait_until
+from service.loopback import free_port, wait_until
 
 pytestmark = pytest.mark.servers  # a Docker engine, its containers
 

@@ -36,9 +36,10 @@ from playwright.sync_api import (
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
+from service.loopback import wait_until
+
 from .conftest import MakeService
 from .inprocess import Clock
-from .servers import wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

@@ -30,10 +30,11 @@ import redis
 import yaml
 
 from service.app import create_app
+from service.loopback import free_port, wait_until
 from service.settings import Settings
 from service.startup import check_settings
 
-from .servers import RedisServer, free_port, wait_until
+from .servers import RedisServer
 from .test_compose import DOCKERFILE, interpolate, stages
 
 pytestmark = pytest.mark.servers  # Redis and API processes

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import redis
 
+from service.loopback import wait_until
 from service.settings import Settings
 from service.worker import Worker
 
-from .servers import RedisServer, ServiceThread, wait_until
+from .servers import RedisServer, ServiceThread
 
 pytestmark = pytest.mark.servers  # each test starts its own redis-server
 

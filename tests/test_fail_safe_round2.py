@@ -394,9 +394,10 @@ def test_why_the_default_model_is_not_made_is_logged_once_a_minute(
     yet" once a second (the docs say once a minute)."""
     import redis
 
+    from service.loopback import wait_until
     from service.settings import Settings
 
-    from .servers import ServiceThread, wait_until
+    from .servers import ServiceThread
 
     with redis.Redis.from_url(redis_url) as r:
         r.config_set("maxmemory-policy", "allkeys-lru")
@@ -729,10 +730,11 @@ def test_a_learn_waiting_on_a_model_deleted_meanwhile_is_answered_at_once(
 
     import redis
 
+    from service.loopback import wait_until
     from service.settings import Settings
     from service.store import ModelKeys
 
-    from .servers import ServiceThread, wait_until
+    from .servers import ServiceThread
 
     settings = Settings(redis_url=redis_url, auth=False, default_model=False, learn_wait_s=20)
     with (

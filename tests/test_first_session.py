@@ -24,9 +24,10 @@ from typing import Any
 import httpx
 import pytest
 
+from service.loopback import free_port
 from service.settings import Settings
 
-from .servers import ServiceProcess, free_port, running
+from .servers import ServiceProcess, running
 
 pytestmark = pytest.mark.servers  # the README's commands, run for real
 

@@ -46,9 +46,10 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.app import create_app
+from service.loopback import wait_until
 from service.settings import Settings
 
-from .servers import RedisServer, ServiceThread, wait_until
+from .servers import RedisServer, ServiceThread
 
 T = TypeVar("T")
 

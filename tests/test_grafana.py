@@ -32,7 +32,9 @@ import pytest
 import redis
 import yaml
 
-from .servers import RedisServer, ServiceProcess, free_port, wait_until
+from service.loopback import free_port, wait_until
+
+from .servers import RedisServer, ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMETHEUS_YML = ROOT / "deploy" / "prometheus.yml"

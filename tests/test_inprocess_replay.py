@@ -23,12 +23,12 @@ import pytest
 from perceptron_client import AsyncClient, Client
 from service import cli
 from service import replay as rp
+from service.loopback import free_port
 from service.replay import command
 from service.replay.tally import Tally
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService
-from .servers import free_port
 
 IRIS = rp.load_dataset("iris").shuffled(1).head(45)  # three classes, 4 features
 CANCER = rp.load_dataset("breast_cancer").head(40)

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from perceptron_client import ModelSpec
+from service.loopback import free_port
 from service.manage import add_arguments
 
 from .conftest import MakeService
-from .servers import free_port
 
 pytestmark = pytest.mark.servers  # perceptron processes against a service
 

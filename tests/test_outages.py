@@ -20,9 +20,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from service.loopback import wait_until
 from service.settings import Settings
 
-from .servers import RedisServer, ServiceThread, wait_until
+from .servers import RedisServer, ServiceThread
 
 log = logging.getLogger("perceptron.tests")  # shown with --log-cli-level=INFO
 

@@ -24,11 +24,12 @@ import httpx
 import pytest
 import redis
 
+from service.loopback import wait_until
 from service.settings import Settings
 from service.store import ops
 from service.store.connect import open_client
 
-from .servers import RedisServer, ServiceThread, wait_until
+from .servers import RedisServer, ServiceThread
 from .test_outages import TIMEOUT, pause
 
 log = logging.getLogger("perceptron.tests")

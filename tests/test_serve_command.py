@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .servers import free_port, wait_until
+from service.loopback import free_port, wait_until
 
 pytestmark = pytest.mark.servers  # perceptron serve, a real process
 

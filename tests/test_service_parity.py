@@ -17,9 +17,9 @@ from service.learner.perceptron import (
     served_scores,
     update_plan,
 )
+from service.loopback import wait_until
 
 from .conftest import MakeService
-from .servers import wait_until
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 

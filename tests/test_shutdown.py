@@ -35,7 +35,9 @@ import psutil
 import pytest
 import redis
 
-from .servers import ServiceProcess, running, wait_until
+from service.loopback import wait_until
+
+from .servers import ServiceProcess, running
 
 log = logging.getLogger("perceptron.tests")  # shown with --log-cli-level=INFO
 

@@ -30,7 +30,9 @@ import pytest
 import redis
 from redis.typing import EncodableT, FieldT
 
-from .servers import RedisServer, ServiceProcess, wait_until
+from service.loopback import wait_until
+
+from .servers import RedisServer, ServiceProcess
 
 log = logging.getLogger("perceptron.tests")  # shown with --log-cli-level=INFO
 

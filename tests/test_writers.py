@@ -25,11 +25,12 @@ from service.errors import NotWriter, Unavailable
 from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
+from service.loopback import wait_until
 from service.settings import Settings
 from service.store import ModelKeys, open_store
 from service.worker import Worker
 
-from .servers import ServiceProcess, running, wait_until
+from .servers import ServiceProcess, running
 
 D = 4
 

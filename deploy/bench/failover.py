@@ -29,11 +29,14 @@ import statistics
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, designs, free_port, redis_server, say, serve, stop, wait
+from writers import call, designs, ready, redis_server, say, serve, stop
+
+from service.loopback import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -98,7 +101,7 @@ def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float
     clients: list[Client] = []
     try:
         for p in ports:
-            wait(lambda p=p: call(p, "GET", "/readyz")[0] == 200, "service")
+            wait_until(partial(ready, p), 30, "service")
         assert call(ports[0], "PUT", "/models/f", {"n_features": DIM})[0] == 201
         first = {"model": "f", "features": [0.0] * DIM, "label": 1}
         assert call(ports[0], "POST", "/learn", first)[0] == 200  # A writes the model

@@ -26,11 +26,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, designs, free_port, redis_server, say, serve, stop, wait
+from writers import call, designs, ready, redis_server, say, serve, stop
+
+from service.loopback import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
@@ -85,7 +88,7 @@ def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) 
     redis_proc, rport = redis_server(tmp)
     service = serve(tree, rport, port, 2, {"PERCEPTRON_MAX_PENDING_BYTES": "0", **env})
     try:
-        wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
+        wait_until(partial(ready, port), 30, "service")
         assert call(port, "PUT", "/models/m", {"n_features": DIM})[0] == 201
         fb = feedback_bodies(port, tmp / "feedback_0")
         before = json.loads(call(port, "GET", "/models/m")[1])

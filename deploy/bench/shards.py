@@ -34,12 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import psutil
 import redis
-from writers import BATCH, DIM, ROOT, bodies, call, ceiling, free_port, say, send, wait
+from writers import BATCH, DIM, ROOT, bodies, call, ceiling, ready, say, send
+
+from service.loopback import free_port, redis_server_command, wait_until
 
 N_MODELS = 8
 MASTERS = 3
@@ -94,8 +97,7 @@ def model_writer(port: int, model: str, seed: int, seconds: float, go: Any, out:
 
 def start_redis(folder: Path, cluster: bool) -> tuple[int, subprocess.Popen[bytes]]:
     port = free_port()
-    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    args += ["--appendonly", "no", "--dir", str(folder)]
+    args = redis_server_command(port, folder)
     if cluster:
         args += ["--cluster-enabled", "yes", "--cluster-port", str(free_port())]
         args += ["--cluster-config-file", str(folder / "nodes.conf")]
@@ -182,7 +184,7 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
             nodes.append(proc)
             ports.append(port)
         for port in ports:
-            wait(lambda port=port: ping(port), f"redis-server on {port}")
+            wait_until(partial(ping, port), 30, f"redis-server on {port}")
         if cluster:
             subprocess.run(
                 ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
@@ -191,7 +193,7 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
                 capture_output=True,
                 timeout=60,
             )
-            wait(lambda: cluster_ok(ports), "cluster_state:ok on every node")
+            wait_until(lambda: cluster_ok(ports), 30, "cluster_state:ok on every node")
             where = placement(ports, names)
             say(f"  masters: {', '.join(f'127.0.0.1:{p}' for p in ports)}")
             say("  " + ", ".join(f"{n} slot {s} on :{p}" for n, (s, p) in where.items()))
@@ -215,7 +217,7 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
             cwd=ROOT,
             env=env,
         )
-        wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
+        wait_until(partial(ready, port), 30, "service")
         for name in names:
             status, text = call(port, "PUT", f"/models/{name}", {"n_features": DIM})
             assert status == 201, (name, status, text)

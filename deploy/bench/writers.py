@@ -24,7 +24,6 @@ import json
 import multiprocessing as mp
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,10 +31,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from service.loopback import free_port, redis_server_command, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM, BATCH = 100, 1000
@@ -47,34 +49,11 @@ def say(*parts: Any, flush: bool = True) -> None:
         sys.stdout.flush()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(check: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(what)
-
-
 def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     """A redis-server on a free loopback port, without persistence, its files in ``folder``;
     stop it by its PID."""
     port = free_port()
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-        + ["--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL,
-    )
-    return proc, port
+    return subprocess.Popen(redis_server_command(port, folder), stdout=subprocess.DEVNULL), port
 
 
 def serve(
@@ -134,6 +113,11 @@ def designs(baseline: str | None) -> Iterator[dict[str, tuple[Path, dict[str, st
     finally:
         if made is not None:
             subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
+
+
+def ready(port: int) -> bool:
+    """Whether the service on ``port`` answers /readyz with 200."""
+    return bool(call(port, "GET", "/readyz")[0] == 200)
 
 
 def call(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -200,7 +184,7 @@ class Run:
         redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-writers-"))
         service = serve(self.tree, rport, port, self.workers, self.extra)
         try:
-            wait(lambda: call(port, "GET", "/readyz")[0] == 200, "service")
+            wait_until(partial(ready, port), 30, "service")
             assert call(port, "PUT", "/models/w", {"n_features": DIM})[0] == 201
             warm = bodies(99, 2)
             for _ in range(2 * self.workers):  # every worker loads the model

@@ -4,7 +4,6 @@ floor app (baseline_app.py) and VW's daemon."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,13 +16,7 @@ import redis
 
 from harness.client import dumps, request
 from harness.common import API_KEY, BLAS_ENV, HERE, PY, ROOT
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from service.loopback import free_port, redis_server_command, wait_until
 
 
 def server_env(extra: dict[str, str]) -> dict[str, str]:
@@ -186,32 +179,15 @@ class Servers:
         self.redis_port = free_port()
         self.redis_proc = self.start(
             "redis",
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--daemonize",
-                "no",
-                "--dir",
-                str(self.tmp),
-                "--maxmemory-policy",
-                "noeviction",
-            ],
+            redis_server_command(
+                self.redis_port,
+                self.tmp,
+                *("--daemonize", "no", "--maxmemory-policy", "noeviction"),
+            ),
             dict(os.environ),
         )
         self.r = redis.Redis(port=self.redis_port, socket_timeout=30)
-        for _ in range(100):
-            try:
-                if self.r.ping():
-                    break
-            except redis.ConnectionError:
-                time.sleep(0.05)
+        wait_until(self.r.ping, 5, "redis-server")
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
 
     def start_service(self, name: str, workers: int, extra_env: dict[str, str]) -> tuple[Proc, int]:

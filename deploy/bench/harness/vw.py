@@ -14,7 +14,8 @@ from harness.data import write_lines
 from harness.results import Run
 from harness.runner import Bench
 from harness.scenarios import Stage
-from harness.servers import free_port, wait_vw
+from harness.servers import wait_vw
+from service.loopback import free_port
 
 
 def ensure_vw() -> str | None:
