@@ -15,18 +15,22 @@ from .errors import (
     ModelBusy,
     ModelNotFound,
     ModelStateLost,
+    NotFound,
+    StaleModel,
     Unavailable,
     store_unavailable,
 )
 from .export_format import export_document, parse_document
+from .history import rebuild
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import new_epoch, pack_weights
 from .names import check_name
-from .protocol import Meta, Observations
+from .protocol import Meta, Observations, Reason
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
 from .store import Condition, Store
+from .store.ops.history import HistoryState
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
@@ -49,7 +53,7 @@ class Models:
         self.settings = settings
         self.clock = clock
         self.condition = Condition()  # the store's, as last checked by watch()
-        self.replicas = Replicas(store, settings, self.guard)
+        self.replicas = Replicas(store, settings, self.guard, clock)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def guard(self) -> None:
@@ -220,13 +224,16 @@ class Models:
                 "it first or import under another name.",
                 code="model_exists",
             )
-        await self._replace(name, file.config, file.weights, file.counters, file.created)
+        await self._replace(
+            name, file.config, file.weights, file.counters, file.created, Reason.BEFORE_IMPORT
+        )
         return file.config
 
     async def reset_model(self, name: str) -> None:
         """Zero the weights and counters; pending predictions lapse."""
         config, meta = await self.read_model(name)
-        await self._replace(name, config, Weights.zeros(config), {}, int(meta.get(Meta.CREATED, 0)))
+        created = int(meta.get(Meta.CREATED, 0))
+        await self._replace(name, config, Weights.zeros(config), {}, created, Reason.BEFORE_RESET)
 
     async def _replace(
         self,
@@ -235,6 +242,7 @@ class Models:
         weights: Weights,
         counters: dict[str, str],
         created: int,
+        reason: str,
     ) -> None:
         # Zeros need no snapshot; any other weights do, whatever their version.
         arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
@@ -248,8 +256,70 @@ class Models:
             weights.seen,
             data,
             counters,
+            int(1000 * self.clock()),
+            reason,
         )
         self.replicas.drop(name)
+
+    async def history(self, name: str) -> HistoryState:
+        """The model's checkpoints, and the versions it can be rolled back to."""
+        return await self.store.read_history(check_name(name))
+
+    async def rollback(
+        self, name: str, version: int | None, checkpoint: int | None
+    ) -> tuple[int, int]:
+        """Make the model exactly what it was at ``version`` (kept in its history), or what
+        checkpoint ``checkpoint`` holds: (the version now, the checkpoint of the model as it
+        was just before)."""
+        self.guard()
+        check_name(name)
+        for _ in range(_EXPORT_ATTEMPTS):
+            if checkpoint is not None:
+                restorable = await self.store.read_checkpoint(name, checkpoint)
+                if restorable is None:
+                    raise NotFound(
+                        f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
+                        f"/models/{name}/checkpoints lists those it keeps.",
+                        code="checkpoint_not_found",
+                    )
+                epoch = (await self.store.epochs([name]))[0]
+                if epoch is None:
+                    raise ModelNotFound(name)
+            else:
+                assert version is not None
+                got = await self.store.read_version(name, version)
+                if got is None:
+                    h = await self.history(name)
+                    raise Conflict(
+                        f"Model {name!r} keeps versions {h.first_version} to {h.version}; "
+                        f"version {version} is not among them (GET /models/{name}/checkpoints "
+                        "lists its checkpoints).",
+                        code="version_not_kept",
+                    )
+                epoch, restorable = got
+            config, weights = rebuild(restorable)
+            self._check_limits(config)
+            if version is not None and weights.version != version:
+                raise ModelStateLost(name, "its kept updates do not add up to their versions")
+            arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
+            data = pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+            try:
+                before = await self.store.rollback(
+                    name,
+                    epoch,
+                    new_epoch(),
+                    weights.version,
+                    data,
+                    restorable.config,
+                    int(1000 * self.clock()),
+                    keep=version is not None,
+                    kept_bytes=sum(map(len, restorable.entries)) if restorable.past else -1,
+                )
+            except StaleModel:
+                continue  # reset, imported or rolled back meanwhile: look again
+            self.replicas.drop(name)
+            return weights.version, before
+        raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
 
     async def delete_model(self, name: str) -> None:
         self.guard()

@@ -105,6 +105,16 @@ class Meta:
     SNAP_LENGTH = "snaplen"  # the snapshot's length in bytes (0: none, all zeros)
     CREATED = "created"  # unix seconds
     R2 = "r2"  # the largest squared feature norm learned from, for the mistake bound
+    # The model's history (store/ops/history.py): checkpoints made so far (their last id), the
+    # version and unix ms of the last one made by a compaction, and the retained log ``past``:
+    # the checkpoint it starts from (absent: none yet, the snapshot is where history starts),
+    # that checkpoint's version, and the bytes ever added to ``past`` (for its size).
+    CHECKPOINTS = "ckseq"
+    CHECKPOINT_VERSION = "ckv"
+    CHECKPOINT_MS = "ckms"
+    PAST_BASE = "pastck"
+    PAST_VERSION = "pastv"
+    PAST_IN = "pastin"
 
     @classmethod
     def fields(cls) -> dict[str, str]:
@@ -150,6 +160,71 @@ COUNTERS = (
     ),
 )
 
+
+class Reason:
+    """Why a checkpoint was made, declared here only (Lua: ``REASON_<NAME>``)."""
+
+    SCHEDULED = "scheduled"  # a compaction found the last one old enough (updates or time)
+    START = "start"  # the snapshot the retained log starts from, kept at its first compaction
+    BEFORE_RESET = "before reset"
+    BEFORE_IMPORT = "before import"
+    BEFORE_ROLLBACK = "before rollback"
+    LEFT = "left"  # scheduled on the line of versions a rollback went back from
+
+    @staticmethod
+    def fields() -> dict[str, str]:
+        return {k: v for k, v in vars(Reason).items() if k.isupper()}
+
+
+CHECKPOINT_SEP = "|"  # between the fields of a checkpoint's record (config JSON comes last)
+TAIL_SEP = ":"  # a checkpoint's tail: each entry after its length in digits and this
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a checkpoint records (``ckinfo``): written by the scripts (ops/history.py) as
+    ``version|base|seen|ms|reason|mistakes|window|bytes|past_in|config``."""
+
+    id: int
+    version: int  # the model's version it restores
+    base: int  # the version of its packed weights; its tail's entries lead to ``version``
+    seen: int  # labelled examples by then
+    ms: int  # unix ms when it was made
+    reason: str
+    mistakes: int  # mistakes among the last ``window`` labelled examples, then
+    window: int
+    bytes: int  # its weights and tail
+    past_in: int  # Meta.PAST_IN then: where it is in the retained log, counted in bytes
+    config: str  # the model's configuration (JSON)
+
+    @classmethod
+    def parse(cls, id: int, text: str) -> Checkpoint:
+        v, base, seen, ms, reason, m, w, n, pin, config = text.split(CHECKPOINT_SEP, 9)
+        return cls(
+            id, int(v), int(base), int(seen), int(ms), reason, int(m), int(w), int(n), int(pin),
+            config,
+        )  # fmt: skip
+
+    @property
+    def mistake_rate(self) -> float | None:
+        return self.mistakes / self.window if self.window else None
+
+
+# Where each field of a checkpoint's record is, 1-based (Lua: ``CK_<FIELD>``).
+CHECKPOINT_FIELDS = {f.upper(): i for i, f in enumerate(Checkpoint.__slots__[1:], start=1)}
+
+
+def split_tail(tail: bytes) -> list[bytes]:
+    """A checkpoint's tail as its log entries, in order."""
+    entries, at, sep = [], 0, TAIL_SEP.encode()
+    while at < len(tail):
+        colon = tail.index(sep, at)
+        n = int(tail[at:colon])
+        entries.append(tail[colon + 1 : colon + 1 + n])
+        at = colon + 1 + n
+    return entries
+
+
 # Where a pending record's fields start, 1-based as Lua's string.sub counts.
 EPOCH_AT = 1 + len(PENDING)
 SERVED_AT = EPOCH_AT + EPOCH_LENGTH
@@ -172,11 +247,15 @@ _NUMBERS = {
     "SERVED_END": BITMAP_AT - 1,
     "BITMAP_AT": BITMAP_AT,
     **{s.name: int(s) for s in Status},
+    **{f"CK_{k}": v for k, v in CHECKPOINT_FIELDS.items()},
 }
 _STRINGS = {
     "PENDING": PENDING.decode(),
     "ANSWERED": ANSWERED.decode(),
     "ENTRY_SEP": ENTRY_SEP.decode(),
+    "CHECKPOINT_SEP": CHECKPOINT_SEP,
+    "TAIL_SEP": TAIL_SEP,
+    **{f"REASON_{k}": v for k, v in Reason.fields().items()},
     **{f"FIELD_{k}": v for k, v in Field.fields().items()},
     **{f"META_{k}": v for k, v in Meta.fields().items()},
     # the counters a script adds to (seen is META_SEEN; updates is the version)

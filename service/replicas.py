@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from .errors import InvalidInput, ModelBusy, ModelNotFound, StaleModel
+from .history import prune
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
 from .names import check_name
@@ -26,8 +28,15 @@ _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
 class Replicas:
     """One per worker process. ``guard`` raises when the store may serve no model now."""
 
-    def __init__(self, store: Store, settings: Settings, guard: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        guard: Callable[[], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.settings = settings
         self._guard = guard
         # Least recently used first; their weights' bytes add up to at most the budget (but
@@ -156,8 +165,15 @@ class Replicas:
         try:
             rep = await self.current(name)
             if rep.weights.version > 0:
+                s, now_ms = self.settings, int(1000 * self.clock())
                 data = pack_weights(rep.weights)
-                await self.store.compact(name, rep.epoch, rep.weights.version, data)
+                keep = s.history_keep_updates > 0
+                every_ms = 1000 * s.checkpoint_every_s
+                if await self.store.compact(
+                    name, rep.epoch, rep.weights.version, data, now_ms, keep,
+                    s.checkpoint_every, every_ms,
+                ):  # fmt: skip
+                    await prune(self.store, name, s, now_ms)
         except Exception:  # compaction is an optimisation: never let it hurt a request
             log.exception("compacting model %r failed; it will be tried again", name)
         finally:

@@ -42,6 +42,34 @@ class Settings(BaseSettings):
     compact_every: int = Field(
         default=1000, ge=1, description="Fold the update log into a snapshot past this length."
     )
+    history_keep_s: int = Field(
+        default=3600,
+        ge=0,
+        description="Keep every update of at least this long ago (or of the last "
+        "PERCEPTRON_HISTORY_KEEP_UPDATES, whichever is less), so a rollback can restore any "
+        "version since.",
+    )
+    history_keep_updates: int = Field(
+        default=100_000,
+        ge=0,
+        description="Keep at least the last this many updates for rollback; 0: keep none (only "
+        "the checkpoints made before a reset, an import or a rollback).",
+    )
+    history_max_bytes: int = Field(
+        default=128 * 2**20,
+        ge=0,
+        description="Most bytes of one model's checkpoints and kept updates; past them the "
+        "oldest go first, even inside the kept hour.",
+    )
+    checkpoint_every: int = Field(
+        default=10_000,
+        ge=1,
+        description="Make a checkpoint at the first compaction this many updates after the "
+        "last one...",
+    )
+    checkpoint_every_s: int = Field(
+        default=600, ge=1, description="...or this many seconds after it."
+    )
     series_bucket_s: int = Field(
         default=10, ge=1, description="Width of one bucket of the mistake-rate time series."
     )

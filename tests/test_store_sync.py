@@ -62,7 +62,7 @@ def test_sync_after_compaction_sends_the_snapshot_only_to_copies_behind_it(
 ) -> None:
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 200, b"weights@200")
+        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
         version = await learn(store, version, 10)
         expect(await store.sync("m", 150), 200, version, b"weights@200")
         expect(await store.sync("m", 200), 200, version, None)
@@ -81,7 +81,7 @@ def test_a_read_that_compaction_moved_is_read_again(redis_url: str) -> None:
 
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 250, b"weights@250")
+        assert await store.compact("m", EPOCH, 250, b"weights@250", 0, False, 10, 1000)
         keys = ModelKeys("m")
         # As if the snapshot had been at 0 when the script answered.
         expect(await store.read_log(keys, 100, 0), 250, version, b"weights@250")

@@ -221,6 +221,42 @@ LEARN_BATCH_RESPONSE: list[dict[str, Any]] = [
     }
 ]
 MODEL_INFO_EXAMPLES: list[dict[str, Any]] = [MODEL_INFO]
+
+CHECKPOINTS: dict[str, Any] = {
+    "name": "iris",
+    "version": 1250,
+    "restorable_from": 0,
+    "bytes": 1_071_204,
+    "checkpoints": [
+        {
+            "id": 1,
+            "version": 0,
+            "seen": 0,
+            "time": 1764028800.123,
+            "reason": "start",
+            "mistake_rate": None,
+            "window": 0,
+            "bytes": 0,
+        },
+        {
+            "id": 2,
+            "version": 1000,
+            "seen": 8412,
+            "time": 1764030012.5,
+            "reason": "scheduled",
+            "mistake_rate": 0.082,
+            "window": 1000,
+            "bytes": 120,
+        },
+    ],
+}
+ROLLBACK_REQUEST: dict[str, Any] = {"version": 1000}
+ROLLBACK_RESPONSE: dict[str, Any] = {
+    "name": "iris",
+    "version": 1000,
+    "checkpoint": None,
+    "before": 3,
+}
 MODEL_LIST: list[dict[str, Any]] = [
     {
         "models": [

@@ -13,10 +13,14 @@ from .deps import Admin, Reader
 from .metrics_view import model_metrics
 from .routing import FastJSONRoute
 from .schemas import (
+    CheckpointInfo,
+    Checkpoints,
     ModelInfo,
     ModelList,
     ModelMetrics,
     ModelSpec,
+    RollbackRequest,
+    RollbackResponse,
     WeightsResponse,
     error_responses,
 )
@@ -110,6 +114,41 @@ async def reset_model(name: str, who: Admin) -> ModelInfo:
     who.check(Role.admin, name)
     await who.worker.models.reset_model(name)
     return model_info(name, *await who.worker.models.read_model(name))
+
+
+@router.get("/{name}/checkpoints", responses=errors)
+async def list_checkpoints(name: str, who: Admin) -> Checkpoints:
+    """List the model's checkpoints, and the versions it can be rolled back to."""
+    who.check(Role.admin, name)
+    h = await who.worker.models.history(name)
+    return Checkpoints(
+        name=name,
+        version=h.version,
+        restorable_from=h.first_version,
+        bytes=h.bytes,
+        checkpoints=[
+            CheckpointInfo(
+                id=c.id,
+                version=c.version,
+                seen=c.seen,
+                time=c.ms / 1000,
+                reason=c.reason,
+                mistake_rate=c.mistake_rate,
+                window=c.window,
+                bytes=c.bytes,
+            )
+            for c in h.checkpoints
+        ],
+    )
+
+
+@router.post("/{name}/rollback", responses=with_body)
+async def rollback_model(name: str, who: Admin, body: RollbackRequest) -> RollbackResponse:
+    """Restore the model's weights exactly as they were at a kept version or checkpoint; every
+    worker serves them at once, and predictions still waiting for their label lapse."""
+    who.check(Role.admin, name)
+    version, before = await who.worker.models.rollback(name, body.version, body.checkpoint)
+    return RollbackResponse(name=name, version=version, checkpoint=body.checkpoint, before=before)
 
 
 @router.get("/{name}/weights", responses=errors, response_model=WeightsResponse)

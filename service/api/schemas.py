@@ -220,6 +220,67 @@ class ModelInfo(BaseModel):
     counters: Counters
 
 
+class CheckpointInfo(BaseModel):
+    id: int = Field(description="The checkpoint's number: POST /models/{name}/rollback takes it.")
+    version: int = Field(description="The model's version it restores.")
+    seen: int = Field(description="Labelled examples the model had by then.")
+    time: float = Field(description="When it was made, Unix seconds.")
+    reason: str = Field(
+        description="Why: 'scheduled', 'start' (where the kept updates start), 'before reset', "
+        "'before import' or 'before rollback'."
+    )
+    mistake_rate: float | None = Field(
+        None,
+        description="Mistakes among the last `window` labelled examples then (null: none yet).",
+    )
+    window: int
+    bytes: int = Field(description="What it takes in Redis: its weights (and updates).")
+
+
+class Checkpoints(BaseModel):
+    model_config = _examples([examples.CHECKPOINTS])
+
+    name: str
+    version: int = Field(description="The model's version now.")
+    restorable_from: int = Field(
+        description="Every version from this one to `version` can be restored by its number."
+    )
+    bytes: int = Field(description="The model's checkpoints and kept updates, in bytes.")
+    checkpoints: list[CheckpointInfo] = Field(description="Oldest first.")
+
+
+class RollbackRequest(_Body):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [examples.ROLLBACK_REQUEST, {"checkpoint": 3}]},
+    )
+
+    version: int | None = Field(
+        None, ge=0, description="Restore this version (from `restorable_from` on)."
+    )
+    checkpoint: int | None = Field(None, ge=1, description="Or restore this checkpoint.")
+
+    @model_validator(mode="after")
+    def _one(self) -> RollbackRequest:
+        if (self.version is None) == (self.checkpoint is None):
+            raise ValueError("Give either version or checkpoint.")
+        return self
+
+
+class RollbackResponse(BaseModel):
+    model_config = _examples([examples.ROLLBACK_RESPONSE])
+
+    name: str
+    version: int = Field(description="The model's version now: the one restored.")
+    checkpoint: int | None = Field(
+        None, description="The checkpoint restored, if one was asked for."
+    )
+    before: int = Field(
+        description="The checkpoint of the model as it was just before: rolling back to it "
+        "undoes this rollback."
+    )
+
+
 class ModelList(BaseModel):
     model_config = _examples(examples.MODEL_LIST)
 

@@ -59,6 +59,27 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:pend"
 
     @property
+    def past(self) -> str:
+        """The retained log: update entries older than the snapshot (ops/history.py)."""
+        return f"{PREFIX}:{{{self.name}}}:past"
+
+    @property
+    def checkpoints(self) -> str:
+        """Checkpoints' weights, packed: id -> bytes (ops/history.py)."""
+        return f"{PREFIX}:{{{self.name}}}:ck"
+
+    @property
+    def checkpoint_info(self) -> str:
+        """What each checkpoint records: id -> ``protocol.CheckpointInfo``'s text."""
+        return f"{PREFIX}:{{{self.name}}}:ckinfo"
+
+    @property
+    def checkpoint_tails(self) -> str:
+        """The log entries a checkpoint adds to its weights: id -> entries, each after its
+        length and a colon."""
+        return f"{PREFIX}:{{{self.name}}}:cktail"
+
+    @property
     def writer(self) -> str:
         """The lease of the worker that learns for the model now (ops/handoff.py)."""
         return f"{PREFIX}:{{{self.name}}}:writer"
@@ -107,6 +128,11 @@ class ModelKeys:
             self.curve,
             self.pend,
         )
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The model's checkpoints and retained log."""
+        return (self.past, self.checkpoints, self.checkpoint_info, self.checkpoint_tails)
 
     @property
     def handover(self) -> tuple[str, ...]:

@@ -23,12 +23,15 @@ from .ops import (
     create,
     delete,
     feedback,
+    forget,
     handoff,
+    history,
     learn,
     predict,
     refuse,
     release,
     replace,
+    rollback,
     sync,
     take,
     withdraw,
@@ -90,6 +93,12 @@ class Store:
     commit_feedback = feedback.feedback
     commit_learn = learn.learn
     compact = compact.compact
+    # history (ops/history.py)
+    read_history = history.read_history
+    read_version = history.read_version
+    read_checkpoint = history.read_checkpoint
+    rollback = rollback.rollback
+    forget_history = forget.forget
     # one writer per model (ops/learn.py)
     hand_off = handoff.hand_off
     claim_writer = claim.claim

@@ -43,7 +43,7 @@ async def delete(store: Runner, name: str) -> bool:
     pending predictions (found by SCAN), so that deleting a model frees its memory."""
     keys = ModelKeys(name)
     sharded = store.sharded
-    others = [*keys.all[1:], *keys.handover]  # (meta comes first)
+    others = [*keys.all[1:], *keys.handover, *keys.history]  # (meta comes first)
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[*others, *registry(sharded)]),

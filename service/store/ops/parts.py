@@ -200,3 +200,45 @@ local function register(listed, registry, name)
   if listed == '1' then redis.call('SADD', registry, name) end
 end
 """
+
+
+# A checkpoint (ops/history.py): packed weights at version ``base`` and a tail of the log
+# entries after them up to ``version``; its record (protocol.Checkpoint) says when, why, and
+# the mistakes among the last labelled examples then (the ring). Returns its id.
+CHECKPOINT = """
+local function checkpoint(meta, ck, ckinfo, cktail, ring, weights, tail, base, version, ms,
+    reason)
+  local id = redis.call('HINCRBY', meta, META_CHECKPOINTS, 1)
+  local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN)
+  local seen = tonumber(st[1] or '0')
+  local window = math.min(seen, WINDOW)
+  local mistakes = 0
+  if window > 0 then
+    local _, m = string.gsub(redis.call('GET', ring) or '', '1', '')
+    mistakes = m
+  end
+  local parts = {}
+  for i = 1, #tail do parts[i] = #tail[i] .. TAIL_SEP .. tail[i] end
+  local joined = table.concat(parts)
+  redis.call('HSET', ck, id, weights)
+  if #joined > 0 then redis.call('HSET', cktail, id, joined) end
+  local record = {}
+  record[CK_VERSION], record[CK_BASE], record[CK_SEEN], record[CK_MS] = version, base,
+    st[1] or '0', ms
+  record[CK_REASON], record[CK_MISTAKES], record[CK_WINDOW] = reason, mistakes, window
+  record[CK_BYTES], record[CK_PAST_IN], record[CK_CONFIG] = #weights + #joined, st[3] or '0',
+    st[2]
+  redis.call('HSET', ckinfo, id, table.concat(record, CHECKPOINT_SEP))
+  return id
+end
+-- Where field ``n`` of a checkpoint's record starts and ends.
+local function record_span(record, n)
+  local at = 1
+  for _ = 2, n do at = string.find(record, CHECKPOINT_SEP, at, true) + 1 end
+  local stop = string.find(record, CHECKPOINT_SEP, at, true)
+  return at, (stop or #record + 1) - 1
+end
+local function record_field(record, n)
+  return string.sub(record, record_span(record, n))
+end
+"""

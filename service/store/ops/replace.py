@@ -6,21 +6,42 @@ from ..keys import REGISTRY, ModelKeys
 from ..script import Arg, Script
 from . import parts
 from .create import listed, registry
+from .history import HISTORY_KEYS
 from .runner import Runner
 
-# KEYS: the model's state keys but ``pend`` (, the registry when LISTED is '1'); after the
-# fixed arguments, counter field / value pairs. Returns {DONE}; the model's pending
-# predictions become unknown (the epoch changed), though their keys, and so their count in
-# ``pend``, stay until they expire.
+# KEYS: the model's state keys but ``pend``, and its history's (, the registry when LISTED is
+# '1'); after the fixed arguments, counter field / value pairs. A model there already is kept
+# first as a checkpoint (its snapshot and log, REASON), and its retained log goes. Returns
+# {DONE}; the model's pending predictions become unknown (the epoch changed), though their
+# keys, and so their count in ``pend``, stay until they expire.
 SCRIPT = Script(
     "replace",
-    keys=("meta", "snap", "log", "series", "ring", "recent", "curve"),
-    args=("config", "epoch", "created", "version", "seen", "weights", "name", "listed"),
+    keys=("meta", "snap", "log", "series", "ring", "recent", "curve", *HISTORY_KEYS),
+    args=(
+        "config",
+        "epoch",
+        "created",
+        "version",
+        "seen",
+        "weights",
+        "name",
+        "listed",
+        "now_ms",
+        "reason",
+    ),  # fmt: skip
     rest_keys="registry",
     rest_args="counters",
-    parts=(parts.REGISTER,),
+    parts=(parts.REGISTER, parts.CHECKPOINT),
     body="""
-redis.call('DEL', META, SNAP, LOG, SERIES, RING, RECENT, CURVE)
+local made = false
+local st = redis.call('HMGET', META, META_VERSION, META_SNAP_VERSION)
+if st[1] then
+  made = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
+    redis.call('GET', SNAP) or '', redis.call('LRANGE', LOG, 0, -1), st[2], st[1], NOW_MS,
+    REASON)
+end
+redis.call('DEL', META, SNAP, LOG, SERIES, RING, RECENT, CURVE, PAST)
+if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,
   META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, #WEIGHTS)
 for i = COUNTERS_AT, #ARGV, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
@@ -41,6 +62,8 @@ async def replace(
     seen: int,
     weights: bytes,
     counters: dict[str, str],
+    now_ms: int,
+    reason: str,
 ) -> None:
     """Make the model exactly this, at once (import and reset); old predictions lapse."""
     sharded = store.sharded
@@ -60,6 +83,8 @@ async def replace(
             weights=weights,
             name=name,
             listed=listed(sharded),
+            now_ms=now_ms,
+            reason=reason,
         ),
     )
     if sharded:

@@ -1,0 +1,134 @@
+"""A model's history: which checkpoints and how much of the update log to keep, and the
+weights of a kept version, rebuilt exactly.
+
+What is kept (``README.md``, "Model history"):
+
+- the retained log reaches back far enough that every version of the last
+  ``PERCEPTRON_HISTORY_KEEP_S`` seconds, or of the last ``PERCEPTRON_HISTORY_KEEP_UPDATES``
+  updates, whichever is less, can be restored: it starts at the newest checkpoint of the
+  model's current line that is older than either;
+- of the checkpoints, the one the retained log starts from, the newest ``KEEP_LAST``, the
+  newest of each of the last ``HOURLY`` hours and of each of the last ``DAILY`` days;
+- and all of it within ``PERCEPTRON_HISTORY_MAX_BYTES``: past it, the oldest goes first,
+  the retained log's start included (the versions it restores then go with it).
+
+Pure but for :func:`prune`, which reads the model's history and lets go what the policy
+says, in one script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .learner import ModelConfig, Weights
+from .learner.codec import unpack_entry, unpack_weights
+from .learner.perceptron import apply, update_plan
+from .protocol import Checkpoint, Reason
+from .settings import Settings
+from .store import Store
+from .store.ops.history import HistoryState, Restorable
+
+KEEP_LAST = 10
+HOURLY = 24
+DAILY = 7
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """What the policy keeps: the retained log's start, and the checkpoints to let go."""
+
+    base: int | None
+    base_version: int
+    drop: list[int]
+
+
+def on_line(state: HistoryState) -> list[Checkpoint]:
+    """The checkpoints of the model's current line (from the retained log's start on): the
+    others were made before a reset, an import or a rollback, or on the line it left."""
+    if state.base is None:
+        return []
+    return [
+        c
+        for c in state.checkpoints
+        if c.id >= state.base and c.base == c.version and c.reason != Reason.LEFT
+    ]
+
+
+def policy(state: HistoryState, settings: Settings, now_ms: int) -> Kept:
+    """What to keep of a model's history (see the module's docstring)."""
+    line = sorted(on_line(state), key=lambda c: c.version)
+    by_id = {c.id: c for c in state.checkpoints}
+    base = by_id.get(state.base) if state.base is not None else None
+    if base is not None:
+        oldest_kept_version = state.version - settings.history_keep_updates
+        oldest_kept_ms = now_ms - 1000 * settings.history_keep_s
+        for c in line:  # the newest one old enough by either measure
+            if c.version >= base.version and (
+                settings.history_keep_updates == 0
+                or c.version <= oldest_kept_version
+                or c.ms <= oldest_kept_ms
+            ):
+                base = c
+    keep = _thinned(state.checkpoints, now_ms)
+    if base is not None:
+        keep.add(base.id)
+
+    # Within the bytes: the oldest first, the retained log's start moving up the line.
+    def size() -> int:
+        kept = sum(by_id[i].bytes for i in keep)
+        return kept + (state.past_in - base.past_in if base is not None else 0)
+
+    for c in sorted(state.checkpoints, key=lambda c: (c.ms, c.id)):
+        if size() <= settings.history_max_bytes:
+            break
+        if base is not None and c.id == base.id:
+            newer = [n for n in line if n.version > base.version]
+            if not newer:
+                continue  # the newest of the line: the log after it is the model's own
+            keep.discard(base.id)
+            base = newer[0]
+            keep.add(base.id)
+        else:
+            keep.discard(c.id)
+    drop = sorted(c.id for c in state.checkpoints if c.id not in keep)
+    if base is None:
+        return Kept(None, state.past_version, drop)
+    return Kept(base.id, base.version, drop)
+
+
+def _thinned(checkpoints: list[Checkpoint], now_ms: int) -> set[int]:
+    """The newest KEEP_LAST, then the newest of each of the last HOURLY hours and DAILY days."""
+    newest = sorted(checkpoints, key=lambda c: (c.ms, c.id), reverse=True)
+    keep = {c.id for c in newest[:KEEP_LAST]}
+    for span, count in ((HOUR_MS, HOURLY), (DAY_MS, DAILY)):
+        buckets: set[int] = set()
+        for c in newest:
+            age = (now_ms - c.ms) // span
+            if age < count and age not in buckets:
+                buckets.add(age)
+                keep.add(c.id)
+    return keep
+
+
+async def prune(store: Store, name: str, settings: Settings, now_ms: int) -> bool:
+    """Let go of the model's history the policy does not keep; whether anything went."""
+    state = await store.read_history(name)
+    kept = policy(state, settings, now_ms)
+    if kept.base == state.base and not kept.drop:
+        return False
+    return await store.forget_history(
+        name, state.epoch, state.base, kept.base, kept.base_version, kept.drop
+    )
+
+
+def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
+    """The weights that ``restorable`` holds: its packed weights, then each entry applied in
+    order, as every worker's replica applies the log (bit for bit the same)."""
+    config = ModelConfig.from_json(restorable.config)
+    weights = unpack_weights(config, restorable.weights, restorable.base, 0)
+    for entry in restorable.entries:
+        k, t, raw, x = unpack_entry(config, entry)
+        apply(config, weights, x, update_plan(config, raw, t), k)
+    return config, weights
