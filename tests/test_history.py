@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import base64
+import threading
+import time
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
+import redis
 
-from service.protocol import Reason
+from service.history import rebuild
+from service.learner.codec import pack_weights
+from service.protocol import Meta, Reason
+from service.store import ModelKeys
+from service.store.ops.history import Restorable
 
 from .conftest import MakeService
+from .servers import ServiceProcess, running
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 # Small enough that a few hundred updates make many compactions and checkpoints.
 HISTORY = {"default_model": False, "compact_every": 7, "checkpoint_every": 20}
-SPECS = {
+SPECS: dict[str, dict[str, Any]] = {
     "binary": {"n_features": 4},
     "multiclass averaged, named": {"classes": ["a", "b", "c"], "averaged": True, "hash_bits": 6},
 }
@@ -28,11 +37,8 @@ def examples(spec: dict[str, Any], rng: np.random.Generator, n: int) -> tuple[li
             {f"f{j}": float(rng.normal()) for j in rng.choice(12, 3, replace=False)}
             for _ in range(n)
         ]
-        ys = [str(rng.choice(spec["classes"])) for _ in range(n)]
-        return xs, ys
-    xs = rng.normal(size=(n, 4)).round(3).tolist()
-    ys = [int(rng.choice([-1, 1])) for _ in range(n)]
-    return xs, ys
+        return xs, [str(rng.choice(spec["classes"])) for _ in range(n)]
+    return rng.normal(size=(n, 4)).round(3).tolist(), [int(rng.choice([-1, 1])) for _ in range(n)]
 
 
 def learn_and_export(client: httpx.Client, spec: dict[str, Any], batches: int) -> dict[int, str]:
@@ -149,3 +155,74 @@ def test_a_prediction_waiting_for_its_label_lapses_at_a_rollback(make_service: M
     r = client.post("/feedback", json={"prediction_id": pid["prediction_id"], "label": 1})
     assert r.status_code == 404
     assert client.get("/models/m").json()["version"] == 1
+
+
+@pytest.mark.servers  # two worker processes on a real redis-server
+def test_a_rollback_under_load_is_exact_for_every_worker(redis_url: str) -> None:
+    """Two workers learn and predict on the model while it is rolled back. Afterwards the
+    model, as the workers served and learned it from the restored weights on, equals bit for
+    bit the same versions rebuilt from its very first weights through every kept update; and
+    the version rolled back to equals the export taken when the model was there."""
+    env = {f"PERCEPTRON_{k.upper()}": str(v).lower() for k, v in HISTORY.items()}
+    with running(ServiceProcess(redis_url, workers=2, **env)) as service:
+        client = httpx.Client(base_url=service.url, timeout=30)
+        spec = SPECS["binary"]
+        assert client.put("/models/m", json=spec).status_code == 201
+        exports = learn_and_export(client, spec, 40)
+        target = sorted(exports)[len(exports) // 2]
+        stop = threading.Event()
+        seen: list[int] = []
+
+        def load(seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            with httpx.Client(base_url=service.url, timeout=30) as c:
+                while not stop.is_set():
+                    xs, ys = examples(spec, rng, 3)
+                    r = c.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys})
+                    assert r.status_code == 200, r.text
+                    p = c.post("/predict", json={"model": "m", "features": xs[0]})
+                    assert p.status_code == 200, p.text
+                    seen.append(p.json()["version"])
+
+        threads = [threading.Thread(target=load, args=(s,)) for s in (1, 2, 3)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(1.0)
+            answer = rollback(client, version=target)
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+        assert answer["version"] == target
+        assert len(seen) > 20 and min(seen[len(seen) // 2 :]) >= target
+        final = client.get("/models/m/export").json()
+        assert final["version"] > target  # learned on after the rollback
+        listed = client.get("/models/m/checkpoints").json()
+        assert listed["restorable_from"] == 0
+        # Rebuilt from the start, through the updates kept before and after the rollback
+        # (read here, in one transaction): not from the weights the rollback wrote.
+        keys = ModelKeys("m")
+        with redis.Redis.from_url(redis_url) as r, r.pipeline(transaction=True) as pipe:
+            pipe.hgetall(keys.meta).lrange(keys.past, 0, -1).lrange(keys.log, 0, -1)
+            meta, past, log = pipe.execute()
+            first = r.hget(keys.checkpoints, meta[Meta.PAST_BASE.encode()])
+        start = int(meta[Meta.PAST_VERSION.encode()])
+        assert start == 0 and int(meta[Meta.SNAP_VERSION.encode()]) > target
+        entries = (past + log)[: final["version"] - start]
+        _, weights = rebuild(Restorable(meta[Meta.CONFIG.encode()].decode(), 0, first, entries))
+        assert base64.b64encode(pack_weights(weights)).decode() == final["weights"]
+        rollback(client, version=final["version"])
+        assert client.get("/models/m/export").json()["weights"] == final["weights"]
+        rollback(client, version=target)
+        assert client.get("/models/m/export").json()["weights"] == exports[target]
+        # And every worker serves it: a prediction from each answers that version.
+        versions = {
+            httpx.post(
+                f"{service.url}/predict", json={"model": "m", "features": [1, 2, 3, 4]}
+            ).json()["version"]
+            for _ in range(20)
+        }
+        assert versions == {target}
+        client.close()
