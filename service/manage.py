@@ -35,7 +35,8 @@ from perceptron_client import (
 from .commands import CLIENT_CODES, Exit, epilog, exit_for, file_error, unwritable
 
 DESCRIPTION = """\
-Manage the models of a running service: list, show, create, delete, reset, export, import.
+Manage the models of a running service: list, show, create, delete, reset, export, import,
+list checkpoints, roll back.
 
 The service's URL comes from --url or PERCEPTRON_URL (default http://127.0.0.1:8000), its API
 key from --api-key or PERCEPTRON_API_KEY (reading needs a 'predict' key, changing an 'admin'
@@ -47,6 +48,7 @@ examples:
   perceptron models show iris --json
   perceptron models export iris -o iris.json && perceptron models import iris-copy iris.json
   perceptron models reset iris
+  perceptron models checkpoints iris && perceptron models rollback iris --version 1200
   perceptron models delete iris
 """
 
@@ -105,6 +107,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     action("reset", "zero a model's weights and counters", _reset)
     export = action("export", "write a model's export document (JSON)", _export)
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    action("checkpoints", "list a model's checkpoints and the versions kept", _checkpoints)
+    back = action("rollback", "make a model exactly what it was at a kept version", _rollback)
+    to = back.add_mutually_exclusive_group(required=True)
+    to.add_argument("--version", metavar="V", type=int, help="a version the model keeps")
+    to.add_argument("--checkpoint", metavar="ID", type=int, help="a checkpoint's id")
     imp = action("import", "create or overwrite a model from an export document", _import)
     imp.add_argument(
         "file", metavar="FILE", nargs="?", default="-", help="the document (default: stdin)"
@@ -222,6 +229,40 @@ def _delete(client: Client, args: argparse.Namespace) -> None:
 
 def _reset(client: Client, args: argparse.Namespace) -> None:
     _print_model(client.reset_model(args.name), args.json)
+
+
+def _checkpoints(client: Client, args: argparse.Namespace) -> None:
+    h = client.checkpoints(args.name)
+    if args.json:
+        _out(h.model_dump_json())
+        return
+    rows = [("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")]
+    for c in h.checkpoints:
+        when = datetime.fromtimestamp(c.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        rate = "-" if c.mistake_rate is None else f"{c.mistake_rate:.3f} of {c.window}"
+        rows.append((str(c.id), str(c.version), when, c.reason, rate, f"{c.bytes:,}"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    _out(
+        f"{h.name}: version {h.version}; every version from {h.restorable_from} on can be "
+        f"restored; history {h.bytes:,} bytes"
+    )
+    _out(
+        "\n".join(
+            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        )
+    )
+
+
+def _rollback(client: Client, args: argparse.Namespace) -> None:
+    done = client.rollback(args.name, args.version, args.checkpoint)
+    if args.json:
+        _out(done.model_dump_json())
+        return
+    _out(
+        f"{done.name} is at version {done.version} again; the checkpoint of what it was "
+        f"before is {done.before} (perceptron models rollback {done.name} --checkpoint "
+        f"{done.before} undoes this)"
+    )
 
 
 def _export(client: Client, args: argparse.Namespace) -> None:

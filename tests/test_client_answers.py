@@ -33,6 +33,8 @@ EXAMPLES: dict[str, list[tuple[Any, ...]]] = {
     "read_model": [("iris",)],
     "delete_model": [("iris",)],
     "reset_model": [("iris",)],
+    "checkpoints": [("iris",)],
+    "rollback": [("iris", 3), ("iris", None, 2)],
     "export_model": [("iris",)],
     "import_model": [("iris", {"format": 1, "config": {}, "checksum": "0" * 64})],
     "weights": [("iris",)],

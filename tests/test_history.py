@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import redis
 
+from perceptron_client import CheckpointInfo, Client, ConflictError
 from service.history import rebuild
 from service.learner.codec import pack_weights
 from service.protocol import Meta, Reason
@@ -19,6 +20,7 @@ from service.store import ModelKeys
 from service.store.ops.history import Restorable
 
 from .conftest import MakeService
+from .inprocess import reach
 from .servers import ServiceProcess, running
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
@@ -226,3 +228,23 @@ def test_a_rollback_under_load_is_exact_for_every_worker(redis_url: str) -> None
         }
         assert versions == {target}
         client.close()
+
+
+def test_the_python_client_lists_checkpoints_and_rolls_back(make_service: MakeService) -> None:
+    http = make_service(**HISTORY)
+    http.put("/models/m", json=SPECS["binary"])
+    exports = learn_and_export(http, SPECS["binary"], 20)
+    v = sorted(exports)[5]
+    with Client(str(http.base_url), **reach(http)) as c:
+        listed = c.checkpoints("m")
+        assert listed.version == max(exports) and listed.restorable_from == 0
+        assert all(isinstance(k, CheckpointInfo) for k in listed.checkpoints)
+        done = c.rollback("m", version=v)
+        assert (done.version, done.checkpoint) == (v, None)
+        assert c.rollback("m", checkpoint=done.before).version == max(exports)
+        with pytest.raises(ConflictError) as e:
+            c.rollback("m", version=10**9)
+        assert e.value.code == "version_not_kept"
+        with pytest.raises(ValueError, match="either version or checkpoint"):
+            c.rollback("m")
+    assert http.get("/models/m/export").json()["weights"] == exports[max(exports)]

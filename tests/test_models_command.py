@@ -210,3 +210,26 @@ def test_the_key_comes_from_an_option_or_the_environment(make_service: MakeServi
     strong = perceptron("models", "delete", "default", url=url, PERCEPTRON_API_KEY=ADMIN)
     assert strong.returncode == 0
     assert service.get("/models/default", headers={"x-api-key": ADMIN}).status_code == 404
+
+
+def test_checkpoints_and_a_rollback_from_the_command_line(make_service: MakeService) -> None:
+    http = make_service(default_model=False, compact_every=3, checkpoint_every=5)
+    url = str(http.base_url).rstrip("/")
+    http.put("/models/m", json={"n_features": 2})
+    weights = {}
+    for i in range(12):
+        http.post("/learn", json={"model": "m", "features": [1.0, float(i)], "label": (-1) ** i})
+        doc = http.get("/models/m/export").json()
+        weights[doc["version"]] = doc["weights"]
+    listed = as_json(perceptron("models", "checkpoints", "m", "--json", url=url))
+    assert listed["restorable_from"] == 0 and listed["version"] == max(weights)
+    table = perceptron("models", "checkpoints", "m", url=url)
+    assert table.returncode == 0 and "every version from 0 on can be restored" in table.stdout
+    assert "scheduled" in table.stdout
+    v = sorted(weights)[2]
+    back = perceptron("models", "rollback", "m", "--version", str(v), url=url)
+    assert back.returncode == 0 and f"version {v} again" in back.stdout, back.stderr
+    assert http.get("/models/m/export").json()["weights"] == weights[v]
+    gone = perceptron("models", "rollback", "m", "--version", "999", url=url)
+    assert gone.returncode == EXIT["conflict"] and "version_not_kept" in gone.stderr
+    assert perceptron("models", "rollback", "m", url=url).returncode == EXIT["usage"]

@@ -25,6 +25,8 @@ client accepts numpy arrays and integers but never imports numpy itself.
 """
 
 from .answers import (
+    CheckpointInfo,
+    Checkpoints,
     Confusion,
     Counters,
     Curve,
@@ -45,6 +47,7 @@ from .answers import (
     ModelSpec,
     PredictBatchResponse,
     PredictResponse,
+    RollbackResponse,
     Series,
     SeriesPoint,
     WeightRow,
@@ -68,6 +71,8 @@ __all__ = [
     "AsyncClient",
     "AuthError",
     "Batch",
+    "CheckpointInfo",
+    "Checkpoints",
     "Client",
     "ConflictError",
     "Confusion",
@@ -95,6 +100,7 @@ __all__ = [
     "PerceptronError",
     "PredictBatchResponse",
     "PredictResponse",
+    "RollbackResponse",
     "Series",
     "SeriesPoint",
     "UnavailableError",

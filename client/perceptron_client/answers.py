@@ -11,6 +11,8 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 __all__ = [
+    "CheckpointInfo",
+    "Checkpoints",
     "Confusion",
     "Counters",
     "Curve",
@@ -31,6 +33,7 @@ __all__ = [
     "ModelSpec",
     "PredictBatchResponse",
     "PredictResponse",
+    "RollbackResponse",
     "Series",
     "SeriesPoint",
     "WeightRow",
@@ -84,6 +87,35 @@ class ModelInfo(BaseModel):
     version: int
     created: int
     counters: Counters
+
+
+class CheckpointInfo(BaseModel):
+    id: int
+    version: int
+    seen: int
+    time: float
+    reason: str
+    mistake_rate: float | None = None
+    window: int
+    bytes: int
+
+
+class Checkpoints(BaseModel):
+    """A model's checkpoints, oldest first; every version from ``restorable_from`` to
+    ``version`` can be rolled back to by its number."""
+
+    name: str
+    version: int
+    restorable_from: int
+    bytes: int
+    checkpoints: list[CheckpointInfo]
+
+
+class RollbackResponse(BaseModel):
+    name: str
+    version: int
+    checkpoint: int | None = None
+    before: int
 
 
 class ModelList(BaseModel):

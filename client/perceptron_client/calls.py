@@ -24,6 +24,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from .answers import (
+    Checkpoints,
     FeedbackBatchResponse,
     FeedbackResponse,
     Health,
@@ -35,6 +36,7 @@ from .answers import (
     ModelMetrics,
     PredictBatchResponse,
     PredictResponse,
+    RollbackResponse,
     WeightsResponse,
 )
 from .errors import PerceptronError, error_from_response
@@ -44,6 +46,7 @@ __all__ = [
     "Call",
     "Features",
     "LabelIn",
+    "checkpoints",
     "create_model",
     "delete_model",
     "export_model",
@@ -60,6 +63,7 @@ __all__ = [
     "read_model",
     "readyz",
     "reset_model",
+    "rollback",
     "weights",
 ]
 
@@ -218,6 +222,19 @@ def export_model(name: str) -> Call[dict[str, Any]]:
 
 def import_model(name: str, document: Mapping[str, Any]) -> Call[ModelInfo]:
     return Call("POST", _path(name) + "/import", _parse(ModelInfo), dict(document))
+
+
+def checkpoints(name: str) -> Call[Checkpoints]:
+    return Call("GET", _path(name) + "/checkpoints", _parse(Checkpoints))
+
+
+def rollback(
+    name: str, version: int | None = None, checkpoint: int | None = None
+) -> Call[RollbackResponse]:
+    if (version is None) == (checkpoint is None):
+        raise ValueError("Give either version or checkpoint.")
+    body = {"version": version} if checkpoint is None else {"checkpoint": checkpoint}
+    return Call("POST", _path(name) + "/rollback", _parse(RollbackResponse), body)
 
 
 def weights(name: str) -> Call[WeightsResponse]:

@@ -14,6 +14,7 @@ import httpx
 
 from . import calls
 from .answers import (
+    Checkpoints,
     FeedbackBatchResponse,
     FeedbackResponse,
     Health,
@@ -24,6 +25,7 @@ from .answers import (
     ModelMetrics,
     PredictBatchResponse,
     PredictResponse,
+    RollbackResponse,
     WeightsResponse,
 )
 from .calls import Batch, Call, Features, LabelIn
@@ -112,6 +114,16 @@ class Client:
     def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
         """Create the model from an export document, or overwrite one of its configuration."""
         return self._send(calls.import_model(name, document))
+
+    def checkpoints(self, name: str) -> Checkpoints:
+        """The model's checkpoints, and the versions it can be rolled back to."""
+        return self._send(calls.checkpoints(name))
+
+    def rollback(
+        self, name: str, version: int | None = None, checkpoint: int | None = None
+    ) -> RollbackResponse:
+        """Make the model exactly what it was at ``version``, or at ``checkpoint``."""
+        return self._send(calls.rollback(name, version, checkpoint))
 
     def weights(self, name: str) -> WeightsResponse:
         return self._send(calls.weights(name))
@@ -214,6 +226,16 @@ class AsyncClient:
     async def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
         """Create the model from an export document, or overwrite one of its configuration."""
         return await self._send(calls.import_model(name, document))
+
+    async def checkpoints(self, name: str) -> Checkpoints:
+        """The model's checkpoints, and the versions it can be rolled back to."""
+        return await self._send(calls.checkpoints(name))
+
+    async def rollback(
+        self, name: str, version: int | None = None, checkpoint: int | None = None
+    ) -> RollbackResponse:
+        """Make the model exactly what it was at ``version``, or at ``checkpoint``."""
+        return await self._send(calls.rollback(name, version, checkpoint))
 
     async def weights(self, name: str) -> WeightsResponse:
         return await self._send(calls.weights(name))

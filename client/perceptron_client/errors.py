@@ -46,7 +46,8 @@ class NotFoundError(PerceptronError):
 
 
 class ConflictError(PerceptronError):
-    """409: another configuration under that name, or a second label for a prediction."""
+    """409: another configuration under that name, a second label for a prediction, or a
+    version a model no longer keeps."""
 
 
 class UnavailableError(PerceptronError):

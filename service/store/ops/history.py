@@ -137,7 +137,7 @@ async def read_version(store: Runner, name: str, version: int) -> tuple[str, Res
 async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | None:
     """What restores checkpoint ``id``: its weights and tail; None when it is not kept."""
     keys = ModelKeys(name)
-    async with store.client.pipeline(transaction=True) as pipe:
+    async with store.client.pipeline(transaction=False) as pipe:  # (written together)
         pipe.hget(keys.checkpoint_info, str(id))
         pipe.hget(keys.checkpoints, str(id))
         pipe.hget(keys.checkpoint_tails, str(id))
