@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,20 @@ class Forbidden(ServiceError):
     code = "forbidden"
 
 
+# A key's name, as its entry gives it (``alice=train:<key>``): what the model's history records
+# for the updates the key caused (never the key).
+KEY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: a role, and the models the key is limited to (None: every model)."""
+    """Who is calling: a role, the models the key is limited to (None: every model), and the
+    name the history records (the entry's, else ``key-`` and 8 hex digits of the key's
+    SHA-256: never the key; empty when keys are off)."""
 
     role: Role
     models: frozenset[str] | None = None
+    name: str = ""
 
     def allows(self, model: str) -> bool:
         return self.models is None or model in self.models
@@ -63,22 +72,30 @@ class KeyRing:
 
     @classmethod
     def parse(cls, lines: Iterable[str]) -> KeyRing:
-        """Entries ``role:key`` or ``role:key:model1|model2``, one per line or comma."""
+        """Entries ``role:key`` or ``role:key:model1|model2``, each after an optional
+        ``name=``, one per line or comma."""
         entries = []
         for n, raw in enumerate(lines, 1):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
             parts = line.split(":")
+            name, named, parts[0] = parts[0].rpartition("=")
             if len(parts) not in (2, 3) or parts[0] not in Role.__members__ or not parts[1]:
                 raise KeyError_(
                     f"API key entry {n} is not 'role:key' or 'role:key:model|model' with a role "
-                    "among predict, train, admin."
+                    "among predict, train, admin (after an optional 'name=')."
+                )
+            if named and not KEY_NAME.fullmatch(name):
+                raise KeyError_(
+                    f"API key entry {n}: a key's name is 1 to 64 letters, digits, '_', '.' or '-'."
                 )
             if len(parts[1]) < 16:
                 raise KeyError_(f"API key entry {n}: keys must be at least 16 characters long.")
             models = frozenset(parts[2].split("|")) if len(parts) == 3 else None
-            entries.append((_digest(parts[1]), Principal(Role[parts[0]], models)))
+            digest = _digest(parts[1])
+            name = name or f"key-{digest.hex()[:8]}"
+            entries.append((digest, Principal(Role[parts[0]], models, name)))
         return cls(tuple(entries))
 
     @classmethod

@@ -3,10 +3,11 @@
 A worker that does not write a model sends the examples it has already checked, as the
 learner holds them, so the writer only decodes arrays:
 
-request: ``b"L" token(22) deadline_ms(int64) epoch(16) n(uint32)``, then ``n`` class indices
-(int32) and ``n`` squared norms (float64, as the requester computed them), then the
-examples: for a dense model ``n x dim`` float64 values; for named features ``n`` non-zero
-counts (int32), every index (int32), every value (float64).
+request: ``b"L" token(22) deadline_ms(int64) epoch(16) n(uint32) sources_length(uint32)``,
+then the names of the keys that sent the examples (UTF-8, each after a newline), ``n``
+indices into them (uint16), ``n`` class indices (int32) and ``n`` squared norms (float64, as
+the requester computed them), then the examples: for a dense model ``n x dim`` float64 values;
+for named features ``n`` non-zero counts (int32), every index (int32), every value (float64).
 
 answer: ``b"R"`` then the version just before the request's first example (int64), then per
 example the served class index (int32) and whether it updated (uint8): the versions after
@@ -36,7 +37,7 @@ TOKEN_BYTES = 16
 TOKEN_LENGTH = 22  # new_token()'s characters: TOKEN_BYTES in URL-safe base64, unpadded
 UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned, past its deadline
 NOT_QUEUED_ANSWER = b"Q"  # left by a hand-over that queued nothing: its requester took the lease
-_HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sI")
+_HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sII")
 _START = struct.Struct("<q")
 
 
@@ -50,18 +51,23 @@ class LearnRequest:
     token: str  # names the key its answer is pushed to
     deadline_ms: int  # unix ms past which the requester no longer waits: not learned then
     epoch: str
-    examples: list[tuple[Example, int]]
+    examples: list[tuple[Example, int, str]]
 
 
 def pack_request(
-    token: str, deadline_ms: int, epoch: str, examples: list[tuple[Example, int]]
+    token: str, deadline_ms: int, epoch: str, examples: list[tuple[Example, int, str]]
 ) -> bytes:
-    xs = [x for x, _ in examples]
-    ts = np.fromiter((t for _, t in examples), dtype="<i4", count=len(examples))
+    xs = [x for x, _, _ in examples]
+    ts = np.fromiter((t for _, t, _ in examples), dtype="<i4", count=len(examples))
     sq = np.fromiter((x.sq_norm for x in xs), dtype="<f8", count=len(xs))
-    head = _HEAD.pack(b"L", token.encode(), deadline_ms, epoch.encode(), len(examples)) + (
-        ts.tobytes() + sq.tobytes()
+    names: dict[str, int] = {}
+    at = np.fromiter(
+        (names.setdefault(src, len(names)) for _, _, src in examples), "<u2", len(examples)
     )
+    sources = "".join(f"\n{name}" for name in names).encode()
+    head = _HEAD.pack(
+        b"L", token.encode(), deadline_ms, epoch.encode(), len(examples), len(sources)
+    ) + (sources + at.tobytes() + ts.tobytes() + sq.tobytes())
     if xs[0].index is None:
         return b"".join((head, _dense_values(xs)))
     counts = np.fromiter((len(x.values) for x in xs), dtype="<i4", count=len(xs))
@@ -92,7 +98,7 @@ class RequestHead:
 def request_head(data: bytes) -> RequestHead:
     """A request's token, deadline and epoch, read before its examples: the token answers it
     even when they cannot be read, and the epoch names the configuration that reads them."""
-    kind, token, deadline_ms, epoch, _ = _HEAD.unpack_from(data)
+    kind, token, deadline_ms, epoch, _, _ = _HEAD.unpack_from(data)
     if kind != b"L":
         raise ValueError("not a learn request")
     return RequestHead(token.decode(), deadline_ms, epoch.decode())
@@ -100,10 +106,14 @@ def request_head(data: bytes) -> RequestHead:
 
 def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
     """The request; ``dense_dim`` is the model's n_features (None: named features)."""
-    kind, token, deadline_ms, epoch, n = _HEAD.unpack_from(data)
+    kind, token, deadline_ms, epoch, n, sources_length = _HEAD.unpack_from(data)
     if kind != b"L":
         raise ValueError("not a learn request")
     at = _HEAD.size
+    names = data[at : at + sources_length].decode().split("\n")[1:]
+    at += sources_length
+    srcs = [names[i] for i in np.frombuffer(data, dtype="<u2", count=n, offset=at).tolist()]
+    at += 2 * n
     ts = np.frombuffer(data, dtype="<i4", count=n, offset=at).tolist()
     at += 4 * n
     sq = np.frombuffer(data, dtype="<f8", count=n, offset=at).tolist()
@@ -125,7 +135,8 @@ def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
             Example(v, i, s)
             for v, i, s in zip(np.split(values, cuts), np.split(index, cuts), sq, strict=True)
         ]
-    return LearnRequest(token.decode(), deadline_ms, epoch.decode(), list(zip(xs, ts, strict=True)))
+    examples = list(zip(xs, ts, srcs, strict=True))
+    return LearnRequest(token.decode(), deadline_ms, epoch.decode(), examples)
 
 
 def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:

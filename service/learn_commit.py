@@ -18,6 +18,7 @@ from .group_commit import Coalescer, Span
 from .handoff import pack_answer
 from .learn_sequence import run_sequence
 from .learner import Example, Label
+from .learner.codec import provenance
 from .learner.perceptron import apply
 from .protocol import Bucket, Lease, Made, RequestsGone, SyncData
 from .replica import Replica
@@ -29,7 +30,9 @@ from .store import Store, StoreError, reply_lost
 # mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
 # makes thousands.
 Learned = tuple[Label, bool, bool, int]
-Examples = list[tuple[Example, int]]
+# Examples with their true class index and the name of the key that sent them (the history
+# records it with each update).
+Examples = list[tuple[Example, int, str]]
 # In a group commit's results, what stands for the examples of a handed-off request that the
 # commit left out (another writer learned it, or its requester withdrew it): never read.
 NOT_LEARNED: Learned = ("", False, False, -1)
@@ -84,9 +87,7 @@ class LearnCommits:
         queue = rep.queues.get(QUEUE) if rep is not None else None
         return queue is not None and not queue.idle
 
-    async def _learn(
-        self, rep: Replica, examples: list[tuple[Example, int]], handed: list[Span]
-    ) -> list[Learned]:
+    async def _learn(self, rep: Replica, examples: Examples, handed: list[Span]) -> list[Learned]:
         """Learn a group commit's examples; the commit answers each handed-off request in it,
         unless it no longer waits (then it is left out: its results are never read)."""
         self.replicas.check_current(rep)
@@ -105,16 +106,19 @@ class LearnCommits:
             return [next(results) if k else NOT_LEARNED for k in keep]
 
     async def _commit(
-        self, rep: Replica, examples: list[tuple[Example, int]], spans: list[Span]
+        self, rep: Replica, examples: Examples, spans: list[Span]
     ) -> list[Learned] | RequestsGone:
         cfg = rep.config
-        xs = [x for x, _ in examples]
-        ts = [t for _, t in examples]
+        xs = [x for x, _, _ in examples]
+        ts = [t for _, t, _ in examples]
+        now_ms = int(1000 * self.clock())
+        heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
+        provs = [heads[src] for _, _, src in examples]
         r2 = max(x.sq_norm for x in xs)
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
-            seq = run_sequence(cfg, rep.epoch, base, xs, ts)
+            seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
             answers = [
                 (
                     tag,

@@ -45,22 +45,35 @@ class LearnedSequence:
 
 
 def run_sequence(
-    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+    cfg: ModelConfig,
+    epoch: str,
+    base: Weights,
+    xs: Sequence[Example],
+    ts: Sequence[int],
+    provs: Sequence[bytes] | None = None,
 ) -> LearnedSequence:
     """Learn ``xs`` in order on a copy of ``base``; ``base`` itself is never changed.
+    ``provs``: each example's provenance (``codec.provenance``), which its log entry carries.
 
     Averaged models copy at once, since their served scores depend on the count of examples
     seen; the others copy at their first update. Log entries carry the example's ordinal ``k``
     for averaged models (whose commit is guarded by that count) and 0 for the others, which
     never use it.
     """
+    if provs is None:
+        provs = [b""] * len(xs)
     if cfg.binary and not cfg.averaged:
-        return _run_binary(cfg, epoch, base, xs, ts)
-    return _run_general(cfg, epoch, base, xs, ts)
+        return _run_binary(cfg, epoch, base, xs, ts, provs)
+    return _run_general(cfg, epoch, base, xs, ts, provs)
 
 
 def _run_general(
-    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+    cfg: ModelConfig,
+    epoch: str,
+    base: Weights,
+    xs: Sequence[Example],
+    ts: Sequence[int],
+    provs: Sequence[bytes],
 ) -> LearnedSequence:
     """``run_sequence`` for any model, through the learner's update plans."""
     n = len(xs)
@@ -82,7 +95,7 @@ def _run_general(
         if plan or i >= n - RECENT:
             k = base.seen + i + 1 if cfg.averaged else 0
             record = pack_record(epoch, served, no_updates, pack_payload(raw, x))
-            entry = entry_head(k, t) + record
+            entry = entry_head(k, t) + provs[i] + record
             if plan:
                 entries.append(entry)
             if i >= n - RECENT:
@@ -100,7 +113,12 @@ def _run_general(
 
 
 def _run_binary(
-    cfg: ModelConfig, epoch: str, base: Weights, xs: Sequence[Example], ts: Sequence[int]
+    cfg: ModelConfig,
+    epoch: str,
+    base: Weights,
+    xs: Sequence[Example],
+    ts: Sequence[int],
+    provs: Sequence[bytes],
 ) -> LearnedSequence:
     """``run_sequence`` for a binary model that is not averaged.
 
@@ -138,7 +156,7 @@ def _run_binary(
                 if index is None
                 else index.astype(np.int32).tobytes() + values.tobytes()
             )
-            entry = tags[t] + records[p] + _pack_f64(score) + example
+            entry = tags[t] + provs[i] + records[p] + _pack_f64(score) + example
             if update:
                 entries.append(entry)
             if i >= first_recent:

@@ -155,9 +155,10 @@ class Learning:
         raise AssertionError("a forced commit always stores")
 
     async def submit_feedback(
-        self, items: Sequence[tuple[PredictionId | None, Label]]
+        self, items: Sequence[tuple[PredictionId | None, Label]], source: str = ""
     ) -> list[Feedback | ServiceError]:
-        """Apply true labels to predictions; each item's result or its error, in order.
+        """Apply true labels to predictions; each item's result or its error, in order;
+        ``source``: the name of the key that sends them, which the history records.
 
         An id is None where the text given could not be one (:meth:`PredictionId.parse`):
         that item is not found."""
@@ -180,7 +181,10 @@ class Learning:
                     (token, _class_of(rep.config, label))
                     for (_, token), label in zip(group, labels, strict=True)
                 ]
-                answers = await self._coalescer("feedback", rep, self._feedback).submit(labelled)
+                # One group commit per key name: a commit records one source.
+                commit = partial(self._feedback, source=source)
+                queue = self._coalescer(f"feedback:{source}", rep, commit)
+                answers = await queue.submit(labelled)
                 return [
                     _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a
                     for a, label in zip(answers, labels, strict=True)
@@ -202,7 +206,7 @@ class Learning:
         return results
 
     async def _feedback(
-        self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span]
+        self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span], source: str
     ) -> list[Feedback | ServiceError]:
         self.replicas.check_current(rep)
         deadline = self.clock() + self.settings.learn_wait_s
@@ -214,6 +218,8 @@ class Learning:
                 [t for _, t in labelled],
                 time_bucket(self.settings, self.clock()),
                 rep.config.feedback_ttl_s,
+                source,
+                int(1000 * self.clock()),
             )
             if not isinstance(batch, Held):
                 break
@@ -244,8 +250,11 @@ class Learning:
         self.replicas.maybe_compact(rep, batch.log_length)
         return out
 
-    async def learn(self, name: str, batch: Batch, labels: Sequence[Label]) -> list[Learned]:
-        """Predict then learn each example in order, atomically, as a sequential perceptron."""
+    async def learn(
+        self, name: str, batch: Batch, labels: Sequence[Label], source: str = ""
+    ) -> list[Learned]:
+        """Predict then learn each example in order, atomically, as a sequential perceptron;
+        ``source``: the name of the key that sends them, which the history records."""
 
         async def run(rep: Replica) -> list[Learned]:
             xs = self.encode_batch(rep.config, batch)
@@ -255,7 +264,9 @@ class Learning:
                     code="length_mismatch",
                 )
             ts = [_class_index(rep.config, label) for label in labels]
-            return await self.writers.learn(rep, list(zip(xs, ts, strict=True)))
+            return await self.writers.learn(
+                rep, [(x, t, source) for x, t in zip(xs, ts, strict=True)]
+            )
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result

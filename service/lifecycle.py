@@ -7,6 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import (
@@ -23,7 +24,7 @@ from .errors import (
 from .export_format import export_document, parse_document
 from .history import rebuild
 from .learner import ConfigError, ModelConfig, Weights
-from .learner.codec import new_epoch, pack_weights
+from .learner.codec import entry_provenance, new_epoch, pack_weights
 from .names import check_name
 from .protocol import Meta, Observations, Reason
 from .replica import Replica
@@ -41,6 +42,13 @@ _RECHECK_TIMEOUT_S = 1.0  # a check of the store out of turn, before it answers 
 _MAYBE_EVICTED = frozenset(
     {"model_not_found", "model_state_lost", "store_full", "store_evicts_keys"}
 )
+
+
+@dataclass(frozen=True, slots=True)
+class KeptUpdateList:
+    version: int
+    first_kept: int
+    updates: list[dict[str, Any]]
 
 
 class Models:
@@ -264,6 +272,24 @@ class Models:
     async def history(self, name: str) -> HistoryState:
         """The model's checkpoints, and the versions it can be rolled back to."""
         return await self.store.read_history(check_name(name))
+
+    async def updates(self, name: str, first: int | None, limit: int) -> KeptUpdateList:
+        """The model's kept updates from version ``first`` (None: the last ``limit``), each with
+        who caused it and when."""
+        kept = await self.store.read_updates(check_name(name), first, limit)
+        config = ModelConfig.from_json(kept.config)
+        listed = []
+        for i, entry in enumerate(kept.entries):
+            _, t, source, ms = entry_provenance(entry)
+            listed.append(
+                {
+                    "version": kept.first + i,
+                    "source": source,
+                    "time": None if ms is None else ms / 1000,
+                    "label": config.classes[t],
+                }
+            )
+        return KeptUpdateList(kept.version, kept.first_kept, listed)
 
     async def rollback(
         self, name: str, version: int | None, checkpoint: int | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .learner.codec import ANSWERED, ENTRY_SEP, EPOCH_LENGTH, PENDING, SERVED_DIGITS
+from .learner.codec import ANSWERED, ENTRY_SEP, EPOCH_LENGTH, PENDING, SERVED_DIGITS, SOURCE_MARK
 
 
 class Status(IntEnum):
@@ -253,6 +253,7 @@ _STRINGS = {
     "PENDING": PENDING.decode(),
     "ANSWERED": ANSWERED.decode(),
     "ENTRY_SEP": ENTRY_SEP.decode(),
+    "SOURCE_MARK": SOURCE_MARK.decode(),
     "CHECKPOINT_SEP": CHECKPOINT_SEP,
     "TAIL_SEP": TAIL_SEP,
     **{f"REASON_{k}": v for k, v in Reason.fields().items()},

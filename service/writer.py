@@ -174,7 +174,7 @@ class Writers:
         classes = rep.config.classes
         return [
             (classes[s], s != t, u, v)
-            for s, u, v, (_, t) in zip(served, updated, versions, examples, strict=True)
+            for s, u, v, (_, t, _) in zip(served, updated, versions, examples, strict=True)
         ]
 
     async def _answer(

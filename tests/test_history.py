@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import threading
 import time
 from typing import Any
@@ -20,7 +21,7 @@ from service.store import ModelKeys
 from service.store.ops.history import Restorable
 
 from .conftest import MakeService
-from .inprocess import reach
+from .inprocess import Clock, reach
 from .servers import ServiceProcess, running
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
@@ -248,3 +249,40 @@ def test_the_python_client_lists_checkpoints_and_rolls_back(make_service: MakeSe
         with pytest.raises(ValueError, match="either version or checkpoint"):
             c.rollback("m")
     assert http.get("/models/m/export").json()["weights"] == exports[max(exports)]
+
+
+def test_each_update_records_the_key_that_caused_it_and_when(
+    make_service: MakeService, clock: Clock
+) -> None:
+    keys = {"alice": "a" * 24, "bob": "b" * 24, "unnamed": "u" * 24}
+    entries = f"alice=train:{keys['alice']},bob=admin:{keys['bob']},train:{keys['unnamed']}"
+    client = make_service(**HISTORY, auth=True, api_keys=entries)
+    admin = {"authorization": f"Bearer {keys['bob']}"}
+    assert client.put("/models/m", json={"n_features": 2}, headers=admin).status_code == 201
+    sent: list[str] = []
+    for i in range(12):
+        who = ("alice", "bob", "unnamed")[i % 3]
+        h = {"authorization": f"Bearer {keys[who]}"}
+        x, y = [1.0, float(i)], (-1) ** i
+        if i % 2:
+            r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
+            updated = r.json()["updated"]
+        else:
+            p = client.post("/predict", json={"model": "m", "features": x}, headers=h).json()
+            f = {"prediction_id": p["prediction_id"], "label": y}
+            updated = client.post("/feedback", json=f, headers=h).json()["updated"]
+        if updated:
+            sent.append(who)
+    listed = client.get("/models/m/updates", headers=admin).json()
+    assert [u["version"] for u in listed["updates"]] == list(range(1, len(sent) + 1))
+    unnamed = "key-" + hashlib.sha256(keys["unnamed"].encode()).hexdigest()[:8]
+    assert [u["source"] for u in listed["updates"]] == [
+        unnamed if w == "unnamed" else w for w in sent
+    ]
+    assert all(u["time"] == pytest.approx(clock(), abs=5) for u in listed["updates"])
+    assert sum(listed["sources"].values()) == len(sent)
+    page = client.get("/models/m/updates?from_version=2&limit=2", headers=admin).json()
+    assert [u["version"] for u in page["updates"]] == [2, 3]
+    trainer = {"authorization": f"Bearer {keys['alice']}"}
+    assert client.get("/models/m/updates", headers=trainer).status_code == 403
+    assert keys["alice"] not in str(listed) and keys["unnamed"] not in str(listed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from service.app import create_app
+from service.auth import KeyError_, KeyRing, Role
 from service.settings import Settings
 
 from .conftest import MakeService
@@ -163,6 +165,19 @@ def test_bad_key_entry_is_reported_without_the_key() -> None:
     with pytest.raises(ValueError) as info:
         create_app(Settings(auth=True, api_keys="root:supersecretvalue123"))
     assert "supersecretvalue123" not in str(info.value)
+
+
+def test_a_key_entry_may_give_its_name_which_the_history_records() -> None:
+    key = "k" * 20
+    (_, named), (_, plain) = KeyRing.parse([f"labeller.2=train:{key}:iris", f"admin:{key}"]).entries
+    assert (named.name, named.role, named.models) == ("labeller.2", Role.train, {"iris"})
+    assert plain.name == "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+    for bad in ("a b", "x" * 65, "a|b", "=", "é"):
+        with pytest.raises(KeyError_, match="name is 1 to 64") as e:
+            KeyRing.parse([f"{bad}=train:{key}"] if bad != "=" else [f"=train:{key}"])
+        assert key not in str(e.value)
+    with pytest.raises(KeyError_, match="optional 'name='"):
+        KeyRing.parse([f"alice=boss:{key}"])
 
 
 def test_auth_off_is_logged_loudly(caplog: pytest.LogCaptureFixture) -> None:

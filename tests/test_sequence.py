@@ -9,7 +9,7 @@ import pytest
 
 from service.learn_sequence import LearnedSequence, _run_binary, _run_general, run_sequence
 from service.learner import Example, ModelConfig, Weights, encode
-from service.learner.codec import unpack_entry
+from service.learner.codec import entry_provenance, provenance, unpack_entry
 from service.learner.perceptron import apply
 from service.protocol import RECENT_KEPT
 
@@ -98,14 +98,19 @@ def test_binary_loop_is_the_general_loop_bit_for_bit(
     xs, ts = stream(config, kind, n, seed=n)
     base = start(config, seed=n)
     before = base.copy()
-    fast = _run_binary(config, EPOCH, base, xs, ts)
-    slow = _run_general(config, EPOCH, base, xs, ts)
+    # with each example's provenance, as the learn commit gives them (two keys in turn)
+    provs = [provenance(("alice", "bob")[i % 2], 1_764_000_000_000 + i) for i in range(n)]
+    fast = _run_binary(config, EPOCH, base, xs, ts, provs)
+    slow = _run_general(config, EPOCH, base, xs, ts, provs)
     assert fast.served == slow.served
     assert fast.updated == slow.updated
     assert fast.batch == slow.batch  # counts, marks, cells and every log entry, byte for byte
     a, b = finished(config, fast, xs), finished(config, slow, xs)
     assert a.w.tobytes() == b.w.tobytes() and a.b.tobytes() == b.b.tobytes()
     assert (a.version, a.seen) == (b.version, b.seen)
+    for entry in fast.batch.entries:  # who and when, read back from each entry
+        _, _, source, ms = entry_provenance(entry)
+        assert ms is not None and source == ("alice", "bob")[(ms - 1_764_000_000_000) % 2]
     assert a.version == 40 + sum(fast.updated)
     # The starting weights are never changed: a refused commit costs nothing.
     assert base.w.tobytes() == before.w.tobytes() and base.b.tobytes() == before.b.tobytes()

@@ -179,10 +179,10 @@ async def _close(*workers: Worker) -> None:
         await worker.store.close()
 
 
-def _examples(rep: Any, n: int) -> list[tuple[Example, int]]:
+def _examples(rep: Any, n: int) -> list[tuple[Example, int, str]]:
     rng = np.random.default_rng(n)
     xs = encode_matrix(rep.config, rng.integers(-3, 4, size=n * D).astype(float))
-    return [(x, int(rng.integers(0, 2))) for x in xs]
+    return [(x, int(rng.integers(0, 2)), "tester") for x in xs]
 
 
 @pytest.mark.parametrize("first", ["new writer", "lapsed writer"])

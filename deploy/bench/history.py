@@ -4,7 +4,7 @@
     .venv/bin/python deploy/bench/history.py                 # about 3 minutes
 
 Memory: for each dimension in --dims, a fresh redis-server and ``perceptron serve`` (one
-worker) on loopback, one dense binary model learning packed 1000 x d batches until it has made
+worker) on loopback, one dense binary model learning packed batches (1000 x d, fewer rows past d=300) until it has made
 --updates updates; then Redis's own MEMORY USAGE of the kept log (``past``) over its entries,
 and of the checkpoints' hash over their count. Speed: writers.py's run (6 writer processes, one
 model, d=100, --workers workers), with the history kept (the defaults) and with
@@ -44,8 +44,9 @@ def memory(dim: int, updates: int) -> dict[str, float]:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         version = 0
         while version < updates:
-            x = rng.normal(size=(1000, dim))
-            y = rng.choice([-1, 1], size=1000).tolist()  # random labels: about half update
+            rows = min(1000, 300_000 // dim)  # within the service's largest body
+            x = rng.normal(size=(rows, dim))
+            y = rng.choice([-1, 1], size=rows).tolist()  # random labels: about half update
             body = {"model": "h", "packed_features": base64.b64encode(x.tobytes()).decode()}
             conn.request(
                 "POST",

@@ -32,6 +32,11 @@ class Caller:
     def allows(self, model: str) -> bool:
         return self.principal.allows(model)
 
+    @property
+    def source(self) -> str:
+        """The key's name, which the model's history records for the updates it causes."""
+        return self.principal.name
+
 
 def principal_of(request: Request) -> Principal:
     """Who is calling: the principal ``authenticate`` kept, or else the key's, looked up now."""

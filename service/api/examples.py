@@ -250,6 +250,16 @@ CHECKPOINTS: dict[str, Any] = {
         },
     ],
 }
+UPDATES: dict[str, Any] = {
+    "name": "iris",
+    "version": 1250,
+    "restorable_from": 0,
+    "updates": [
+        {"version": 1249, "source": "labeller", "time": 1764031012.25, "label": "setosa"},
+        {"version": 1250, "source": "batch-job", "time": 1764031013.5, "label": "virginica"},
+    ],
+    "sources": {"labeller": 1, "batch-job": 1},
+}
 ROLLBACK_REQUEST: dict[str, Any] = {"version": 1000}
 ROLLBACK_RESPONSE: dict[str, Any] = {
     "name": "iris",

@@ -62,7 +62,7 @@ async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchR
 async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
     (f,) = await who.worker.learning.submit_feedback(
-        [(_checked_id(who, body.prediction_id), body.label)]
+        [(_checked_id(who, body.prediction_id), body.label)], who.source
     )
     if isinstance(f, ServiceError):
         raise f
@@ -75,7 +75,7 @@ async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
 async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> FeedbackBatchResponse:
     """Give many true labels; each item gets its own result or error, in order."""
     results = await who.worker.learning.submit_feedback(
-        [(_checked_id(who, f.prediction_id), f.label) for f in body.feedback]
+        [(_checked_id(who, f.prediction_id), f.label) for f in body.feedback], who.source
     )
     out = []
     for f in results:
@@ -95,7 +95,7 @@ async def learn(body: LearnRequest, who: Trainer) -> Response:
     """Predict and learn a labelled example in one atomic step."""
     who.check(Role.train, body.model)
     ((label, mistake, updated, version),) = await who.worker.learning.learn(
-        body.model, [body.features], [body.label]
+        body.model, [body.features], [body.label], who.source
     )
     return json_response(
         {"label": label, "mistake": mistake, "updated": updated, "version": version}
@@ -106,7 +106,7 @@ async def learn(body: LearnRequest, who: Trainer) -> Response:
 async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
-    results = await who.worker.learning.learn(body.model, body.examples(), body.labels)
+    results = await who.worker.learning.learn(body.model, body.examples(), body.labels, who.source)
     labels, mistakes, updated, versions = zip(*results, strict=True)
     return json_response(
         {

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import Role
@@ -21,11 +22,14 @@ from .schemas import (
     ModelSpec,
     RollbackRequest,
     RollbackResponse,
+    UpdateInfo,
+    Updates,
     WeightsResponse,
     error_responses,
 )
 from .views import WeightsStream, model_info
 
+MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]
 errors = error_responses(401, 403, 404, 409, 422, 503)
@@ -139,6 +143,27 @@ async def list_checkpoints(name: str, who: Admin) -> Checkpoints:
             )
             for c in h.checkpoints
         ],
+    )
+
+
+@router.get("/{name}/updates", responses=errors)
+async def list_updates(
+    name: str,
+    who: Admin,
+    from_version: Annotated[
+        int | None, Query(ge=1, description="The first (default: the last `limit`)")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_UPDATES_LISTED)] = 100,
+) -> Updates:
+    """List the model's kept updates with who caused each (an API key's name) and when."""
+    who.check(Role.admin, name)
+    kept = await who.worker.models.updates(name, from_version, limit)
+    return Updates(
+        name=name,
+        version=kept.version,
+        restorable_from=kept.first_kept - 1,
+        updates=[UpdateInfo(**u) for u in kept.updates],
+        sources=dict(Counter(u["source"] or "" for u in kept.updates)),
     )
 
 

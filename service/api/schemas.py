@@ -249,6 +249,27 @@ class Checkpoints(BaseModel):
     checkpoints: list[CheckpointInfo] = Field(description="Oldest first.")
 
 
+class UpdateInfo(BaseModel):
+    version: int = Field(description="The model's version this update made.")
+    source: str | None = Field(
+        None,
+        description="The name of the API key that caused it ('' with keys off; null: made "
+        "before updates recorded it).",
+    )
+    time: float | None = Field(None, description="When, Unix seconds (null: not recorded).")
+    label: LabelValue = Field(description="The true label of the example it learned.")
+
+
+class Updates(BaseModel):
+    model_config = _examples([examples.UPDATES])
+
+    name: str
+    version: int = Field(description="The model's version now.")
+    restorable_from: int
+    updates: list[UpdateInfo] = Field(description="Oldest first.")
+    sources: dict[str, int] = Field(description="How many of these updates each key caused.")
+
+
 class RollbackRequest(_Body):
     model_config = ConfigDict(
         extra="forbid",

@@ -24,6 +24,10 @@ ANSWERED = b"A"  # the mark of a record once its feedback was applied (the scrip
 EPOCH_LENGTH = 16  # hex digits: a model's epoch is new_epoch()'s
 SERVED_DIGITS = 4
 ENTRY_SEP = b"|"  # a log entry: b"k|t|" + record (entry_head)
+# Then, in entries written since updates carry their provenance: b"~source|ms|" before the
+# record (``provenance``): the name of the key that caused the update (empty: keys are off)
+# and when, unix ms. A record starts with PENDING, never with this mark.
+SOURCE_MARK = b"~"
 
 
 def new_epoch() -> str:
@@ -35,6 +39,21 @@ def entry_head(k: int, t: int) -> bytes:
     """A log entry's head, before the pending record: the labelled example's ordinal ``k``
     (0 where it does not matter) and its true class index ``t``."""
     return b"%d%s%d%s" % (k, ENTRY_SEP, t, ENTRY_SEP)
+
+
+def provenance(source: str, ms: int) -> bytes:
+    """What follows an entry's head: who caused the update (a key's name) and when."""
+    return b"%s%s%s%d%s" % (SOURCE_MARK, source.encode(), ENTRY_SEP, ms, ENTRY_SEP)
+
+
+def entry_provenance(entry: bytes) -> tuple[int, int, str | None, int | None]:
+    """An entry's ordinal ``k``, true class index, and who caused it and when (None, None for
+    an entry written before updates carried their provenance)."""
+    k, t, rest = entry.split(ENTRY_SEP, 2)
+    if rest[:1] != SOURCE_MARK:
+        return int(k), int(t), None, None
+    source, ms, _ = rest[1:].split(ENTRY_SEP, 2)
+    return int(k), int(t), source.decode(), int(ms)
 
 
 def pack_payload(raw: np.ndarray, x: Example) -> bytes:
@@ -74,11 +93,14 @@ def record_header(config: ModelConfig) -> int:
 def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarray, Example]:
     """Split a log entry into (example ordinal k, true class index, raw scores, example).
 
-    An entry is ``b"k|t|"`` and the prediction's whole pending record, so that the script
-    that logs feedback copies the record once, without cutting it.
+    An entry is ``b"k|t|"``, its provenance, and the prediction's whole pending record, so
+    that the script that logs feedback copies the record once, without cutting it.
     """
     k, t, record = entry.split(ENTRY_SEP, 2)
-    raw, x = unpack_payload(config, record[record_header(config) :])
+    start = 0
+    if record[:1] == SOURCE_MARK:  # past its provenance
+        start = record.index(ENTRY_SEP, record.index(ENTRY_SEP) + 1) + 1
+    raw, x = unpack_payload(config, record[start + record_header(config) :])
     return int(k), int(t), raw, x
 
 

@@ -97,6 +97,7 @@ class Store:
     read_history = history.read_history
     read_version = history.read_version
     read_checkpoint = history.read_checkpoint
+    read_updates = history.read_updates
     rollback = rollback.rollback
     forget_history = forget.forget
     # one writer per model (ops/learn.py)

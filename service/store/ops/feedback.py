@@ -14,7 +14,8 @@ from .runner import Runner
 # same order (-1: a label that is none of the model's classes, answered BAD_LABEL if the
 # prediction is the model's, else UNKNOWN: a prediction of a model deleted and made anew is
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
-# bucket, KEEP: buckets kept; TTL: the model's feedback ttl. While the model's writer holds it
+# bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
+# and when, recorded with each update (``codec.provenance``). While the model's writer holds it
 # (``learn.py``), nothing is applied: {HELD, ms left}. An answer is kept TTL seconds after it
 # was given, so that the same feedback sent again within that time is a duplicate; its
 # prediction's bytes no longer count as pending.
@@ -24,7 +25,7 @@ from .runner import Runner
 SCRIPT = Script(
     "feedback",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold"),
-    args=("epoch", "bucket#", "keep#", "ttl#"),
+    args=("epoch", "bucket#", "keep#", "ttl#", "source", "now_ms"),
     rest_keys="pending",
     rest_args="labels",
     parts=(parts.RECORD, parts.PENDING),
@@ -49,6 +50,7 @@ local function answer(status, m, u, v)
   n = n + 4
 end
 local unknown, dups, conflicts = 0, 0, 0
+local provenance = SOURCE_MARK .. SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local ttl, now, answered = TTL, nil, {}
 for i = PENDING_AT, #KEYS do
   local t = ARGV[i + LABELS_AT - PENDING_AT]
@@ -72,7 +74,7 @@ for i = PENDING_AT, #KEYS do
     local ti = tonumber(t)
     local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
     seen = seen + 1
-    local entry = string.format('%d', seen) .. ENTRY_SEP .. t .. ENTRY_SEP .. p
+    local entry = string.format('%d', seen) .. ENTRY_SEP .. t .. ENTRY_SEP .. provenance .. p
     recent[#recent + 1] = entry
     if updated == 1 then
       version = version + 1
@@ -134,6 +136,8 @@ async def feedback(
     labels: Sequence[int],
     when: Bucket,
     ttl_s: int,
+    source: str,
+    now_ms: int,
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
     the model's writer holds it."""
@@ -141,7 +145,15 @@ async def feedback(
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(k, rest=[k.pending(t) for t in tokens]),
-        SCRIPT.arg_list(labels, epoch=epoch, bucket=when.bucket, keep=when.keep, ttl=ttl_s),
+        SCRIPT.arg_list(
+            labels,
+            epoch=epoch,
+            bucket=when.bucket,
+            keep=when.keep,
+            ttl=ttl_s,
+            source=source,
+            now_ms=now_ms,
+        ),
     )
     if int(reply[0]) == Status.HELD:
         return Held(int(reply[1]))  # (the store's wait_unheld waits for the writer to let go)

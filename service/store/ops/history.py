@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ModelNotFound
+from ...errors import ModelBusy, ModelNotFound
 from ...protocol import Checkpoint, Meta, split_tail
 from ..keys import ModelKeys
 from .runner import Runner, raw, text
@@ -146,3 +146,42 @@ async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | Non
         return None
     c = Checkpoint.parse(id, text(info))
     return Restorable(c.config, c.base, raw(weights), split_tail(raw(tail or b"")))
+
+
+@dataclass(frozen=True, slots=True)
+class KeptUpdates:
+    """Log entries of versions ``first .. first + len(entries) - 1``, read at one moment."""
+
+    config: str
+    version: int  # the model's version then
+    first_kept: int  # the oldest version kept (restorable_from + 1)
+    first: int
+    entries: list[bytes]
+
+
+async def read_updates(store: Runner, name: str, first: int | None, limit: int) -> KeptUpdates:
+    """Up to ``limit`` kept updates from version ``first`` on (None: the last ``limit``)."""
+    keys = ModelKeys(name)
+    fields = (Meta.EPOCH, Meta.VERSION, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.PAST_VERSION)
+    for _ in range(READ_ATTEMPTS):
+        got: list[Any] = await store.client.hmget(keys.meta, *fields)
+        epoch, version_, snapv_, base_, pastv_ = got
+        if epoch is None:
+            raise ModelNotFound(name)
+        version, snapv = int(version_), int(snapv_)
+        start = int(pastv_) if base_ is not None else snapv  # the version before the first kept
+        lo = max(start + 1, version - limit + 1 if first is None else first)
+        hi = min(version, lo + limit - 1)
+        async with store.client.pipeline(transaction=False) as pipe:
+            # past holds start+1 .. snapv (at 0 ..), the log snapv+1 .. version (at 0 ..)
+            if lo <= min(hi, snapv):
+                pipe.lrange(keys.past, lo - start - 1, min(hi, snapv) - start - 1)
+            if hi > snapv and hi >= lo:
+                pipe.lrange(keys.log, max(lo, snapv + 1) - snapv - 1, hi - snapv - 1)
+            pipe.hmget(keys.meta, Meta.EPOCH, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.CONFIG)
+            *parts, again = await pipe.execute()
+        if again[:3] == [epoch, snapv_, base_]:
+            entries = [e for part in parts for e in part]
+            kept = entries[: max(0, hi - lo + 1)]
+            return KeptUpdates(text(again[3]), version, start + 1, lo, kept)
+    raise ModelBusy(f"Model {name!r} was compacted under every read of its updates; retry.")
