@@ -170,7 +170,7 @@ def test_bad_key_entry_is_reported_without_the_key() -> None:
 def test_a_key_entry_may_give_its_name_which_the_history_records() -> None:
     key = "k" * 20
     (_, named), (_, plain) = KeyRing.parse([f"labeller.2=train:{key}:iris", f"admin:{key}"]).entries
-    assert (named.name, named.role, named.models) == ("labeller.2", Role.train, {"iris"})
+    assert (named.name, named.role, named.models) == ("labeller.2", Role.train, frozenset({"iris"}))
     assert plain.name == "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
     for bad in ("a b", "x" * 65, "a|b", "=", "é"):
         with pytest.raises(KeyError_, match="name is 1 to 64") as e:
