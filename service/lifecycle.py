@@ -4,7 +4,9 @@ the store's condition that keeps a worker from serving models it should not."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +44,19 @@ _RECHECK_TIMEOUT_S = 1.0  # a check of the store out of turn, before it answers 
 _MAYBE_EVICTED = frozenset(
     {"model_not_found", "model_state_lost", "store_full", "store_evicts_keys"}
 )
+
+
+def _packed(weights: Weights) -> bytes:
+    """The weights as a snapshot: zeros need none (b""), any other weights do."""
+    arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
+    return pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+
+
+@dataclass(frozen=True, slots=True)
+class Undone:
+    version: int  # the model's version now
+    removed: int  # updates left out
+    before: int | None  # the checkpoint of the model as it was (None: nothing was undone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +267,7 @@ class Models:
         created: int,
         reason: str,
     ) -> None:
-        # Zeros need no snapshot; any other weights do, whatever their version.
-        arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
-        data = pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+        data = _packed(weights)
         await self.store.replace_model(
             name,
             config.to_json(),
@@ -327,15 +340,13 @@ class Models:
             self._check_limits(config)
             if version is not None and weights.version != version:
                 raise ModelStateLost(name, "its kept updates do not add up to their versions")
-            arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
-            data = pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
             try:
                 before = await self.store.rollback(
                     name,
                     epoch,
                     new_epoch(),
                     weights.version,
-                    data,
+                    _packed(weights),
                     restorable.config,
                     int(1000 * self.clock()),
                     keep=version is not None,
@@ -346,6 +357,53 @@ class Models:
             self.replicas.drop(name)
             return weights.version, before
         raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
+
+    async def undo(
+        self, name: str, source: str | None, from_time: float | None, to_time: float | None
+    ) -> Undone:
+        """Leave out of the model the kept updates caused by the key named ``source`` and made
+        from ``from_time`` to before ``to_time`` (Unix seconds; None: any): it becomes, at
+        once and exactly, its oldest kept weights with every other kept update applied in
+        order, and those stay its kept updates (renumbered). An update kept from before
+        updates recorded their source is always kept."""
+        self.guard()
+        check_name(name)
+        start = -math.inf if from_time is None else from_time * 1000
+        stop = math.inf if to_time is None else to_time * 1000
+
+        def undone(by: str | None, ms: int | None) -> bool:
+            if ms is None or (source is not None and by != source):
+                return False
+            return start <= ms < stop
+
+        for _ in range(_EXPORT_ATTEMPTS):
+            epoch, version, kept = await self.store.read_kept(name)
+            drops = [i for i, e in enumerate(kept.entries) if undone(*entry_provenance(e)[2:])]
+            if not drops:
+                return Undone(version, 0, None)
+            gone = set(drops)
+            entries = [e for i, e in enumerate(kept.entries) if i not in gone]
+            _, weights = rebuild(dataclasses.replace(kept, entries=entries))
+            try:
+                before = await self.store.undo_updates(
+                    name,
+                    epoch,
+                    new_epoch(),
+                    version,
+                    drops,
+                    _packed(weights),
+                    weights.version,
+                    sum(map(len, entries)),
+                    kept.base + drops[0] + 1,
+                    int(1000 * self.clock()),
+                )
+            except StaleModel:
+                continue
+            if before is None:
+                continue  # it learned meanwhile: read again, with those updates too
+            self.replicas.drop(name)
+            return Undone(weights.version, len(drops), before)
+        raise ModelBusy(f"Model {name!r} kept learning during the undo; retry shortly.")
 
     async def delete_model(self, name: str) -> None:
         self.guard()

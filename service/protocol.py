@@ -169,6 +169,7 @@ class Reason:
     BEFORE_RESET = "before reset"
     BEFORE_IMPORT = "before import"
     BEFORE_ROLLBACK = "before rollback"
+    BEFORE_UNDO = "before undo"  # of a key's updates, or a time's
     LEFT = "left"  # scheduled on the line of versions a rollback went back from
 
     @staticmethod

@@ -286,3 +286,92 @@ def test_each_update_records_the_key_that_caused_it_and_when(
     trainer = {"authorization": f"Bearer {keys['alice']}"}
     assert client.get("/models/m/updates", headers=trainer).status_code == 403
     assert keys["alice"] not in str(listed) and keys["unnamed"] not in str(listed)
+
+
+def reference(updates: list[tuple[list[float], int]]) -> str:
+    """A binary perceptron's weights (learning rate 1, bias) after these updates in order, as
+    an export writes them: ``w += y * x``, ``b += y``, each in turn."""
+    w, b = np.zeros((1, 3)), np.zeros(1)
+    for x, y in updates:
+        w[0] += float(y) * np.asarray(x, dtype=np.float64)
+        b[0] += float(y)
+    return base64.b64encode(w.tobytes() + b.tobytes()).decode()
+
+
+def test_undoing_a_time_range_of_a_keys_updates_leaves_exactly_those_out(
+    make_service: MakeService, clock: Clock
+) -> None:
+    keys = {"alice": "a" * 24, "bob": "b" * 24}
+    entries = f"alice=train:{keys['alice']},bob=admin:{keys['bob']}"
+    client = make_service(**HISTORY, auth=True, api_keys=entries)
+    admin = {"authorization": f"Bearer {keys['bob']}"}
+    client.put("/models/m", json={"n_features": 3}, headers=admin)
+    rng = np.random.default_rng(5)
+    made: list[tuple[str, float, list[float], int]] = []
+    for i in range(60):
+        who = ("alice", "bob")[i % 2]
+        x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
+        h = {"authorization": f"Bearer {keys[who]}"}
+        r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
+        if r.json()["updated"]:
+            made.append((who, clock(), x, y))
+        if i in (19, 39):
+            clock.advance(10)
+    start, stop = made[0][1] + 5, made[0][1] + 15  # the middle third
+    body = {"source": "alice", "from_time": start, "to_time": stop}
+    r = client.post("/models/m/undo", json=body, headers=admin)
+    gone = [1 for w, t, *_ in made if w == "alice" and start <= t < stop]
+    assert r.status_code == 200 and r.json()["removed"] == len(gone) > 0
+    kept = [(x, y) for w, t, x, y in made if not (w == "alice" and start <= t < stop)]
+    assert client.get("/models/m/export", headers=admin).json()["weights"] == reference(kept)
+    # Every key's updates in a time range: the last third.
+    r = client.post("/models/m/undo", json={"from_time": stop}, headers=admin)
+    assert r.json()["removed"] == sum(1 for _, t, *_ in made if t >= stop) > 0
+
+
+def test_undoing_a_keys_updates_rebuilds_the_model_without_them_exactly(
+    make_service: MakeService, clock: Clock
+) -> None:
+    keys = {"alice": "a" * 24, "bob": "b" * 24}
+    entries = f"alice=train:{keys['alice']},bob=admin:{keys['bob']}"
+    client = make_service(**HISTORY, auth=True, api_keys=entries)
+    admin = {"authorization": f"Bearer {keys['bob']}"}
+    client.put("/models/m", json={"n_features": 3}, headers=admin)
+    rng = np.random.default_rng(3)
+    made: list[tuple[str, float, list[float], int]] = []  # who, when, x, y of each update
+    for i in range(60):
+        who = "alice" if rng.random() < 0.4 else "bob"
+        x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
+        h = {"authorization": f"Bearer {keys[who]}"}
+        r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
+        if r.json()["updated"]:
+            made.append((who, clock(), x, y))
+        if i == 29:
+            middle = clock() + 5
+            clock.advance(10)
+    before = client.get("/models/m/export", headers=admin).json()
+    assert before["weights"] == reference([(x, y) for _, _, x, y in made])
+    alices = sum(who == "alice" for who, *_ in made)
+    assert 0 < alices < len(made)
+
+    r = client.post("/models/m/undo", json={"source": "alice"}, headers=admin)
+    assert r.status_code == 200, r.text
+    assert r.json()["removed"] == alices and r.json()["version"] == len(made) - alices
+    after = client.get("/models/m/export", headers=admin).json()
+    assert after["weights"] == reference([(x, y) for who, _, x, y in made if who != "alice"])
+    # The updates that stay are still kept, renumbered: bob's alone.
+    listed = client.get("/models/m/updates", headers=admin).json()
+    assert listed["sources"] == {"bob": len(made) - alices}
+    assert [u["version"] for u in listed["updates"]] == list(range(1, len(made) - alices + 1))
+    # The model as it was is one rollback away (its weights: the kept updates start again
+    # from them, as at any rollback to a checkpoint).
+    back = {"checkpoint": r.json()["before"]}
+    assert client.post("/models/m/rollback", json=back, headers=admin).status_code == 200
+    assert client.get("/models/m/export", headers=admin).json()["weights"] == before["weights"]
+    # Nothing of that key kept now: nothing to undo, nothing changes.
+    body = {"source": "alice", "from_time": middle}
+    r = client.post("/models/m/undo", json=body, headers=admin)
+    assert (r.json()["removed"], r.json()["before"]) == (0, None)
+    assert client.post("/models/m/undo", json={}, headers=admin).status_code == 422
+    trainer = {"authorization": f"Bearer {keys['alice']}"}
+    assert client.post("/models/m/undo", json=body, headers=trainer).status_code == 403

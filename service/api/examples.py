@@ -260,6 +260,8 @@ UPDATES: dict[str, Any] = {
     ],
     "sources": {"labeller": 1, "batch-job": 1},
 }
+UNDO_REQUEST: dict[str, Any] = {"source": "labeller", "from_time": 1764028800.0}
+UNDO_RESPONSE: dict[str, Any] = {"name": "iris", "version": 1180, "removed": 70, "before": 4}
 ROLLBACK_REQUEST: dict[str, Any] = {"version": 1000}
 ROLLBACK_RESPONSE: dict[str, Any] = {
     "name": "iris",

@@ -22,6 +22,8 @@ from .schemas import (
     ModelSpec,
     RollbackRequest,
     RollbackResponse,
+    UndoRequest,
+    UndoResponse,
     UpdateInfo,
     Updates,
     WeightsResponse,
@@ -174,6 +176,16 @@ async def rollback_model(name: str, who: Admin, body: RollbackRequest) -> Rollba
     who.check(Role.admin, name)
     version, before = await who.worker.models.rollback(name, body.version, body.checkpoint)
     return RollbackResponse(name=name, version=version, checkpoint=body.checkpoint, before=before)
+
+
+@router.post("/{name}/undo", responses=with_body)
+async def undo_updates(name: str, who: Admin, body: UndoRequest) -> UndoResponse:
+    """Rebuild the model, exactly, from its oldest kept weights through its kept updates but
+    those of one API key (or of a time range): the recovery from bad labels. Every worker
+    serves the result at once; predictions waiting for their label lapse."""
+    who.check(Role.admin, name)
+    done = await who.worker.models.undo(name, body.source, body.from_time, body.to_time)
+    return UndoResponse(name=name, version=done.version, removed=done.removed, before=done.before)
 
 
 @router.get("/{name}/weights", responses=errors, response_model=WeightsResponse)

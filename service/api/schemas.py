@@ -288,6 +288,39 @@ class RollbackRequest(_Body):
         return self
 
 
+class UndoRequest(_Body):
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [examples.UNDO_REQUEST]}
+    )
+
+    source: str | None = Field(
+        None, max_length=64, description="Leave out the updates this API key (its name) caused."
+    )
+    from_time: float | None = Field(
+        None, description="Leave out the updates made from then on (Unix seconds)..."
+    )
+    to_time: float | None = Field(None, description="...and before then (Unix seconds).")
+
+    @model_validator(mode="after")
+    def _some(self) -> UndoRequest:
+        if self.source is None and self.from_time is None and self.to_time is None:
+            raise ValueError("Give a source, a time range, or both.")
+        return self
+
+
+class UndoResponse(BaseModel):
+    model_config = _examples([examples.UNDO_RESPONSE])
+
+    name: str
+    version: int = Field(description="The model's version now.")
+    removed: int = Field(description="Kept updates left out.")
+    before: int | None = Field(
+        None,
+        description="The checkpoint of the model as it was just before: rolling back to it "
+        "undoes this (null: no kept update matched, nothing changed).",
+    )
+
+
 class RollbackResponse(BaseModel):
     model_config = _examples([examples.ROLLBACK_RESPONSE])
 

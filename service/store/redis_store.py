@@ -34,6 +34,7 @@ from .ops import (
     rollback,
     sync,
     take,
+    undo,
     withdraw,
 )
 from .ops.runner import Client, raw, text
@@ -98,7 +99,9 @@ class Store:
     read_version = history.read_version
     read_checkpoint = history.read_checkpoint
     read_updates = history.read_updates
+    read_kept = history.read_kept
     rollback = rollback.rollback
+    undo_updates = undo.undo
     forget_history = forget.forget
     # one writer per model (ops/learn.py)
     hand_off = handoff.hand_off

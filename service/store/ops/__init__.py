@@ -50,6 +50,7 @@ from . import (
     rollback,
     sync,
     take,
+    undo,
     withdraw,
 )
 
@@ -65,6 +66,7 @@ OPS = (
     learn,
     compact,
     rollback,
+    undo,
     forget,
     handoff,
     claim,

@@ -134,6 +134,39 @@ async def read_version(store: Runner, name: str, version: int) -> tuple[str, Res
     return None
 
 
+async def read_kept(store: Runner, name: str) -> tuple[str, int, Restorable]:
+    """Everything kept, with the epoch and version it was read at: the oldest kept weights
+    (the retained log's checkpoint, or the snapshot) and every entry after them up to that
+    version."""
+    keys = ModelKeys(name)
+    fields = (Meta.EPOCH, Meta.VERSION, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.PAST_VERSION)
+    for _ in range(READ_ATTEMPTS):
+        got: list[Any] = await store.client.hmget(keys.meta, *fields)
+        epoch, _, snapv_, base_, pastv_ = got
+        if epoch is None:
+            raise ModelNotFound(name)
+        async with store.client.pipeline(transaction=False) as pipe:
+            if base_ is not None:
+                pipe.hget(keys.checkpoints, text(base_))
+                pipe.lrange(keys.past, 0, -1)
+            else:
+                pipe.get(keys.snap)
+                pipe.lrange(keys.past, 1, 0)  # (none)
+            pipe.lrange(keys.log, 0, -1)
+            pipe.hmget(keys.meta, *fields)
+            pipe.hget(keys.meta, Meta.CONFIG)
+            weights, past, log, again, config = await pipe.execute()
+        if again[0] == epoch and again[2] == snapv_ and again[3] == base_:
+            start = int(pastv_) if base_ is not None else int(snapv_)
+            version = int(again[1])
+            entries = [*past, *log][: version - start]
+            if len(entries) != version - start:
+                raise ModelBusy(f"Model {name!r}'s kept updates do not add up; retry shortly.")
+            restorable = Restorable(text(config), start, raw(weights or b""), entries, True)
+            return text(epoch), version, restorable
+    raise ModelBusy(f"Model {name!r} was compacted under every read of its history; retry.")
+
+
 async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | None:
     """What restores checkpoint ``id``: its weights and tail; None when it is not kept."""
     keys = ModelKeys(name)

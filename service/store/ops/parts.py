@@ -241,4 +241,19 @@ end
 local function record_field(record, n)
   return string.sub(record, record_span(record, n))
 end
+-- Mark as left the scheduled checkpoints made after ``base`` of versions ``from`` on, which
+-- a rollback or an undo took the model off (``before``: the one it made first).
+local function left_behind(ckinfo, base, before, from)
+  local infos = redis.call('HGETALL', ckinfo)
+  for i = 1, #infos, 2 do
+    local id, record = tonumber(infos[i]), infos[i + 1]
+    if id > tonumber(base) and id ~= before
+        and tonumber(record_field(record, CK_VERSION)) >= from
+        and record_field(record, CK_REASON) == REASON_SCHEDULED then
+      local at, stop = record_span(record, CK_REASON)
+      redis.call('HSET', ckinfo, infos[i],
+        string.sub(record, 1, at - 1) .. REASON_LEFT .. string.sub(record, stop + 1))
+    end
+  end
+end
 """

@@ -28,7 +28,7 @@ SCRIPT = Script(
         "now_ms",
         "keep",
         "kept_bytes#",
-    ),  # fmt: skip
+    ),
     parts=(parts.CHECKPOINT,),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
@@ -57,17 +57,7 @@ if KEEP == '1' and st[4] and VERSION >= tonumber(st[5]) then
     end
     redis.call('HINCRBY', META, META_PAST_IN, bytes)
   end
-  local infos = redis.call('HGETALL', CHECKPOINT_INFO)
-  for i = 1, #infos, 2 do
-    local id, record = tonumber(infos[i]), infos[i + 1]
-    local v = record_field(record, CK_VERSION)
-    if id > base and id ~= before and v == record_field(record, CK_BASE)
-        and tonumber(v) > VERSION and record_field(record, CK_REASON) ~= REASON_LEFT then
-      local at, stop = record_span(record, CK_REASON)
-      redis.call('HSET', CHECKPOINT_INFO, infos[i],
-        string.sub(record, 1, at - 1) .. REASON_LEFT .. string.sub(record, stop + 1))
-    end
-  end
+  left_behind(CHECKPOINT_INFO, base, before, VERSION + 1)
 else
   redis.call('DEL', PAST)
   redis.call('HDEL', META, META_PAST_BASE, META_PAST_VERSION, META_PAST_IN)
