@@ -35,6 +35,8 @@ EXAMPLES: dict[str, list[tuple[Any, ...]]] = {
     "reset_model": [("iris",)],
     "checkpoints": [("iris",)],
     "rollback": [("iris", 3), ("iris", None, 2)],
+    "updates": [("iris",), ("iris", 10, 5)],
+    "undo": [("iris", "labeller"), ("iris", None, 1764028800.0, 1764032400.5)],
     "export_model": [("iris",)],
     "import_model": [("iris", {"format": 1, "config": {}, "checksum": "0" * 64})],
     "weights": [("iris",)],

@@ -248,6 +248,21 @@ def test_the_python_client_lists_checkpoints_and_rolls_back(make_service: MakeSe
         assert e.value.code == "version_not_kept"
         with pytest.raises(ValueError, match="either version or checkpoint"):
             c.rollback("m")
+        with pytest.raises(ValueError, match="a source, a time range"):
+            c.undo("m")
+    http.put("/models/n", json=SPECS["binary"])
+    http.post(
+        "/learn/batch",
+        json={"model": "n", "features": [[1, 2, 3, 4]] * 9, "labels": [1, -1] * 4 + [1]},
+    )
+    with Client(str(http.base_url), **reach(http)) as c:
+        made = c.read_model("n").version
+        kept = c.updates("n", from_version=2, limit=3)
+        assert [u.version for u in kept.updates] == [2, 3, 4]
+        assert kept.sources == {"": 3}  # keys are off: no name
+        assert c.updates("n").updates[-1].version == made
+        gone = c.undo("n", source="", from_time=0)
+        assert (gone.removed, gone.version) == (made, 0)
     assert http.get("/models/m/export").json()["weights"] == exports[max(exports)]
 
 

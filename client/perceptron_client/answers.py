@@ -12,6 +12,9 @@ from pydantic import BaseModel
 
 __all__ = [
     "CheckpointInfo",
+    "UndoResponse",
+    "UpdateInfo",
+    "Updates",
     "Checkpoints",
     "Confusion",
     "Counters",
@@ -109,6 +112,31 @@ class Checkpoints(BaseModel):
     restorable_from: int
     bytes: int
     checkpoints: list[CheckpointInfo]
+
+
+class UpdateInfo(BaseModel):
+    version: int
+    source: str | None = None
+    time: float | None = None
+    label: Label
+
+
+class Updates(BaseModel):
+    """A model's kept updates, oldest first, each with the name of the API key that caused it
+    and when; ``sources``: how many of them each key caused."""
+
+    name: str
+    version: int
+    restorable_from: int
+    updates: list[UpdateInfo]
+    sources: dict[str, int]
+
+
+class UndoResponse(BaseModel):
+    name: str
+    version: int
+    removed: int
+    before: int | None = None
 
 
 class RollbackResponse(BaseModel):

@@ -37,6 +37,8 @@ from .answers import (
     PredictBatchResponse,
     PredictResponse,
     RollbackResponse,
+    UndoResponse,
+    Updates,
     WeightsResponse,
 )
 from .errors import PerceptronError, error_from_response
@@ -64,6 +66,8 @@ __all__ = [
     "readyz",
     "reset_model",
     "rollback",
+    "undo",
+    "updates",
     "weights",
 ]
 
@@ -91,12 +95,13 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass(frozen=True)
 class Call(Generic[T]):
-    """One request (method, path, JSON body) and how to read its successful answer."""
+    """One request (method, path, JSON body, query) and how to read its successful answer."""
 
     method: str
     path: str
     read: Callable[[httpx.Response], T]
     body: Any = None
+    params: dict[str, int] | None = None
 
     def result(self, response: httpx.Response) -> T:
         """The answer read, or the error it carries raised as a ``PerceptronError``."""
@@ -235,6 +240,24 @@ def rollback(
         raise ValueError("Give either version or checkpoint.")
     body = {"version": version} if checkpoint is None else {"checkpoint": checkpoint}
     return Call("POST", _path(name) + "/rollback", _parse(RollbackResponse), body)
+
+
+def updates(name: str, from_version: int | None = None, limit: int = 100) -> Call[Updates]:
+    params = {"limit": limit} | ({} if from_version is None else {"from_version": from_version})
+    return Call("GET", _path(name) + "/updates", _parse(Updates), params=params)
+
+
+def undo(
+    name: str,
+    source: str | None = None,
+    from_time: float | None = None,
+    to_time: float | None = None,
+) -> Call[UndoResponse]:
+    body = {"source": source, "from_time": from_time, "to_time": to_time}
+    given = {k: v for k, v in body.items() if v is not None}
+    if not given:
+        raise ValueError("Give a source, a time range, or both.")
+    return Call("POST", _path(name) + "/undo", _parse(UndoResponse), given)
 
 
 def weights(name: str) -> Call[WeightsResponse]:

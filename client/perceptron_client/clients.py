@@ -26,6 +26,8 @@ from .answers import (
     PredictBatchResponse,
     PredictResponse,
     RollbackResponse,
+    UndoResponse,
+    Updates,
     WeightsResponse,
 )
 from .calls import Batch, Call, Features, LabelIn
@@ -74,7 +76,9 @@ class Client:
         return str(self._http.base_url).rstrip("/")
 
     def _send(self, call: Call[T]) -> T:
-        return call.result(self._http.request(call.method, call.path, json=call.body))
+        return call.result(
+            self._http.request(call.method, call.path, json=call.body, params=call.params)
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -124,6 +128,22 @@ class Client:
     ) -> RollbackResponse:
         """Make the model exactly what it was at ``version``, or at ``checkpoint``."""
         return self._send(calls.rollback(name, version, checkpoint))
+
+    def updates(self, name: str, from_version: int | None = None, limit: int = 100) -> Updates:
+        """The model's kept updates from ``from_version`` (None: the last ``limit``), each
+        with the name of the key that caused it and when."""
+        return self._send(calls.updates(name, from_version, limit))
+
+    def undo(
+        self,
+        name: str,
+        source: str | None = None,
+        from_time: float | None = None,
+        to_time: float | None = None,
+    ) -> UndoResponse:
+        """Leave out of the model the kept updates of the key named ``source`` (and/or of a
+        time range, Unix seconds), rebuilt exactly without them."""
+        return self._send(calls.undo(name, source, from_time, to_time))
 
     def weights(self, name: str) -> WeightsResponse:
         return self._send(calls.weights(name))
@@ -186,7 +206,9 @@ class AsyncClient:
         return str(self._http.base_url).rstrip("/")
 
     async def _send(self, call: Call[T]) -> T:
-        return call.result(await self._http.request(call.method, call.path, json=call.body))
+        return call.result(
+            await self._http.request(call.method, call.path, json=call.body, params=call.params)
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -236,6 +258,24 @@ class AsyncClient:
     ) -> RollbackResponse:
         """Make the model exactly what it was at ``version``, or at ``checkpoint``."""
         return await self._send(calls.rollback(name, version, checkpoint))
+
+    async def updates(
+        self, name: str, from_version: int | None = None, limit: int = 100
+    ) -> Updates:
+        """The model's kept updates from ``from_version`` (None: the last ``limit``), each
+        with the name of the key that caused it and when."""
+        return await self._send(calls.updates(name, from_version, limit))
+
+    async def undo(
+        self,
+        name: str,
+        source: str | None = None,
+        from_time: float | None = None,
+        to_time: float | None = None,
+    ) -> UndoResponse:
+        """Leave out of the model the kept updates of the key named ``source`` (and/or of a
+        time range, Unix seconds), rebuilt exactly without them."""
+        return await self._send(calls.undo(name, source, from_time, to_time))
 
     async def weights(self, name: str) -> WeightsResponse:
         return await self._send(calls.weights(name))
