@@ -4,12 +4,12 @@
     .venv/bin/python deploy/bench/history.py                 # about 3 minutes
 
 Memory: for each dimension in --dims, a fresh redis-server and ``perceptron serve`` (one
-worker) on loopback, one dense binary model learning packed batches (1000 x d, fewer rows past d=300) until it has made
---updates updates; then Redis's own MEMORY USAGE of the kept log (``past``) over its entries,
-and of the checkpoints' hash over their count. Speed: writers.py's run (6 writer processes, one
-model, d=100, --workers workers), with the history kept (the defaults) and with
-PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled checkpoint), alternated run by run,
-and their ratio. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
+worker) on loopback, one dense binary model learning packed batches (1000 x d; fewer rows
+past d=300) until it has made --updates updates; then Redis's own MEMORY USAGE of the kept
+log (``past``) over its entries, and of the checkpoints' hash over their count. Speed:
+writers.py's run (6 writer processes, one model, d=100, --workers workers), with the history
+kept (the defaults) and with PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled
+checkpoint), alternated run by run, and their ratio. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
 
 from __future__ import annotations
