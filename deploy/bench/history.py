@@ -9,7 +9,8 @@ past d=300) until it has made --updates updates; then Redis's own MEMORY USAGE o
 log (``past``) over its entries, and of the checkpoints' hash over their count. Speed:
 writers.py's run (6 writer processes, one model, d=100, --workers workers), with the history
 kept (the defaults) and with PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled
-checkpoint), alternated run by run, and their ratio. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
+checkpoint), alternated run by run, and their ratio. Every process is started here, bound to
+127.0.0.1, and stopped by its PID.
 """
 
 from __future__ import annotations
