@@ -326,7 +326,7 @@ class Models:
                     raise ModelNotFound(name)
             else:
                 assert version is not None
-                got = await self.store.read_version(name, version)
+                got = await self.store.read_kept(name, version)
                 if got is None:
                     h = await self.history(name)
                     raise Conflict(
@@ -335,7 +335,7 @@ class Models:
                         "lists its checkpoints).",
                         code="version_not_kept",
                     )
-                epoch, restorable = got
+                epoch, _, restorable = got
             config, weights = rebuild(restorable)
             self._check_limits(config)
             if version is not None and weights.version != version:
@@ -377,7 +377,9 @@ class Models:
             return start <= ms < stop
 
         for _ in range(_EXPORT_ATTEMPTS):
-            epoch, version, kept = await self.store.read_kept(name)
+            got = await self.store.read_kept(name)
+            assert got is not None  # (everything kept is always kept)
+            epoch, version, kept = got
             drops = [i for i, e in enumerate(kept.entries) if undone(*entry_provenance(e)[2:])]
             if not drops:
                 return Undone(version, 0, None)
@@ -390,6 +392,7 @@ class Models:
                     epoch,
                     new_epoch(),
                     version,
+                    kept.base,
                     drops,
                     _packed(weights),
                     weights.version,

@@ -89,3 +89,30 @@ def test_a_read_that_compaction_moved_is_read_again(redis_url: str) -> None:
         expect(await store.read_log(keys, 260, 250), 260, version, None)
 
     run(redis_url, body)
+
+
+def test_an_undo_counted_from_where_the_kept_updates_no_longer_start_changes_nothing(
+    redis_url: str,
+) -> None:
+    """The updates an undo leaves out are counted from the start of the kept updates it read:
+    when that start moved meanwhile (old history let go), it does nothing, and is read again."""
+
+    async def body(store: Store) -> None:
+        version = await learn(store, 0, 300)
+        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        keys = ModelKeys("m")
+        past = await store.client.lrange(keys.past, 0, -1)
+        assert past == [entry(v) for v in range(1, 201)]  # kept from version 0 on
+        moved = await store.undo_updates("m", EPOCH, "f" * 16, version, 7, [0], b"", 299, 0, 1, 0)
+        assert moved is None
+        assert await store.client.lrange(keys.past, 0, -1) == past
+        assert int(await store.client.hget(keys.meta, "version") or -1) == version
+        before = await store.undo_updates(
+            "m", EPOCH, "f" * 16, version, 0, [0, 250], b"", 298, 0, 1, 0
+        )
+        assert before is not None
+        kept = [entry(v) for v in range(2, 301) if v != 251]
+        assert await store.client.lrange(keys.past, 0, -1) == kept
+        assert await store.client.llen(keys.log) == 0
+
+    run(redis_url, body)

@@ -96,7 +96,6 @@ class Store:
     compact = compact.compact
     # history (ops/history.py)
     read_history = history.read_history
-    read_version = history.read_version
     read_checkpoint = history.read_checkpoint
     read_updates = history.read_updates
     read_kept = history.read_kept

@@ -30,30 +30,20 @@ SCRIPT = Script(
     parts=(parts.CHECKPOINT,),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
-  META_PAST_BASE, META_CHECKPOINT_VERSION, META_CHECKPOINT_MS)
+  META_CHECKPOINT_VERSION, META_CHECKPOINT_MS)
 if st[1] ~= EPOCH then return {UNCHANGED} end
 local snapv = tonumber(st[3])
 if VERSION <= snapv or VERSION > tonumber(st[2]) then return {UNCHANGED} end
-local n = VERSION - snapv
 if KEEP == '1' then
-  if not st[4] then
-    local id = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
-      redis.call('GET', SNAP) or '', {}, snapv, snapv, NOW_MS, REASON_START)
-    redis.call('HSET', META, META_PAST_BASE, id, META_PAST_VERSION, snapv)
-  end
-  local moved, bytes = redis.call('LRANGE', LOG, 0, n - 1), 0
-  for i = 1, #moved, UNPACK_CHUNK do
-    local upto = math.min(i + UNPACK_CHUNK - 1, #moved)
-    for j = i, upto do bytes = bytes + #moved[j] end
-    redis.call('RPUSH', PAST, unpack(moved, i, upto))
-  end
-  redis.call('HINCRBY', META, META_PAST_IN, bytes)
+  retained_base(META, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, NOW_MS)
+  retain(META, LOG, PAST, VERSION - snapv)
+else
+  redis.call('LTRIM', LOG, VERSION - snapv, -1)
 end
 redis.call('SET', SNAP, WEIGHTS)
-redis.call('LTRIM', LOG, n, -1)
 redis.call('HSET', META, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, #WEIGHTS)
-if KEEP == '1' and (VERSION - tonumber(st[5] or '0') >= EVERY
-    or tonumber(NOW_MS) - tonumber(st[6] or '0') >= EVERY_MS) then
+if KEEP == '1' and (VERSION - tonumber(st[4] or '0') >= EVERY
+    or tonumber(NOW_MS) - tonumber(st[5] or '0') >= EVERY_MS) then
   checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, WEIGHTS, {}, VERSION,
     VERSION, NOW_MS, REASON_SCHEDULED)
   redis.call('HSET', META, META_CHECKPOINT_VERSION, VERSION, META_CHECKPOINT_MS, NOW_MS)

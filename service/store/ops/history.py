@@ -60,26 +60,25 @@ class Restorable:
     past: bool = False  # read from the retained log (not the snapshot and log)
 
 
-async def read_history(store: Runner, name: str) -> HistoryState:
-    keys = ModelKeys(name)
-    async with store.client.pipeline(transaction=False) as pipe:
-        pipe.hmget(
-            keys.meta,
-            Meta.EPOCH,
-            Meta.CONFIG,
-            Meta.VERSION,
-            Meta.SNAP_VERSION,
-            Meta.PAST_BASE,
-            Meta.PAST_VERSION,
-            Meta.PAST_IN,
-        )
-        pipe.hgetall(keys.checkpoint_info)
-        (epoch, config, version, snapv, base, pastv, past_in), infos = await pipe.execute()
+# A model's history's layout, read first and again after its entries: the read is consistent
+# when the epoch, the snapshot's version and the retained log's base did not change meanwhile
+# (compaction only moves entries from the log to the retained log, and entries appended
+# meanwhile come after those read).
+_FIELDS = (
+    Meta.EPOCH,
+    Meta.CONFIG,
+    Meta.VERSION,
+    Meta.SNAP_VERSION,
+    Meta.PAST_BASE,
+    Meta.PAST_VERSION,
+    Meta.PAST_IN,
+)
+
+
+def _state(name: str, got: list[Any], checkpoints: list[Checkpoint] | None = None) -> HistoryState:
+    epoch, config, version, snapv, base, pastv, past_in = got
     if epoch is None:
         raise ModelNotFound(name)
-    checkpoints = sorted(
-        (Checkpoint.parse(int(k), text(v)) for k, v in infos.items()), key=lambda c: c.id
-    )
     return HistoryState(
         epoch=text(epoch),
         config=text(config),
@@ -88,82 +87,65 @@ async def read_history(store: Runner, name: str) -> HistoryState:
         base=int(base) if base is not None else None,
         past_version=int(pastv) if pastv is not None else int(snapv),
         past_in=int(past_in or 0),
-        checkpoints=checkpoints,
+        checkpoints=checkpoints or [],
     )
 
 
-async def read_version(store: Runner, name: str, version: int) -> tuple[str, Restorable] | None:
-    """What restores the model's ``version``, with the epoch it was read at: the retained
-    log's checkpoint and entries, or the snapshot and log; None when ``version`` is not kept.
-    Read with plain commands; consistent when the epoch, the snapshot's version and the
-    retained log's base are the same before and after the read (compaction only moves
-    entries from the log to the retained log, so entries appended meanwhile change nothing
-    before ``version``)."""
+def _same_layout(a: HistoryState, b: HistoryState) -> bool:
+    return (a.epoch, a.snap_version, a.base) == (b.epoch, b.snap_version, b.base)
+
+
+def _read_entries(pipe: Any, keys: ModelKeys, s: HistoryState, lo: int, hi: int) -> None:
+    """Queue two reads: the kept entries of versions ``lo .. hi`` in the retained log (which
+    holds ``first_version+1 .. snap_version``), then in the log (``snap_version+1 ..``)."""
+    start, snapv = s.first_version, s.snap_version
+    top = min(hi, snapv)  # (LRANGE 1 0 reads none)
+    pipe.lrange(keys.past, *((lo - start - 1, top - start - 1) if lo <= top else (1, 0)))
+    low = max(lo, snapv + 1)
+    pipe.lrange(keys.log, *((low - snapv - 1, hi - snapv - 1) if low <= hi else (1, 0)))
+
+
+async def read_history(store: Runner, name: str) -> HistoryState:
     keys = ModelKeys(name)
-    fields = (Meta.EPOCH, Meta.VERSION, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.PAST_VERSION)
+    async with store.client.pipeline(transaction=False) as pipe:
+        pipe.hmget(keys.meta, *_FIELDS)
+        pipe.hgetall(keys.checkpoint_info)
+        got, infos = await pipe.execute()
+    checkpoints = sorted(
+        (Checkpoint.parse(int(k), text(v)) for k, v in infos.items()), key=lambda c: c.id
+    )
+    return _state(name, got, checkpoints)
+
+
+async def read_kept(
+    store: Runner, name: str, upto: int | None = None
+) -> tuple[str, int, Restorable] | None:
+    """What restores version ``upto`` of the model, with the epoch and version it was read
+    at: the snapshot and log when ``upto`` is past the snapshot, else the retained log's
+    checkpoint and entries; None when ``upto`` is not kept. ``upto`` None: everything kept,
+    from the oldest kept weights through the model's version."""
+    keys = ModelKeys(name)
     for _ in range(READ_ATTEMPTS):
-        got: list[Any] = await store.client.hmget(keys.meta, *fields)
-        epoch, now, snapv_, base_, pastv_ = got
-        if epoch is None:
-            raise ModelNotFound(name)
-        snapv = int(snapv_)
-        from_past = base_ is not None and version < snapv
-        if version > int(now) or (version < snapv and not from_past):
+        s = _state(name, await store.client.hmget(keys.meta, *_FIELDS))
+        hi = s.version if upto is None else upto
+        from_snap = s.base is None or (upto is not None and upto >= s.snap_version)
+        start = s.snap_version if from_snap else s.past_version
+        if not start <= hi <= s.version:
             return None
         async with store.client.pipeline(transaction=False) as pipe:
-            if from_past:
-                pastv = int(pastv_)
-                if version < pastv:
-                    return None
-                start = pastv
-                pipe.hget(keys.checkpoints, text(base_))
-            else:
-                start = snapv
+            if from_snap:
                 pipe.get(keys.snap)
-            n = version - start  # (LRANGE 1 0: none; 0 -1 would be all)
-            pipe.lrange(keys.past if from_past else keys.log, 0 if n else 1, n - 1)
-            pipe.hmget(keys.meta, *fields)
-            pipe.hget(keys.meta, Meta.CONFIG)
-            weights, entries, again, config = await pipe.execute()
-        if again[0] == epoch and again[2] == snapv_ and again[3] == base_:
-            if len(entries) != n:
-                return None
-            return text(epoch), Restorable(
-                text(config), start, raw(weights or b""), entries, from_past
-            )
-    return None
-
-
-async def read_kept(store: Runner, name: str) -> tuple[str, int, Restorable]:
-    """Everything kept, with the epoch and version it was read at: the oldest kept weights
-    (the retained log's checkpoint, or the snapshot) and every entry after them up to that
-    version."""
-    keys = ModelKeys(name)
-    fields = (Meta.EPOCH, Meta.VERSION, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.PAST_VERSION)
-    for _ in range(READ_ATTEMPTS):
-        got: list[Any] = await store.client.hmget(keys.meta, *fields)
-        epoch, _, snapv_, base_, pastv_ = got
-        if epoch is None:
-            raise ModelNotFound(name)
-        async with store.client.pipeline(transaction=False) as pipe:
-            if base_ is not None:
-                pipe.hget(keys.checkpoints, text(base_))
-                pipe.lrange(keys.past, 0, -1)
             else:
-                pipe.get(keys.snap)
-                pipe.lrange(keys.past, 1, 0)  # (none)
-            pipe.lrange(keys.log, 0, -1)
-            pipe.hmget(keys.meta, *fields)
-            pipe.hget(keys.meta, Meta.CONFIG)
-            weights, past, log, again, config = await pipe.execute()
-        if again[0] == epoch and again[2] == snapv_ and again[3] == base_:
-            start = int(pastv_) if base_ is not None else int(snapv_)
-            version = int(again[1])
-            entries = [*past, *log][: version - start]
-            if len(entries) != version - start:
+                pipe.hget(keys.checkpoints, str(s.base))
+            _read_entries(pipe, keys, s, start + 1, hi)
+            pipe.hmget(keys.meta, *_FIELDS)
+            weights, past, log, again = await pipe.execute()
+        if _same_layout(s, _state(name, again)):
+            entries = [*past, *log]
+            if len(entries) != hi - start:
                 raise ModelBusy(f"Model {name!r}'s kept updates do not add up; retry shortly.")
-            restorable = Restorable(text(config), start, raw(weights or b""), entries, True)
-            return text(epoch), version, restorable
+            kept = Restorable(s.config, start, raw(weights or b""), entries, not from_snap)
+            return s.epoch, s.version, kept
     raise ModelBusy(f"Model {name!r} was compacted under every read of its history; retry.")
 
 
@@ -195,26 +177,14 @@ class KeptUpdates:
 async def read_updates(store: Runner, name: str, first: int | None, limit: int) -> KeptUpdates:
     """Up to ``limit`` kept updates from version ``first`` on (None: the last ``limit``)."""
     keys = ModelKeys(name)
-    fields = (Meta.EPOCH, Meta.VERSION, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.PAST_VERSION)
     for _ in range(READ_ATTEMPTS):
-        got: list[Any] = await store.client.hmget(keys.meta, *fields)
-        epoch, version_, snapv_, base_, pastv_ = got
-        if epoch is None:
-            raise ModelNotFound(name)
-        version, snapv = int(version_), int(snapv_)
-        start = int(pastv_) if base_ is not None else snapv  # the version before the first kept
-        lo = max(start + 1, version - limit + 1 if first is None else first)
-        hi = min(version, lo + limit - 1)
+        s = _state(name, await store.client.hmget(keys.meta, *_FIELDS))
+        lo = max(s.first_version + 1, s.version - limit + 1 if first is None else first)
+        hi = min(s.version, lo + limit - 1)
         async with store.client.pipeline(transaction=False) as pipe:
-            # past holds start+1 .. snapv (at 0 ..), the log snapv+1 .. version (at 0 ..)
-            if lo <= min(hi, snapv):
-                pipe.lrange(keys.past, lo - start - 1, min(hi, snapv) - start - 1)
-            if hi > snapv and hi >= lo:
-                pipe.lrange(keys.log, max(lo, snapv + 1) - snapv - 1, hi - snapv - 1)
-            pipe.hmget(keys.meta, Meta.EPOCH, Meta.SNAP_VERSION, Meta.PAST_BASE, Meta.CONFIG)
-            *parts, again = await pipe.execute()
-        if again[:3] == [epoch, snapv_, base_]:
-            entries = [e for part in parts for e in part]
-            kept = entries[: max(0, hi - lo + 1)]
-            return KeptUpdates(text(again[3]), version, start + 1, lo, kept)
+            _read_entries(pipe, keys, s, lo, hi)
+            pipe.hmget(keys.meta, *_FIELDS)
+            past, log, again = await pipe.execute()
+        if _same_layout(s, _state(name, again)):
+            return KeptUpdates(s.config, s.version, s.first_version + 1, lo, [*past, *log])
     raise ModelBusy(f"Model {name!r} was compacted under every read of its updates; retry.")

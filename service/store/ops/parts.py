@@ -241,6 +241,27 @@ end
 local function record_field(record, n)
   return string.sub(record, record_span(record, n))
 end
+-- The checkpoint the retained log starts from, and its version: the snapshot, kept as one
+-- when there is none yet (the retained log then starts at it).
+local function retained_base(meta, snap, ck, ckinfo, cktail, ring, ms)
+  local st = redis.call('HMGET', meta, META_PAST_BASE, META_PAST_VERSION, META_SNAP_VERSION)
+  if st[1] then return st[1], tonumber(st[2]) end
+  local id = checkpoint(meta, ck, ckinfo, cktail, ring, redis.call('GET', snap) or '', {},
+    st[3], st[3], ms, REASON_START)
+  redis.call('HSET', meta, META_PAST_BASE, id, META_PAST_VERSION, st[3])
+  return id, tonumber(st[3])
+end
+-- Move the log's first ``n`` entries to the end of the retained log, and count their bytes.
+local function retain(meta, log, past, n)
+  local moved, bytes = redis.call('LRANGE', log, 0, n - 1), 0
+  for i = 1, #moved, UNPACK_CHUNK do
+    local upto = math.min(i + UNPACK_CHUNK - 1, #moved)
+    for j = i, upto do bytes = bytes + #moved[j] end
+    redis.call('RPUSH', past, unpack(moved, i, upto))
+  end
+  redis.call('LTRIM', log, n, -1)
+  redis.call('HINCRBY', meta, META_PAST_IN, bytes)
+end
 -- Mark as left the scheduled checkpoints made after ``base`` of versions ``from`` on, which
 -- a rollback or an undo took the model off (``before``: the one it made first).
 local function left_behind(ckinfo, base, before, from)

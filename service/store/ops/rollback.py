@@ -49,13 +49,7 @@ if KEEP == '1' and st[4] and VERSION >= tonumber(st[5]) then
       redis.call('HSET', META, META_PAST_IN, tonumber(record_field(info, CK_PAST_IN)) + KEPT_BYTES)
     end
   else
-    local moved, bytes = redis.call('LRANGE', LOG, 0, VERSION - snapv - 1), 0
-    for i = 1, #moved, UNPACK_CHUNK do
-      local upto = math.min(i + UNPACK_CHUNK - 1, #moved)
-      for j = i, upto do bytes = bytes + #moved[j] end
-      redis.call('RPUSH', PAST, unpack(moved, i, upto))
-    end
-    redis.call('HINCRBY', META, META_PAST_IN, bytes)
+    retain(META, LOG, PAST, VERSION - snapv)
   end
   left_behind(CHECKPOINT_INFO, base, before, VERSION + 1)
 else

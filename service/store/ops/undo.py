@@ -10,7 +10,8 @@ from . import parts
 from .history import HISTORY_KEYS
 from .runner import Runner
 
-# Once the model is still EPOCH at version EXPECT: first a checkpoint of it as it is (its
+# Once the model is still EPOCH at version EXPECT, its kept updates starting after version
+# START (the drops count from there): first a checkpoint of it as it is (its
 # snapshot and log); then the kept updates listed after the fixed arguments (0-based, counted
 # from the retained log's start through the log, ascending) go, the rest become the retained
 # log, and WEIGHTS (packed: the oldest kept weights with every other kept update applied, at
@@ -25,6 +26,7 @@ SCRIPT = Script(
         "epoch",
         "new_epoch",
         "expect#",
+        "start#",
         "version#",
         "weights",
         "now_ms",
@@ -39,17 +41,14 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= EPOCH then return {STALE_EPOCH} end
 if tonumber(st[2]) ~= EXPECT then return {UNCHANGED} end
-local snap = redis.call('GET', SNAP) or ''
-local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, snap,
-  redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS, REASON_BEFORE_UNDO)
-local snapv, base, pastv = tonumber(st[3]), st[4], tonumber(st[5])
-if not base then  -- nothing kept before the snapshot yet: it starts the retained log
-  base = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, snap, {},
-    snapv, snapv, NOW_MS, REASON_START)
-  pastv = snapv
-  redis.call('HSET', META, META_PAST_BASE, base, META_PAST_VERSION, snapv)
-end
-local in_past = snapv - pastv
+local first = st[4] and tonumber(st[5]) or tonumber(st[3])
+if first ~= START then return {UNCHANGED} end
+local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
+  redis.call('GET', SNAP) or '', redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
+  REASON_BEFORE_UNDO)
+local base = retained_base(META, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
+  NOW_MS)
+local in_past = tonumber(st[3]) - START
 for i = DROPS_AT, #ARGV do  -- marked empty (no entry is), then removed together
   local at = tonumber(ARGV[i])
   if at < in_past then redis.call('LSET', PAST, at, '')
@@ -57,11 +56,7 @@ for i = DROPS_AT, #ARGV do  -- marked empty (no entry is), then removed together
 end
 redis.call('LREM', PAST, 0, '')
 redis.call('LREM', LOG, 0, '')
-local moved = redis.call('LRANGE', LOG, 0, -1)
-for i = 1, #moved, UNPACK_CHUNK do
-  redis.call('RPUSH', PAST, unpack(moved, i, math.min(i + UNPACK_CHUNK - 1, #moved)))
-end
-redis.call('DEL', LOG)
+retain(META, LOG, PAST, redis.call('LLEN', LOG))
 if WEIGHTS == '' then redis.call('DEL', SNAP) else redis.call('SET', SNAP, WEIGHTS) end
 local start_in = tonumber(record_field(redis.call('HGET', CHECKPOINT_INFO, base), CK_PAST_IN))
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_VERSION, VERSION, META_SNAP_VERSION,
@@ -78,6 +73,7 @@ async def undo(
     epoch: str,
     new_epoch: str,
     expect: int,
+    start: int,
     drops: list[int],
     weights: bytes,
     version: int,
@@ -85,8 +81,9 @@ async def undo(
     left_from: int,
     now_ms: int,
 ) -> int | None:
-    """Leave the kept updates at ``drops`` out; the id of the checkpoint of the model as it
-    was (None: it was not at version ``expect``, nothing was done)."""
+    """Leave the kept updates at ``drops`` (counted after version ``start``) out; the id of
+    the checkpoint of the model as it was (None: it was not at version ``expect``, or its
+    kept updates start elsewhere now: nothing was done)."""
     rest: list[Arg] = [str(i) for i in drops]
     reply = await store.run(
         SCRIPT,
@@ -96,6 +93,7 @@ async def undo(
             epoch=epoch,
             new_epoch=new_epoch,
             expect=expect,
+            start=start,
             version=version,
             weights=weights,
             now_ms=now_ms,
