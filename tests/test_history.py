@@ -6,6 +6,7 @@ import base64
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -313,80 +314,85 @@ def reference(updates: list[tuple[list[float], int]]) -> str:
     return base64.b64encode(w.tobytes() + b.tobytes()).decode()
 
 
+KEYS = {"alice": "a" * 24, "bob": "b" * 24}  # alice trains, bob is an admin
+ADMIN = {"authorization": f"Bearer {KEYS['bob']}"}
+Update = tuple[str, float, list[float], int]  # who caused it, when, x, y
+
+
+def learn_from_two_keys(
+    make_service: MakeService,
+    clock: Clock,
+    who: Callable[[int, np.random.Generator], str],
+    seed: int,
+    pauses: tuple[int, ...],
+) -> tuple[httpx.Client, list[Update]]:
+    """A dense binary model (d=3) that alice and bob teach 60 examples by /learn, ``who``
+    picking each sender, with the clock 10 s on after each of ``pauses``: the updates made."""
+    entries = f"alice=train:{KEYS['alice']},bob=admin:{KEYS['bob']}"
+    client = make_service(**HISTORY, auth=True, api_keys=entries)
+    client.put("/models/m", json={"n_features": 3}, headers=ADMIN)
+    rng = np.random.default_rng(seed)
+    made: list[Update] = []
+    for i in range(60):
+        sender = who(i, rng)
+        x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
+        h = {"authorization": f"Bearer {KEYS[sender]}"}
+        r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
+        if r.json()["updated"]:
+            made.append((sender, clock(), x, y))
+        if i in pauses:
+            clock.advance(10)
+    return client, made
+
+
 def test_undoing_a_time_range_of_a_keys_updates_leaves_exactly_those_out(
     make_service: MakeService, clock: Clock
 ) -> None:
-    keys = {"alice": "a" * 24, "bob": "b" * 24}
-    entries = f"alice=train:{keys['alice']},bob=admin:{keys['bob']}"
-    client = make_service(**HISTORY, auth=True, api_keys=entries)
-    admin = {"authorization": f"Bearer {keys['bob']}"}
-    client.put("/models/m", json={"n_features": 3}, headers=admin)
-    rng = np.random.default_rng(5)
-    made: list[tuple[str, float, list[float], int]] = []
-    for i in range(60):
-        who = ("alice", "bob")[i % 2]
-        x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
-        h = {"authorization": f"Bearer {keys[who]}"}
-        r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
-        if r.json()["updated"]:
-            made.append((who, clock(), x, y))
-        if i in (19, 39):
-            clock.advance(10)
+    client, made = learn_from_two_keys(
+        make_service, clock, lambda i, _: ("alice", "bob")[i % 2], 5, (19, 39)
+    )
     start, stop = made[0][1] + 5, made[0][1] + 15  # the middle third
     body = {"source": "alice", "from_time": start, "to_time": stop}
-    r = client.post("/models/m/undo", json=body, headers=admin)
+    r = client.post("/models/m/undo", json=body, headers=ADMIN)
     gone = [1 for w, t, *_ in made if w == "alice" and start <= t < stop]
     assert r.status_code == 200 and r.json()["removed"] == len(gone) > 0
     kept = [(x, y) for w, t, x, y in made if not (w == "alice" and start <= t < stop)]
-    assert client.get("/models/m/export", headers=admin).json()["weights"] == reference(kept)
+    assert client.get("/models/m/export", headers=ADMIN).json()["weights"] == reference(kept)
     # Every key's updates in a time range: the last third.
-    r = client.post("/models/m/undo", json={"from_time": stop}, headers=admin)
+    r = client.post("/models/m/undo", json={"from_time": stop}, headers=ADMIN)
     assert r.json()["removed"] == sum(1 for _, t, *_ in made if t >= stop) > 0
 
 
 def test_undoing_a_keys_updates_rebuilds_the_model_without_them_exactly(
     make_service: MakeService, clock: Clock
 ) -> None:
-    keys = {"alice": "a" * 24, "bob": "b" * 24}
-    entries = f"alice=train:{keys['alice']},bob=admin:{keys['bob']}"
-    client = make_service(**HISTORY, auth=True, api_keys=entries)
-    admin = {"authorization": f"Bearer {keys['bob']}"}
-    client.put("/models/m", json={"n_features": 3}, headers=admin)
-    rng = np.random.default_rng(3)
-    made: list[tuple[str, float, list[float], int]] = []  # who, when, x, y of each update
-    for i in range(60):
-        who = "alice" if rng.random() < 0.4 else "bob"
-        x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
-        h = {"authorization": f"Bearer {keys[who]}"}
-        r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
-        if r.json()["updated"]:
-            made.append((who, clock(), x, y))
-        if i == 29:
-            middle = clock() + 5
-            clock.advance(10)
-    before = client.get("/models/m/export", headers=admin).json()
+    client, made = learn_from_two_keys(
+        make_service, clock, lambda _, rng: "alice" if rng.random() < 0.4 else "bob", 3, (29,)
+    )
+    middle = made[0][1] + 5  # (the clock went 10 s on half way)
+    before = client.get("/models/m/export", headers=ADMIN).json()
     assert before["weights"] == reference([(x, y) for _, _, x, y in made])
     alices = sum(who == "alice" for who, *_ in made)
     assert 0 < alices < len(made)
 
-    r = client.post("/models/m/undo", json={"source": "alice"}, headers=admin)
+    r = client.post("/models/m/undo", json={"source": "alice"}, headers=ADMIN)
     assert r.status_code == 200, r.text
     assert r.json()["removed"] == alices and r.json()["version"] == len(made) - alices
-    after = client.get("/models/m/export", headers=admin).json()
+    after = client.get("/models/m/export", headers=ADMIN).json()
     assert after["weights"] == reference([(x, y) for who, _, x, y in made if who != "alice"])
     # The updates that stay are still kept, renumbered: bob's alone.
-    listed = client.get("/models/m/updates", headers=admin).json()
+    listed = client.get("/models/m/updates", headers=ADMIN).json()
     assert listed["sources"] == {"bob": len(made) - alices}
     assert [u["version"] for u in listed["updates"]] == list(range(1, len(made) - alices + 1))
     # The model as it was is one rollback away (its weights: the kept updates start again
     # from them, as at any rollback to a checkpoint).
     back = {"checkpoint": r.json()["before"]}
-    assert client.post("/models/m/rollback", json=back, headers=admin).status_code == 200
-    assert client.get("/models/m/export", headers=admin).json()["weights"] == before["weights"]
+    assert client.post("/models/m/rollback", json=back, headers=ADMIN).status_code == 200
+    assert client.get("/models/m/export", headers=ADMIN).json()["weights"] == before["weights"]
     # Nothing of that key kept now: nothing to undo, nothing changes.
     body = {"source": "alice", "from_time": middle}
-    r = client.post("/models/m/undo", json=body, headers=admin)
+    r = client.post("/models/m/undo", json=body, headers=ADMIN)
     assert (r.json()["removed"], r.json()["before"]) == (0, None)
-    assert client.post("/models/m/undo", json={}, headers=admin).status_code == 422
-    trainer = {"authorization": f"Bearer {keys['alice']}"}
+    assert client.post("/models/m/undo", json={}, headers=ADMIN).status_code == 422
+    trainer = {"authorization": f"Bearer {KEYS['alice']}"}
     assert client.post("/models/m/undo", json=body, headers=trainer).status_code == 403
