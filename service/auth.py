@@ -5,12 +5,12 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ServiceError
+from .names import KEY_NAME_RE
 
 
 class Role(enum.IntEnum):
@@ -29,11 +29,6 @@ class Unauthorized(ServiceError):
 class Forbidden(ServiceError):
     status = 403
     code = "forbidden"
-
-
-# A key's name, as its entry gives it (``alice=train:<key>``): what the model's history records
-# for the updates the key caused (never the key).
-KEY_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +81,7 @@ class KeyRing:
                     f"API key entry {n} is not 'role:key' or 'role:key:model|model' with a role "
                     "among predict, train, admin (after an optional 'name=')."
                 )
-            if named and not KEY_NAME.fullmatch(name):
+            if named and not KEY_NAME_RE.fullmatch(name):
                 raise KeyError_(
                     f"API key entry {n}: a key's name is 1 to 64 letters, digits, '_', '.' or '-'."
                 )

@@ -16,7 +16,8 @@ from . import protocol
 from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights, unpack_weights
-from .protocol import Field, Meta, parse_cell
+from .names import KEY_NAME_PATTERN
+from .protocol import Field, Meta, parse_cell, parse_source
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
@@ -37,7 +38,11 @@ def export_document(
     name: str, config: ModelConfig, weights: Weights, meta: dict[str, str]
 ) -> dict[str, Any]:
     data = pack_weights(weights)
-    counters = {k: v for k, v in meta.items() if k in COUNTERS or parse_cell(k) is not None}
+    counters = {
+        k: v
+        for k, v in meta.items()
+        if k in COUNTERS or parse_cell(k) is not None or parse_source(k) is not None
+    }
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -63,6 +68,12 @@ _COUNT_RANGE = f"an integer in [0, 2**{MAX_COUNT.bit_length() - 1}]"
 MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
 _DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
 _CELL = re.compile(re.escape(Field.CELL) + r"(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
+# a count per API key's name (empty: keys off) of labelled examples, mistakes or updates
+_SOURCE = re.compile(
+    f"{re.escape(Field.SOURCE)}(?:{KEY_NAME_PATTERN})?"
+    f"(?:{'|'.join(map(re.escape, (Field.EXAMPLES, Field.MISTAKES, Field.UPDATES)))})"
+)
+MAX_SOURCE_COUNTERS = 3 * 1024  # those of 1,024 keys
 
 
 def _count(doc: dict[str, Any], key: str) -> int:
@@ -76,9 +87,13 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise _bad("'counters' must be an object.")
     out: dict[str, str] = {}
+    sources = sum(1 for key in raw if isinstance(key, str) and key.startswith(Field.SOURCE))
+    if sources > MAX_SOURCE_COUNTERS:
+        raise _bad(f"{sources} per-key counters; at most {MAX_SOURCE_COUNTERS}.")
     for key, value in raw.items():
         cell = _CELL.fullmatch(key)
-        if key not in COUNTERS and cell is None:
+        source = _SOURCE.fullmatch(key) is not None
+        if key not in COUNTERS and cell is None and not source:
             raise _bad(f"unknown counter {key[:40]!r}.")
         if cell is not None and max(int(i) for i in cell.groups()) >= config.n_classes:
             raise _bad(f"counter {key!r} names a class this model does not have.")
@@ -93,7 +108,7 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
             raise _bad(f"counter {key!r} must be {_COUNT_RANGE}; got {str(value)[:40]}.")
-        if key in ("mistakes", "feedback", "learned") and value > seen:
+        if (key in ("mistakes", "feedback", "learned") or source) and value > seen:
             raise _bad(f"counter {key!r} ({value}) exceeds the labelled examples 'seen' ({seen}).")
         out[key] = str(value)
     return out

@@ -20,7 +20,7 @@ from .learn_sequence import run_sequence
 from .learner import Example, Label
 from .learner.codec import provenance
 from .learner.perceptron import apply
-from .protocol import Bucket, Lease, Made, RequestsGone, SyncData
+from .protocol import Bucket, Lease, Made, RequestsGone, SyncData, source_counts
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
@@ -114,11 +114,13 @@ class LearnCommits:
         now_ms = int(1000 * self.clock())
         heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
         provs = [heads[src] for _, _, src in examples]
+        sources = [src for _, _, src in examples]
         r2 = max(x.sq_norm for x in xs)
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
             seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
+            seq.batch.cells.update(source_counts(sources, seq.served, ts, seq.updated))
             answers = [
                 (
                     tag,

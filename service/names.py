@@ -28,7 +28,12 @@ NAME_PATTERN = f"^{NAME_CHARS}*[A-Za-z0-9_-]{NAME_CHARS}*$"  # (the length apart
 TOKEN_CHARS = "[A-Za-z0-9_-]"  # the random part of a prediction id: URL-safe base64
 ID_SEPARATOR = ":"  # between a prediction id's model name and its token
 
+# A key's name, as its entry gives it (``alice=train:<key>``): what the model's history records
+# for the updates the key caused (never the key).
+KEY_NAME_PATTERN = "[A-Za-z0-9_.-]{1,64}"
+
 NAME_RE = re.compile(NAME_PATTERN)
+KEY_NAME_RE = re.compile(KEY_NAME_PATTERN)
 TOKEN_RE = re.compile(f"{TOKEN_CHARS}{{16,64}}")
 _ID_RE = re.compile(f"({NAME_CHARS}{{1,{NAME_MAX}}}){ID_SEPARATOR}({TOKEN_CHARS}{{16,64}})")
 

@@ -8,6 +8,7 @@ scripts read its fields at the offsets computed here from that one definition.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -66,6 +67,10 @@ class Field:
     here only: the scripts get each as a Lua local ``FIELD_<NAME>`` (``LUA``)."""
 
     CELL = "cm:"  # meta: "cm:<served>:<true>" = how many labelled examples had that pair
+    # meta: "src:<key name>:n", ":m", ":u" = labelled examples, mistakes and updates the API
+    # key of that name caused (its name is empty when keys are off)
+    SOURCE = "src:"
+    UPDATES = ":u"
     EXAMPLES = ":n"  # series: "<bucket>:n" = examples labelled in that time bucket
     MISTAKES = ":m"  # series: "<bucket>:m" = mistakes among them
     LAST = "last"  # series: the latest bucket written
@@ -91,6 +96,47 @@ def parse_cell(field: str) -> tuple[int, int] | None:
     except ValueError:
         return None
     return served, true
+
+
+def source_fields(source: str) -> tuple[str, str, str]:
+    """The meta fields that count a key's labelled examples, mistakes and updates."""
+    head = f"{Field.SOURCE}{source}"
+    return head + Field.EXAMPLES, head + Field.MISTAKES, head + Field.UPDATES
+
+
+def source_counts(
+    sources: Sequence[str], served: Sequence[int], true: Sequence[int], updated: Sequence[bool]
+) -> dict[str, int]:
+    """The meta fields to add to (``source_fields``) for labelled examples, each caused by its
+    source, served a class and given its true class, and updating the weights or not; fields
+    at zero are left out."""
+    tally: dict[str, list[int]] = {}
+    if len(set(sources)) == 1:  # the usual case: one key sent them all
+        wrong = sum(s != t for s, t in zip(served, true, strict=True))
+        tally[sources[0]] = [len(sources), wrong, sum(updated)]
+    else:
+        for source, s, t, u in zip(sources, served, true, updated, strict=True):
+            c = tally.setdefault(source, [0, 0, 0])
+            c[0] += 1
+            c[1] += s != t
+            c[2] += u
+    return {
+        field: count
+        for source, values in tally.items()
+        for field, count in zip(source_fields(source), values, strict=True)
+        if count
+    }
+
+
+def parse_source(field: str) -> tuple[str, str] | None:
+    """``(source, suffix)`` of a per-source count field (suffix: ``Field.EXAMPLES``,
+    ``MISTAKES`` or ``UPDATES``), or None for another field."""
+    if not field.startswith(Field.SOURCE):
+        return None
+    source, suffix = field[len(Field.SOURCE) : -2], field[-2:]
+    if suffix not in (Field.EXAMPLES, Field.MISTAKES, Field.UPDATES) or ":" in source:
+        return None
+    return source, suffix
 
 
 class Meta:
@@ -314,7 +360,9 @@ class LearnBatch:
     n: int
     mistakes: int
     marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
-    cells: dict[str, int]  # confusion-matrix fields "cm:<served>:<true>" -> count
+    # meta fields to add to: the confusion matrix's "cm:<served>:<true>", and the per-source
+    # counts (``source_fields``) the caller adds
+    cells: dict[str, int]
     entries: list[bytes]  # the log entries of the examples that updated, in order
     recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
 

@@ -276,18 +276,21 @@ def test_each_update_records_the_key_that_caused_it_and_when(
     admin = {"authorization": f"Bearer {keys['bob']}"}
     assert client.put("/models/m", json={"n_features": 2}, headers=admin).status_code == 201
     sent: list[str] = []
+    taught = {who: [0, 0, 0] for who in keys}  # labelled, mistakes, updates
     for i in range(12):
         who = ("alice", "bob", "unnamed")[i % 3]
         h = {"authorization": f"Bearer {keys[who]}"}
         x, y = [1.0, float(i)], (-1) ** i
         if i % 2:
             r = client.post("/learn", json={"model": "m", "features": x, "label": y}, headers=h)
-            updated = r.json()["updated"]
+            answer = r.json()
         else:
             p = client.post("/predict", json={"model": "m", "features": x}, headers=h).json()
             f = {"prediction_id": p["prediction_id"], "label": y}
-            updated = client.post("/feedback", json=f, headers=h).json()["updated"]
-        if updated:
+            answer = client.post("/feedback", json=f, headers=h).json()
+        for j, happened in enumerate((True, answer["mistake"], answer["updated"])):
+            taught[who][j] += happened
+        if answer["updated"]:
             sent.append(who)
     listed = client.get("/models/m/updates", headers=admin).json()
     assert [u["version"] for u in listed["updates"]] == list(range(1, len(sent) + 1))
@@ -302,6 +305,26 @@ def test_each_update_records_the_key_that_caused_it_and_when(
     trainer = {"authorization": f"Bearer {keys['alice']}"}
     assert client.get("/models/m/updates", headers=trainer).status_code == 403
     assert keys["alice"] not in str(listed) and keys["unnamed"] not in str(listed)
+    # What each key taught the model, counted as it happened, in its metrics and /metrics.
+    names = {"alice": "alice", "bob": "bob", "unnamed": unnamed}
+    expected = {names[w]: c for w, c in taught.items()}
+    counted = client.get("/models/m/metrics", headers=admin).json()["sources"]
+    assert {r["source"]: [r["labelled"], r["mistakes"], r["updates"]] for r in counted} == expected
+    assert [r["labelled"] for r in counted] == sorted((c[0] for c in taught.values()), reverse=True)
+    exposition = client.get("/metrics", headers=admin).text
+    for source, (n, m, u) in expected.items():
+        for what, count in (("seen", n), ("mistakes", m), ("updates", u)):
+            line = f'perceptron_model_source_{what}_total{{model="m",source="{source}"}} {count}.0'
+            assert (line in exposition) == (count > 0), line
+    # An export carries them, an import brings them back, and a reset starts them anew.
+    document = client.get("/models/m/export", headers=admin).json()
+    assert document["counters"]["src:alice:n"] == str(taught["alice"][0])
+    copy = client.post("/models/copy/import", json=document, headers=admin)
+    assert copy.status_code == 200, copy.text
+    copied = client.get("/models/copy/metrics", headers=admin).json()["sources"]
+    assert copied == counted
+    assert client.post("/models/m/reset", headers=admin).status_code == 200
+    assert client.get("/models/m/metrics", headers=admin).json()["sources"] == []
 
 
 def reference(updates: list[tuple[list[float], int]]) -> str:

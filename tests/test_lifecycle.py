@@ -9,6 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from service.export_format import MAX_SOURCE_COUNTERS
+
 from .conftest import MakeService
 from .servers import RedisServer, ServiceThread
 
@@ -84,12 +86,23 @@ def corrupt(doc: dict[str, Any], how: str) -> Any:
         bad["counters"]["evil"] = "1"
     elif how == "not-base64":
         bad["weights"] = "###"
+    elif how == "source-name":
+        bad["counters"]["src:a b:n"] = "1"  # no key's name has a space
+    elif how == "source-kind":
+        bad["counters"]["src:alice:x"] = "1"
+    elif how == "source-count":
+        bad["counters"]["src:alice:u"] = str(bad["seen"] + 1)
+    elif how == "sources":
+        bad["counters"] |= {f"src:k{i}:n": "0" for i in range(MAX_SOURCE_COUNTERS + 1)}
     return bad
 
 
 @pytest.mark.parametrize(
     "how",
-    ["checksum", "truncated", "format", "version", "config", "missing", "counter", "not-base64"],
+    [
+        *("checksum", "truncated", "format", "version", "config", "missing", "counter"),
+        *("not-base64", "source-name", "source-kind", "source-count", "sources"),
+    ],
 )
 def test_corrupt_import_is_refused_and_changes_nothing(client: httpx.Client, how: str) -> None:
     train(client)
@@ -98,6 +111,25 @@ def test_corrupt_import_is_refused_and_changes_nothing(client: httpx.Client, how
     r = client.post("/models/m/import", json=corrupt(doc, how))
     assert r.status_code == 422 and r.json()["code"] == "invalid_import", r.text
     assert (client.get("/models/m").json(), client.get("/models/m/weights").json()) == before
+
+
+def test_an_import_carries_per_key_counts_up_to_their_limit(client: httpx.Client) -> None:
+    """At the limit of per-key counters an import is taken whole; one past it, refused
+    (``corrupt(doc, "sources")``)."""
+    train(client)
+    doc = client.get("/models/m/export").json()
+    keys = MAX_SOURCE_COUNTERS // 3
+    doc["counters"] = {k: v for k, v in doc["counters"].items() if not k.startswith("src:")}
+    doc["counters"] |= {f"src:k{i}:{kind}": "1" for i in range(keys) for kind in "nmu"}
+    r = client.post("/models/m/import", json=doc)
+    assert r.status_code == 200, r.text
+    sources = client.get("/models/m/metrics").json()["sources"]
+    assert len(sources) == keys and sources[0] == {
+        "source": "k0",
+        "labelled": 1,
+        "mistakes": 1,
+        "updates": 1,
+    }
 
 
 def test_import_with_another_config_is_409(client: httpx.Client) -> None:

@@ -9,11 +9,24 @@ import re
 import numpy as np
 import pytest
 import redis
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.learner import ModelConfig
 from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
 from service.learner.features import encode
-from service.protocol import COUNTERS, LUA, Field, Meta, Status, cell_field, parse_cell
+from service.protocol import (
+    COUNTERS,
+    LUA,
+    Field,
+    Meta,
+    Status,
+    cell_field,
+    parse_cell,
+    parse_source,
+    source_counts,
+    source_fields,
+)
 from service.store import ModelKeys
 from service.store.ops import SCRIPTS as OPS
 from service.store.script import Script
@@ -166,6 +179,41 @@ return {string.sub(p, 1, 1), string.sub(p, EPOCH_AT, EPOCH_END),
         record,
     )
     assert read == [b"P", b"e" * 16, 2, b"101"]
+
+
+@pytest.mark.in_process
+def test_a_keys_count_fields_are_the_same_in_lua_and_python(redis_client: redis.Redis) -> None:
+    """ops/feedback.py builds them in Lua; learn_commit.py with ``source_fields``."""
+    got = redis_client.eval(
+        LUA
+        + "local s = FIELD_SOURCE .. ARGV[1] "
+        + "return {s .. FIELD_EXAMPLES, s .. FIELD_MISTAKES, s .. FIELD_UPDATES}",
+        0,
+        "alice",
+    )
+    assert tuple(f.decode() for f in got) == source_fields("alice")
+    assert [parse_source(f) for f in source_fields("")] == [("", ":n"), ("", ":m"), ("", ":u")]
+    assert parse_source("src:alice:x") is None and parse_source("cm:0:1") is None
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["", "alice", "key-0a1b2c3d"]), st.booleans(), st.booleans())
+    )
+)
+def test_per_key_counts_are_a_tally_of_each_example(
+    examples: list[tuple[str, bool, bool]],
+) -> None:
+    """Against a plain tally: labelled, mistakes (served != true) and updates, per source."""
+    sources = [s for s, _, _ in examples]
+    served = [int(m) for _, m, _ in examples]  # served 1 for a mistake, the true class 0
+    updated = [u for _, _, u in examples]
+    expected: dict[str, int] = {}
+    for source, mistake, update in examples:
+        for field, happened in zip(source_fields(source), (True, mistake, update), strict=True):
+            expected[field] = expected.get(field, 0) + happened
+    counted = source_counts(sources, served, [0] * len(sources), updated)
+    assert counted == {f: c for f, c in expected.items() if c}
 
 
 def test_every_view_of_the_counters_is_the_protocols() -> None:

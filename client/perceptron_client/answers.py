@@ -203,6 +203,13 @@ class Confusion(BaseModel):
     matrix: list[list[int]]
 
 
+class SourceCounts(BaseModel):
+    source: str
+    labelled: int
+    mistakes: int
+    updates: int
+
+
 class MistakeBound(BaseModel):
     estimate: bool = True
     applies: bool
@@ -226,6 +233,7 @@ class ModelMetrics(BaseModel):
     weight_norm: float
     max_feature_norm: float
     mistake_bound: MistakeBound
+    sources: list[SourceCounts]
 
 
 # --- learning -------------------------------------------------------------------------------

@@ -348,6 +348,7 @@ METRICS: list[dict[str, Any]] = [
             "bound": None,
             "separable": None,
         },
+        "sources": [{"source": "labeller", "labelled": 7, "mistakes": 6, "updates": 6}],
     }
 ]
 HEALTH: list[dict[str, Any]] = [{"status": "ok", "store": "up"}, {"status": "ok", "store": None}]

@@ -10,6 +10,7 @@ from ..metrics.summary import (
     mistake_bound,
     ring_mistakes,
     series_points,
+    source_rows,
     weight_norm,
 )
 from ..protocol import RING_SIZE, Meta, Observations
@@ -23,6 +24,7 @@ from .schemas import (
     ModelMetrics,
     Series,
     SeriesPoint,
+    SourceCounts,
 )
 from .views import counters_of
 
@@ -59,4 +61,8 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
         mistake_bound=MistakeBound(
             **mistake_bound(rep.config, rep.weights, obs.recent, r2, counters.mistakes)
         ),
+        sources=[
+            SourceCounts(source=s, labelled=n, mistakes=m, updates=u)
+            for s, n, m, u in source_rows(obs.meta)
+        ],
     )

@@ -98,6 +98,16 @@ class Confusion(BaseModel):
     matrix: list[list[int]] = Field(description="matrix[true][served] counts.")
 
 
+class SourceCounts(BaseModel):
+    source: str = Field(
+        description="The API key's name (its entry's, else key- and 8 hex digits of its "
+        "SHA-256; empty with keys off)."
+    )
+    labelled: int = Field(description="Labelled examples it sent (feedback and learned).")
+    mistakes: int = Field(description="Those the model had served wrong.")
+    updates: int = Field(description="Weight updates they caused.")
+
+
 class MistakeBound(BaseModel):
     estimate: bool = True
     applies: bool
@@ -123,6 +133,9 @@ class ModelMetrics(BaseModel):
     weight_norm: float
     max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")
     mistake_bound: MistakeBound
+    sources: list[SourceCounts] = Field(
+        description="Per API key: what it taught the model, most labelled first."
+    )
 
 
 class ErrorResponse(BaseModel):

@@ -25,7 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from .. import protocol
 from ..learner import ModelConfig
 from ..protocol import RING_SIZE, Meta, Observations
-from .summary import confusion_cells, ring_mistakes
+from .summary import confusion_cells, ring_mistakes, source_rows
 
 log = logging.getLogger("perceptron")
 
@@ -129,6 +129,28 @@ class ModelCollector:
                 )
         yield from families.values()
         yield from (updates, rate, radius, confusion)
+        yield from self.by_source()
+
+    def by_source(self) -> Iterator[Metric]:
+        """What each API key (by its name) taught each model: labelled examples, mistakes
+        among them, and the updates they caused."""
+        families = [
+            CounterMetricFamily(
+                f"perceptron_model_source_{what}",
+                f"{help_} by the API key's name (empty with keys off).",
+                labels=["model", "source"],
+            )
+            for what, help_ in (
+                ("seen", "Labelled examples sent"),
+                ("mistakes", "Mistakes among the labelled examples sent"),
+                ("updates", "Weight updates caused"),
+            )
+        ]
+        for name, _, obs in self.models:
+            for source, *counts in source_rows(obs.meta):
+                for family, count in zip(families, counts, strict=True):
+                    family.add_metric([name, source], float(count))
+        yield from families
 
 
 def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes:

@@ -11,7 +11,7 @@ import numpy as np
 from ..learner import ModelConfig, Weights
 from ..learner.codec import unpack_entry
 from ..learner.perceptron import raw_scores
-from ..protocol import Field, parse_cell
+from ..protocol import Field, parse_cell, parse_source
 
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
@@ -78,6 +78,21 @@ def confusion(config: ModelConfig, meta: dict[str, str]) -> list[list[int]]:
     for served, true, count in confusion_cells(config, meta):
         matrix[true][served] = count
     return matrix
+
+
+def source_rows(meta: dict[str, str]) -> list[tuple[str, int, int, int]]:
+    """``(source, labelled, mistakes, updates)`` per API key name that labelled examples of
+    the model, from its per-source counts (``protocol.source_fields``), most labelled first."""
+    counts: dict[str, dict[str, int]] = {}
+    for key, value in meta.items():
+        found = parse_source(key)
+        if found is not None and value.isdigit():
+            counts.setdefault(found[0], {})[found[1]] = int(value)
+    rows = [
+        (source, c.get(Field.EXAMPLES, 0), c.get(Field.MISTAKES, 0), c.get(Field.UPDATES, 0))
+        for source, c in counts.items()
+    ]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
 def mistake_bound(

@@ -15,7 +15,8 @@ from .runner import Runner
 # prediction is the model's, else UNKNOWN: a prediction of a model deleted and made anew is
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
 # bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
-# and when, recorded with each update (``codec.provenance``). While the model's writer holds it
+# and when, recorded with each update (``codec.provenance``) and counted per source in meta
+# (``protocol.source_fields``). While the model's writer holds it
 # (``learn.py``), nothing is applied: {HELD, ms left}. An answer is kept TTL seconds after it
 # was given, so that the same feedback sent again within that time is a duplicate; its
 # prediction's bytes no longer count as pending.
@@ -110,6 +111,10 @@ if unknown > 0 then redis.call('HINCRBY', META, COUNT_UNKNOWN_FEEDBACK, unknown)
 if dups > 0 then redis.call('HINCRBY', META, COUNT_DUPLICATES, dups) end
 if conflicts > 0 then redis.call('HINCRBY', META, COUNT_CONFLICTS, conflicts) end
 if #marks > 0 then
+  local counted = FIELD_SOURCE .. SOURCE
+  cells[counted .. FIELD_EXAMPLES] = #marks
+  if mistakes > 0 then cells[counted .. FIELD_MISTAKES] = mistakes end
+  if #entries > 0 then cells[counted .. FIELD_UPDATES] = #entries end
   record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP,
     seen - #marks, #marks, table.concat(marks), mistakes, cells, recent)
   redis.call('HINCRBY', META, COUNT_FEEDBACK, #marks)

@@ -82,7 +82,7 @@ end
 # counts per time bucket (buckets older than the retention are dropped), the learning curve,
 # and the most recent labelled examples (as log entries, "k|t|" .. payload).
 # record(..., seen before, n examples, marks: '0'/'1' per example in order, all n of them,
-# mistakes, cells: {confusion field = count}, recent: entries, oldest first)
+# mistakes, cells: {meta field = count to add}, recent: entries, oldest first)
 RECORD = """
 local function curve_add(curve, meta, seen, n, marks)
   local total = seen + n
