@@ -589,3 +589,77 @@ def test_three_classes_fit_a_desktop_and_a_phone(client: httpx.Client, page: Pag
     charts = page.locator("#chart-examples").bounding_box()
     assert charts and charts["width"] <= PHONE["width"]
     assert aborted == []
+
+
+def test_the_page_shows_who_taught_the_model_and_its_checkpoints_on_the_timeline(
+    make_service: MakeService, page: Page, clock: Clock
+) -> None:
+    alice, bob = "a" * 24, "b" * 24  # a trainer, and an admin
+    client = make_service(
+        series_bucket_s=1,
+        default_model=False,
+        compact_every=7,
+        checkpoint_every=20,
+        auth=True,
+        api_keys=f"alice=train:{alice},bob=admin:{bob}",
+    )
+    client.headers["authorization"] = f"Bearer {bob}"
+    assert client.put("/models/m", json={"n_features": 3}).status_code == 201
+    rng = np.random.default_rng(11)
+    for i in range(8):
+        next_bucket(clock)
+        xs = rng.normal(size=(25, 3)).round(3).tolist()
+        body = {"model": "m", "features": xs, "labels": rng.choice([-1, 1], 25).tolist()}
+        key = alice if i % 4 else bob  # alice sends three batches of every four
+        r = client.post("/learn/batch", json=body, headers={"authorization": f"Bearer {key}"})
+        assert r.status_code == 200
+    version = client.get("/models/m").json()["version"]
+    assert client.post("/models/m/rollback", json={"version": version // 2}).status_code == 200
+    next_bucket(clock)
+    m = client.get("/models/m/metrics").json()
+    checkpoints = client.get("/models/m/checkpoints").json()["checkpoints"]
+    reasons = {c["reason"] for c in checkpoints}
+    assert {"scheduled", "before rollback"} <= reasons, reasons
+    aborted = only_the_service(page, client)
+
+    page.goto(f"{base(client)}/dashboard#key={bob}&model=m")
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "m")
+    # Who taught it: one row per key's name, as the API counts them, most labelled first.
+    rows = page.locator("#sources tbody tr")
+    expect(rows).to_have_count(2)
+    for i, s in enumerate(m["sources"]):
+        cells = [
+            s["source"],
+            f"{s['labelled']:,}",
+            pct(s["mistakes"] / s["labelled"]),
+            f"{s['updates']:,}",
+        ]
+        expect(rows.nth(i).locator("td")).to_have_text(cells)
+    assert [s["source"] for s in m["sources"]] == ["alice", "bob"]
+    expect(page.locator("#sources-empty")).to_be_hidden()
+    # Every checkpoint within the chart's time is marked on it, by its id; the list shows the
+    # newest, newest first, with why each was made.
+    first, last = m["series"]["points"][0]["t"], m["series"]["points"][-1]["t"]
+    shown = sorted(c["id"] for c in checkpoints if first <= c["time"] // 1 <= last)  # 1 s buckets
+    assert shown
+    marks = page.locator("#chart-time .mark")
+    expect(marks).to_have_count(len(shown))
+    assert sorted(int(i) for i in marks.evaluate_all("ms => ms.map(m => m.dataset.id)")) == shown
+    expect(page.locator("#chart-time .mark-before-rollback")).to_have_count(1)
+    newest = sorted(checkpoints, key=lambda c: -c["id"])[:8]
+    items = page.locator("#checkpoints li")
+    expect(items).to_have_count(len(newest))
+    for item, c in zip(items.all(), newest, strict=True):
+        expect(item).to_have_attribute("data-id", str(c["id"]))
+        expect(item).to_contain_text(f"checkpoint #{c['id']} · version {c['version']:,}")
+        expect(item).to_contain_text(c["reason"])
+    # Hovering the bucket of the rollback names its checkpoint in the tooltip.
+    before = next(c for c in checkpoints if c["reason"] == "before rollback")
+    mark = page.locator(f"#chart-time .mark[data-id='{before['id']}'] line")
+    box = mark.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"], box["y"] + box["height"] / 2)
+    named = page.locator("#chart-time ~ .tooltip .tip-mark")
+    expect(named.filter(has_text=f"checkpoint #{before['id']} · ")).to_have_count(1)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
+    assert aborted == []

@@ -123,9 +123,9 @@ async def reset_model(name: str, who: Admin) -> ModelInfo:
 
 
 @router.get("/{name}/checkpoints", responses=errors)
-async def list_checkpoints(name: str, who: Admin) -> Checkpoints:
+async def list_checkpoints(name: str, who: Reader) -> Checkpoints:
     """List the model's checkpoints, and the versions it can be rolled back to."""
-    who.check(Role.admin, name)
+    who.check(Role.predict, name)
     h = await who.worker.models.history(name)
     return Checkpoints(
         name=name,

@@ -22,6 +22,7 @@ const state = {
   names: '',
   model: null,
   metrics: null,
+  checkpoints: [],
   gen: 0,
   timer: null,
   lastOk: 0,
@@ -214,9 +215,15 @@ async function refresh() {
     renderPicker(models);
     const info = models.find((m) => m.name === name);
     $('model-config').textContent = configLine(info);
-    const metrics = await api('models/' + encodeURIComponent(name) + '/metrics');
+    const path = 'models/' + encodeURIComponent(name);
+    // (the checkpoints are drawn where the key may read them; the metrics decide the rest)
+    const [metrics, history] = await Promise.all([
+      api(path + '/metrics'),
+      api(path + '/checkpoints').catch(() => null),
+    ]);
     if (gen !== state.gen) return;
     state.metrics = metrics;
+    state.checkpoints = history ? history.checkpoints : [];
     render(metrics);
     ok();
   } catch (err) {
@@ -609,6 +616,15 @@ function drawChart(svg, spec) {
       });
     }
   }
+  // marks: a dashed line and a label at each x within the chart (checkpoints)
+  const marks = el('g', { class: 'marks' }, svg);
+  for (const mark of spec.marks || []) {
+    if (mark.x < x0 || mark.x > x1) continue;
+    const g = el('g', { class: 'mark mark-' + mark.cls, 'data-id': mark.id }, marks);
+    const x = sx(mark.x).toFixed(1);
+    el('line', { x1: x, x2: x, y1: m.t, y2: m.t + ph }, g);
+    el('text', { x, y: m.t - 3, 'text-anchor': 'middle' }, g).textContent = mark.label;
+  }
   const guide = el('line', { x1: 0, x2: 0, y1: m.t, y2: m.t + ph, class: 'guide', visibility: 'hidden' }, svg);
   svg._chart = { spec, sx, sy, guide, m, pw };
   if (svg._showTip) svg._showTip();
@@ -650,6 +666,12 @@ function attachTooltip(svg) {
       row.textContent = c.spec.extra(best);
       tip.append(row);
     }
+    for (const text of c.spec.marksAt ? c.spec.marksAt(best) : []) {
+      const row = document.createElement('div');
+      row.className = 'tip-mark';
+      row.textContent = text;
+      tip.append(row);
+    }
     tip.hidden = false;
     const left = gx * scale;
     tip.style.left = Math.min(left + 12, box.width - tip.offsetWidth - 4) + 'px';
@@ -681,6 +703,16 @@ function renderCharts(m) {
     ],
     label: (i) => `${fmtClock(pts[i].t)} (+${bucket} s)`,
     extra: (i) => `${fmtInt(pts[i].mistakes)} of ${nCount(pts[i].examples, 'example')} wrong`,
+    // (at the start of its bucket, as each point: so at the point whose tooltip names it)
+    marks: state.checkpoints.map((c) => ({
+      x: Math.floor(c.time / bucket) * bucket,
+      id: c.id,
+      label: '#' + c.id,
+      cls: c.reason.replaceAll(' ', '-'),
+    })),
+    marksAt: (i) => state.checkpoints
+      .filter((c) => c.time >= pts[i].t && c.time < pts[i].t + bucket)
+      .map(checkpointLine),
   });
   const curve = m.curve.points;
   const recent = recentRates(m.curve);
@@ -699,6 +731,51 @@ function renderCharts(m) {
     extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
   });
   $('window-legend').textContent = windowName(recent.span);
+}
+
+// "checkpoint #7 · version 1,200 · before rollback · 4.1% wrong then" (the reason as the
+// service names it: protocol.Reason)
+function checkpointLine(c) {
+  const rate = c.mistake_rate === null ? '' : ` · ${fmtPct(c.mistake_rate)} wrong then`;
+  return `checkpoint #${c.id} · version ${fmtInt(c.version)} · ${c.reason}${rate}`;
+}
+
+// ---------------------------------------------------------------- history
+
+// What each API key taught the model: labelled examples, its mistake rate, updates.
+function renderSources(m) {
+  const body = $('sources').tBodies[0];
+  body.replaceChildren();
+  $('sources-empty').hidden = m.sources.length > 0;
+  for (const s of m.sources) {
+    const row = body.insertRow();
+    row.dataset.source = s.source;
+    const name = row.insertCell();
+    name.textContent = s.source || 'no key (keys off)';
+    if (!s.source) name.className = 'muted';
+    for (const text of [fmtInt(s.labelled), fmtPct(s.mistakes / s.labelled), fmtInt(s.updates)]) {
+      row.insertCell().textContent = text;
+    }
+    row.title = `${nCount(s.mistakes, 'mistake')} among ${nCount(s.labelled, 'labelled example')}`;
+  }
+}
+
+// The newest checkpoints, newest first.
+function renderCheckpoints() {
+  const list = $('checkpoints');
+  list.replaceChildren();
+  const newest = state.checkpoints.slice().sort((a, b) => b.id - a.id).slice(0, 8);
+  $('checkpoints-empty').hidden = newest.length > 0;
+  for (const c of newest) {
+    const li = document.createElement('li');
+    li.dataset.id = String(c.id);
+    li.dataset.reason = c.reason;
+    const when = document.createElement('span');
+    when.className = 'muted';
+    when.textContent = fmtDate(c.time);
+    li.append(checkpointLine(c), ' ', when);
+    list.append(li);
+  }
 }
 
 function windowName(span) {
@@ -731,6 +808,8 @@ function render(m) {
   renderConfusion(m);
   renderWeights(m);
   renderCounters(m);
+  renderSources(m);
+  renderCheckpoints();
   document.title = `${m.model}: ${fmtPct(m.mistake_rate.last_100)} mistakes · Perceptron`;
   document.body.dataset.ready = 'true';
 }
