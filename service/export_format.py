@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from .errors import InvalidInput
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import pack_weights, unpack_weights
 from .names import KEY_NAME_PATTERN
-from .protocol import Field, Meta, parse_cell, parse_source
+from .protocol import Field, Meta, Reason, parse_cell, parse_source
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
@@ -27,23 +27,40 @@ COUNTERS = (*(c.name for c in protocol.COUNTERS if c.exported), Meta.R2)
 
 
 @dataclass(frozen=True)
+class FileCheckpoint:
+    """A checkpoint an export carries: its weights at ``version``, and what it recorded."""
+
+    weights: Weights
+    ms: int
+    reason: str
+    mistakes: int
+    window: int
+
+
+@dataclass(frozen=True)
 class ModelFile:
     config: ModelConfig
     weights: Weights
     counters: dict[str, str]
     created: int
+    checkpoints: list[FileCheckpoint] = field(default_factory=list)
 
 
 def export_document(
-    name: str, config: ModelConfig, weights: Weights, meta: dict[str, str]
+    name: str,
+    config: ModelConfig,
+    weights: Weights,
+    meta: dict[str, str],
+    checkpoints: list[FileCheckpoint] | None = None,
 ) -> dict[str, Any]:
-    data = pack_weights(weights)
+    """The export file; with ``checkpoints`` (oldest first), those too."""
+    doc = _weights_document(weights)
     counters = {
         k: v
         for k, v in meta.items()
         if k in COUNTERS or parse_cell(k) is not None or parse_source(k) is not None
     }
-    return {
+    out = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "name": name,
@@ -52,9 +69,27 @@ def export_document(
         "version": weights.version,
         "seen": weights.seen,
         "counters": counters,
-        "weights": base64.b64encode(data).decode(),
-        "sha256": hashlib.sha256(data).hexdigest(),
+        **doc,
     }
+    if checkpoints is not None:
+        out["checkpoints"] = [
+            {
+                "version": c.weights.version,
+                "seen": c.weights.seen,
+                "time_ms": c.ms,
+                "reason": c.reason,
+                "mistakes": c.mistakes,
+                "window": c.window,
+                **_weights_document(c.weights),
+            }
+            for c in checkpoints
+        ]
+    return out
+
+
+def _weights_document(weights: Weights) -> dict[str, str]:
+    data = pack_weights(weights)
+    return {"weights": base64.b64encode(data).decode(), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _bad(why: str) -> InvalidInput:
@@ -62,7 +97,10 @@ def _bad(why: str) -> InvalidInput:
 
 
 FIELDS = {"format", "format_version", "name", "config", "created", "version", "seen"}
-FIELDS |= {"counters", "weights", "sha256"}
+FIELDS |= {"counters", "weights", "sha256", "checkpoints"}
+CHECKPOINT_FIELDS = {"version", "seen", "time_ms", "reason", "mistakes", "window"}
+CHECKPOINT_FIELDS |= {"weights", "sha256"}
+MAX_CHECKPOINTS = 1000  # carried by one file (the request's size bounds them first)
 MAX_COUNT = protocol.MAX_COUNT
 _COUNT_RANGE = f"an integer in [0, 2**{MAX_COUNT.bit_length() - 1}]"
 MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
@@ -143,7 +181,36 @@ def parse_document(doc: Any) -> ModelFile:
         raise _bad(f"'version' ({version}) exceeds 'seen' ({seen}): each update has an example.")
     counters = _counters(doc.get("counters"), config, seen)
     weights = _weights_of(doc, config, version, seen)
-    return ModelFile(config, weights, counters, created)
+    checkpoints = _checkpoints_of(doc.get("checkpoints", []), config)
+    return ModelFile(config, weights, counters, created, checkpoints)
+
+
+def _checkpoints_of(raw: Any, config: ModelConfig) -> list[FileCheckpoint]:
+    """The file's checkpoints, each checked as the model's own weights are."""
+    if not isinstance(raw, list):
+        raise _bad("'checkpoints' must be a list.")
+    if len(raw) > MAX_CHECKPOINTS:
+        raise _bad(f"{len(raw)} checkpoints; at most {MAX_CHECKPOINTS}.")
+    out = []
+    for i, c in enumerate(raw):
+        where = f"checkpoint {i}"
+        if not isinstance(c, dict):
+            raise _bad(f"{where} must be an object.")
+        if set(c) != CHECKPOINT_FIELDS:
+            odd = sorted(set(c) ^ CHECKPOINT_FIELDS)[0]
+            raise _bad(f"{where}: field {str(odd)[:40]!r} is unknown or missing.")
+        version, seen, ms = _count(c, "version"), _count(c, "seen"), _count(c, "time_ms")
+        mistakes, window = _count(c, "mistakes"), _count(c, "window")
+        if version > seen or mistakes > window or window > min(seen, protocol.RING_SIZE):
+            raise _bad(
+                f"{where}: each update has an example ('version' <= 'seen'), and 'mistakes' "
+                f"<= 'window' <= the smaller of 'seen' and {protocol.RING_SIZE}."
+            )
+        if c["reason"] not in Reason.fields().values():
+            raise _bad(f"{where}: 'reason' must be one of {sorted(Reason.fields().values())}.")
+        weights = _weights_of(c, config, version, seen)
+        out.append(FileCheckpoint(weights, ms, c["reason"], mistakes, window))
+    return out
 
 
 def _config_of(doc: Any) -> ModelConfig:

@@ -23,12 +23,12 @@ from .errors import (
     Unavailable,
     store_unavailable,
 )
-from .export_format import export_document, parse_document
+from .export_format import FileCheckpoint, export_document, parse_document
 from .history import rebuild
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import entry_provenance, new_epoch, pack_weights
 from .names import check_name
-from .protocol import Meta, Observations, Reason
+from .protocol import Checkpoint, Meta, Observations, Reason
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
@@ -50,6 +50,18 @@ def _packed(weights: Weights) -> bytes:
     """The weights as a snapshot: zeros need none (b""), any other weights do."""
     arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
     return pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+
+
+def _carried(c: FileCheckpoint, config: ModelConfig) -> tuple[str, bytes]:
+    """An imported checkpoint as the store keeps it: its record, and its weights packed (no
+    tail, and outside the retained log: it restores its weights, not the updates around)."""
+    packed = _packed(c.weights)
+    v = c.weights.version
+    record = Checkpoint(
+        0, v, v, c.weights.seen, c.ms, c.reason, c.mistakes, c.window, len(packed), 0,
+        config.to_json(),
+    ).record()  # fmt: skip
+    return record, packed
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,15 +236,31 @@ class Models:
                 log.error("model %r has an unreadable configuration (%s); not listed", n, e)
         return models
 
-    async def export_model(self, name: str) -> dict[str, Any]:
-        """The model's configuration, weights and counters, consistent at one version."""
+    async def export_model(self, name: str, checkpoints: bool = False) -> dict[str, Any]:
+        """The model's configuration, weights and counters, consistent at one version; with
+        ``checkpoints``, those of its checkpoints made under its configuration too."""
+        kept = await self._file_checkpoints(name) if checkpoints else None
         for _ in range(_EXPORT_ATTEMPTS):
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
             if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
                 rep.weights.seen = int(meta[Meta.SEEN])
-                return export_document(name, config, rep.weights, meta)
+                return export_document(name, config, rep.weights, meta, kept)
         raise ModelBusy(f"Model {name!r} kept changing during the export; retry shortly.")
+
+    async def _file_checkpoints(self, name: str) -> list[FileCheckpoint]:
+        """The model's checkpoints of its present configuration, oldest first, each with its
+        weights rebuilt (one let go meanwhile is left out)."""
+        h = await self.history(name)
+        out = []
+        for c in sorted(h.checkpoints, key=lambda c: c.id):
+            restorable = await self.store.read_checkpoint(name, c.id)
+            if restorable is None or restorable.config != h.config:
+                continue
+            _, weights = rebuild(restorable)
+            weights.seen = c.seen
+            out.append(FileCheckpoint(weights, c.ms, c.reason, c.mistakes, c.window))
+        return out
 
     async def import_model(self, name: str, document: Any) -> ModelConfig:
         """Make model ``name`` what the export says; refused whole when anything is off."""
@@ -247,8 +275,15 @@ class Models:
                 "it first or import under another name.",
                 code="model_exists",
             )
+        carried = [_carried(c, file.config) for c in file.checkpoints]
         await self._replace(
-            name, file.config, file.weights, file.counters, file.created, Reason.BEFORE_IMPORT
+            name,
+            file.config,
+            file.weights,
+            file.counters,
+            file.created,
+            Reason.BEFORE_IMPORT,
+            carried,
         )
         return file.config
 
@@ -266,6 +301,7 @@ class Models:
         counters: dict[str, str],
         created: int,
         reason: str,
+        checkpoints: list[tuple[str, bytes]] | None = None,
     ) -> None:
         data = _packed(weights)
         await self.store.replace_model(
@@ -279,6 +315,7 @@ class Models:
             counters,
             int(1000 * self.clock()),
             reason,
+            checkpoints or (),
         )
         self.replicas.drop(name)
 

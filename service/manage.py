@@ -107,6 +107,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     action("reset", "zero a model's weights and counters", _reset)
     export = action("export", "write a model's export document (JSON)", _export)
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    export.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="carry the model's checkpoints too (each its whole weights; an import brings "
+        "them back)",
+    )
     action("checkpoints", "list a model's checkpoints and the versions kept", _checkpoints)
     back = action("rollback", "make a model exactly what it was at a kept version", _rollback)
     to = back.add_mutually_exclusive_group(required=True)
@@ -268,7 +274,7 @@ def _rollback(client: Client, args: argparse.Namespace) -> None:
 def _export(client: Client, args: argparse.Namespace) -> None:
     if args.output and (problem := unwritable(args.output)) is not None:
         raise _Usage(problem)  # before asking the service for the document
-    text = json.dumps(client.export_model(args.name))
+    text = json.dumps(client.export_model(args.name, checkpoints=args.checkpoints))
     if not args.output:
         _out(text)
         return

@@ -256,6 +256,10 @@ class Checkpoint:
     def mistake_rate(self) -> float | None:
         return self.mistakes / self.window if self.window else None
 
+    def record(self) -> str:
+        """The record as ``parse`` reads it (the scripts write their own the same way)."""
+        return CHECKPOINT_SEP.join(str(getattr(self, f)) for f in self.__slots__[1:])
+
 
 # Where each field of a checkpoint's record is, 1-based (Lua: ``CK_<FIELD>``).
 CHECKPOINT_FIELDS = {f.upper(): i for i, f in enumerate(Checkpoint.__slots__[1:], start=1)}

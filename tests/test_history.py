@@ -133,6 +133,69 @@ def test_reset_and_import_first_keep_the_model_as_a_checkpoint(make_service: Mak
     ]
 
 
+@pytest.mark.parametrize("kind", sorted(SPECS))
+def test_an_export_carries_the_checkpoints_and_an_import_restores_each_exactly(
+    make_service: MakeService, kind: str
+) -> None:
+    client = make_service(**HISTORY)
+    spec = SPECS[kind]
+    client.put("/models/m", json=spec)
+    zeros = client.get("/models/m/export").json()["weights"]
+    exports = {0: zeros, **learn_and_export(client, spec, 40)}
+    rollback(client, version=sorted(exports)[len(exports) // 2])  # checkpoints of every reason
+    listed = client.get("/models/m/checkpoints").json()["checkpoints"]
+    assert client.get("/models/m/export").json().get("checkpoints") is None  # asked for only
+    document = client.get("/models/m/export?checkpoints=true").json()
+    carried = document["checkpoints"]
+    assert [(c["version"], c["reason"], c["time_ms"]) for c in carried] == [
+        (c["version"], c["reason"], round(c["time"] * 1000)) for c in listed
+    ]
+    assert {c["reason"] for c in carried} >= {Reason.START, Reason.SCHEDULED, Reason.LEFT}
+
+    assert client.put("/models/copy", json=spec).status_code == 201
+    assert client.post("/models/copy/import", json=document).status_code == 200
+    imported = client.get("/models/copy/checkpoints").json()["checkpoints"]
+    assert [c["reason"] for c in imported] == [
+        Reason.BEFORE_IMPORT,
+        *(c["reason"] for c in carried),
+    ]
+    for was, now in zip(listed, imported[1:], strict=True):
+        same = ("version", "seen", "time", "reason", "mistake_rate", "window")
+        assert {k: now[k] for k in same} == {k: was[k] for k in same}
+        # Each restores, in the copy, the weights the model had at that version, bit for bit.
+        r = client.post("/models/copy/rollback", json={"checkpoint": now["id"]})
+        assert r.status_code == 200, r.text
+        doc = client.get("/models/copy/export").json()
+        assert (doc["version"], doc["weights"]) == (was["version"], exports[was["version"]])
+
+
+def test_an_export_files_checkpoints_are_checked_like_its_weights(
+    make_service: MakeService,
+) -> None:
+    client = make_service(**HISTORY)
+    spec = SPECS["binary"]
+    client.put("/models/m", json=spec)
+    learn_and_export(client, spec, 20)
+    document = client.get("/models/m/export?checkpoints=true").json()
+    assert document["checkpoints"]
+    before = client.get("/models/m/checkpoints").json()
+    good = document["checkpoints"][-1]
+    for bad in (
+        {**good, "sha256": "0" * 64},
+        {**good, "reason": "because"},
+        {**good, "mistakes": good["window"] + 1},
+        {**good, "version": good["seen"] + 1},
+        {**good, "extra": 1},
+        {k: v for k, v in good.items() if k != "time_ms"},
+        "not an object",
+    ):
+        r = client.post("/models/m/import", json={**document, "checkpoints": [bad]})
+        assert r.status_code == 422 and r.json()["code"] == "invalid_import", (bad, r.text)
+    r = client.post("/models/m/import", json={**document, "checkpoints": {}})
+    assert r.status_code == 422
+    assert client.get("/models/m/checkpoints").json() == before  # nothing changed
+
+
 def test_what_cannot_be_rolled_back_to_is_refused_with_a_code(make_service: MakeService) -> None:
     client = make_service(**HISTORY)
     client.put("/models/m", json=SPECS["binary"])

@@ -115,6 +115,9 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         client.get("/models/copy/weights").json()["rows"]
         == (client.get("/models/iris/weights").json()["rows"])
     )
+    whole = json.loads(perceptron("models", "export", "iris", "--checkpoints", url=url).stdout)
+    assert whole == client.get("/models/iris/export?checkpoints=true").json()
+    assert "checkpoints" in whole
     piped = perceptron("models", "export", "iris", url=url).stdout
     assert (
         as_json(perceptron("models", "import", "piped", "--json", url=url, stdin=piped))["version"]

@@ -101,7 +101,7 @@ class Call(Generic[T]):
     path: str
     read: Callable[[httpx.Response], T]
     body: Any = None
-    params: dict[str, int] | None = None
+    params: Mapping[str, int | str] | None = None
 
     def result(self, response: httpx.Response) -> T:
         """The answer read, or the error it carries raised as a ``PerceptronError``."""
@@ -221,8 +221,9 @@ def reset_model(name: str) -> Call[ModelInfo]:
     return Call("POST", _path(name) + "/reset", _parse(ModelInfo))
 
 
-def export_model(name: str) -> Call[dict[str, Any]]:
-    return Call("GET", _path(name) + "/export", _document)
+def export_model(name: str, checkpoints: bool = False) -> Call[dict[str, Any]]:
+    params = {"checkpoints": "true"} if checkpoints else None
+    return Call("GET", _path(name) + "/export", _document, params=params)
 
 
 def import_model(name: str, document: Mapping[str, Any]) -> Call[ModelInfo]:

@@ -111,9 +111,10 @@ class Client:
         """Zero the model's weights and counters; its pending predictions lapse."""
         return self._send(calls.reset_model(name))
 
-    def export_model(self, name: str) -> dict[str, Any]:
-        """The model as an export document (configuration, weights, counters, checksum)."""
-        return self._send(calls.export_model(name))
+    def export_model(self, name: str, checkpoints: bool = False) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum);
+        with ``checkpoints``, its checkpoints too (each its whole weights)."""
+        return self._send(calls.export_model(name, checkpoints))
 
     def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
         """Create the model from an export document, or overwrite one of its configuration."""
@@ -241,9 +242,10 @@ class AsyncClient:
         """Zero the model's weights and counters; its pending predictions lapse."""
         return await self._send(calls.reset_model(name))
 
-    async def export_model(self, name: str) -> dict[str, Any]:
-        """The model as an export document (configuration, weights, counters, checksum)."""
-        return await self._send(calls.export_model(name))
+    async def export_model(self, name: str, checkpoints: bool = False) -> dict[str, Any]:
+        """The model as an export document (configuration, weights, counters, checksum);
+        with ``checkpoints``, its checkpoints too (each its whole weights)."""
+        return await self._send(calls.export_model(name, checkpoints))
 
     async def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
         """Create the model from an export document, or overwrite one of its configuration."""

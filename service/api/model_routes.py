@@ -96,10 +96,16 @@ async def read_metrics(name: str, who: Reader) -> ModelMetrics:
         },
     },
 )
-async def export_model(name: str, who: Admin) -> JSONResponse:
+async def export_model(
+    name: str,
+    who: Admin,
+    checkpoints: Annotated[
+        bool, Query(description="Carry the model's checkpoints too (each its whole weights).")
+    ] = False,
+) -> JSONResponse:
     """Download the model (configuration, weights, counters) as a file to import elsewhere."""
     who.check(Role.admin, name)
-    doc = await who.worker.models.export_model(name)
+    doc = await who.worker.models.export_model(name, checkpoints)
     disposition = f'attachment; filename="{name}.perceptron.json"'
     return JSONResponse(doc, headers={"Content-Disposition": disposition})
 
