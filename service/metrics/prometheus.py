@@ -106,6 +106,7 @@ class ModelCollector:
             "Labelled examples by true and served label.",
             labels=["model", "true", "served"],
         )
+        shown = []
         for name, config, obs in self.models:
             meta = obs.meta
             try:  # a model whose counters are not numbers is left out, not every model
@@ -127,11 +128,13 @@ class ModelCollector:
                 confusion.add_metric(
                     [name, str(config.classes[true]), str(config.classes[served])], float(count)
                 )
+            shown.append((name, obs))
         yield from families.values()
         yield from (updates, rate, radius, confusion)
-        yield from self.by_source()
+        yield from self.by_source(shown)
 
-    def by_source(self) -> Iterator[Metric]:
+    @staticmethod
+    def by_source(models: list[tuple[str, Observations]]) -> Iterator[Metric]:
         """What each API key (by its name) taught each model: labelled examples, mistakes
         among them, and the updates they caused."""
         families = [
@@ -146,7 +149,7 @@ class ModelCollector:
                 ("updates", "Weight updates caused"),
             )
         ]
-        for name, _, obs in self.models:
+        for name, obs in models:
             for source, *counts in source_rows(obs.meta):
                 for family, count in zip(families, counts, strict=True):
                     family.add_metric([name, source], float(count))
