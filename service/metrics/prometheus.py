@@ -25,6 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from .. import protocol
 from ..learner import ModelConfig
 from ..protocol import RING_SIZE, Meta, Observations
+from .serving import Serving, ServingCollector
 from .summary import confusion_cells, ring_mistakes
 
 log = logging.getLogger("perceptron")
@@ -131,8 +132,11 @@ class ModelCollector:
         yield from (updates, rate, radius, confusion)
 
 
-def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes:
-    """The text format of the HTTP figures (every worker's) and the models' figures."""
+def exposition(
+    models: Iterable[tuple[str, ModelConfig, Observations]], serving: Serving | None = None
+) -> bytes:
+    """The text format of the HTTP figures (every worker's), the models' figures, and the
+    replica's serving state (``serving.py``) when given."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -143,4 +147,6 @@ def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes
         data = generate_latest(REGISTRY)
     models_registry = CollectorRegistry()
     models_registry.register(ModelCollector(list(models)))
+    if serving is not None:
+        models_registry.register(ServingCollector(serving))
     return data + generate_latest(models_registry)
