@@ -332,11 +332,7 @@ class Observations:
 
 
 def pending_width(ttl_s: int) -> int:
-    """Seconds of one bucket of a model's pending bytes (``parts.PENDING``'s pending_width).
-
-    >>> pending_width(86_400), pending_width(10)
-    (1350, 1)
-    """
+    """Seconds of one bucket of a model's pending bytes (``parts.PENDING``'s pending_width)."""
     return max(1, -(-ttl_s // PENDING_BUCKETS))
 
 
