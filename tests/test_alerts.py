@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.settings import Settings
 
 from .inprocess import InProcessService
-from .rules import PROMTOOL, RULE_TESTS, RULES, Rule, load_rules, matchers
+from .rules import PROMTOOL, ROOT, RULE_TESTS, RULES, Rule, load_rules, matchers
 
 SEVERITIES = {"warning", "critical"}
 # Labels Prometheus adds to every series it scrapes, beside the service's own.
@@ -201,3 +201,37 @@ def test_the_pending_rule_applies_with_the_default_cap(exported: dict[str, set[s
     # The rule skips a cap of 0 (no limit); the setting's default is a limit.
     assert Settings.model_fields["max_pending_bytes"].default > 0
     assert "model" in exported["perceptron_model_pending_max_bytes"]
+
+
+# -- deploy/MONITORING.md lists them ---------------------------------------------------------------
+
+MONITORING = ROOT / "deploy" / "MONITORING.md"
+HISTOGRAM_PARTS = ("_bucket", "_sum", "_count")
+
+
+def _documented(heading: str) -> set[str]:
+    """The names in the first column of the table under ``heading`` in MONITORING.md."""
+    section = MONITORING.read_text().split(heading, 1)[1]
+    return set(re.findall(r"^\| `([\w]+)` \|", section.split("\n## ", 1)[0], re.M))
+
+
+def test_monitoring_md_lists_every_metric_exported(exported: dict[str, set[str]]) -> None:
+    families = {
+        next((n[: -len(p)] for p in HISTOGRAM_PARTS if n.endswith(p)), n)
+        for n in exported
+        # the service's own: not prometheus-client's process and Python figures (only
+        # outside multiprocess mode) nor the time each series began (_created)
+        if n.startswith("perceptron_") and not n.endswith("_created")
+    }
+    listed = _documented("## `GET /metrics`")
+    assert "perceptron_http_request_duration_seconds" in families
+    assert families == listed, (sorted(families - listed), sorted(listed - families))
+
+
+def test_monitoring_md_lists_every_rule(rules: list[Rule]) -> None:
+    listed = _documented("## Alerts (`deploy/alerts.yml`)")
+    assert listed == {r.name for r in rules}
+    for rule in rules:
+        assert f"| {rule.raw['for']} | {rule.raw['labels']['severity']} |" in (
+            MONITORING.read_text()
+        ), rule.name
