@@ -128,7 +128,7 @@ class Store:
         await self.client.ping()
         if self.embedded:
             return Condition()
-        nodes = list(usage.info_by_node(self.client, await self.client.info("memory")).values())
+        nodes = list((await usage.memory_info(self.client)).values())
         for node in nodes:
             policy = str(node.get("maxmemory_policy", "noeviction"))
             if policy not in SAFE_POLICIES:

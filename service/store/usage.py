@@ -23,20 +23,20 @@ def address(client: Redis) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def info_by_node(client: Client, info: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """INFO's answer per node: a cluster client answers ``{node: info}``, a plain one the
-    info itself (for the node ``address`` names)."""
+async def memory_info(client: Client) -> dict[str, Mapping[str, Any]]:
+    """``INFO memory`` of every node, by name: the one node of a plain client, every primary
+    of a cluster (whose client would otherwise ask one node only)."""
     if isinstance(client, RedisCluster):
+        info = await client.info("memory", target_nodes=RedisCluster.PRIMARIES)
         return {str(node): v for node, v in info.items() if v}
-    return {address(client): info}
+    return {address(client): await client.info("memory")}
 
 
 async def read_memory(client: Client) -> list[MemoryUse]:
     """Memory used and maxmemory of every node, by name."""
-    nodes = info_by_node(client, await client.info("memory"))
     return [
         MemoryUse(node, int(v.get("used_memory", 0)), int(v.get("maxmemory", 0)))
-        for node, v in sorted(nodes.items())
+        for node, v in sorted((await memory_info(client)).items())
     ]
 
 
