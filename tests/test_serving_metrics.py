@@ -81,11 +81,13 @@ def test_ready_is_what_readyz_answers(start: Any, fake_redis: fakeredis.FakeServ
     assert value(s, "perceptron_model_seen_total", model="m") == 0
 
     # A policy that may evict a model's keys: not ready, and no model is read from it.
-    service.redis_info["maxmemory_policy"] = "allkeys-lru"
+    service.redis_info.update(maxmemory_policy="allkeys-lru", maxmemory=1000, used_memory=10)
     assert api.get("/readyz").json()["code"] == "store_evicts_keys"
     s = scrape(api)
     assert value(s, "perceptron_ready") == 0
     assert "perceptron_model_seen_total" not in names(s)
+    assert "perceptron_model_pending_bytes" not in names(s)
+    assert "perceptron_redis_maxmemory_bytes" in names(s)  # Redis itself is read
 
     # Full: not ready (writes are refused), though the figures can still be read.
     service.redis_info.update(maxmemory_policy="noeviction", maxmemory=100, used_memory=100)

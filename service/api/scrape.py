@@ -2,8 +2,8 @@
 model the caller's key may see, with the bytes of its pending predictions.
 
 A scrape answers whatever the store does: while Redis is down it carries the HTTP figures and
-``perceptron_ready 0`` (no model figures), so Prometheus still sees the replica (``up`` stays 1)
-and the alert on readiness, not a failed scrape, says what is wrong.
+``perceptron_ready 0`` (nothing read from Redis), so Prometheus still sees the replica (``up``
+stays 1) and the alert on readiness, not a failed scrape, says what is wrong.
 """
 
 from __future__ import annotations
@@ -32,17 +32,19 @@ async def read_exposition(who: Caller) -> bytes:
     rows: list[Row] = []
     if condition.code != STORE_UNAVAILABLE:
         try:
-            rows, serving = await _read_store(who, serving)
-        except (StoreError, ServiceError) as e:  # Redis went away meanwhile, or evicts keys
-            log.warning("/metrics without the models' figures: %s", e)
+            serving.memory.extend(await worker.store.read_memory())
+            rows = await _read_models(who)
+            ttls = [(name, config.feedback_ttl_s) for name, config, _ in rows]
+            serving.pending.update(await worker.store.read_pending(ttls))
+        except ServiceError:  # a store that may evict keys: no model is read from it
+            pass
+        except StoreError as e:  # Redis went away since the readiness check
+            log.warning("/metrics without the figures read from Redis: %s", e)
     return exposition(rows, serving)
 
 
-async def _read_store(who: Caller, serving: Serving) -> tuple[list[Row], Serving]:
-    store, models = who.worker.store, who.worker.models
-    memory = await store.read_memory()
-    listed = [m for m in await models.list_models() if who.allows(m[0])]
+async def _read_models(who: Caller) -> list[Row]:
+    store = who.worker.store
+    listed = [m for m in await who.worker.models.list_models() if who.allows(m[0])]
     observed = await asyncio.gather(*(store.read_observations(m[0]) for m in listed))
-    rows = [(n, c, o) for (n, c, _), o in zip(listed, observed, strict=True) if o is not None]
-    pending = await store.read_pending([(n, c.feedback_ttl_s) for n, c, _ in rows])
-    return rows, Serving(serving.ready, serving.pending_max, memory, pending)
+    return [(n, c, o) for (n, c, _), o in zip(listed, observed, strict=True) if o is not None]

@@ -18,9 +18,9 @@ PENDING = "perceptron_model_pending_bytes"
 PENDING_MAX = "perceptron_model_pending_max_bytes"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Serving:
-    """One scrape's reading of this replica's serving state."""
+    """One scrape's reading of this replica's serving state, filled in as it is read."""
 
     ready: bool  # what /readyz answers: 200 (True) or 503
     pending_max: int  # PERCEPTRON_MAX_PENDING_BYTES (0: no limit)
