@@ -20,8 +20,10 @@ if [ "${1:-}" = "test" ]; then
   [ -x /usr/bin/chromium ] || need_apt+=(chromium)
   # nginx in front of the API processes: the compose topology run on loopback (tests/test_topology.py)
   [ -x /usr/sbin/nginx ] || need_apt+=(nginx)
-  # a real Prometheus runs the Grafana dashboard's queries (tests/test_grafana.py)
-  [ -x /usr/bin/prometheus ] || need_apt+=(prometheus)
+  # a real Prometheus runs the Grafana dashboard's queries and the alert rules
+  # (tests/test_grafana.py); promtool, in the same package, checks and unit-tests the rules
+  # (tests/test_alerts.py)
+  { [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; } || need_apt+=(prometheus)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""

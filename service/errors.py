@@ -62,9 +62,12 @@ class OutcomeUnknown(ServiceError):
     code = "learn_outcome_unknown"
 
 
+STORE_UNAVAILABLE = "store_unavailable"  # the code of a store that does not answer
+
+
 def store_unavailable() -> Unavailable:
     """Redis did not answer (down, or slow past its timeout): the request may be sent again."""
-    return Unavailable("The model store is not answering; retry shortly.", code="store_unavailable")
+    return Unavailable("The model store is not answering; retry shortly.", code=STORE_UNAVAILABLE)
 
 
 def learn_outcome_unknown(name: str, cause: Exception) -> OutcomeUnknown:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import (
+    STORE_UNAVAILABLE,
     Conflict,
     InvalidInput,
     ModelBusy,
@@ -105,6 +106,16 @@ class Models:
         elif before.code and not now.code:
             log.warning("the store serves models again (%s is over)", before.code)
         return now
+
+    async def readiness(self) -> Condition:
+        """What /readyz answers and /metrics exports as ``perceptron_ready``: the store's
+        condition now, ``store_unavailable`` when it does not answer."""
+        try:
+            return await self.check_store()
+        except Exception as e:  # any failure to reach the store means not ready
+            return Condition(
+                STORE_UNAVAILABLE, f"The model store is not answering ({type(e).__name__})."
+            )
 
     async def guard_now(self) -> None:
         """:meth:`guard` on the store's condition as it is now, not as the last watch saw it

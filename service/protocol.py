@@ -8,7 +8,7 @@ scripts read its fields at the offsets computed here from that one definition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -380,6 +380,33 @@ class Observations:
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
     curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
+
+
+def pending_width(ttl_s: int) -> int:
+    """Seconds of one bucket of a model's pending bytes (``parts.PENDING``'s pending_width)."""
+    return max(1, -(-ttl_s // PENDING_BUCKETS))
+
+
+def pending_held(buckets: Mapping[str, int], ttl_s: int, now_s: float) -> int:
+    """Bytes of predictions a model holds awaiting their label, as PREDICT counts them
+    against PERCEPTRON_MAX_PENDING_BYTES at ``now_s`` (Redis's clock): the buckets of its
+    ``pend`` hash whose keys have not all lapsed. ``parts.PENDING``'s pending_held, read
+    without the script (which drops the lapsed buckets as it goes)."""
+    width = pending_width(ttl_s)
+    held = sum(
+        v for k, v in buckets.items() if k.isdigit() and (int(k) + 1) * width + ttl_s > now_s
+    )
+    return max(0, held)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUse:
+    """Redis's memory on one node, as its INFO says: bytes used, and its maxmemory (0: no
+    limit). Past maxmemory a noeviction Redis refuses writes (``store_full``)."""
+
+    node: str  # host:port (or socket path) of the node
+    used_bytes: int
+    max_bytes: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from service.loopback import free_port, wait_until
 from service.store.keys import REGISTRY, ModelKeys
 
 from .servers import RedisServer, ServiceProcess
+from .test_prometheus import samples
 
 pytestmark = pytest.mark.servers  # a 3-master Redis Cluster
 
@@ -328,3 +329,27 @@ def test_a_model_its_shard_could_not_make_is_not_left_listed(
     r = api.put(f"/models/{name}", json={"classes": [-1, 1], "n_features": D})
     assert r.status_code == 201, r.text
     assert api.delete(f"/models/{name}").status_code == 204
+
+
+def test_metrics_read_every_shard(cluster: Cluster, api: httpx.Client, models: list[str]) -> None:
+    """/metrics on a cluster: Redis's memory of each master, and the pending bytes of models
+    on every shard, each as its own shard counts them."""
+    waiting = models[20:26]
+    for name in waiting:
+        r = api.post("/predict", json={"model": name, "features": [1, 0, 0, 1]})
+        assert r.status_code == 200, r.text
+    s = samples(api.get("/metrics").text)
+    assert s[("perceptron_ready", ())] == 1
+    used = {dict(k[1])["node"]: v for k, v in s.items() if k[0].endswith("memory_used_bytes")}
+    assert set(used) == {f"127.0.0.1:{n.port}" for n in cluster.nodes}
+    assert all(v > 0 for v in used.values())
+    shards = set()
+    for name in waiting:
+        key = ModelKeys(name).pend
+        port = cluster.slot_owner(cluster.keyslot(key))
+        shards.add(port)
+        with cluster.node(port).client() as c:
+            stored = int(c.hget(key, "bytes") or 0)
+        assert stored > 0
+        assert s[("perceptron_model_pending_bytes", (("model", name),))] == stored
+    assert len(shards) > 1

@@ -17,7 +17,7 @@ import sys
 import tomllib
 import zipfile
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -621,6 +621,16 @@ def test_monitoring_profile_adds_prometheus_and_grafana(
     for job in prometheus["scrape_configs"]:
         for sd in job.get("dns_sd_configs", []):
             assert (sd["names"], sd["port"]) == (["api"], 8000)
+    # Every rule file it names is mounted, read-only, where it reads it (a relative path
+    # from the config file's folder), from the file of that name beside it in deploy/.
+    volumes = {v.split(":")[1]: v.split(":") for v in services["prometheus"]["volumes"]}
+    config_at = PurePosixPath(volumes["/etc/prometheus/prometheus.yml"][1]).parent
+    assert prometheus["rule_files"], "prometheus.yml loads no alert rules"
+    for name in prometheus["rule_files"]:
+        source, target, *options = volumes[str(config_at / name)]
+        assert options == ["ro"], f"{target} is not mounted read-only"
+        assert (ROOT / source).resolve() == (ROOT / "deploy" / name).resolve()
+        assert (ROOT / source).is_file(), source
     # Grafana's admin password is its secret, not a default.
     env = services["grafana"]["environment"]
     assert "GF_SECURITY_ADMIN_PASSWORD" not in env

@@ -19,10 +19,12 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -33,7 +35,9 @@ import redis
 import yaml
 
 from service.loopback import free_port, wait_until
+from service.settings import Settings
 
+from .rules import RULES, load_rules
 from .servers import RedisServer, ServiceProcess
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +55,11 @@ SCRAPE_S = 1
 # Grafana's own variables, as Grafana fills them for a 1 s step (its $__rate_interval is at
 # least four scrape intervals) and a short time range.
 GRAFANA_VARS = {"__rate_interval": "5s", "__interval": "1s", "__range": "1m"}
+# Panels of the Alerts row whose query has no data in a test minutes long, and why.
+NEEDS_HISTORY = {
+    "PerceptronMistakeRateDrift": "its baseline is the rate of 7 to 1 hours ago",
+}
+REDIS_MAXMEMORY = 1 << 30  # set on the test's Redis while the stack runs
 
 
 # -- the files --------------------------------------------------------------------------------
@@ -110,7 +119,16 @@ def derived_config(target: str) -> dict[str, Any]:
     job.pop("scrape_timeout", None)
     job["static_configs"] = [{"targets": [target]}]
     config["scrape_configs"] = [job]
+    config["rule_files"] = rule_files(config)
     return config
+
+
+def rule_files(config: dict[str, Any]) -> list[str]:
+    """The config's rule files, as absolute paths (a relative one is read from the folder of
+    the config file: deploy/)."""
+    files = [str((PROMETHEUS_YML.parent / f).resolve()) for f in config.get("rule_files", [])]
+    assert files == [str(RULES)], files
+    return files
 
 
 def compose_services() -> dict[str, Any]:
@@ -230,6 +248,16 @@ def stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -
     assert Path(PROMETHEUS).exists(), "prometheus is not installed: run deploy/setup.sh test"
     with redis.Redis(port=redis_server.port) as r:
         r.flushall()
+        maxmemory = r.config_get("maxmemory")["maxmemory"]
+        r.config_set("maxmemory", REDIS_MAXMEMORY)  # (the session's Redis: set back below)
+    try:
+        yield from _stack(redis_server, tmp_path_factory)
+    finally:
+        with redis.Redis(port=redis_server.port) as r:
+            r.config_set("maxmemory", maxmemory)
+
+
+def _stack(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("grafana")
     metrics_dir = folder / "multiproc"
     service = ServiceProcess(redis_server.url, workers=2, PROMETHEUS_MULTIPROC_DIR=str(metrics_dir))
@@ -397,7 +425,11 @@ def test_every_panel_query_returns_data(stack: Stack) -> None:
             numbers = [float(v) for points in series for _, v in points]
             if not any(math.isfinite(v) for v in numbers):
                 empty.append(f"{panel['title']} [{target['refId']}]: {expr}")
-    assert empty == [], "panels without data:\n" + "\n".join(empty)
+    expected = [e for e in empty if e.split(":")[0] in NEEDS_HISTORY]
+    assert len(expected) == len(NEEDS_HISTORY), expected  # each of those ran, without data
+    assert [e for e in empty if e not in expected] == [], "panels without data:\n" + "\n".join(
+        empty
+    )
 
 
 def test_panels_show_the_right_numbers(stack: Stack) -> None:
@@ -431,6 +463,45 @@ def test_panels_show_the_right_numbers(stack: Stack) -> None:
     assert all(r == 0 or math.isnan(r) for r in rates), errors
     assert 0 in rates, errors
     assert not any(v > 0 for v in errors.values()), errors
+
+
+def test_prometheus_reads_the_serving_figures(stack: Stack, redis_server: RedisServer) -> None:
+    p = stack.prometheus
+    assert p.value(f'perceptron_ready{{job="{JOB}"}}') == 1
+    (memory,) = p.instant("perceptron_redis_maxmemory_bytes")
+    assert memory["metric"]["node"] == f"127.0.0.1:{redis_server.port}"
+    assert float(memory["value"][1]) == REDIS_MAXMEMORY
+    assert 0 < p.value("perceptron_redis_memory_used_bytes") < REDIS_MAXMEMORY
+    # Every prediction of the traffic got its feedback: none is pending.
+    assert p.value(f'perceptron_model_pending_bytes{{model="{MODEL}"}}') == 0
+    assert p.value(f'perceptron_model_pending_max_bytes{{model="{MODEL}"}}') == (
+        Settings.model_fields["max_pending_bytes"].default
+    )
+
+
+def alert_rules(prometheus: PrometheusServer) -> dict[str, dict[str, Any]]:
+    groups = prometheus.api("/api/v1/rules", type="alert")["groups"]
+    return {r["name"]: r for g in groups for r in g["rules"]}
+
+
+def test_prometheus_loads_every_alert_rule_and_a_healthy_service_fires_none(
+    stack: Stack,
+) -> None:
+    """deploy/prometheus.yml's rule_files: Prometheus evaluates each rule of
+    deploy/alerts.yml on the live series without an error, and none is pending or firing."""
+    names = {r.name for r in load_rules()}
+    assert set(alert_rules(stack.prometheus)) == names
+
+    def evaluated_since_the_traffic() -> bool:
+        return all(
+            datetime.fromisoformat(r["lastEvaluation"]).timestamp() > stack.ended
+            for r in alert_rules(stack.prometheus).values()
+        )
+
+    wait_until(evaluated_since_the_traffic, timeout=15, what="the rules' evaluation")
+    for name, rule in alert_rules(stack.prometheus).items():
+        assert rule["health"] == "ok", (name, rule.get("lastError"))
+        assert rule["state"] == "inactive" and rule["alerts"] == [], (name, rule["alerts"])
 
 
 # -- the files agree with each other and with docker-compose.yml ------------------------------
@@ -478,6 +549,66 @@ def test_dashboard_is_valid_grafana_json() -> None:
     ):  # fmt: skip
         assert metric in exprs, f"no panel shows {metric}"
     assert 'status=~"5.."' in exprs and "histogram_quantile(0.99" in exprs
+
+
+def _squeezed(expr: str) -> str:
+    return re.sub(r"\s+", "", expr)
+
+
+ALERTS_ROW = "Alerts"
+
+
+def row_panels(doc: dict[str, Any], title: str) -> list[dict[str, Any]]:
+    """The panels of the row whose title starts with ``title`` (in the dashboard's order, a
+    row's panels follow it until the next row; a collapsed row holds its own)."""
+    out: list[dict[str, Any]] = []
+    inside = False
+    for p in doc["panels"]:
+        if p["type"] == "row":
+            inside = p["title"].startswith(title)
+            out.extend(p.get("panels", []) if inside else [])
+        elif inside:
+            out.append(p)
+    return out
+
+
+COMPARED = re.compile(r"^\)*(==|!=|>=|<=|>|<)(-?\d+(?:\.\d+)?)")
+
+
+def test_every_alert_rule_has_its_panel() -> None:
+    """Each rule of deploy/alerts.yml has a panel in the Alerts row, titled after it, whose
+    first query is the part of the rule's expression it compares with its threshold, drawn
+    as the panel's threshold."""
+    titled = {p["title"].split(":")[0]: p for p in row_panels(dashboard(), ALERTS_ROW)}
+    rules = load_rules()
+    assert set(titled) == {r.name for r in rules}, "the Alerts row and the rules differ"
+    for rule in rules:
+        panel = titled[rule.name]
+        drawn = _squeezed(panel["targets"][0]["expr"])
+        compared = _squeezed(rule.expr)
+        assert drawn in compared, f"{rule.name}: its panel draws {drawn!r}"
+        m = COMPARED.match(compared[compared.index(drawn) + len(drawn) :])
+        assert m is not None, f"{rule.name}: {drawn!r} is not what it compares"
+        steps = [s["value"] for s in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+        assert float(m[2]) in steps, (rule.name, m[0], steps)
+        assert panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]["mode"] != "off"
+
+
+def test_the_panel_check_catches_a_missing_or_wrong_panel() -> None:
+    """A rule without its panel, or a panel whose threshold is not the rule's, fails
+    test_every_alert_rule_has_its_panel."""
+    original = dashboard()
+    for broken in ("no panel", "threshold"):
+        doc = json.loads(json.dumps(original))
+        panels = [p for p in query_panels(doc) if p["title"].startswith("PerceptronPendingNear")]
+        if broken == "no panel":
+            doc["panels"] = [p for p in doc["panels"] if p not in panels]
+        else:
+            panels[0]["fieldConfig"]["defaults"]["thresholds"]["steps"][-1]["value"] = 0.7
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sys.modules[__name__], "dashboard", lambda d=doc: d)
+            with pytest.raises(AssertionError):
+                test_every_alert_rule_has_its_panel()
 
 
 def test_provisioning_points_where_compose_mounts_things() -> None:
@@ -528,6 +659,7 @@ def test_promtool_accepts_the_configs(tmp_path: Path) -> None:
     key.write_text("k" * 32)
     deploy = load_yaml(PROMETHEUS_YML)
     scrape_job(deploy)["authorization"]["credentials_file"] = str(key)
+    deploy["rule_files"] = rule_files(deploy)
     for name, config in (("deploy", deploy), ("test", derived_config("127.0.0.1:8000"))):
         path = tmp_path / f"{name}.yml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -33,7 +33,6 @@ QUICK = TIMEOUT + 1.0  # the longest a request may take while the store is away
 # Every endpoint that needs the store, with a body that would succeed when it is up.
 STORE_CALLS: list[tuple[str, str, Any]] = [
     ("GET", "/models", None),
-    ("GET", "/metrics", None),
     ("GET", "/models/d", None),
     ("PUT", "/models/other", {"n_features": 2}),
     ("DELETE", "/models/gone", None),
@@ -81,6 +80,16 @@ def assert_unavailable(r: httpx.Response, took: float, what: str) -> None:
     assert took < QUICK, f"{what} took {took:.2f} s with the store away"
 
 
+def assert_scraped_not_ready(r: httpx.Response, took: float) -> None:
+    """/metrics with the store away: answered at once, with the HTTP figures and
+    ``perceptron_ready 0`` instead of the models' figures (deploy/MONITORING.md)."""
+    assert r.status_code == 200 and took < QUICK, (r.status_code, took, r.text)
+    lines = r.text.splitlines()
+    assert "perceptron_ready 0.0" in lines
+    assert any(line.startswith("perceptron_http_requests_total{") for line in lines)
+    assert not any(line.startswith("perceptron_model_") for line in lines)
+
+
 def train(client: httpx.Client, n: int) -> list[dict[str, Any]]:
     """``n`` acknowledged updates: predictions of 0 that were wrong, then their feedback."""
     answers = []
@@ -113,9 +122,14 @@ def test_redis_down_gives_fast_503s_and_the_service_recovers_by_itself(
         r, took = timed(api, method, path, body)
         assert_unavailable(r, took, f"{method} {path}")
     assert api.get("/healthz").status_code == 200
+    r, took = timed(api, "GET", "/metrics")
+    assert_scraped_not_ready(r, took)
 
     store.start()  # same port, same folder: the append-only file brings the data back
     wait_until(lambda: api.get("/readyz").status_code == 200, timeout=10, what="readyz")
+    scrape = api.get("/metrics").text.splitlines()
+    assert "perceptron_ready 1.0" in scrape
+    assert 'perceptron_model_seen_total{model="d"} 20.0' in scrape
     # Updates acknowledged before the outage are all there, and so is the pending prediction.
     assert api.get("/models/d/weights").json() == weights_before
     f = api.post("/feedback", json={"prediction_id": pending["prediction_id"], "label": 1})
@@ -165,6 +179,7 @@ def test_slow_redis_gives_503_within_the_timeout_and_never_hangs(
             "predict": ("POST", "/predict", {"model": "d", "features": [0, 1, 0]}),
             "read": ("GET", "/models/d", None),
             "ready": ("GET", "/readyz", None),
+            "scrape": ("GET", "/metrics", None),
         }
         threads = [threading.Thread(target=call, args=(k, *c)) for k, c in calls.items()]
         for t in threads:
@@ -173,6 +188,9 @@ def test_slow_redis_gives_503_within_the_timeout_and_never_hangs(
             t.join(30)
         assert set(results) == set(calls), "a request never came back"
         for key, (r, took) in results.items():
+            if key == "scrape":
+                assert_scraped_not_ready(r, took)
+                continue
             if key == "learn" and r.status_code == 503 and r.json()["code"] != "store_unavailable":
                 # its commit was sent before Redis stalled: whether it ran cannot be known,
                 # and the answer says so, inviting no retry

@@ -371,6 +371,10 @@ PROMETHEUS = "\n".join(
         "method and status.",
         "# TYPE perceptron_http_requests_total counter",
         'perceptron_http_requests_total{method="POST",route="/learn",status="200"} 6.0',
+        "# HELP perceptron_ready 1 when this replica is ready (GET /readyz answers 200: Redis "
+        "answers, evicts no model and has memory left), else 0.",
+        "# TYPE perceptron_ready gauge",
+        "perceptron_ready 1.0",
         "",
     ]
 )

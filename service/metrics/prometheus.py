@@ -25,6 +25,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from .. import protocol
 from ..learner import ModelConfig
 from ..protocol import RING_SIZE, Meta, Observations
+from .serving import Serving, ServingCollector
 from .summary import confusion_cells, ring_mistakes, source_rows
 
 log = logging.getLogger("perceptron")
@@ -113,7 +114,9 @@ class ModelCollector:
                 values = {k: float(meta.get(k, 0)) for k in (*COUNTERS, Meta.VERSION, Meta.R2)}
                 seen, mistakes = int(meta.get(Meta.SEEN, 0)), int(meta.get("mistakes", 0))
             except ValueError:
-                log.error("model %r has counters that are not numbers; not in /metrics", name)
+                log.error(
+                    "model %r has counters that are not numbers; its figures are left out", name
+                )
                 continue
             for k, family in families.items():
                 family.add_metric([name], values[k])
@@ -156,8 +159,11 @@ class ModelCollector:
         yield from families
 
 
-def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes:
-    """The text format of the HTTP figures (every worker's) and the models' figures."""
+def exposition(
+    models: Iterable[tuple[str, ModelConfig, Observations]], serving: Serving | None = None
+) -> bytes:
+    """The text format of the HTTP figures (every worker's), the models' figures, and the
+    replica's serving state (``serving.py``) when given."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -168,4 +174,6 @@ def exposition(models: Iterable[tuple[str, ModelConfig, Observations]]) -> bytes
         data = generate_latest(REGISTRY)
     models_registry = CollectorRegistry()
     models_registry.register(ModelCollector(list(models)))
+    if serving is not None:
+        models_registry.register(ServingCollector(serving))
     return data + generate_latest(models_registry)

@@ -14,7 +14,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
-from ..protocol import RECENT_KEPT, Meta, Observations, Status, SyncData
+from ..protocol import RECENT_KEPT, MemoryUse, Meta, Observations, Status, SyncData
+from . import usage
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 from .ops import (
     SCRIPTS,
@@ -127,9 +128,7 @@ class Store:
         await self.client.ping()
         if self.embedded:
             return Condition()
-        info = await self.client.info("memory")
-        # A cluster client answers per node: {node: info}; a plain one, the info itself.
-        nodes = [info] if "maxmemory_policy" in info else [v for v in info.values() if v]
+        nodes = list((await usage.memory_info(self.client)).values())
         for node in nodes:
             policy = str(node.get("maxmemory_policy", "noeviction"))
             if policy not in SAFE_POLICIES:
@@ -149,6 +148,14 @@ class Store:
                     policy,
                 )
         return Condition(policy=str(nodes[0].get("maxmemory_policy")) if nodes else None)
+
+    async def read_memory(self) -> list[MemoryUse]:
+        """Redis's memory used and maxmemory, per node; none for the embedded store."""
+        return [] if self.embedded else await usage.read_memory(self.client)
+
+    async def read_pending(self, models: Sequence[tuple[str, int]]) -> dict[str, int]:
+        """Bytes each model (name, feedback_ttl_s) holds pending, as its cap counts them."""
+        return await usage.read_pending(self.client, models)
 
     async def epochs(self, names: Sequence[str]) -> list[str | None]:
         """Each model's epoch (None: no such model), read in one round trip."""

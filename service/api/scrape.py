@@ -1,0 +1,50 @@
+"""What one scrape of /metrics reads: this replica's readiness, Redis's memory, and every
+model the caller's key may see, with the bytes of its pending predictions.
+
+A scrape answers whatever the store does: while Redis is down it carries the HTTP figures and
+``perceptron_ready 0`` (nothing read from Redis), so Prometheus still sees the replica (``up``
+stays 1) and the alert on readiness, not a failed scrape, says what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..errors import STORE_UNAVAILABLE, ServiceError
+from ..learner import ModelConfig
+from ..metrics.prometheus import exposition
+from ..metrics.serving import Serving
+from ..protocol import Observations
+from ..store import StoreError
+from .deps import Caller
+
+log = logging.getLogger("perceptron")
+
+Row = tuple[str, ModelConfig, Observations]
+
+
+async def read_exposition(who: Caller) -> bytes:
+    """The Prometheus text of one scrape by ``who``."""
+    worker = who.worker
+    condition = await worker.models.readiness()
+    serving = Serving(ready=condition.ok, pending_max=worker.settings.max_pending_bytes)
+    rows: list[Row] = []
+    if condition.code != STORE_UNAVAILABLE:
+        try:
+            serving.memory.extend(await worker.store.read_memory())
+            rows = await _read_models(who)
+            ttls = [(name, config.feedback_ttl_s) for name, config, _ in rows]
+            serving.pending.update(await worker.store.read_pending(ttls))
+        except ServiceError:  # a store that may evict keys: no model is read from it
+            pass
+        except StoreError as e:  # Redis went away since the readiness check
+            log.warning("/metrics without the figures read from Redis: %s", e)
+    return exposition(rows, serving)
+
+
+async def _read_models(who: Caller) -> list[Row]:
+    store = who.worker.store
+    listed = [m for m in await who.worker.models.list_models() if who.allows(m[0])]
+    observed = await asyncio.gather(*(store.read_observations(m[0]) for m in listed))
+    return [(n, c, o) for (n, c, _), o in zip(listed, observed, strict=True) if o is not None]
