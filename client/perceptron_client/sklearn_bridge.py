@@ -18,12 +18,12 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import model_document
-
 try:
     import numpy as np
     from sklearn.linear_model import LogisticRegression, Perceptron
     from sklearn.utils.validation import check_is_fitted
+
+    from . import model_document  # (it needs numpy)
 except ImportError as e:  # the extra is not installed
     raise ImportError(
         "The scikit-learn bridge needs scikit-learn: pip install 'perceptron-client[sklearn]'"
