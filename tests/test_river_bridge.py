@@ -11,7 +11,10 @@ labels that come late, a pipeline, a multiclass dataset, named features, and wha
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,9 +26,12 @@ from perceptron_client.river_bridge import ServiceClassifier
 
 from .inprocess import reach
 from .servers import ServiceProcess
+from .test_first_session import python_blocks, section
 
 pytestmark = pytest.mark.in_process  # but the first test: on the service in-process and real
 
+ROOT = Path(__file__).resolve().parents[1]
+CLIENT_PAGE = ROOT / "deploy" / "CLIENT.md"
 PHISHING = list(datasets.Phishing())  # bundled with river (phishing.csv.gz): no download
 N_FEATURES = len(PHISHING[0][0])
 
@@ -63,18 +69,18 @@ def test_rivers_accuracy_is_one_minus_the_services_mistake_rate(
     two_workers: ServiceProcess,
 ) -> None:
     with Client(two_workers.url) as client:
-        client.create_model("phishing", classes=[0, 1], n_features=N_FEATURES)
-        model = ServiceClassifier(client, "phishing")
+        client.create_model("phishing-stream", classes=[0, 1], n_features=N_FEATURES)
+        model = ServiceClassifier(client, "phishing-stream")
         accuracy, f1 = metrics.Accuracy(), metrics.F1()
 
         evaluate.progressive_val_score(datasets.Phishing(), model, accuracy + f1)
 
-        assert_counted_alike(accuracy, client, "phishing")
-        seen, mistakes, rate = service_counts(client, "phishing")
+        assert_counted_alike(accuracy, client, "phishing-stream")
+        seen, mistakes, rate = service_counts(client, "phishing-stream")
         assert accuracy.get() == 1 - rate  # here to the last bit
-        confusion = service_confusion(client, "phishing")
+        confusion = service_confusion(client, "phishing-stream")
         assert river_confusion(accuracy.cm) == confusion
-        counters = client.read_model("phishing").counters
+        counters = client.read_model("phishing-stream").counters
     # Each label went to the prediction it was for: one prediction and one feedback an example
     assert (counters.predictions, counters.feedback, counters.learned) == (1250, 1250, 0)
     # and the stream is the sequential perceptron: scikit-learn's Perceptron makes 205 mistakes
@@ -83,6 +89,24 @@ def test_rivers_accuracy_is_one_minus_the_services_mistake_rate(
     # River's other metrics read the same confusion: F1 of the positive class (True, 1)
     tp, fp, fn = confusion[1][1], confusion[0][1], confusion[1][0]
     assert f1.get() == pytest.approx(2 * tp / (2 * tp + fp + fn), rel=1e-12)
+
+
+def assert_prints_what_it_says(block: str, url: str) -> None:
+    """A Python block of the docs, run against the service at ``url``, prints what the
+    comments of its print lines say."""
+    code = block.replace("http://127.0.0.1:8000", url)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    shown = [line.split("  # ", 1)[1] for line in block.splitlines() if "print(" in line]
+    assert len(shown) >= 2 and done.stdout.splitlines() == shown
+
+
+@pytest.mark.servers
+def test_the_example_of_the_client_page_runs_as_pasted(two_workers: ServiceProcess) -> None:
+    (block,) = python_blocks(section("River", CLIENT_PAGE))
+    assert_prints_what_it_says(block, two_workers.url)
 
 
 # --- the service in-process, and the real one ---------------------------------------------------
@@ -156,6 +180,11 @@ def test_the_oldest_predictions_stop_waiting_past_max_waiting(api: Client) -> No
         model.learn_one(x, y)
     counters = api.read_model("bounded").counters
     assert (counters.predictions, counters.feedback, counters.learned) == (5, 3, 2)
+
+
+def test_a_clone_is_refused_not_a_second_view_of_the_live_model(api: Client) -> None:
+    with pytest.raises(TypeError, match="share rather than start afresh"):
+        ServiceClassifier(api, "any").clone()
 
 
 def test_features_orders_a_dense_models_columns(api: Client) -> None:

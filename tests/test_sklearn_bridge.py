@@ -1,7 +1,7 @@
 """scikit-learn both ways, on real datasets against ``perceptron serve --workers 2`` and a real
 redis-server.
 
-A warm start (``Client.from_sklearn``) of each of four linear classifiers fitted on a training
+A warm start (``Client.from_sklearn``) of each of five linear classifiers fitted on a training
 split predicts, on the held-out rows, exactly the labels the estimator predicts, with its
 weights bit for bit; a warm-started ``Perceptron`` then learns on exactly as scikit-learn's own
 ``partial_fit`` does. An export (``Client.to_sklearn``) of a model the service trained, in
@@ -19,13 +19,15 @@ from typing import Any
 import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
-from sklearn.linear_model import LogisticRegression, Perceptron, SGDClassifier
+from sklearn.linear_model import LogisticRegression, Perceptron, RidgeClassifier, SGDClassifier
 from sklearn.model_selection import train_test_split
 from sklearn.svm import LinearSVC
 
 from perceptron_client import Client
 
 from .servers import ServiceProcess
+from .test_first_session import python_blocks, section
+from .test_river_bridge import CLIENT_PAGE, assert_prints_what_it_says
 
 pytestmark = pytest.mark.servers  # two worker processes on a real redis-server
 
@@ -40,6 +42,7 @@ ESTIMATORS: dict[str, Callable[[], Any]] = {
     "SGDClassifier": lambda: SGDClassifier(random_state=0),
     "LinearSVC": lambda: LinearSVC(random_state=0, max_iter=20_000),
     "LogisticRegression": lambda: LogisticRegression(max_iter=10_000),
+    "RidgeClassifier": lambda: RidgeClassifier(),
 }
 
 
@@ -109,9 +112,11 @@ def test_a_warm_start_predicts_what_the_estimator_predicts(
         assert info.config.n_features == data.test_X.shape[1]
         assert (info.version, info.counters.seen) == (0, 0)
 
-        # The weights, bit for bit: one row a class (one for two classes), a bias a row.
+        # The weights, bit for bit: one row a class (one for two classes), a bias a row (a
+        # binary RidgeClassifier keeps its one row as a vector, and its bias as a scalar).
         coef, bias = weights(api, name)
-        assert np.array_equal(coef, est.coef_) and np.array_equal(bias, est.intercept_)
+        assert np.array_equal(coef, np.reshape(est.coef_, coef.shape))
+        assert np.array_equal(bias, np.reshape(est.intercept_, bias.shape))
 
         labels, scores = served(api, name, data.test_X)
         assert np.array_equal(labels, want), f"{name}: {np.flatnonzero(labels != want)}"
@@ -130,7 +135,7 @@ def test_the_default_mode_follows_how_the_estimator_was_trained(api: Client) -> 
     assert api.from_sklearn("lr", fitted("iris", "LogisticRegression")).config.multiclass == (
         "multiclass"
     )
-    for estimator in ("Perceptron", "SGDClassifier", "LinearSVC"):
+    for estimator in ("Perceptron", "SGDClassifier", "LinearSVC", "RidgeClassifier"):
         assert api.from_sklearn(estimator.lower(), fitted("iris", estimator)).config.multiclass == (
             "ovr"
         )
@@ -230,3 +235,8 @@ def test_an_exported_perceptron_learns_on_as_the_service_does(api: Client, datas
     assert ours == theirs
     coef, bias = weights(api, name)
     assert np.array_equal(est.coef_, coef) and np.array_equal(est.intercept_, bias)
+
+
+def test_the_example_of_the_client_page_runs_as_pasted(two_workers: ServiceProcess) -> None:
+    (block,) = python_blocks(section("scikit-learn, both ways", CLIENT_PAGE))
+    assert_prints_what_it_says(block, two_workers.url)

@@ -218,6 +218,22 @@ def test_a_warm_start_takes_only_options_the_estimator_does_not_decide() -> None
     assert sent == []
 
 
+def test_a_warm_start_of_three_classes_cannot_be_ovo() -> None:
+    client, sent = unanswered()
+    with pytest.raises(SklearnBridgeError, match="choose 'ovr' or 'multiclass'"):
+        client.from_sklearn("m", fit(Perceptron()), multiclass="ovo")
+    assert sent == []
+
+
+def test_a_sparse_coef_is_taken_as_its_dense_weights() -> None:
+    est = fit(Perceptron())
+    dense = est.coef_.copy()
+    est.sparsify()
+    assert not isinstance(est.coef_, np.ndarray)
+    read = export_format.parse_document(estimator_document("m", est, {}))
+    assert np.array_equal(read.weights.w, dense)
+
+
 def test_integral_float_classes_become_integer_labels() -> None:
     est = Perceptron().fit(X[BINARY], Y[BINARY].astype(float))
     assert est.classes_.dtype == np.float64

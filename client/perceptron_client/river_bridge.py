@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from .answers import ModelSpec
 from .clients import Client
@@ -64,6 +64,16 @@ class ServiceClassifier(base.Classifier):
     @property
     def _multiclass(self) -> bool:
         return len(self._config().classes) > 2
+
+    def clone(
+        self, new_params: dict[str, Any] | None = None, include_attributes: bool = False
+    ) -> Self:
+        """Refused: a clone would be a fresh model to River, and would share this live one."""
+        raise TypeError(
+            "A ServiceClassifier stands for a live model of the service, which a clone would "
+            "share rather than start afresh: make another ServiceClassifier, on a model of its "
+            "own."
+        )
 
     def predict_one(self, x: dict[Hashable, Any], **kwargs: Any) -> int | str:
         """The service's label for ``x`` (``POST /predict``); its prediction waits for the

@@ -74,6 +74,11 @@ def estimator_document(name: str, estimator: Any, options: Mapping[str, Any]) ->
             f"fit_bias from the estimator, and may choose {', '.join(OPTIONS)}."
         )
     coef, intercept, classes = _linear_parts(estimator)
+    if len(classes) > 2 and options.get("multiclass") == "ovo":
+        raise SklearnBridgeError(
+            "An 'ovo' model keeps a weight row for each pair of classes, and the estimator has "
+            "one for each class: choose 'ovr' or 'multiclass' (both predict as it does)."
+        )
     config: dict[str, Any] = {
         "classes": classes,
         "n_features": int(coef.shape[1]),
