@@ -1,7 +1,7 @@
 """``perceptron models from-sklearn`` and ``to-sklearn`` against ``perceptron serve --workers 2``
 on a real redis-server: the models they make and the files they write predict alike (run as
-processes), what they refuse exits 2 in one line, and the block of docs/cli.md runs as
-pasted."""
+processes), what they refuse exits 2 in one line (a file or an estimator before any request,
+in the fast layer), and the block of docs/cli.md runs as pasted."""
 
 from __future__ import annotations
 
@@ -21,12 +21,11 @@ from sklearn.tree import DecisionTreeClassifier
 
 from perceptron_client import Client
 from service.cli import main
+from service.loopback import free_port
 
 from .servers import ServiceProcess
 from .test_first_session import section, shell_blocks, shown_answers
 from .test_models_command import EXIT, as_json, perceptron
-
-pytestmark = pytest.mark.servers  # perceptron processes against two workers
 
 ROOT = Path(__file__).resolve().parents[1]
 X, Y = load_wine(return_X_y=True)
@@ -45,6 +44,7 @@ def saved(tmp_path: Path, estimator: Any, name: str = "estimator.joblib") -> str
     return str(path)
 
 
+@pytest.mark.servers
 def test_a_model_from_a_file_and_back_to_one(api: Client, tmp_path: Path) -> None:
     est = LogisticRegression(max_iter=10_000).fit(X[TRAIN], Y[TRAIN])
     made = perceptron(
@@ -76,10 +76,10 @@ def models(capsys: pytest.CaptureFixture[str], url: str, *args: str) -> tuple[in
     return code, capsys.readouterr().err
 
 
-def test_what_the_files_or_the_bridge_refuse_exits_2_in_one_line(
-    api: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_what_a_file_or_the_bridge_refuses_exits_2_in_one_line_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    url = api.base_url
+    nowhere = f"http://127.0.0.1:{free_port()}"  # a request would exit 6, not 2
     not_estimator = tmp_path / "model.json"
     not_estimator.write_text('{"format": "perceptron-model"}')
     cases = [
@@ -97,29 +97,35 @@ def test_what_the_files_or_the_bridge_refuse_exits_2_in_one_line(
         ),
     ]
     for file, said, why in cases:
-        code, err = models(capsys, url, "from-sklearn", "refused", file)
+        code, err = models(capsys, nowhere, "from-sklearn", "refused", file)
         assert code == EXIT["usage"], err
         assert err.startswith("perceptron models: ") and said in err and why in err
         assert err.count("\n") == 1, err  # one line, no traceback
-    assert "refused" not in [m.name for m in api.list_models().models]
 
+    unwritable = tmp_path / "no" / "x.joblib"
+    assert models(capsys, nowhere, "to-sklearn", "m", str(unwritable)) == (
+        EXIT["usage"],
+        f"perceptron models: cannot write {unwritable}: the folder {unwritable.parent} does not "
+        "exist\n",
+    )
+
+
+@pytest.mark.servers
+def test_a_model_scikit_learn_cannot_express_exits_2_and_writes_nothing(
+    api: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     api.create_model("votes", classes=[0, 1, 2], n_features=2, multiclass="ovo")
     api.create_model("named", classes=[0, 1])
     for name, why in [("votes", "'ovo'"), ("named", "named features")]:
         out = tmp_path / f"{name}.joblib"
-        code, err = models(capsys, url, "to-sklearn", name, str(out))
+        code, err = models(capsys, api.base_url, "to-sklearn", name, str(out))
         assert code == EXIT["usage"] and why in err and err.count("\n") == 1, err
         assert not out.exists()
-
-    nowhere = tmp_path / "no" / "x.joblib"  # said before the service is asked
-    assert models(capsys, url, "to-sklearn", "votes", str(nowhere)) == (
-        EXIT["usage"],
-        f"perceptron models: cannot write {nowhere}: the folder {nowhere.parent} does not exist\n",
-    )
-    code, err = models(capsys, url, "to-sklearn", "nothing", str(tmp_path / "x.joblib"))
+    code, err = models(capsys, api.base_url, "to-sklearn", "nothing", str(tmp_path / "x.joblib"))
     assert code == EXIT["not_found"] and "does not exist" in err
 
 
+@pytest.mark.servers
 def test_the_page_of_the_command_line_runs_as_pasted(api: Client, tmp_path: Path) -> None:
     (block,) = shell_blocks(section("scikit-learn, both ways", ROOT / "docs" / "cli.md"))
     script = block.replace(".venv/bin/python", sys.executable).replace(
