@@ -202,7 +202,7 @@ def test_features_orders_a_dense_models_columns(api: Client) -> None:
         pytest.param(
             {"n_features": 3}, None, "dense with 3 features; the first x has 9", id="width"
         ),
-        pytest.param({"n_features": 3}, ["a"], "features names 1", id="features-width"),
+        pytest.param({"n_features": 3}, ["a"], "'features' names 1", id="features-width"),
         pytest.param({"hash_bits": 4}, ["a"], "has named features", id="features-named"),
     ],
 )

@@ -118,10 +118,11 @@ class ServiceClassifier(base.Classifier):
         if self._columns is None:
             self._columns = list(x)
         if len(self._columns) != config.n_features:
+            n = len(self._columns)
+            given = f"'features' names {n}" if self.features is not None else f"the first x has {n}"
             raise ValueError(
-                f"Model {self.model!r} is dense with {config.n_features} features; "
-                f"{'features names' if self.features is not None else 'the first x has'} "
-                f"{len(self._columns)}: give its columns in order as 'features'."
+                f"Model {self.model!r} is dense with {config.n_features} features; {given}: "
+                "give its columns, in order, as 'features'."
             )
         return [_value(x.get(k, 0.0)) for k in self._columns]
 
