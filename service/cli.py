@@ -26,7 +26,8 @@ An online-learning perceptron served over HTTP, its weights kept in Redis.
 
   perceptron serve      run the service (settings: PERCEPTRON_* environment variables)
   perceptron replay     stream a dataset through a running service and count its mistakes
-  perceptron models     list, show, create, delete, reset, export and import models
+  perceptron models     list, show, create, delete, reset, export and import models (and
+                        make them from or into scikit-learn estimators)
 """
 EPILOG = "'perceptron COMMAND --help' describes a command and its options."
 
@@ -285,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=replay.run)
     p = sub.add_parser(
         "models",
-        help="list, show, create, delete, reset, export or import models",
+        help="list, show, create, delete, reset, export or import models; scikit-learn both ways",
         description=manage.DESCRIPTION,
         epilog=manage.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,5 +1,6 @@
 """``perceptron models``: list, show, create, delete, reset, export and import the models of a
-running service, through ``perceptron_client.Client``.
+running service, and make them from or into scikit-learn estimators, through
+``perceptron_client.Client``.
 
 Text for people by default, the service's own JSON with ``--json``; the exit code says what
 happened (``service.commands.Exit``, the same in every command), so that scripts need not read
@@ -36,7 +37,8 @@ from .commands import CLIENT_CODES, Exit, epilog, exit_for, file_error, unwritab
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
-list checkpoints, roll back.
+list checkpoints, roll back; make one from a fitted scikit-learn linear classifier, or write
+one as a fitted scikit-learn Perceptron.
 
 The service's URL comes from --url or PERCEPTRON_URL (default http://127.0.0.1:8000), its API
 key from --api-key or PERCEPTRON_API_KEY (reading needs a 'predict' key, changing an 'admin'
@@ -49,6 +51,8 @@ examples:
   perceptron models export iris -o iris.json && perceptron models import iris-copy iris.json
   perceptron models reset iris
   perceptron models checkpoints iris && perceptron models rollback iris --version 1200
+  perceptron models from-sklearn iris-lr iris-lr.joblib
+  perceptron models to-sklearn iris iris-perceptron.joblib
   perceptron models delete iris
 """
 
@@ -122,6 +126,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     imp.add_argument(
         "file", metavar="FILE", nargs="?", default="-", help="the document (default: stdin)"
     )
+    # (here: those actions print through this module's helpers)
+    from .manage_sklearn import add_actions
+
+    add_actions(action)
 
 
 # Options whose value may start with '-' (a negative label), which argparse takes for an option

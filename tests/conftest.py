@@ -100,6 +100,15 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def two_workers(redis_server: RedisServer) -> Iterator[ServiceProcess]:
+    """``perceptron serve --workers 2`` on the session's redis-server, for a module's tests
+    (each on models of its own names)."""
+    service = ServiceProcess(redis_server.url, workers=2).start()
+    yield service
+    service.stop()
+
+
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     client = redis.Redis(port=redis_server.port)

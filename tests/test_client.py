@@ -15,6 +15,8 @@ import fakeredis
 import httpx
 import numpy as np
 import pytest
+from sklearn.datasets import load_iris
+from sklearn.linear_model import Perceptron
 
 from perceptron_client import (
     AsyncClient,
@@ -141,6 +143,28 @@ def test_reset_export_and_import(api: Any) -> None:
     with pytest.raises(InvalidInputError) as e:
         api.import_model("f", {**document, "checksum": "0" * 64})
     assert e.value.code == "invalid_import"
+
+
+def test_a_model_from_scikit_learn_and_back(api: Any) -> None:
+    """from_sklearn and to_sklearn, on both clients (tests/test_sklearn_bridge.py has the
+    parity on real datasets)."""
+    X, y = load_iris(return_X_y=True)
+    est = Perceptron(random_state=0).fit(X[::2], y[::2])
+    info = api.from_sklearn("iris", est, averaged=True)
+    assert isinstance(info, ModelInfo)
+    assert (info.config.classes, info.config.multiclass, info.config.averaged) == (
+        [0, 1, 2],
+        "ovr",
+        True,
+    )
+    served = [p.label for p in api.predict_batch("iris", X[1::2]).predictions]
+    assert served == est.predict(X[1::2]).tolist()
+    back = api.to_sklearn("iris")
+    assert isinstance(back, Perceptron) and back.predict(X[1::2]).tolist() == served
+    with pytest.raises(NotFoundError):
+        api.to_sklearn("nope")
+    with pytest.raises(ConflictError):  # another configuration under that name
+        api.from_sklearn("iris", est)
 
 
 def test_learning_protocol(api: Any) -> None:

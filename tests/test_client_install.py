@@ -2,7 +2,8 @@
 wheel, installed with its dependencies (the lock's versions) into an empty environment of the
 machine's own Python, it brings nothing of the server (no FastAPI, uvicorn, Redis, fakeredis,
 no ``service`` package, not numpy without the extra ``numpy``), ships ``py.typed``, and talks
-to a running service. Declaring a server dependency in client/pyproject.toml, or importing
+to a running service; its bridges name the extras they need (``sklearn``, ``river``), and work
+once those are installed. Declaring a server dependency in client/pyproject.toml, or importing
 server code, fails here.
 """
 
@@ -83,7 +84,49 @@ report["answers"] = {
     "batch": [r.error is None for r in fb.results],
 }
 report["imported_after"] = sorted({m.split(".")[0] for m in sys.modules} & set(names))
+
+# The bridges, without their extras: an ImportError that names the extra, nothing sent.
+report["bridges"] = []
+with Client(url) as c:
+    try:
+        c.to_sklearn(model)
+    except ImportError as e:
+        report["bridges"].append(str(e))
+try:
+    import perceptron_client.river_bridge
+except ImportError as e:
+    report["bridges"].append(str(e))
 print(json.dumps(report))
+"""
+
+# With the extras sklearn and river: a warm start from a fitted estimator and back, and River's
+# progressive validation against the live model.
+WITH_BRIDGES = r"""
+import json, sys
+from river import datasets, evaluate, metrics
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+from perceptron_client import Client
+from perceptron_client.river_bridge import ServiceClassifier
+
+url, model = sys.argv[1], sys.argv[2]
+X, y = load_iris(return_X_y=True)
+est = LogisticRegression(max_iter=1000).fit(X[::2], y[::2])
+with Client(url) as c:
+    c.from_sklearn(model, est)
+    served = [p.label for p in c.predict_batch(model, X[1::2]).predictions]
+    back = c.to_sklearn(model)
+    c.create_model(model + "-river", classes=[0, 1], n_features=9)
+    accuracy = evaluate.progressive_val_score(
+        list(datasets.Phishing())[:200], ServiceClassifier(c, model + "-river"), metrics.Accuracy()
+    )
+    counters = c.read_model(model + "-river").counters
+print(json.dumps({
+    "warm": served == est.predict(X[1::2]).tolist(),
+    "back": back.predict(X[1::2]).tolist() == served,
+    "kind": type(back).__name__,
+    "river": [accuracy.get(), 1 - counters.mistakes / counters.seen, counters.feedback],
+}))
 """
 
 # With the extra numpy: a 2-D array (sent packed) and numpy labels.
@@ -194,7 +237,14 @@ def test_the_wheel_declares_only_the_clients_dependencies(wheel: Path) -> None:
             for line in whl.read(meta).decode().splitlines()
             if line.startswith("Requires-Dist: ")
         ]
-    assert sorted(requires) == ["httpx>=0.27", 'numpy>=1.26; extra == "numpy"', "pydantic>=2.6"]
+    assert sorted(requires) == [
+        "httpx>=0.27",
+        'numpy>=1.26; extra == "numpy"',
+        'numpy>=1.26; extra == "sklearn"',
+        "pydantic>=2.6",
+        'river>=0.21; extra == "river"',
+        'scikit-learn>=1.4; extra == "sklearn"',
+    ]
     assert "perceptron_client/py.typed" in names
     assert not [n for n in names if n.startswith("service/")]
 
@@ -229,6 +279,21 @@ def test_the_client_alone_talks_to_the_service(installed: Installed, client: htt
     # ... and the service saw it all.
     counters = client.get("/models/installed").json()["counters"]
     assert counters["predictions"] == 4 and counters["feedback"] == 4, counters
+    # The bridges say which extra they need.
+    assert [b.rsplit(": ", 1)[-1] for b in report["bridges"]] == [
+        "pip install 'perceptron-client[sklearn]'",
+        "pip install 'perceptron-client[river]'",
+    ]
+
+
+def test_the_extras_sklearn_and_river_bring_the_bridges(
+    installed: Installed, client: httpx.Client
+) -> None:
+    installed.install(f"perceptron-client[sklearn,river] @ {installed.wheel.as_uri()}")
+    out = installed.run(WITH_BRIDGES, str(client.base_url).rstrip("/"), "bridged")
+    assert (out["warm"], out["back"], out["kind"]) == (True, True, "Perceptron")
+    river_accuracy, one_minus_mistake_rate, feedback = out["river"]
+    assert river_accuracy == one_minus_mistake_rate and feedback == 200
 
 
 def test_the_extra_numpy_brings_numpy_and_arrays_work(

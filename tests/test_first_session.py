@@ -255,7 +255,7 @@ def test_help_describes_the_commands_and_their_defaults() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["curve.png", "iris.perceptron.json", ".redis/appendonlydir/x.aof"]
+    "path", ["curve.png", "iris.perceptron.json", ".redis/appendonlydir/x.aof", "wine-lr.joblib"]
 )
 def test_what_the_readme_writes_into_the_checkout_is_ignored(path: str) -> None:
     if not (ROOT / ".git").exists():

@@ -32,8 +32,9 @@ PURE = {
     "service.metrics": ("service.api", "service.learning", "service.store"),
     "service.group_commit": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     # what users of the Python client install and import (client/, a distribution of its own,
-    # perceptron-client): nothing of the server, not one service.* module, and not numpy, an
-    # optional extra of it (tests/test_client_install.py installs it alone)
+    # perceptron-client): nothing of the server, not one service.* module, and not numpy,
+    # scikit-learn or River, its optional extras, imported only by a bridge when it is used
+    # (tests/test_client_install.py installs it alone)
     "perceptron_client": (
         "service",
         "redis",
@@ -43,7 +44,13 @@ PURE = {
         "fakeredis",
         "numpy",
         "pybase64",
+        "sklearn",
+        "river",
+        "joblib",
     ),
+    # each bridge: its own library, none of the server's, nor the other bridge's
+    "perceptron_client.sklearn_bridge": ("service", "redis", "fastapi", "starlette", "river"),
+    "perceptron_client.river_bridge": ("service", "redis", "fastapi", "starlette", "sklearn"),
 }
 
 

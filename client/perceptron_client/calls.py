@@ -54,6 +54,7 @@ __all__ = [
     "export_model",
     "feedback",
     "feedback_batch",
+    "from_sklearn",
     "healthz",
     "import_model",
     "learn",
@@ -66,6 +67,7 @@ __all__ = [
     "readyz",
     "reset_model",
     "rollback",
+    "to_sklearn",
     "undo",
     "updates",
     "weights",
@@ -228,6 +230,22 @@ def export_model(name: str, checkpoints: bool = False) -> Call[dict[str, Any]]:
 
 def import_model(name: str, document: Mapping[str, Any]) -> Call[ModelInfo]:
     return Call("POST", _path(name) + "/import", _parse(ModelInfo), dict(document))
+
+
+def from_sklearn(name: str, estimator: Any, options: Mapping[str, Any]) -> Call[ModelInfo]:
+    """The import of a document written from a fitted scikit-learn linear classifier
+    (``sklearn_bridge``; the extra ``sklearn``), checked before anything is sent."""
+    from .sklearn_bridge import estimator_document  # scikit-learn only when asked for
+
+    return import_model(name, estimator_document(name, estimator, options))
+
+
+def to_sklearn(name: str) -> Call[Any]:
+    """The model's export, read into a fitted ``sklearn.linear_model.Perceptron``
+    (``sklearn_bridge``); without scikit-learn, the ImportError comes before any request."""
+    from .sklearn_bridge import estimator_of
+
+    return Call("GET", _path(name) + "/export", lambda r: estimator_of(_document(r)))
 
 
 def checkpoints(name: str) -> Call[Checkpoints]:

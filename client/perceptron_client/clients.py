@@ -120,6 +120,19 @@ class Client:
         """Create the model from an export document, or overwrite one of its configuration."""
         return self._send(calls.import_model(name, document))
 
+    def from_sklearn(self, name: str, estimator: Any, **options: Any) -> ModelInfo:
+        """Create model ``name`` (or overwrite one of the same configuration) from a fitted
+        scikit-learn linear classifier: it predicts what the estimator predicts and learns on
+        from there. ``options``: ``multiclass``, ``learning_rate``, ``margin``, ``averaged``,
+        ``feedback_ttl_s``. Needs the extra ``sklearn``."""
+        return self._send(calls.from_sklearn(name, estimator, options))
+
+    def to_sklearn(self, name: str) -> Any:
+        """The model as a fitted ``sklearn.linear_model.Perceptron`` that predicts what the
+        service predicts (a dense binary, ``ovr`` or ``multiclass`` model). Needs the extra
+        ``sklearn``."""
+        return self._send(calls.to_sklearn(name))
+
     def checkpoints(self, name: str) -> Checkpoints:
         """The model's checkpoints, and the versions it can be rolled back to."""
         return self._send(calls.checkpoints(name))
@@ -250,6 +263,19 @@ class AsyncClient:
     async def import_model(self, name: str, document: Mapping[str, Any]) -> ModelInfo:
         """Create the model from an export document, or overwrite one of its configuration."""
         return await self._send(calls.import_model(name, document))
+
+    async def from_sklearn(self, name: str, estimator: Any, **options: Any) -> ModelInfo:
+        """Create model ``name`` (or overwrite one of the same configuration) from a fitted
+        scikit-learn linear classifier: it predicts what the estimator predicts and learns on
+        from there. ``options``: ``multiclass``, ``learning_rate``, ``margin``, ``averaged``,
+        ``feedback_ttl_s``. Needs the extra ``sklearn``."""
+        return await self._send(calls.from_sklearn(name, estimator, options))
+
+    async def to_sklearn(self, name: str) -> Any:
+        """The model as a fitted ``sklearn.linear_model.Perceptron`` that predicts what the
+        service predicts (a dense binary, ``ovr`` or ``multiclass`` model). Needs the extra
+        ``sklearn``."""
+        return await self._send(calls.to_sklearn(name))
 
     async def checkpoints(self, name: str) -> Checkpoints:
         """The model's checkpoints, and the versions it can be rolled back to."""

@@ -1,0 +1,97 @@
+"""``perceptron models from-sklearn`` and ``to-sklearn``: a model from a fitted scikit-learn
+linear classifier saved with joblib, and a model saved as a fitted scikit-learn ``Perceptron``,
+through ``Client.from_sklearn`` and ``Client.to_sklearn`` (``perceptron_client.sklearn_bridge``
+has the mapping).
+
+What a file or the bridge refuses is wrong usage (exit 2), said in one line: a file that holds
+no estimator, an estimator or a model the other side cannot take, scikit-learn missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from perceptron_client import Client
+
+from .commands import unwritable
+from .estimator_files import EstimatorFileError, dump_estimator, load_estimator
+from .manage import _out, _print_model, _Usage
+
+Action = Callable[[Client, argparse.Namespace], None]
+T = TypeVar("T")
+
+# What from-sklearn may choose of the model; the rest comes from the estimator.
+OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s")
+
+FROM_SKLEARN = """\
+Create a model (or overwrite one of the same configuration) from a fitted scikit-learn linear
+classifier (Perceptron, SGDClassifier, LinearSVC, LogisticRegression, ...) saved with
+joblib.dump: it predicts what the estimator predicts, and learns on from there with the
+perceptron's rule. Its classes, features and bias are the estimator's.
+
+Loading FILE runs code from it, as any pickle does: load only files you made or trust.
+"""
+TO_SKLEARN = """\
+Write a model as a fitted sklearn.linear_model.Perceptron (joblib.dump; joblib.load reads it)
+that predicts what the service predicts: a dense model, binary, 'ovr' or 'multiclass'.
+"""
+
+
+def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -> None:
+    """The two actions and their options, made by ``perceptron models``' own ``action``."""
+    warm = action(
+        "from-sklearn",
+        "create a model from a fitted scikit-learn linear classifier (a joblib file)",
+        from_sklearn,
+    )
+    warm.description, warm.formatter_class = FROM_SKLEARN, argparse.RawDescriptionHelpFormatter
+    warm.add_argument("file", metavar="FILE", help="the estimator, saved with joblib.dump")
+    spec = warm.add_argument_group("the model (unset: as the estimator was trained)")
+    spec.add_argument("--multiclass", choices=["ovr", "multiclass"], help="how it learns on")
+    spec.add_argument("--learning-rate", metavar="R", type=float, help="step (eta0, or 1)")
+    spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
+    spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
+    spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
+    cold = action(
+        "to-sklearn",
+        "write a model as a fitted scikit-learn Perceptron (a joblib file)",
+        to_sklearn,
+    )
+    cold.description, cold.formatter_class = TO_SKLEARN, argparse.RawDescriptionHelpFormatter
+    cold.add_argument("file", metavar="FILE", help="where to write it")
+
+
+def from_sklearn(client: Client, args: argparse.Namespace) -> None:
+    estimator = _refused_as_usage(load_estimator, args.file)
+    options = {k: getattr(args, k) for k in OPTIONS if getattr(args, k) is not None}
+    info = _refused_as_usage(client.from_sklearn, args.name, estimator, **options)
+    _print_model(info, args.json)
+
+
+def to_sklearn(client: Client, args: argparse.Namespace) -> None:
+    if (problem := unwritable(args.file)) is not None:
+        raise _Usage(problem)  # before asking the service for the model
+    estimator = _refused_as_usage(client.to_sklearn, args.name)
+    _refused_as_usage(dump_estimator, estimator, args.file)
+    classes, n_features = estimator.classes_.tolist(), int(estimator.n_features_in_)
+    if args.json:
+        said = {"exported": args.name, "file": args.file, "estimator": "Perceptron"}
+        _out(json.dumps({**said, "classes": classes, "n_features": n_features}))
+        return
+    _out(
+        f"wrote {args.name!r} to {args.file}: a fitted sklearn.linear_model.Perceptron "
+        f"({len(classes)} classes, {n_features} features)"
+    )
+
+
+def _refused_as_usage(do: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``do(...)``; what it refuses, as wrong usage. The bridge's refusals are ValueErrors
+    (NotFittedError too), something that is not an estimator a TypeError, scikit-learn
+    missing an ImportError."""
+    try:
+        return do(*args, **kwargs)
+    except (EstimatorFileError, ImportError, TypeError, ValueError) as e:
+        raise _Usage(str(e)) from e
