@@ -26,7 +26,6 @@ from perceptron_client import (
     DEFAULT_TIMEOUT,
     DEFAULT_URL,
     Client,
-    ModelInfo,
     ModelList,
     ModelSpec,
     NotFoundError,
@@ -34,6 +33,8 @@ from perceptron_client import (
 )
 
 from .commands import CLIENT_CODES, Exit, epilog, exit_for, file_error, unwritable
+from .manage_output import Usage, err, features_of, out, print_model
+from .manage_sklearn import add_actions
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
@@ -126,9 +127,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     imp.add_argument(
         "file", metavar="FILE", nargs="?", default="-", help="the document (default: stdin)"
     )
-    # (here: those actions print through this module's helpers)
-    from .manage_sklearn import add_actions
-
     add_actions(action)
 
 
@@ -166,25 +164,21 @@ def run(args: argparse.Namespace) -> int:
             except NotFoundError as e:
                 if e.code != "model_not_found" or args.json:
                     raise
-                _err(f"perceptron models: {_not_found(client, args)}")
+                err(f"perceptron models: {_not_found(client, args)}")
                 return Exit.NOT_FOUND
     except PerceptronError as e:
         if args.json:
-            _err(json.dumps({"status": e.status, "code": e.code, "detail": e.detail}))
+            err(json.dumps({"status": e.status, "code": e.code, "detail": e.detail}))
         else:
-            _err(f"perceptron models: {e}")
+            err(f"perceptron models: {e}")
         return exit_for(e)
     except httpx.TransportError as e:
-        _err(f"perceptron models: cannot reach {url} ({type(e).__name__}: {e})")
+        err(f"perceptron models: cannot reach {url} ({type(e).__name__}: {e})")
         return exit_for(e)
-    except _Usage as e:
-        _err(f"perceptron models: {e}")
+    except Usage as e:
+        err(f"perceptron models: {e}")
         return Exit.USAGE
     return Exit.DONE
-
-
-class _Usage(Exception):
-    """Input the command cannot use (a file it cannot read or write)."""
 
 
 def _not_found(client: Client, args: argparse.Namespace) -> str:
@@ -212,13 +206,13 @@ def _not_found(client: Client, args: argparse.Namespace) -> str:
 def _list(client: Client, args: argparse.Namespace) -> None:
     models = client.list_models()
     if args.json:
-        _out(models.model_dump_json())
+        out(models.model_dump_json())
         return
-    _out(_table(models))
+    out(_table(models))
 
 
 def _show(client: Client, args: argparse.Namespace) -> None:
-    _print_model(client.read_model(args.name), args.json)
+    print_model(client.read_model(args.name), args.json)
 
 
 def _create(client: Client, args: argparse.Namespace) -> None:
@@ -227,7 +221,7 @@ def _create(client: Client, args: argparse.Namespace) -> None:
         value = getattr(args, field)
         if value is not None:
             config[field] = value
-    _print_model(client.create_model(args.name, **config), args.json)
+    print_model(client.create_model(args.name, **config), args.json)
 
 
 def _delete(client: Client, args: argparse.Namespace) -> None:
@@ -236,19 +230,19 @@ def _delete(client: Client, args: argparse.Namespace) -> None:
     except NotFoundError:
         if not args.missing_ok:
             raise
-        _out(json.dumps({"deleted": None}) if args.json else f"no model {args.name!r}")
+        out(json.dumps({"deleted": None}) if args.json else f"no model {args.name!r}")
         return
-    _out(json.dumps({"deleted": args.name}) if args.json else f"deleted {args.name!r}")
+    out(json.dumps({"deleted": args.name}) if args.json else f"deleted {args.name!r}")
 
 
 def _reset(client: Client, args: argparse.Namespace) -> None:
-    _print_model(client.reset_model(args.name), args.json)
+    print_model(client.reset_model(args.name), args.json)
 
 
 def _checkpoints(client: Client, args: argparse.Namespace) -> None:
     h = client.checkpoints(args.name)
     if args.json:
-        _out(h.model_dump_json())
+        out(h.model_dump_json())
         return
     rows = [("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")]
     for c in h.checkpoints:
@@ -256,11 +250,11 @@ def _checkpoints(client: Client, args: argparse.Namespace) -> None:
         rate = "-" if c.mistake_rate is None else f"{c.mistake_rate:.3f} of {c.window}"
         rows.append((str(c.id), str(c.version), when, c.reason, rate, f"{c.bytes:,}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    _out(
+    out(
         f"{h.name}: version {h.version}; every version from {h.restorable_from} on can be "
         f"restored; history {h.bytes:,} bytes"
     )
-    _out(
+    out(
         "\n".join(
             "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
         )
@@ -270,9 +264,9 @@ def _checkpoints(client: Client, args: argparse.Namespace) -> None:
 def _rollback(client: Client, args: argparse.Namespace) -> None:
     done = client.rollback(args.name, args.version, args.checkpoint)
     if args.json:
-        _out(done.model_dump_json())
+        out(done.model_dump_json())
         return
-    _out(
+    out(
         f"{done.name} is at version {done.version} again; the checkpoint of what it was "
         f"before is {done.before} (perceptron models rollback {done.name} --checkpoint "
         f"{done.before} undoes this)"
@@ -281,35 +275,35 @@ def _rollback(client: Client, args: argparse.Namespace) -> None:
 
 def _export(client: Client, args: argparse.Namespace) -> None:
     if args.output and (problem := unwritable(args.output)) is not None:
-        raise _Usage(problem)  # before asking the service for the document
+        raise Usage(problem)  # before asking the service for the document
     text = json.dumps(client.export_model(args.name, checkpoints=args.checkpoints))
     if not args.output:
-        _out(text)
+        out(text)
         return
     try:
         Path(args.output).write_text(text + "\n", encoding="utf-8")
     except OSError as e:
-        raise _Usage(file_error(args.output, e, writing=True)) from e
+        raise Usage(file_error(args.output, e, writing=True)) from e
     if args.json:
-        _out(json.dumps({"exported": args.name, "file": args.output}))
+        out(json.dumps({"exported": args.name, "file": args.output}))
     else:
-        _out(f"exported {args.name!r} to {args.output}")
+        out(f"exported {args.name!r} to {args.output}")
 
 
 def _import(client: Client, args: argparse.Namespace) -> None:
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
     except OSError as e:
-        raise _Usage(file_error(args.file, e)) from e
+        raise Usage(file_error(args.file, e)) from e
     except UnicodeDecodeError as e:
-        raise _Usage(f"cannot read {args.file}: not UTF-8 text ({e.reason})") from e
+        raise Usage(f"cannot read {args.file}: not UTF-8 text ({e.reason})") from e
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
-        raise _Usage(f"cannot read an export document from {args.file}: not JSON ({e})") from e
+        raise Usage(f"cannot read an export document from {args.file}: not JSON ({e})") from e
     if not isinstance(document, dict):
-        raise _Usage(f"{args.file} holds no export document (not a JSON object)")
-    _print_model(client.import_model(args.name, document), args.json)
+        raise Usage(f"{args.file} holds no export document (not a JSON object)")
+    print_model(client.import_model(args.name, document), args.json)
 
 
 # --- input and output ---------------------------------------------------------------------
@@ -333,11 +327,6 @@ def _object(text: str) -> dict[str, Any]:
     return value
 
 
-def _features(info: ModelInfo) -> str:
-    c = info.config
-    return str(c.n_features) if c.n_features is not None else f"named, 2^{c.hash_bits}"
-
-
 def _table(models: ModelList) -> str:
     rows = [("NAME", "CLASSES", "FEATURES", "VERSION", "SEEN", "MISTAKES")]
     for m in models.models:
@@ -349,7 +338,7 @@ def _table(models: ModelList) -> str:
             (
                 m.name,
                 classes,
-                _features(m),
+                features_of(m),
                 str(m.version),
                 str(counters.seen),
                 str(counters.mistakes),
@@ -359,34 +348,3 @@ def _table(models: ModelList) -> str:
     return "\n".join(
         "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
     )
-
-
-def _print_model(info: ModelInfo, as_json: bool) -> None:
-    if as_json:
-        _out(info.model_dump_json())
-        return
-    created = datetime.fromtimestamp(info.created, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    c = info.config
-    lines = [
-        ("name", info.name),
-        ("classes", ", ".join(map(str, c.classes))),
-        ("features", _features(info)),
-        ("multiclass", c.multiclass),
-        ("fit_bias", str(c.fit_bias).lower()),
-        ("learning_rate", str(c.learning_rate)),
-        ("margin", str(c.margin)),
-        ("averaged", str(c.averaged).lower()),
-        ("feedback_ttl_s", str(c.feedback_ttl_s)),
-        ("version", str(info.version)),
-        ("created", created),
-        *((name, str(value)) for name, value in info.counters.model_dump().items()),
-    ]
-    _out("\n".join(f"{k:<18}{v}" for k, v in lines))
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text + "\n")
-
-
-def _err(text: str) -> None:
-    sys.stderr.write(text + "\n")

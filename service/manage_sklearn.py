@@ -18,7 +18,7 @@ from perceptron_client import Client
 
 from .commands import unwritable
 from .estimator_files import EstimatorFileError, dump_estimator, load_estimator
-from .manage import _out, _print_model, _Usage
+from .manage_output import Usage, out, print_model
 
 Action = Callable[[Client, argparse.Namespace], None]
 T = TypeVar("T")
@@ -68,20 +68,20 @@ def from_sklearn(client: Client, args: argparse.Namespace) -> None:
     estimator = _refused_as_usage(load_estimator, args.file)
     options = {k: getattr(args, k) for k in OPTIONS if getattr(args, k) is not None}
     info = _refused_as_usage(client.from_sklearn, args.name, estimator, **options)
-    _print_model(info, args.json)
+    print_model(info, args.json)
 
 
 def to_sklearn(client: Client, args: argparse.Namespace) -> None:
     if (problem := unwritable(args.file)) is not None:
-        raise _Usage(problem)  # before asking the service for the model
+        raise Usage(problem)  # before asking the service for the model
     estimator = _refused_as_usage(client.to_sklearn, args.name)
     _refused_as_usage(dump_estimator, estimator, args.file)
     classes, n_features = estimator.classes_.tolist(), int(estimator.n_features_in_)
     if args.json:
         said = {"exported": args.name, "file": args.file, "estimator": "Perceptron"}
-        _out(json.dumps({**said, "classes": classes, "n_features": n_features}))
+        out(json.dumps({**said, "classes": classes, "n_features": n_features}))
         return
-    _out(
+    out(
         f"wrote {args.name!r} to {args.file}: a fitted sklearn.linear_model.Perceptron "
         f"({len(classes)} classes, {n_features} features)"
     )
@@ -94,4 +94,4 @@ def _refused_as_usage(do: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return do(*args, **kwargs)
     except (EstimatorFileError, ImportError, TypeError, ValueError) as e:
-        raise _Usage(str(e)) from e
+        raise Usage(str(e)) from e

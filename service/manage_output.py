@@ -1,0 +1,49 @@
+"""What ``perceptron models`` and its scikit-learn actions print, and the error that says a
+command's input is unusable: shared by ``manage.py`` and ``manage_sklearn.py``."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+from perceptron_client import ModelInfo
+
+
+class Usage(Exception):
+    """Input the command cannot use (a file it cannot read or write)."""
+
+
+def features_of(info: ModelInfo) -> str:
+    c = info.config
+    return str(c.n_features) if c.n_features is not None else f"named, 2^{c.hash_bits}"
+
+
+def print_model(info: ModelInfo, as_json: bool) -> None:
+    if as_json:
+        out(info.model_dump_json())
+        return
+    created = datetime.fromtimestamp(info.created, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    c = info.config
+    lines = [
+        ("name", info.name),
+        ("classes", ", ".join(map(str, c.classes))),
+        ("features", features_of(info)),
+        ("multiclass", c.multiclass),
+        ("fit_bias", str(c.fit_bias).lower()),
+        ("learning_rate", str(c.learning_rate)),
+        ("margin", str(c.margin)),
+        ("averaged", str(c.averaged).lower()),
+        ("feedback_ttl_s", str(c.feedback_ttl_s)),
+        ("version", str(info.version)),
+        ("created", created),
+        *((name, str(value)) for name, value in info.counters.model_dump().items()),
+    ]
+    out("\n".join(f"{k:<18}{v}" for k, v in lines))
+
+
+def out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
