@@ -357,7 +357,10 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: ran.update(app=app, **kw))
     # The service's logging, set before the settings are checked (uvicorn sets it again)
     monkeypatch.setattr("logging.config.dictConfig", lambda c: ran.update(logging=c))
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    # Unset, and unset again after the test (serve sets it in os.environ): set first, so that
+    # monkeypatch records how it was and puts it back.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
     monkeypatch.setenv("PERCEPTRON_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")  # serve checks the keys before any worker
     port = free_port()  # serve tries it before anything starts
