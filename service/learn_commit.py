@@ -20,7 +20,15 @@ from .learn_sequence import run_sequence
 from .learner import Example, Label
 from .learner.codec import provenance
 from .learner.perceptron import apply
-from .protocol import Bucket, Lease, Made, RequestsGone, SyncData, source_counts
+from .protocol import (
+    Bucket,
+    Lease,
+    Made,
+    RequestsGone,
+    SyncData,
+    one_source_counts,
+    source_counts,
+)
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
@@ -114,13 +122,19 @@ class LearnCommits:
         now_ms = int(1000 * self.clock())
         heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
         provs = [heads[src] for _, _, src in examples]
-        sources = [src for _, _, src in examples]
+        only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
+        sources = [src for _, _, src in examples] if only is None else []
         r2 = max(x.sq_norm for x in xs)
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
             made = Made(base.version, rep.seen_guard, r2)
             seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
-            seq.batch.cells.update(source_counts(sources, seq.served, ts, seq.updated))
+            b = seq.batch
+            b.cells.update(
+                source_counts(sources, seq.served, ts, seq.updated)
+                if only is None
+                else one_source_counts(only, b.n, b.mistakes, len(b.entries))
+            )
             answers = [
                 (
                     tag,

@@ -67,8 +67,8 @@ class Field:
     here only: the scripts get each as a Lua local ``FIELD_<NAME>`` (``LUA``)."""
 
     CELL = "cm:"  # meta: "cm:<served>:<true>" = how many labelled examples had that pair
-    # meta: "src:<key name>:n", ":m", ":u" = labelled examples, mistakes and updates the API
-    # key of that name caused (its name is empty when keys are off)
+    # meta: "src:<key name>" then EXAMPLES, MISTAKES or UPDATES = the labelled examples,
+    # mistakes and updates the API key of that name caused (empty name: keys are off)
     SOURCE = "src:"
     UPDATES = ":u"
     EXAMPLES = ":n"  # series: "<bucket>:n" = examples labelled in that time bucket
@@ -111,21 +111,21 @@ def source_counts(
     source, served a class and given its true class, and updating the weights or not; fields
     at zero are left out."""
     tally: dict[str, list[int]] = {}
-    if len(set(sources)) == 1:  # the usual case: one key sent them all
-        wrong = sum(s != t for s, t in zip(served, true, strict=True))
-        tally[sources[0]] = [len(sources), wrong, sum(updated)]
-    else:
-        for source, s, t, u in zip(sources, served, true, updated, strict=True):
-            c = tally.setdefault(source, [0, 0, 0])
-            c[0] += 1
-            c[1] += s != t
-            c[2] += u
-    return {
-        field: count
-        for source, values in tally.items()
-        for field, count in zip(source_fields(source), values, strict=True)
-        if count
-    }
+    for source, s, t, u in zip(sources, served, true, updated, strict=True):
+        c = tally.setdefault(source, [0, 0, 0])
+        c[0] += 1
+        c[1] += s != t
+        c[2] += u
+    out: dict[str, int] = {}
+    for source, (labelled, mistakes, updates) in tally.items():
+        out |= one_source_counts(source, labelled, mistakes, updates)
+    return out
+
+
+def one_source_counts(source: str, labelled: int, mistakes: int, updates: int) -> dict[str, int]:
+    """``source_counts`` of examples that one source sent, from their totals."""
+    counts = zip(source_fields(source), (labelled, mistakes, updates), strict=True)
+    return {field: count for field, count in counts if count}
 
 
 def parse_source(field: str) -> tuple[str, str] | None:

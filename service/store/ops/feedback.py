@@ -16,10 +16,10 @@ from .runner import Runner
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
 # bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
 # and when, recorded with each update (``codec.provenance``) and counted per source in meta
-# (``protocol.source_fields``). While the model's writer holds it
-# (``learn.py``), nothing is applied: {HELD, ms left}. An answer is kept TTL seconds after it
-# was given, so that the same feedback sent again within that time is a duplicate; its
-# prediction's bytes no longer count as pending.
+# (``protocol.source_fields``). While the model's writer holds it (``learn.py``), nothing is
+# applied: {HELD, ms left}. An answer is kept TTL seconds after it was given, so that the same
+# feedback sent again within that time is a duplicate; its prediction's bytes no longer count
+# as pending.
 # Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version,
 # log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, CONFLICT, BAD_LABEL),
 # mistake, updated, version (for CONFLICT: the class index given before)}
