@@ -390,6 +390,54 @@ def test_each_update_records_the_key_that_caused_it_and_when(
     assert client.get("/models/m/metrics", headers=admin).json()["sources"] == []
 
 
+@pytest.mark.servers  # two worker processes on a real redis-server
+def test_keys_learning_at_once_are_each_counted_what_their_answers_say(redis_url: str) -> None:
+    """Two keys' requests at once, on two workers: the model's writer learns both workers'
+    requests in shared group commits. Each key's counts are still the sum of its answers."""
+    keys = {"alice": "a" * 24, "bob": "b" * 24}
+    entries = ",".join(f"{who}=train:{key}" for who, key in keys.items())
+    env = {
+        "PERCEPTRON_AUTH": "true",
+        "PERCEPTRON_API_KEYS": f"{entries},admin:{'c' * 24}",
+        "PERCEPTRON_DEFAULT_MODEL": "false",
+    }
+    admin = {"authorization": f"Bearer {'c' * 24}"}
+    taught = {who: [0, 0, 0] for who in keys}  # labelled, mistakes, updates
+    lock = threading.Lock()
+    with (
+        running(ServiceProcess(redis_url, workers=2, **env)) as service,
+        httpx.Client(base_url=service.url, timeout=30, headers=admin) as http,
+    ):
+        assert http.put("/models/m", json={"n_features": 3}).status_code == 201
+
+        def teach(who: str, seed: int) -> None:
+            rng = np.random.default_rng(seed)
+            h = {"authorization": f"Bearer {keys[who]}"}
+            with httpx.Client(base_url=service.url, timeout=30, headers=h) as c:
+                for _ in range(150):
+                    x, y = rng.normal(size=3).round(2).tolist(), int(rng.choice([-1, 1]))
+                    r = c.post("/learn", json={"model": "m", "features": x, "label": y})
+                    assert r.status_code == 200, r.text
+                    answer = r.json()
+                    with lock:
+                        for j, happened in enumerate((True, answer["mistake"], answer["updated"])):
+                            taught[who][j] += happened
+
+        threads = [
+            threading.Thread(target=teach, args=(who, i))
+            for i, who in enumerate([*keys, *keys])  # two connections a key
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        counted = http.get("/models/m/metrics").json()["sources"]
+        version = http.get("/models/m").json()["version"]
+    assert {r["source"]: [r["labelled"], r["mistakes"], r["updates"]] for r in counted} == taught
+    assert taught["alice"][0] == taught["bob"][0] == 300
+    assert sum(u for _, _, u in taught.values()) == version
+
+
 def reference(updates: list[tuple[list[float], int]]) -> str:
     """A binary perceptron's weights (learning rate 1, bias) after these updates in order, as
     an export writes them: ``w += y * x``, ``b += y``, each in turn."""
