@@ -29,7 +29,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from .errors import ServiceError
+from .errors import ServiceError, Unavailable
 from .learner import Example
 from .learner.codec import EPOCH_LENGTH
 
@@ -158,10 +158,21 @@ def unpack_answer(data: bytes) -> tuple[list[int], list[bool], list[int]]:
 
 
 def pack_error(e: ServiceError) -> bytes:
-    return b"E" + json.dumps({"status": e.status, "code": e.code, "detail": e.message}).encode()
+    """The writer's error for a handed-over request; a 503 that says to retry (Unavailable)
+    keeps its Retry-After."""
+    body: dict[str, object] = {"status": e.status, "code": e.code, "detail": e.message}
+    if isinstance(e, Unavailable):
+        body["retry_after_s"] = e.retry_after_s
+    return b"E" + json.dumps(body).encode()
 
 
 def error_of(body: dict[str, object]) -> ServiceError:
-    e = ServiceError(str(body["detail"]), code=str(body["code"]))
+    """The error ``pack_error`` packed, answered by the requester as the writer would have."""
+    detail, code = str(body["detail"]), str(body["code"])
+    if "retry_after_s" in body:
+        unavailable = Unavailable(detail, code=code)
+        unavailable.retry_after_s = int(str(body["retry_after_s"]))
+        return unavailable
+    e = ServiceError(detail, code=code)
     e.status = int(str(body["status"]))
     return e
