@@ -84,9 +84,12 @@ def log_config(level: str) -> dict[str, Any]:
 def worker_app() -> FastAPI:
     """The app of a worker of ``perceptron serve``: its settings were checked before any worker
     started, and auth being off said there, once for all workers."""
+    from . import worker_gc
     from .app import create_app
 
-    return create_app(warn_auth_off=False)
+    app = create_app(warn_auth_off=False)
+    worker_gc.settle()  # the heap start-up built stays out of every collection (worker_gc.py)
+    return app
 
 
 def listen_problem(host: str, port: int) -> tuple[Exit, str] | None:

@@ -287,3 +287,26 @@ def test_a_service_that_fails_to_start_exits_1_not_uvicorns_3(
     with pytest.raises(SystemExit) as stopped:
         cli.main(["serve", "--port", str(free_port())])
     assert stopped.value.code == 143
+
+
+def test_a_serve_worker_keeps_its_start_up_heap_out_of_collections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker of ``perceptron serve`` freezes the heap its app's start-up built and raises
+    the collector's thresholds (service/worker_gc.py); an in-process app leaves them alone."""
+    import gc
+
+    from service import worker_gc
+    from service.app import create_app
+
+    monkeypatch.setenv("PERCEPTRON_AUTH", "false")
+    thresholds = gc.get_threshold()
+    try:
+        create_app()
+        assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
+        cli.worker_app()
+        assert gc.get_freeze_count() > 10_000  # the modules of the app, at least
+        assert gc.get_threshold() == worker_gc.THRESHOLDS != thresholds
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
