@@ -25,7 +25,7 @@ import json
 import secrets
 import struct
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
 
 import numpy as np
 
@@ -122,7 +122,7 @@ def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
     if dense_dim is not None:
         values = np.frombuffer(data, dtype="<f8", count=n * dense_dim, offset=at)
         rows = values.reshape(n, dense_dim)  # read-only views of the request
-        xs = [Example(row, None, s) for row, s in zip(rows, sq, strict=True)]
+        xs = list(map(Example, rows, repeat(None), sq))
     else:
         counts = np.frombuffer(data, dtype="<i4", count=n, offset=at)
         at += 4 * n

@@ -11,7 +11,7 @@ import asyncio
 import operator
 from collections.abc import Callable
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, islice
 
 from .errors import ModelBusy, learn_outcome_unknown
 from .group_commit import Coalescer, Span
@@ -171,7 +171,7 @@ class LearnCommits:
             self.replicas.maybe_compact(rep, res.log_length)
             labels = map(cfg.classes.__getitem__, seq.served)
             mistakes = map(operator.ne, seq.served, ts)
-            versions = (made.version + n for n in accumulate(seq.updated))
+            versions = islice(accumulate(seq.updated, initial=made.version), 1, None)
             return list(zip(labels, mistakes, seq.updated, versions, strict=True))
         raise ModelBusy(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "

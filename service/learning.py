@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from itertools import repeat
+from typing import Any, cast
 
 import numpy as np
 
@@ -263,10 +264,8 @@ class Learning:
                     f"Got {len(xs)} examples and {len(labels)} labels: each example takes one.",
                     code="length_mismatch",
                 )
-            ts = [_class_index(rep.config, label) for label in labels]
-            return await self.writers.learn(
-                rep, [(x, t, source) for x, t in zip(xs, ts, strict=True)]
-            )
+            ts = _class_indices(rep.config, labels)
+            return await self.writers.learn(rep, list(zip(xs, ts, repeat(source), strict=False)))
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result
@@ -304,11 +303,11 @@ def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> list[
     return xs
 
 
-def _class_index(config: ModelConfig, label: Label) -> int:
-    t = config.class_index(label)
-    if t is None:
-        raise _unknown_label(config, label)
-    return t
+def _class_indices(config: ModelConfig, labels: Sequence[Label]) -> list[int]:
+    ts = config.class_indices(labels)
+    if None in ts:  # the first label that is not one of the classes
+        raise _unknown_label(config, labels[ts.index(None)])
+    return cast(list[int], ts)
 
 
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes

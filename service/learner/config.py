@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import Any, Literal
@@ -140,6 +141,13 @@ class ModelConfig:
         if isinstance(label, bool) or not isinstance(label, int | str):
             return None
         return self._index.get(label)
+
+    def class_indices(self, labels: Sequence[Label]) -> list[int | None]:
+        """``class_index`` of each label; in one pass in C when every label is an int (not a
+        bool) or a str, as a batch's labels are."""
+        if {int, str}.issuperset(map(type, labels)):
+            return list(map(self._index.get, labels))
+        return [self.class_index(label) for label in labels]
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
