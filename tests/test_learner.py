@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.learner import (
     ConfigError,
@@ -975,3 +977,25 @@ def test_mapping_type_is_not_required_to_be_a_dict() -> None:
     x, y = encode(cfg, Frozen({"a": 1.0, "b": 2.0})), encode(cfg, {"a": 1.0, "b": 2.0})
     assert x.index is not None and y.index is not None
     assert x.index.tolist() == y.index.tolist() and x.values.tolist() == y.values.tolist()
+
+
+@given(
+    classes=st.sampled_from([(-1, 1), (0, 1, 2), ("a", "b", "c"), ("1", "2")]),
+    labels=st.lists(
+        st.one_of(
+            st.integers(-2, 3),
+            st.sampled_from(["a", "b", "c", "1", "d"]),
+            st.booleans(),
+            st.floats(-2, 2),
+            st.none(),
+        ),
+        max_size=20,
+    ),
+)
+def test_a_batch_of_labels_maps_to_classes_as_each_label_does(
+    classes: tuple[int | str, ...], labels: list[Any]
+) -> None:
+    """A batch's class indices (one pass in C when every label is an int or a str) are each
+    label's ``class_index``: a bool is not 1, a float not an int, "1" not 1."""
+    cfg = ModelConfig(n_features=2, classes=classes)
+    assert cfg.class_indices(labels) == [cfg.class_index(label) for label in labels]
