@@ -6,8 +6,9 @@
 For each W in --workers: a fresh redis-server and ``perceptron serve --workers W`` on
 loopback, one dense binary model (d=100), and --clients writer processes that each send
 packed 1000 x 100 batches to that model, back to back on one keep-alive connection, for
---seconds. Reported: examples learned per second (from the model's own counter), requests
-that did not answer 200, and the model's version against the updates the answers
+--seconds. Reported: examples learned per second (from the model's own counter), the CPU
+(user + sys) per learned example of the service's processes and of Redis, requests that did
+not answer 200, and the model's version against the updates the answers
 acknowledged (they must be equal), and first the ceiling: the learner loop alone on one core.
 Each W runs this tree with PERCEPTRON_ONE_WRITER=true and with it false (each worker commits
 its own), alternated run by run, and their ratio; with --baseline, a checkout of REV too (a git
@@ -36,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
+from harness.cpu import process_cpu, tree_cpu, tree_delta
 
 from service.loopback import free_port, redis_server_command, wait_until
 
@@ -182,6 +185,7 @@ class Run:
     def __call__(self) -> dict[str, Any]:
         port = free_port()
         redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-writers-"))
+        redis = psutil.Process(redis_proc.pid)
         service = serve(self.tree, rport, port, self.workers, self.extra)
         try:
             wait_until(partial(ready, port), 30, "service")
@@ -207,8 +211,11 @@ class Run:
             ]
             for p in procs:
                 p.start()
+            time.sleep(max(0.0, start - time.time()))
+            cpu0, redis0 = tree_cpu(service.pid), process_cpu(redis)
             results = [queue.get(timeout=self.seconds + 120) for _ in procs]
             elapsed = time.time() - start
+            cpu1, redis1 = tree_cpu(service.pid), process_cpu(redis)
             for p in procs:
                 p.join(30)
             after = json.loads(call(port, "GET", "/models/w")[1])
@@ -222,6 +229,10 @@ class Run:
         acknowledged = sum(u for _, u, _ in results)
         return {
             "examples_per_s": learned / elapsed,
+            # CPU (user + sys) per learned example while the clients sent: the service's
+            # processes (its workers), and Redis
+            "worker_us": 1e6 * tree_delta(cpu0, cpu1) / learned,
+            "redis_us": 1e6 * (redis1 - redis0) / learned,
             "ok": sum(o for o, _, _ in results),
             "failed": statuses,
             "exact": after["version"] - before["version"] == acknowledged,
@@ -266,6 +277,8 @@ def main() -> None:
                     table.setdefault((name, w), []).append(r)
                     say(
                         f"W={w} {name}: {r['examples_per_s']:,.0f} examples/s, "
+                        f"CPU per example {r['worker_us']:.2f} us workers, "
+                        f"{r['redis_us']:.2f} us Redis, "
                         f"{r['ok']} ok, failed {r['failed']}, exact {r['exact']}",
                         flush=True,
                     )
@@ -273,9 +286,11 @@ def main() -> None:
         f"\n{args.clients} writer processes, packed {BATCH} x {DIM} batches, one model, "
         f"{args.seconds:g} s runs, median of {args.repeat}"
     )
-    head = "| W | " + " | ".join(f"{n} examples/s | {n} non-200" for n in trees)
+    head = "| W | " + " | ".join(
+        f"{n} examples/s | {n} worker CPU per example | {n} non-200" for n in trees
+    )
     say(head + (" | ratio |" if len(trees) > 1 else " |"))
-    say("|" + "---|" * (1 + 2 * len(trees) + (len(trees) > 1)))
+    say("|" + "---|" * (1 + 3 * len(trees) + (len(trees) > 1)))
     for w in sorted({w for _, w in table}):
         cells, meds = [], []
         for n in trees:
@@ -284,7 +299,8 @@ def main() -> None:
             meds.append(med)
             failed = sum(sum(r["failed"].values()) for r in runs)
             total = failed + sum(r["ok"] for r in runs)
-            cells += [f"{med:,.0f}", f"{failed} of {total}"]
+            cpu = statistics.median(r["worker_us"] for r in runs)
+            cells += [f"{med:,.0f}", f"{cpu:.2f} µs", f"{failed} of {total}"]
         ratio = f" {meds[0] / meds[1]:.2f} |" if len(meds) > 1 else ""
         say(f"| {w} | " + " | ".join(cells) + " |" + ratio)
 
