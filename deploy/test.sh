@@ -15,5 +15,11 @@ fi
 # The fast layer first, with a floor of its own just below what it measured (90%), then the
 # rest, its coverage added to the fast layer's, with the floor of the whole suite just below
 # what it measured (93.6%; docs/tests.md). Each test runs once.
-.venv/bin/pytest -m fast --cov --cov-report= --cov-fail-under=89
-exec .venv/bin/pytest -m "not fast" --cov --cov-append --cov-report=term --cov-fail-under=92.5
+# Each layer on two test processes (pytest-xdist; pytest-cov combines their coverage): the
+# fast layer test by test (CPU-bound, in-process); the rest a module at a time on the same
+# process (--dist loadfile), so a module's servers (its two_workers, the compose stack, the
+# cluster) start once and its tests run in their order, one at a time. The servers layer
+# mostly waits on its servers, so the two share the two cores; docs/tests.md has the timings.
+.venv/bin/pytest -m fast -n 2 --cov --cov-report= --cov-fail-under=89
+exec .venv/bin/pytest -m "not fast" -n 2 --dist loadfile \
+  --cov --cov-append --cov-report=term --cov-fail-under=92.5

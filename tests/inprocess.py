@@ -39,12 +39,19 @@ class Clock:
 
     def __init__(self) -> None:
         self.skipped = 0.0
+        self.stopped_at: float | None = None
 
     def __call__(self) -> float:
-        return time.time() + self.skipped
+        now = time.time() if self.stopped_at is None else self.stopped_at
+        return now + self.skipped
 
     def advance(self, seconds: float) -> None:
         self.skipped += seconds
+
+    def stop(self) -> None:
+        """From now on only ``advance`` moves it: two readings between two advances are of one
+        moment, however long the test takes between them (on a busy machine too)."""
+        self.stopped_at = time.time()
 
 
 class WaitingClock(Clock):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import httpx
@@ -50,6 +51,32 @@ class RedisServer:
         self.proc = None
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, whose main loop ``stop`` wakes at once rather than at its next tick
+    (every 0.1 s): a test's teardown does not wait for it. It shuts down as uvicorn's does."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            should_exit = await self.on_tick(counter)
+
+    def stop(self) -> None:
+        self.should_exit = True  # read by on_tick, whether or not the loop runs yet
+        if self._loop is not None:
+            with suppress(RuntimeError):  # the loop has closed: the server is gone already
+                self._loop.call_soon_threadsafe(self._wake.set)
+
+
 class ServiceThread:
     """The service's ASGI app under uvicorn, in a thread of the test process."""
 
@@ -64,20 +91,27 @@ class ServiceThread:
             log_level="warning",
             http=BoundedHttpToolsProtocol,
         )
-        self.server = uvicorn.Server(config)
+        self.server = _Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> ServiceThread:
+    def start(self, timeout: float = 10.0) -> ServiceThread:
         self.thread.start()
-        wait_until(lambda: self.server.started, what="service thread")
+        # Looked at more often than wait_until does (it starts in milliseconds, once a test)
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("service thread: it ended without starting")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:g} s waiting for service thread")
+            time.sleep(0.005)
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.server.stop()
         self.thread.join(10)
 
     def __enter__(self) -> ServiceThread:

@@ -13,8 +13,10 @@ import httpx
 import pytest
 
 from service.auth import KeyRing
+from service.settings import Settings
 
 from .conftest import MakeService
+from .servers import RedisServer, ServiceThread
 from .test_api_errors import MODEL, state
 from .test_security import ADMIN, KEYS, PREDICT, TRAIN, auth
 
@@ -213,14 +215,41 @@ BIG = 20_000_000  # bytes the request announces; only the first SENT are ever se
 SENT = 64 * 1024
 
 
+# Limits above the defaults: these bodies are large, yet within what the service accepts.
+SECURED: dict[str, Any] = {
+    "auth": True,
+    "api_keys": KEYS,
+    "max_body_bytes": 32 * 1024 * 1024,
+    "max_batch": 10_000,
+}
+
+
 @pytest.fixture
 def secured(make_service: MakeService) -> httpx.Client:
-    # Limits above the defaults: these bodies are large, yet within what the service accepts.
-    client = make_service(
-        auth=True, api_keys=KEYS, max_body_bytes=32 * 1024 * 1024, max_batch=10_000
-    )
+    client = make_service(**SECURED)
     assert client.put("/models/m", json={"n_features": 2}, headers=auth(ADMIN)).status_code == 201
     return client
+
+
+@pytest.fixture(scope="module")
+def refusing() -> Iterator[httpx.Client]:
+    """``secured``'s service, shared by the module's refusals (a redis-server of its own): each
+    refused request changes nothing, and each test checks it still serves model m at version 0,
+    the requests of the tests before it included."""
+    store = RedisServer().start()
+    try:
+        with ServiceThread(Settings(redis_url=store.url, **SECURED)) as server:
+            with httpx.Client(base_url=server.url, timeout=30) as client:
+                r = client.put("/models/m", json={"n_features": 2}, headers=auth(ADMIN))
+                assert r.status_code == 201, r.text
+                yield client
+    finally:
+        store.stop()
+
+
+def assert_unchanged(client: httpx.Client) -> None:
+    r = client.get("/models/m", headers=auth(ADMIN))  # the service is fine, nothing changed
+    assert r.status_code == 200 and r.json()["version"] == 0
 
 
 def start_of_body() -> bytes:
@@ -289,13 +318,12 @@ KEYED = [
 )
 @pytest.mark.servers  # a raw socket sends part of a body
 def test_no_valid_key_is_refused_before_the_body(
-    secured: httpx.Client, method: str, path: str, headers: dict[str, str], chunked: bool
+    refusing: httpx.Client, method: str, path: str, headers: dict[str, str], chunked: bool
 ) -> None:
-    status, body = answer_to_partial_body(secured, method, path, headers, chunked)
+    status, body = answer_to_partial_body(refusing, method, path, headers, chunked)
     assert status == 401
     assert body["code"] == "unauthorized" and set(body) == {"detail", "code"}
-    r = secured.get("/models/m", headers=auth(ADMIN))  # the service is fine, nothing changed
-    assert r.status_code == 200 and r.json()["version"] == 0
+    assert_unchanged(refusing)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
@@ -310,10 +338,11 @@ def test_no_valid_key_is_refused_before_the_body(
 )
 @pytest.mark.servers  # a raw socket sends part of a body
 def test_a_key_without_the_role_is_refused_before_the_body(
-    secured: httpx.Client, method: str, path: str, key: str, chunked: bool
+    refusing: httpx.Client, method: str, path: str, key: str, chunked: bool
 ) -> None:
-    status, body = answer_to_partial_body(secured, method, path, auth(key), chunked)
+    status, body = answer_to_partial_body(refusing, method, path, auth(key), chunked)
     assert status == 403 and body["code"] == "forbidden"
+    assert_unchanged(refusing)
 
 
 def test_the_key_is_looked_up_once_per_request(

@@ -179,6 +179,9 @@ def test_pending_bytes_are_what_the_cap_counts_as_they_lapse(start: Any, clock: 
     """The scrape's reading (Python) against the predict script's (Lua), second by second
     while predictions made at different times lapse: a worker whose cap refuses every
     prediction reports the script's count in its 429."""
+    # The moments are the test's steps: a bucket that lapsed between the scrape and the script
+    # by the real time they took would make them differ.
+    clock.stop()
     api = start(max_pending_bytes=1_000_000).client()
     refusing = start(max_pending_bytes=1).client()
     api.put("/models/p", json={"n_features": 3, "feedback_ttl_s": 100})  # buckets of 2 s
