@@ -10,7 +10,8 @@ writer's CPU in the collector. So the heap the app's start-up built is frozen (m
 collection looks: ``gc.freeze``), and collections run after 50,000 allocations instead of 700,
 each older generation after 20 of the younger instead of 10. Cycles are still collected, later:
 a worker's memory under a stream of failing requests stays flat (measured as the same as with
-the defaults; docs/performance.md). In-process apps (tests) keep their process's settings.
+the defaults; docs/performance.md, figure 12). In-process apps (tests) keep their process's
+settings.
 """
 
 from __future__ import annotations
