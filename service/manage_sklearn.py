@@ -47,7 +47,7 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
         "create a model from a fitted scikit-learn linear classifier (a joblib file)",
         from_sklearn,
     )
-    warm.description, warm.formatter_class = FROM_SKLEARN, argparse.RawDescriptionHelpFormatter
+    _describe(warm, FROM_SKLEARN)
     warm.add_argument("file", metavar="FILE", help="the estimator, saved with joblib.dump")
     spec = warm.add_argument_group("the model (unset: as the estimator was trained)")
     spec.add_argument("--multiclass", choices=["ovr", "multiclass"], help="how it learns on")
@@ -60,8 +60,13 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
         "write a model as a fitted scikit-learn Perceptron (a joblib file)",
         to_sklearn,
     )
-    cold.description, cold.formatter_class = TO_SKLEARN, argparse.RawDescriptionHelpFormatter
+    _describe(cold, TO_SKLEARN)
     cold.add_argument("file", metavar="FILE", help="where to write it")
+
+
+def _describe(parser: argparse.ArgumentParser, text: str) -> None:
+    """An action's description, printed as written (its line breaks kept)."""
+    parser.description, parser.formatter_class = text, argparse.RawDescriptionHelpFormatter
 
 
 def from_sklearn(client: Client, args: argparse.Namespace) -> None:
