@@ -68,6 +68,16 @@ class _Forbidden:
         )
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """matplotlib's font cache, built before any test: on a machine that has none yet, the
+    first figure lists the system's fonts with ``fc-list`` (a process), which a fast test that
+    draws a learning curve must not start."""
+    try:
+        import matplotlib.font_manager  # noqa: F401  (builds and saves the cache)
+    except ImportError:  # an environment without the replay extra draws no curve
+        pass
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A fast test starts no server and no process (before any of its fixtures is set up)."""

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -200,6 +201,19 @@ def test_the_learning_curve_is_a_png(tmp_path: Path) -> None:
     assert xs == [1, 2, 3, 4]
     assert cumulative == [1.0, 0.5, 1 / 3, 0.5]
     assert moving == [1.0, 0.5, 0.0, 0.5]
+
+
+@pytest.mark.servers
+def test_a_fast_curve_test_passes_on_a_machine_without_a_font_cache(tmp_path: Path) -> None:
+    """The fast layer on a fresh machine: matplotlib has no font cache yet, and building one
+    starts ``fc-list``, which a fast test may not (the session builds it first, conftest.py)."""
+    test = "tests/test_replay.py::test_the_learning_curve_is_a_png"
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}  # no cache there yet
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "fast", test]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "1 passed" in done.stdout
+    assert any((tmp_path / "mpl").glob("fontlist-*.json"))
 
 
 def test_the_cli_replays_and_draws(url: str, tmp_path: Path) -> None:
