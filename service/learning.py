@@ -221,6 +221,7 @@ class Learning:
                 rep.config.feedback_ttl_s,
                 source,
                 int(1000 * self.clock()),
+                rep.config.averaged,
             )
             if not isinstance(batch, Held):
                 break

@@ -301,6 +301,78 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("averaged", [False, True])
+def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hold(
+    redis_url: str, averaged: bool
+) -> None:
+    """While the writer holds the model (its commit found the model moved), feedback that would
+    update the weights waits; feedback that would not (the prediction was right, a duplicate,
+    an unknown id) is applied at once, since the writer's commit of a model that is not
+    averaged is guarded by the version alone. An averaged model's commit is guarded by the
+    count of examples seen too: there every fresh label waits."""
+    from service.learn_commit import time_bucket
+    from service.learning import Feedback
+    from service.names import PredictionId
+    from service.protocol import FeedbackBatch, Held, Status
+
+    async def main() -> None:
+        b = _worker(redis_url)
+        k = ModelKeys("m")
+        try:
+            await b.models.create_model("m", {"n_features": D, "averaged": averaged})
+            rep = await b.replicas.get("m")
+            _, made = await b.learning.predict("m", [[1, 0, 0, 0]])
+            (taught,) = await b.learning.submit_feedback(
+                [(PredictionId.parse(made[0].prediction_id), 1)]
+            )
+            assert isinstance(taught, Feedback) and taught.updated  # the weights: x, bias 1
+            _, made = await b.learning.predict("m", [[2, 0, 0, 0]] * 3)
+            assert [p.label for p in made] == [1, 1, 1]  # served right for label 1
+            ids = [PredictionId.parse(p.prediction_id) for p in made]
+            right, wrong, other = (i.token for i in ids if i is not None)
+            # As a writer's stale commit leaves it (ops/learn.py): held, no feedback waiting.
+            await b.store.client.set(k.hold, "1", px=60_000)
+
+            async def send(tokens: list[str], labels: list[int]) -> FeedbackBatch | Held:
+                return await b.store.commit_feedback(
+                    "m",
+                    rep.epoch,
+                    tokens,
+                    labels,
+                    time_bucket(b.settings, time.time()),
+                    rep.config.feedback_ttl_s,
+                    "tester",
+                    int(time.time() * 1000),
+                    averaged,
+                )
+
+            version = int(await b.store.client.hget(k.meta, "version") or 0)
+            # An update waits, whatever else the call holds, and counts itself in the hold.
+            assert isinstance(await send([right, wrong], [1, 0]), Held)
+            assert await b.store.client.get(k.hold) == b"2"
+            went = await send([right, "unknown-token-of-no-one"], [1, 1])
+            if averaged:
+                assert isinstance(went, Held)  # the count of examples seen would move
+                return
+            assert isinstance(went, FeedbackBatch)
+            assert [i.status for i in went.items] == [Status.DONE, Status.UNKNOWN]
+            assert not went.items[0].updated and went.version == version
+            again = await send([right], [1])  # a duplicate goes through too
+            assert isinstance(again, FeedbackBatch)
+            assert again.items[0].status == Status.DUPLICATE
+            assert int(await b.store.client.hget(k.meta, "version") or 0) == version
+            assert isinstance(await send([other], [0]), Held)
+            await b.store.client.delete(k.hold)
+            done = await send([wrong, other], [0, 0])  # let go: the updates are applied
+            assert isinstance(done, FeedbackBatch)
+            assert [i.updated for i in done.items] == [True, True]
+            assert done.version == version + 2
+        finally:
+            await _close(b)
+
+    asyncio.run(main())
+
+
 def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_url: str) -> None:
     """The hand-over and the writer's take send their script with a wait in one pipeline,
     by its digest: after a Redis restart forgets the scripts, each is loaded and sent again

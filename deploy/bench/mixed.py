@@ -1,7 +1,7 @@
 """/feedback and /learn on one model at once: feedback's latency while the model learns.
 
     .venv/bin/python deploy/bench/mixed.py                     # about 2 minutes
-    .venv/bin/python deploy/bench/mixed.py --repeat 5 [--baseline REV]
+    .venv/bin/python deploy/bench/mixed.py --repeat 5 [--baseline REV] [--pause-ms MS]
 
 Each run: a fresh redis-server and ``perceptron serve --workers 2`` on loopback, one dense
 binary model (d=100), then two wrk loads at once for --seconds: /learn, one example a
@@ -10,7 +10,13 @@ fresh prediction made before the run with its label chosen against the predictio
 every feedback updates the weights too (--connections each, wrk_bodies.lua). Each design
 runs in turn, round after round: one writer (the default) and each worker committing its own
 (PERCEPTRON_ONE_WRITER=false), and with --baseline a checkout of REV with one writer (a git
-worktree made here, removed at the end). Reported per design, medians over the rounds:
+worktree made here, removed at the end); and, as the floor of the same load on the same
+machine, one writer with /learn sent to a second model ("learn elsewhere"): what feedback
+costs when nothing shares its model. By default each connection sends its next request as
+soon as it has an answer (a closed loop: the loads take whatever the service gives them, so
+the designs do not do the same work); --pause-ms MS makes each connection wait MS ms first,
+an offered load below what the service can answer, the same for every design (wrk_bodies.lua,
+WRK_PAUSE_MS). Reported per design, medians over the rounds:
 /feedback's p50, p99 and answers/s, /learn's p99 and answers/s, non-200 answers, and whether
 the model's version grew by exactly the updates the answers acknowledged. Every process is
 started here, bound to 127.0.0.1, and stopped by its PID.
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -39,16 +46,17 @@ ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
 DIM = 100
 PREDICTIONS = 60_000  # fresh ids for one run's /feedback: more than it can send
+ELSEWHERE = "learn elsewhere"  # one writer, /learn on a second model: feedback's floor
 
 
-def learn_bodies(path: Path) -> Path:
+def learn_bodies(path: Path, model: str = "m") -> Path:
     rng = np.random.default_rng(1)
     truth = np.random.default_rng(0).normal(size=DIM)
     with path.open("w") as f:
         for _ in range(2000):
             x = rng.normal(size=DIM).round(4)
             y = 1 if float(x @ truth) + rng.normal(scale=2.0) > 0 else -1
-            f.write(json.dumps({"model": "m", "features": x.tolist(), "label": y}) + "\n")
+            f.write(json.dumps({"model": model, "features": x.tolist(), "label": y}) + "\n")
     return path
 
 
@@ -66,12 +74,15 @@ def feedback_bodies(port: int, path: Path) -> Path:
     return path
 
 
-def wrk(port: int, path: str, body_file: Path, mode: str, conns: int, seconds: float) -> Any:
+def wrk(
+    port: int, path: str, body_file: Path, mode: str, conns: int, seconds: float, pause_ms: int
+) -> Any:
     return subprocess.Popen(
         ["wrk", "-t1", f"-c{conns}", f"-d{round(seconds)}s", "-s", str(LUA)]
         + [f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
         stdout=subprocess.PIPE,
         text=True,
+        env={**os.environ, "WRK_PAUSE_MS": str(pause_ms)},
     )
 
 
@@ -83,19 +94,31 @@ def summary(proc: Any) -> dict[str, Any]:
     return result
 
 
-def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) -> dict[str, Any]:
+def run(
+    tree: Path,
+    env: dict[str, str],
+    tmp: Path,
+    conns: int,
+    seconds: float,
+    pause_ms: int,
+    learn_model: str,
+) -> dict[str, Any]:
     port = free_port()
     redis_proc, rport = redis_server(tmp)
     service = serve(tree, rport, port, 2, {"PERCEPTRON_MAX_PENDING_BYTES": "0", **env})
     try:
         wait_until(partial(ready, port), 30, "service")
-        assert call(port, "PUT", "/models/m", {"n_features": DIM})[0] == 201
+        for name in {"m", learn_model}:
+            assert call(port, "PUT", f"/models/{name}", {"n_features": DIM})[0] == 201
         fb = feedback_bodies(port, tmp / "feedback_0")
-        before = json.loads(call(port, "GET", "/models/m")[1])
-        learn = wrk(port, "/learn", tmp / "learn", "cycle", conns, seconds)
-        feedback = wrk(port, "/feedback", fb.with_name("feedback_%d"), "once", conns, seconds)
+        learned = learn_bodies(tmp / "learn", learn_model)
+        before = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
+        learn = wrk(port, "/learn", learned, "cycle", conns, seconds, pause_ms)
+        feedback = wrk(
+            port, "/feedback", fb.with_name("feedback_%d"), "once", conns, seconds, pause_ms
+        )
         got = {"learn": summary(learn), "feedback": summary(feedback)}
-        after = json.loads(call(port, "GET", "/models/m")[1])
+        after = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
     finally:
         stop(service, redis_proc)
     out: dict[str, Any] = {}
@@ -108,10 +131,10 @@ def run(tree: Path, env: dict[str, str], tmp: Path, conns: int, seconds: float) 
             "bad": sum(s["statuses"].values()) + s["timeouts"],
         }
     # Every feedback updates; a learn does when it was a mistake (counted by the model).
-    fed = after["counters"]["feedback"] - before["counters"]["feedback"]
-    learned = after["counters"]["learned"] - before["counters"]["learned"]
-    out["applied"] = {"feedback": fed, "learned": learned}
-    out["exact"] = after["version"] - before["version"] >= fed
+    fed = after["m"]["counters"]["feedback"] - before["m"]["counters"]["feedback"]
+    taught = after[learn_model]["counters"]["learned"] - before[learn_model]["counters"]["learned"]
+    out["applied"] = {"feedback": fed, "learned": taught}
+    out["exact"] = after["m"]["version"] - before["m"]["version"] >= fed
     return out
 
 
@@ -121,18 +144,33 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--connections", type=int, default=16, help="per load (wrk -c)")
     ap.add_argument("--baseline", default=None, help="a git revision to compare with")
+    ap.add_argument(
+        "--pause-ms",
+        type=int,
+        default=0,
+        help="each connection's pause before its next request (0: a closed loop)",
+    )
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is missing: deploy/bench/benchmark.py installs it (apt-get install wrk)")
     table: dict[str, list[dict[str, Any]]] = {}
     with designs(args.baseline) as trees:
+        trees[ELSEWHERE] = trees["one writer"]
         for r in range(args.repeat):
             order = list(trees.items()) if r % 2 == 0 else list(reversed(trees.items()))
             for name, (tree, env) in order:
                 with tempfile.TemporaryDirectory(prefix="pcp-mixed-") as folder:
                     tmp = Path(folder)
-                    learn_bodies(tmp / "learn")
-                    got = run(tree, env, tmp, args.connections, args.seconds)
+                    learn_model = "m2" if name == ELSEWHERE else "m"
+                    got = run(
+                        tree,
+                        env,
+                        tmp,
+                        args.connections,
+                        args.seconds,
+                        args.pause_ms,
+                        learn_model,
+                    )
                 table.setdefault(name, []).append(got)
                 f, lr = got["feedback"], got["learn"]
                 say(
@@ -140,9 +178,10 @@ def main() -> None:
                     f"p99 {f['p99_ms']:.1f} ms; /learn {lr['per_s']:,.0f}/s p99 "
                     f"{lr['p99_ms']:.1f} ms; non-200 {f['bad'] + lr['bad']}; exact {got['exact']}"
                 )
+    pause = f", {args.pause_ms} ms pause a request" if args.pause_ms else ", closed loop"
     say(
         f"\n/feedback and /learn at once on one model, 2 workers, wrk -c{args.connections} "
-        f"each, {args.seconds:g} s, median of {args.repeat}"
+        f"each{pause}, {args.seconds:g} s, median of {args.repeat}"
     )
     say(
         "| design | /feedback p50 ms | /feedback p99 ms | /feedback per s | /learn p99 ms "

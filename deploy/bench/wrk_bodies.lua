@@ -8,6 +8,10 @@
 -- once: send each body once; when a thread runs out it sends a body the service answers
 --       with 404, so that running out shows as non-2xx responses instead of duplicates.
 -- KEY: an API key, sent as "Authorization: Bearer KEY".
+-- WRK_PAUSE_MS (environment): each connection waits this many ms after an answer before its
+--       next request, so that the load is about connections / (pause + latency) requests a
+--       second, not as many as the service can answer (unset or 0: no pause, and wrk's
+--       loop is the same as without this script's delay).
 -- Responses other than 200 are counted by status.
 -- done() prints one line "BENCH {json}" with the counts and latency percentiles (us).
 
@@ -53,6 +57,13 @@ function request()
     i = 1
   end
   return reqs[i]
+end
+
+local pause = tonumber(os.getenv("WRK_PAUSE_MS") or "0") or 0
+if pause > 0 then
+  function delay()
+    return pause
+  end
 end
 
 function response(status, headers, body)

@@ -16,17 +16,21 @@ from .runner import Runner
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
 # bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
 # and when, recorded with each update (``codec.provenance``) and counted per source in meta
-# (``protocol.source_fields``). While the model's writer holds it (``learn.py``), nothing is
-# applied: {HELD, ms left}. An answer is kept TTL seconds after it was given, so that the same
-# feedback sent again within that time is a duplicate; its prediction's bytes no longer count
-# as pending.
+# (``protocol.source_fields``); AVERAGED: 1 for an averaged model (whose writer's commit is
+# guarded by the count of examples seen too), else 0. While the model's writer holds it
+# (``learn.py``), a call that would move what the writer's commit is guarded by (an update;
+# for an averaged model, any example counted) applies nothing: {HELD, ms left}; one that
+# would not (each item a label that updates nothing, a duplicate, unknown, a conflict) goes
+# through, as it cannot make that commit stale. An answer is kept TTL seconds after it was
+# given, so that the same feedback sent again within that time is a duplicate; its
+# prediction's bytes no longer count as pending.
 # Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version,
 # log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, CONFLICT, BAD_LABEL),
 # mistake, updated, version (for CONFLICT: the class index given before)}
 SCRIPT = Script(
     "feedback",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold"),
-    args=("epoch", "bucket#", "keep#", "ttl#", "source", "now_ms"),
+    args=("epoch", "bucket#", "keep#", "ttl#", "source", "now_ms", "averaged#"),
     rest_keys="pending",
     rest_args="labels",
     parts=(parts.RECORD, parts.PENDING),
@@ -35,10 +39,22 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
+-- A prediction of this model still waiting for its label, and the label a class of it.
+local function fresh(p, t)
+  return p and string.sub(p, EPOCH_AT, EPOCH_END) == epoch and t ~= '-1'
+    and string.sub(p, 1, 1) ~= ANSWERED
+end
 local held = redis.call('PTTL', HOLD)
 if held > 0 then
-  redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
-  return {HELD, held}
+  for i = PENDING_AT, #KEYS do
+    local t = ARGV[i + LABELS_AT - PENDING_AT]
+    local p = redis.call('GET', KEYS[i])
+    if fresh(p, t) and (AVERAGED == 1
+        or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
+      redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
+      return {HELD, held}
+    end
+  end
 end
 if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
@@ -143,9 +159,11 @@ async def feedback(
     ttl_s: int,
     source: str,
     now_ms: int,
+    averaged: bool = False,
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
-    the model's writer holds it."""
+    the model's writer holds it and one of them would update the weights (for an
+    ``averaged`` model: would count an example)."""
     k = ModelKeys(name)
     reply = await store.run(
         SCRIPT,
@@ -158,6 +176,7 @@ async def feedback(
             ttl=ttl_s,
             source=source,
             now_ms=now_ms,
+            averaged=int(averaged),
         ),
     )
     if int(reply[0]) == Status.HELD:
