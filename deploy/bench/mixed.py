@@ -7,7 +7,9 @@ Each run: a fresh redis-server and ``perceptron serve --workers 2`` on loopback,
 binary model (d=100), then two wrk loads at once for --seconds: /learn, one example a
 request (a noisy linear teacher, so the weights keep changing), and /feedback, each for a
 fresh prediction made before the run with its label chosen against the prediction, so that
-every feedback updates the weights too (--connections each, wrk_bodies.lua). Each design
+every feedback updates the weights too (--connections each, wrk_bodies.lua); with --wrong F,
+only a share F of them (the model is taught a batch first, and the rest get the class it
+served: no update, as in a stream the model mostly gets right). Each design
 runs in turn, round after round: one writer (the default) and each worker committing its own
 (PERCEPTRON_ONE_WRITER=false), and with --baseline a checkout of REV with one writer (a git
 worktree made here, removed at the end); and, as the floor of the same load on the same
@@ -17,9 +19,10 @@ soon as it has an answer (a closed loop: the loads take whatever the service giv
 the designs do not do the same work); --pause-ms MS makes each connection wait MS ms first,
 an offered load below what the service can answer, the same for every design (wrk_bodies.lua,
 WRK_PAUSE_MS). Reported per design, medians over the rounds:
-/feedback's p50, p99 and answers/s, /learn's p99 and answers/s, non-200 answers, and whether
-the model's version grew by exactly the updates the answers acknowledged. Every process is
-started here, bound to 127.0.0.1, and stopped by its PID.
+/feedback's p50, p99 and answers/s, /learn's p99 and answers/s, how many feedback calls
+found the model held by its writer (per 1,000 feedbacks applied), non-200 answers, and
+whether the model's version grew by at least its mistakes (each an update, at margin 0).
+Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import redis
 from writers import call, designs, ready, redis_server, say, serve, stop
 
 from service.loopback import free_port, wait_until
@@ -60,18 +64,37 @@ def learn_bodies(path: Path, model: str = "m") -> Path:
     return path
 
 
-def feedback_bodies(port: int, path: Path) -> Path:
-    """One /feedback body per fresh prediction, its label the other class."""
+def feedback_bodies(port: int, path: Path, wrong: float) -> Path:
+    """One /feedback body per fresh prediction, its label the other class for a share
+    ``wrong`` of them (each an update), the class served for the rest (none an update: the
+    model is taught first, so that no score is 0, where either label updates)."""
     rng = np.random.default_rng(2)
+    if wrong < 1:
+        truth = np.random.default_rng(0).normal(size=DIM)
+        xs = rng.normal(size=(1000, DIM)).round(4)
+        ys = np.where(xs @ truth > 0, 1, -1).tolist()
+        body = {"model": "m", "features": xs.tolist(), "labels": ys}
+        assert call(port, "POST", "/learn/batch", body)[0] == 200
     with path.open("w") as f:
         for _ in range(PREDICTIONS // 1000):
             xs = rng.normal(size=(1000, DIM)).round(4).tolist()
             status, data = call(port, "POST", "/predict/batch", {"model": "m", "features": xs})
             assert status == 200, data
             for p in json.loads(data)["predictions"]:
-                label = -1 if p["label"] == 1 else 1
+                against = rng.random() < wrong
+                label = (-1 if p["label"] == 1 else 1) if against else p["label"]
                 f.write(json.dumps({"prediction_id": p["prediction_id"], "label": label}) + "\n")
     return path
+
+
+def held_calls(redis_port: int) -> int:
+    """Feedback calls that found the model held by its writer so far: each counts itself in
+    the hold with one INCR, the only INCR the service sends (Redis's INFO commandstats)."""
+    client = redis.Redis(port=redis_port)
+    try:
+        return int(client.info("commandstats").get("cmdstat_incr", {}).get("calls", 0))
+    finally:
+        client.close()
 
 
 def wrk(
@@ -102,6 +125,7 @@ def run(
     seconds: float,
     pause_ms: int,
     learn_model: str,
+    wrong: float,
 ) -> dict[str, Any]:
     port = free_port()
     redis_proc, rport = redis_server(tmp)
@@ -110,15 +134,17 @@ def run(
         wait_until(partial(ready, port), 30, "service")
         for name in {"m", learn_model}:
             assert call(port, "PUT", f"/models/{name}", {"n_features": DIM})[0] == 201
-        fb = feedback_bodies(port, tmp / "feedback_0")
+        fb = feedback_bodies(port, tmp / "feedback_0", wrong)
         learned = learn_bodies(tmp / "learn", learn_model)
         before = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
+        held = held_calls(rport)
         learn = wrk(port, "/learn", learned, "cycle", conns, seconds, pause_ms)
         feedback = wrk(
             port, "/feedback", fb.with_name("feedback_%d"), "once", conns, seconds, pause_ms
         )
         got = {"learn": summary(learn), "feedback": summary(feedback)}
         after = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
+        held = held_calls(rport) - held
     finally:
         stop(service, redis_proc)
     out: dict[str, Any] = {}
@@ -130,11 +156,15 @@ def run(
             "p99_ms": s["p99_us"] / 1000,
             "bad": sum(s["statuses"].values()) + s["timeouts"],
         }
-    # Every feedback updates; a learn does when it was a mistake (counted by the model).
-    fed = after["m"]["counters"]["feedback"] - before["m"]["counters"]["feedback"]
-    taught = after[learn_model]["counters"]["learned"] - before[learn_model]["counters"]["learned"]
+
+    def grew(model: str, counter: str) -> int:
+        return int(after[model]["counters"][counter] - before[model]["counters"][counter])
+
+    # Margin 0: every mistake, of feedback or of a learn, is an update (and a score of 0 too).
+    fed, taught = grew("m", "feedback"), grew(learn_model, "learned")
     out["applied"] = {"feedback": fed, "learned": taught}
-    out["exact"] = after["m"]["version"] - before["m"]["version"] >= fed
+    out["held_per_1000"] = 1000 * held / max(1, fed)
+    out["exact"] = after["m"]["version"] - before["m"]["version"] >= grew("m", "mistakes")
     return out
 
 
@@ -149,6 +179,12 @@ def main() -> None:
         type=int,
         default=0,
         help="each connection's pause before its next request (0: a closed loop)",
+    )
+    ap.add_argument(
+        "--wrong",
+        type=float,
+        default=1.0,
+        help="the share of feedback labels against the prediction, each an update (1: all)",
     )
     args = ap.parse_args()
     if shutil.which("wrk") is None:
@@ -170,24 +206,27 @@ def main() -> None:
                         args.seconds,
                         args.pause_ms,
                         learn_model,
+                        args.wrong,
                     )
                 table.setdefault(name, []).append(got)
                 f, lr = got["feedback"], got["learn"]
                 say(
                     f"{name}: /feedback {f['per_s']:,.0f}/s p50 {f['p50_ms']:.1f} ms "
                     f"p99 {f['p99_ms']:.1f} ms; /learn {lr['per_s']:,.0f}/s p99 "
-                    f"{lr['p99_ms']:.1f} ms; non-200 {f['bad'] + lr['bad']}; exact {got['exact']}"
+                    f"{lr['p99_ms']:.1f} ms; non-200 {f['bad'] + lr['bad']}; exact {got['exact']}; "
+                    f"held {got['held_per_1000']:.0f} per 1000 feedbacks"
                 )
     pause = f", {args.pause_ms} ms pause a request" if args.pause_ms else ", closed loop"
+    pause += f", {args.wrong:.0%} of feedback an update"
     say(
         f"\n/feedback and /learn at once on one model, 2 workers, wrk -c{args.connections} "
         f"each{pause}, {args.seconds:g} s, median of {args.repeat}"
     )
     say(
         "| design | /feedback p50 ms | /feedback p99 ms | /feedback per s | /learn p99 ms "
-        "| /learn per s | non-200 | exact |"
+        "| /learn per s | held per 1000 feedbacks | non-200 | exact |"
     )
-    say("|---|---|---|---|---|---|---|---|")
+    say("|---|---|---|---|---|---|---|---|---|")
     for name, runs in table.items():
 
         def med(kind: str, key: str, runs: list[dict[str, Any]] = runs) -> float:
@@ -197,7 +236,9 @@ def main() -> None:
         say(
             f"| {name} | {med('feedback', 'p50_ms'):.1f} | {med('feedback', 'p99_ms'):.1f} "
             f"| {med('feedback', 'per_s'):,.0f} | {med('learn', 'p99_ms'):.1f} "
-            f"| {med('learn', 'per_s'):,.0f} | {bad} | {all(r['exact'] for r in runs)} |"
+            f"| {med('learn', 'per_s'):,.0f} "
+            f"| {statistics.median(r['held_per_1000'] for r in runs):.0f} "
+            f"| {bad} | {all(r['exact'] for r in runs)} |"
         )
 
 
