@@ -211,6 +211,7 @@ class Learning:
     ) -> list[Feedback | ServiceError]:
         self.replicas.check_current(rep)
         deadline = self.clock() + self.settings.learn_wait_s
+        wait_s = 0.0
         while True:
             batch = await self.store.commit_feedback(
                 rep.name,
@@ -222,15 +223,16 @@ class Learning:
                 source,
                 int(1000 * self.clock()),
                 rep.config.averaged,
+                wait_s,
             )
             if not isinstance(batch, Held):
                 break
-            # The model's writer holds it for one commit (milliseconds; HOLD_MS if it died),
-            # and wakes this call when it lets go.
+            # The model's writer holds it for one commit (milliseconds; HOLD_MS if it died):
+            # sent again behind a wait that its commit wakes, in one round trip.
             left = deadline - self.clock()
             if left <= 0:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
-            await self.store.wait_unheld(rep.name, min(batch.ms / 1000, HOLD_WAIT_S, left))
+            wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
         out: list[Feedback | ServiceError] = []
         for item in batch.items:
             if item.status == Status.UNKNOWN:

@@ -244,10 +244,11 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     """Feedback that finds the model held by its writer (its commit found the model moved and
     catches up) waits to be woken by the commit that lets go: the hold counts the feedback
     calls that found it, and that commit pushes one wake-up for each (feedback polled every
-    5 ms before)."""
-    from service.learning import Feedback
+    5 ms before). The call is sent again behind its wait, in one round trip, so it is applied
+    as soon as it is woken."""
+    from service.learning import HOLD_WAIT_S, Feedback
     from service.names import PredictionId
-    from service.protocol import SyncData
+    from service.protocol import Held, SyncData
 
     async def main() -> None:
         a, b = _worker(redis_url), _worker(redis_url)
@@ -278,20 +279,24 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
                     assert not seen["held"].done()
                 return result
 
-            waits: list[bool] = []
-            real_wait = b.store.wait_unheld
+            calls: list[tuple[float, bool]] = []  # each feedback call: its wait, whether held
+            real_feedback = b.store.commit_feedback
 
-            async def wait_unheld(name: str, wait_s: float) -> bool:
-                woken = await real_wait(name, wait_s)
-                waits.append(woken)
-                return woken
+            async def commit_feedback(*args: Any) -> Any:
+                got = await real_feedback(*args)
+                calls.append((args[-1], isinstance(got, Held)))
+                return got
 
             a.store.commit_learn = commit  # type: ignore[method-assign]
-            b.store.wait_unheld = wait_unheld  # type: ignore[method-assign]
+            b.store.commit_feedback = commit_feedback  # type: ignore[method-assign,assignment]
             learned = await a.learning.writers.commits.queue(rep, _examples(rep, 3), None)
             assert len(learned) == 3
             (second,) = await seen["held"]
-            assert waits == [True]  # woken by the commit, not at the end of its wait
+            # Held once, then sent behind a wait that the commit woke (a wait that ran out
+            # first would have found the hold again: a third call).
+            assert [held for _, held in calls] == [True, False]
+            assert calls[0][0] == 0 and 0 < calls[1][0] <= HOLD_WAIT_S
+            assert await a.store.client.llen(k.wake) == 0  # its wake-up taken
             assert isinstance(second, Feedback) and second.updated
             assert await a.store.client.exists(k.hold) == 0
             await a.store.client.delete(k.writer)

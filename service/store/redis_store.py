@@ -297,11 +297,6 @@ class Store:
             "its log; retry shortly."
         )
 
-    async def wait_unheld(self, name: str, wait_s: float) -> bool:
-        """Wait until the model's writer lets go of the hold a feedback call found (its
-        commit wakes each), or at most ``wait_s``; whether it was woken."""
-        return await self.client.blpop([ModelKeys(name).wake], timeout=wait_s) is not None
-
     async def run_with_wait(
         self,
         script: Script,

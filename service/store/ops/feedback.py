@@ -160,12 +160,17 @@ async def feedback(
     source: str,
     now_ms: int,
     averaged: bool = False,
+    wait_s: float = 0.0,
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
     the model's writer holds it and one of them would update the weights (for an
-    ``averaged`` model: would count an example)."""
+    ``averaged`` model: would count an example). ``wait_s``: a call that found the hold
+    first waits up to that long for the writer's commit to let go (it wakes each call that
+    found it, ``learn.py``), on the same connection in the same round trip: the script runs
+    as soon as it is woken, before the writer can hold the model again."""
     k = ModelKeys(name)
-    reply = await store.run(
+    wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
+    reply, _ = await store.run_with_wait(
         SCRIPT,
         SCRIPT.key_list(k, rest=[k.pending(t) for t in tokens]),
         SCRIPT.arg_list(
@@ -178,9 +183,10 @@ async def feedback(
             now_ms=now_ms,
             averaged=int(averaged),
         ),
+        before=wait,
     )
     if int(reply[0]) == Status.HELD:
-        return Held(int(reply[1]))  # (the store's wait_unheld waits for the writer to let go)
+        return Held(int(reply[1]))  # (sent again with wait_s, it waits for the writer to let go)
     store.check(name, reply)
     flat = [int(v) for v in reply[3:]]
     items = [_item(*flat[i : i + 4]) for i in range(0, len(flat), 4)]
