@@ -394,6 +394,17 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
                 token, int(time.time() * 1000) + 60_000, rep.epoch, _examples(rep, 1)
             )
             assert await store.claim_writer("m", "writer", 60_000) == 0
+            # Each sent once, so that this store takes Redis to hold them (it loads a script
+            # before it first sends it behind a wait).
+            assert await store.take_learns("m", "writer", 60_000, 10, 0.01) == []
+            other = secrets.token_urlsafe(16)
+            first = pack_request(
+                other, int(time.time() * 1000) + 60_000, rep.epoch, _examples(rep, 1)
+            )
+            await store.hand_off(
+                "m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0.01
+            )
+            assert len(await store.take_learns("m", "writer", 60_000, 10, 0.01) or []) == 1
             await store.client.script_flush()
             mine, answer = await store.hand_off(
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
@@ -401,6 +412,38 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
             assert not mine and answer is None
             await store.client.script_flush()
             assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            await store.client.delete(ModelKeys("m").writer)
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())
+
+
+def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
+    """A store sends a script behind a wait only once Redis holds it: a script Redis did not
+    hold failed behind a wait that had already waited its whole time for nothing (each
+    worker's first hand-over and take lost a tenth of a second), then was sent again."""
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        store = worker.store
+        try:
+            await worker.models.create_model("m", {"n_features": D})
+            rep = await worker.replicas.get("m")
+            deadline = int(time.time() * 1000) + 60_000
+            request = pack_request("t" * 22, deadline, rep.epoch, _examples(rep, 1))
+            assert await store.claim_writer("m", "writer", 60_000) == 0
+            await store.client.script_flush()
+            await store.client.config_resetstat()
+            mine, answer = await store.hand_off(
+                "m", "requester", 60_000, "t" * 22, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+            )
+            assert not mine and answer is None  # queued, and its one wait ran out
+            assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            stats = await store.client.info("commandstats")
+            assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
+            assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
+            assert "cmdstat_evalsha" in stats and stats["cmdstat_evalsha"]["failed_calls"] == 0
             await store.client.delete(ModelKeys("m").writer)
         finally:
             await _close(worker)
