@@ -39,17 +39,16 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
--- A prediction of this model still waiting for its label, and the label a class of it.
-local function fresh(p, t)
-  return p and string.sub(p, EPOCH_AT, EPOCH_END) == epoch and t ~= '-1'
-    and string.sub(p, 1, 1) ~= ANSWERED
-end
 local held = redis.call('PTTL', HOLD)
 if held > 0 then
+  -- Wait only for an item that would move what the writer's commit is guarded by: a
+  -- prediction of this model still waiting for its label, given one of its classes, that
+  -- updates the weights (any such, for an averaged model: it counts an example).
   for i = PENDING_AT, #KEYS do
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     local p = redis.call('GET', KEYS[i])
-    if fresh(p, t) and (AVERAGED == 1
+    if p and t ~= '-1' and string.sub(p, EPOCH_AT, EPOCH_END) == epoch
+        and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
       return {HELD, held}
