@@ -20,6 +20,8 @@ import httpx
 import numpy as np
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.errors import NotWriter, Unavailable
 from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
@@ -374,6 +376,95 @@ def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hol
             assert done.version == version + 2
         finally:
             await _close(b)
+
+    asyncio.run(main())
+
+
+# (which of the five predictions, -1 for an unknown id; its label, None for one of no class)
+_ITEM = st.tuples(st.integers(-1, 4), st.sampled_from([1, -1, None]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    averaged=st.booleans(),
+    margin=st.sampled_from([0.0, 0.75]),
+    xs=st.lists(st.lists(st.integers(-2, 2), min_size=3, max_size=3), min_size=5, max_size=5),
+    before=st.lists(_ITEM, max_size=3),
+    call=st.lists(_ITEM, min_size=1, max_size=6),
+)
+def test_a_held_feedback_call_waits_exactly_when_an_item_would_move_the_writers_guard(
+    averaged: bool,
+    margin: float,
+    xs: list[list[int]],
+    before: list[tuple[int, int | None]],
+    call: list[tuple[int, int | None]],
+) -> None:
+    """Generated: predictions with any scores, some answered before, then a call of any mix
+    (fresh, answered, repeated, unknown ids, labels of no class) while the writer holds the
+    model. It waits exactly when, by the learner's rule, one fresh item would update the
+    weights (for an averaged model: when one is fresh at all); else it is applied at once and
+    the version does not move (on the embedded store, which runs the same scripts)."""
+    from service.learn_commit import time_bucket
+    from service.names import PredictionId
+    from service.protocol import FeedbackBatch, Held, Status
+    from service.store import Store
+    from service.store.connect import embedded_client
+
+    from .inprocess import fake_server
+
+    async def main() -> None:
+        own = Settings(redis_url="", default_model=False)
+        worker = Worker(Store(embedded_client(fake_server(), own), embedded=True), own)
+        try:
+            config = {"n_features": 3, "averaged": averaged, "margin": margin}
+            await worker.models.create_model("m", config)
+            await worker.learning.learn("m", [[1, 0, 0], [0, 2, -1]], [1, -1])
+            _, made = await worker.learning.predict("m", xs)
+            ids = [PredictionId.parse(p.prediction_id) for p in made]
+            tokens = [i.token for i in ids if i is not None]
+            scores = [float(p.scores.ravel()[0]) for p in made]  # binary: w.x + b
+            rep = await worker.replicas.get("m")
+
+            def token(i: int) -> str:
+                return tokens[i] if i >= 0 else "unknown-prediction-token"
+
+            def index(y: int | None) -> int:
+                return -1 if y is None else (1 if y == 1 else 0)
+
+            async def send(items: list[tuple[int, int | None]]) -> FeedbackBatch | Held:
+                return await worker.store.commit_feedback(
+                    "m",
+                    rep.epoch,
+                    [token(i) for i, _ in items],
+                    [index(y) for _, y in items],
+                    time_bucket(own, time.time()),
+                    rep.config.feedback_ttl_s,
+                    "tester",
+                    int(time.time() * 1000),
+                    averaged,
+                )
+
+            answered = set()
+            for i, y in before:
+                await send([(i, y)])
+                if i >= 0 and y is not None:
+                    answered.add(i)
+            version = int(await worker.store.client.hget(ModelKeys("m").meta, "version") or 0)
+            await worker.store.client.set(ModelKeys("m").hold, "1", px=60_000)
+
+            def moves(i: int, y: int | None) -> bool:
+                if i < 0 or y is None or i in answered:
+                    return False  # unknown, of no class, or a duplicate or conflict
+                return averaged or y * scores[i] <= margin  # the perceptron's update rule
+
+            got = await send(call)
+            assert isinstance(got, Held) == any(moves(i, y) for i, y in call)
+            if isinstance(got, FeedbackBatch):
+                assert got.version == version  # (a duplicate answers as its first time did)
+                assert not any(i.updated for i in got.items if i.status == Status.DONE)
+        finally:
+            await worker.close()
+            await worker.store.close()
 
     asyncio.run(main())
 
