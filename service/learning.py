@@ -41,6 +41,9 @@ log = logging.getLogger("perceptron")
 Batch = Sequence[Features] | np.ndarray
 # The longest one wait of feedback for a model its writer holds, before it looks again.
 HOLD_WAIT_S = 0.1
+# Feedback calls of one worker for one model (and key name) in flight at once: those that
+# arrive while one waits on the writer's hold go to Redis too, and wait for the same wake-up.
+FEEDBACK_IN_FLIGHT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +110,14 @@ class Learning:
 
     # -- learning ----------------------------------------------------------------------
 
-    def _coalescer(self, op: str, rep: Replica, run: Callable[..., Any]) -> Coalescer[Any, Any]:
+    def _coalescer(
+        self, op: str, rep: Replica, run: Callable[..., Any], concurrency: int = 1
+    ) -> Coalescer[Any, Any]:
         """The group-commit queue of one operation on one replica."""
         c = rep.queues.get(op)
         if c is None:
             most = max(self.settings.max_batch, GROUP_MOST)
-            c = rep.queues[op] = Coalescer(partial(run, rep), most)
+            c = rep.queues[op] = Coalescer(partial(run, rep), most, concurrency)
         return c
 
     async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
@@ -184,7 +189,7 @@ class Learning:
                 ]
                 # One group commit per key name: a commit records one source.
                 commit = partial(self._feedback, source=source)
-                queue = self._coalescer(f"feedback:{source}", rep, commit)
+                queue = self._coalescer(f"feedback:{source}", rep, commit, FEEDBACK_IN_FLIGHT)
                 answers = await queue.submit(labelled)
                 return [
                     _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a

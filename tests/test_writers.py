@@ -308,6 +308,52 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     asyncio.run(main())
 
 
+def test_feedback_arriving_while_a_call_is_held_waits_in_redis_too(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's feedback for one model that arrives while its last call waits on the
+    writer's hold is sent at once (FEEDBACK_IN_FLIGHT), and counted in the hold, rather than
+    queued behind it: both are applied at the one wake-up of the commit that lets go."""
+    from service import learning
+    from service.learning import FEEDBACK_IN_FLIGHT, Feedback
+    from service.names import PredictionId
+
+    assert FEEDBACK_IN_FLIGHT == 2
+    # A held call waits 1.5 s (under the 2 s of a Redis call) before it looks again: the
+    # hold counts each call once in the first 0.75 s.
+    monkeypatch.setattr(learning, "HOLD_WAIT_S", 1.5)
+
+    async def main() -> None:
+        b = _worker(redis_url)
+        k = ModelKeys("m")
+        try:
+            await b.models.create_model("m", {"n_features": D})
+            _, made = await b.learning.predict("m", [[1, 0, 0, 0], [0, 1, 0, 0]])
+            ids = [PredictionId.parse(p.prediction_id) for p in made]
+            await b.store.client.set(k.hold, "1", px=60_000)  # a writer's stale commit's
+            calls = []
+            for i, held in zip(ids, (b"2", b"3"), strict=True):  # one call, then the other
+                calls.append(asyncio.create_task(b.learning.submit_feedback([(i, 1)], "t")))
+                for _ in range(75):  # it found the hold and counted itself in it
+                    if await b.store.client.get(k.hold) == held:
+                        break
+                    await asyncio.sleep(0.01)
+                assert await b.store.client.get(k.hold) == held
+            assert not any(c.done() for c in calls)
+            # What the commit that lets go does (ops/learn.py): the hold goes, a wake-up each.
+            async with b.store.client.pipeline(transaction=True) as pipe:
+                pipe.delete(k.hold)
+                pipe.rpush(k.wake, "1", "1")
+                await pipe.execute()
+            answers = [a for c in calls for a in await c]
+            assert all(isinstance(a, Feedback) and a.updated for a in answers)
+            assert sorted(a.version for a in answers if isinstance(a, Feedback)) == [1, 2]
+        finally:
+            await _close(b)
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize("averaged", [False, True])
 def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hold(
     redis_url: str, averaged: bool
