@@ -181,6 +181,13 @@ async def _close(*workers: Worker) -> None:
         await worker.store.close()
 
 
+def _request(rep: Any) -> tuple[str, bytes]:
+    """A hand-over of one example to the model's writer: its token and bytes (a minute to go)."""
+    token = secrets.token_urlsafe(16)
+    deadline = int(time.time() * 1000) + 60_000
+    return token, pack_request(token, deadline, rep.epoch, _examples(rep, 1))
+
+
 def _examples(rep: Any, n: int) -> list[tuple[Example, int, str]]:
     rng = np.random.default_rng(n)
     xs = encode_matrix(rep.config, rng.integers(-3, 4, size=n * D).astype(float))
@@ -525,19 +532,12 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
         store = worker.store
         try:
             await worker.models.create_model("m", {"n_features": D})
-            rep = await worker.replicas.get("m")
-            token = secrets.token_urlsafe(16)
-            request = pack_request(
-                token, int(time.time() * 1000) + 60_000, rep.epoch, _examples(rep, 1)
-            )
+            token, request = _request(await worker.replicas.get("m"))
             assert await store.claim_writer("m", "writer", 60_000) == 0
             # Each sent once, so that this store takes Redis to hold them (it loads a script
             # before it first sends it behind a wait).
             assert await store.take_learns("m", "writer", 60_000, 10, 0.01) == []
-            other = secrets.token_urlsafe(16)
-            first = pack_request(
-                other, int(time.time() * 1000) + 60_000, rep.epoch, _examples(rep, 1)
-            )
+            other, first = _request(await worker.replicas.get("m"))
             await store.hand_off(
                 "m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0.01
             )
@@ -566,14 +566,12 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
         store = worker.store
         try:
             await worker.models.create_model("m", {"n_features": D})
-            rep = await worker.replicas.get("m")
-            deadline = int(time.time() * 1000) + 60_000
-            request = pack_request("t" * 22, deadline, rep.epoch, _examples(rep, 1))
+            token, request = _request(await worker.replicas.get("m"))
             assert await store.claim_writer("m", "writer", 60_000) == 0
             await store.client.script_flush()
             await store.client.config_resetstat()
             mine, answer = await store.hand_off(
-                "m", "requester", 60_000, "t" * 22, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
             )
             assert not mine and answer is None  # queued, and its one wait ran out
             assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
