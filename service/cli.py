@@ -177,9 +177,13 @@ class _Banner(threading.Thread):
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .settings import Settings
+    from .settings import Settings, SettingsError, read_settings
 
-    settings = Settings()
+    try:
+        settings = read_settings()
+    except SettingsError as e:
+        sys.stderr.write(f"perceptron serve: {e}\n")
+        return Exit.USAGE
     local = not settings.redis_url and settings.local_redis_dir
     if not settings.redis_url and not local and args.workers > 1:
         sys.stderr.write(

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The shortest timeout of a Redis call: the service's own waits on Redis (a hand-over's answer,
+# a writer's queue, a held feedback: writer.py, learning.py) last up to 0.1 s each, and a
+# shorter timeout turns each such wait that runs its course into a Redis error (an idle
+# writer's wait for requests among them, which then stops).
+MIN_REDIS_TIMEOUT_S = 0.25
 
 
 class Settings(BaseSettings):
@@ -30,7 +36,12 @@ class Settings(BaseSettings):
         "without one.",
     )
     redis_cluster: bool = Field(default=False, description="Use the Redis Cluster client.")
-    redis_timeout_s: float = Field(default=2.0, gt=0, description="Timeout of each Redis call.")
+    redis_timeout_s: float = Field(
+        default=2.0,
+        ge=MIN_REDIS_TIMEOUT_S,
+        description="Timeout of each Redis call; at least 0.25, above the service's own 0.1 s "
+        "waits on Redis.",
+    )
     redis_max_connections: int = Field(
         default=100,
         ge=1,
@@ -172,3 +183,20 @@ class Settings(BaseSettings):
         "0: never.",
     )
     log_level: str = Field(default="info", description="Log level of the service.")
+
+
+class SettingsError(ValueError):
+    """Settings that cannot be read, said in one line that names each variable."""
+
+
+def read_settings() -> Settings:
+    """The settings of the environment; SettingsError naming each ``PERCEPTRON_*`` variable
+    that is wrong, with what it holds and why, instead of pydantic's traceback."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        said = []
+        for error in e.errors():
+            field = ".".join(str(part) for part in error["loc"])
+            said.append(f"PERCEPTRON_{field.upper()}={error['input']!r}: {error['msg']}")
+        raise SettingsError("; ".join(said)) from None

@@ -32,7 +32,7 @@ from perceptron_client import (
 from service import cli, commands, manage
 from service.commands import Exit
 from service.loopback import free_port
-from service.settings import Settings
+from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 
 UNREACHABLE = "http://127.0.0.1:1"
 
@@ -218,6 +218,42 @@ def test_a_busy_port_is_said_before_anything_starts(
             f"perceptron serve: port {busy_port} on 127.0.0.1 is in use (another perceptron "
             "serve?): pick another with --port\n"
         )
+
+
+def test_a_wrong_setting_is_said_in_one_line_before_anything_starts(
+    busy_port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each wrong PERCEPTRON_* variable named, with its value and why, exit 2, instead of a
+    traceback; PERCEPTRON_REDIS_TIMEOUT_S at its floor and one past it (below it, a wait of
+    the service's own on Redis that runs its 0.1 s course would end in a timeout)."""
+
+    def not_started(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("started")
+
+    monkeypatch.setattr("uvicorn.run", not_started)
+    monkeypatch.delenv("PERCEPTRON_REDIS_URL", raising=False)
+    monkeypatch.delenv("PERCEPTRON_LOCAL_REDIS_DIR", raising=False)
+    monkeypatch.setenv("PERCEPTRON_AUTH", "false")
+    monkeypatch.setenv("PERCEPTRON_REDIS_TIMEOUT_S", "0.24")
+    monkeypatch.setenv("PERCEPTRON_MAX_BATCH", "many")
+    code, out, err = run_main("serve", "--port", str(busy_port))
+    assert (code, out) == (Exit.USAGE, "")
+    assert err == (
+        "perceptron serve: PERCEPTRON_REDIS_TIMEOUT_S='0.24': Input should be greater than or "
+        "equal to 0.25; PERCEPTRON_MAX_BATCH='many': Input should be a valid integer, unable to "
+        "parse string as an integer\n"
+    )
+    monkeypatch.setenv("PERCEPTRON_REDIS_TIMEOUT_S", str(MIN_REDIS_TIMEOUT_S))
+    monkeypatch.delenv("PERCEPTRON_MAX_BATCH")
+    code, _, err = run_main("serve", "--port", str(busy_port))
+    assert code == 7 and "in use" in err  # the settings pass: on to the port, which is taken
+
+
+def test_the_services_own_waits_on_redis_fit_in_its_shortest_call_timeout() -> None:
+    from service import learning, writer
+
+    waits = (writer.WAIT_S, writer.ANSWER_WAIT_S, learning.HOLD_WAIT_S)
+    assert max(waits) <= MIN_REDIS_TIMEOUT_S / 2
 
 
 def test_a_host_it_cannot_listen_on_is_wrong_usage() -> None:
