@@ -158,7 +158,7 @@ async def feedback(
     ttl_s: int,
     source: str,
     now_ms: int,
-    averaged: bool = False,
+    averaged: bool,
     wait_s: float = 0.0,
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
