@@ -14,6 +14,8 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -28,7 +30,7 @@ from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.loopback import wait_until
-from service.settings import Settings
+from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, open_store
 from service.worker import Worker
 
@@ -179,6 +181,21 @@ async def _close(*workers: Worker) -> None:
     for worker in workers:
         await worker.close()
         await worker.store.close()
+
+
+@asynccontextmanager
+async def _another_writes(redis_url: str) -> AsyncIterator[tuple[Any, Any]]:
+    """A worker's store and its replica of a new model "m" whose lease "writer", another
+    worker, holds: a hand-over from this worker queues its request for "writer" to take."""
+    worker = _worker(redis_url)
+    try:
+        await worker.models.create_model("m", {"n_features": D})
+        rep = await worker.replicas.get("m")
+        assert await worker.store.claim_writer("m", "writer", 60_000) == 0
+        yield worker.store, rep
+        await worker.store.client.delete(ModelKeys("m").writer)
+    finally:
+        await _close(worker)
 
 
 def _request(rep: Any) -> tuple[str, bytes]:
@@ -528,16 +545,12 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
     (it did not run the first time), not answered with NOSCRIPT."""
 
     async def main() -> None:
-        worker = _worker(redis_url)
-        store = worker.store
-        try:
-            await worker.models.create_model("m", {"n_features": D})
-            token, request = _request(await worker.replicas.get("m"))
-            assert await store.claim_writer("m", "writer", 60_000) == 0
+        async with _another_writes(redis_url) as (store, rep):
+            token, request = _request(rep)
             # Each sent once, so that this store takes Redis to hold them (it loads a script
             # before it first sends it behind a wait).
             assert await store.take_learns("m", "writer", 60_000, 10, 0.01) == []
-            other, first = _request(await worker.replicas.get("m"))
+            other, first = _request(rep)
             await store.hand_off(
                 "m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0.01
             )
@@ -549,9 +562,6 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
             assert not mine and answer is None
             await store.client.script_flush()
             assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
-            await store.client.delete(ModelKeys("m").writer)
-        finally:
-            await _close(worker)
 
     asyncio.run(main())
 
@@ -562,12 +572,8 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
     worker's first hand-over and take lost a tenth of a second), then was sent again."""
 
     async def main() -> None:
-        worker = _worker(redis_url)
-        store = worker.store
-        try:
-            await worker.models.create_model("m", {"n_features": D})
-            token, request = _request(await worker.replicas.get("m"))
-            assert await store.claim_writer("m", "writer", 60_000) == 0
+        async with _another_writes(redis_url) as (store, rep):
+            token, request = _request(rep)
             await store.client.script_flush()
             await store.client.config_resetstat()
             mine, answer = await store.hand_off(
@@ -579,9 +585,32 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
             assert "cmdstat_evalsha" in stats and stats["cmdstat_evalsha"]["failed_calls"] == 0
-            await store.client.delete(ModelKeys("m").writer)
-        finally:
-            await _close(worker)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("timeout_s", [MIN_REDIS_TIMEOUT_S, 0.05])
+def test_a_wait_on_redis_fits_in_a_call_only_above_the_timeouts_floor(
+    redis_url: str, timeout_s: float
+) -> None:
+    """Why PERCEPTRON_REDIS_TIMEOUT_S may not go below MIN_REDIS_TIMEOUT_S: an idle writer's
+    wait for requests (writer.WAIT_S) that runs its course ends in a timeout of the Redis call
+    when the call's timeout is shorter; at the floor it answers, with nothing taken."""
+    from service import writer
+
+    async def main() -> None:
+        async with _another_writes(redis_url):
+            short = Settings(redis_url=redis_url).model_copy(update={"redis_timeout_s": timeout_s})
+            store = open_store(short)
+            try:
+                take = store.take_learns("m", "writer", 60_000, 10, writer.WAIT_S)
+                if timeout_s >= writer.WAIT_S:
+                    assert await take == []
+                else:
+                    with pytest.raises(redis.exceptions.TimeoutError):
+                        await take
+            finally:
+                await store.close()
 
     asyncio.run(main())
 
