@@ -4,8 +4,11 @@ pending record at the offsets of learner/codec.py."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
 
+import fakeredis
 import numpy as np
 import pytest
 import redis
@@ -28,7 +31,9 @@ from service.protocol import (
     source_fields,
 )
 from service.store import ModelKeys
+from service.store import ops as store_ops
 from service.store.ops import SCRIPTS as OPS
+from service.store.redis_store import Store
 from service.store.script import Script
 
 SCRIPTS = {op.name: op.lua for op in OPS}
@@ -88,6 +93,21 @@ def test_a_call_gives_every_slot_by_name_and_no_other() -> None:
         op.key_list(keys, {"pend": "x"})
     with pytest.raises(ValueError, match="clash"):
         Script("t", keys=("meta",), args=("done",), body="")  # DONE is a Status
+
+
+def test_exactly_the_scripts_sent_behind_a_wait_are_declared_so() -> None:
+    """A new connection loads the scripts declared ``waited`` (store/connect.py): one sent
+    behind a wait and not declared so would fail with NOSCRIPT after a Redis restart, once
+    its wait had run its course; one declared and never so sent costs every connection."""
+    for module in store_ops.OPS:
+        assert ("run_with_wait" in inspect.getsource(module)) == module.SCRIPT.waited, module
+
+
+def test_a_script_not_declared_waited_is_not_sent_behind_a_wait() -> None:
+    op = Script("t", keys=(), args=(), body="return {DONE}")
+    store = Store(fakeredis.FakeAsyncRedis(), embedded=True)
+    with pytest.raises(ValueError, match="not declared waited"):
+        asyncio.run(store.run_with_wait(op, [], [], after=("BLPOP", "k", 0.01)))
 
 
 @pytest.mark.in_process  # on fakeredis's Lua and on a real redis-server

@@ -34,7 +34,7 @@ from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, open_store
 from service.worker import Worker
 
-from .servers import ServiceProcess, running
+from .servers import RedisServer, ServiceProcess, running
 
 D = 4
 
@@ -585,6 +585,37 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
             assert "cmdstat_evalsha" in stats and stats["cmdstat_evalsha"]["failed_calls"] == 0
+
+    asyncio.run(main())
+
+
+def test_after_a_redis_restart_a_hand_over_and_a_take_wait_once(store: RedisServer) -> None:
+    """A Redis that restarted holds no script. A new connection loads those sent behind a
+    wait before its first command, so the first hand-over and take after a restart wait once:
+    not once in vain behind a script that fails with NOSCRIPT, then again."""
+
+    def restart() -> None:
+        store.stop()
+        store.start()  # same port and folder: the append-only file brings the model back
+
+    async def main() -> None:
+        async with _another_writes(store.url) as (s, rep):
+            # Both sent before the restart: this store knows Redis held them then.
+            assert await s.take_learns("m", "writer", 60_000, 10, 0.01) == []
+            other, first = _request(rep)
+            await s.hand_off("m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0)
+            assert len(await s.take_learns("m", "writer", 60_000, 10, 0.01) or []) == 1
+            await asyncio.to_thread(restart)  # (the event loop sees the old connections close)
+            token, request = _request(rep)
+            mine, answer = await s.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+            )
+            assert not mine and answer is None  # queued for "writer", and its one wait ran out
+            assert await s.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            stats = await s.client.info("commandstats")
+            assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
+            assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
+            assert stats["cmdstat_evalsha"]["failed_calls"] == 0
 
     asyncio.run(main())
 

@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..settings import Settings
+from .ops import WAITED
 from .ops.runner import Client
 from .redis_store import NotSent, Store
 
@@ -57,6 +58,12 @@ class ReadyConnectionPool(WaitingConnectionPool):
     Both happen here instead, and a ``ConnectionError`` (refused, reset, closed by the
     server, a PING that failed) gets one new connection. A ``TimeoutError`` does not: Redis
     is slow or unreachable, and waiting for it twice would only delay the 503.
+
+    A new connection loads the scripts sent behind a blocking wait (``ops.WAITED``) before
+    its first command: after a restart, Redis holds no script, and one sent behind a wait
+    would fail with NOSCRIPT only once the wait had run its course (a tenth of a second for
+    each, and a reply lost meanwhile would leave a request's fate unknown though it never
+    ran).
     """
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
@@ -73,7 +80,19 @@ class ReadyConnectionPool(WaitingConnectionPool):
 
 async def _make_ready(connection: AbstractConnection) -> None:
     # (connect() and check_health() are untyped in redis-py, hence the ignores.)
+    new = not connection.is_connected
     await connection.connect()  # type: ignore[no-untyped-call]
+    if new:
+        loads = [("SCRIPT", "LOAD", script.lua) for script in WAITED]
+        try:
+            await connection.send_packed_command(connection.pack_commands(loads))
+            for _ in loads:
+                await connection.read_response()  # (an error answer raises)
+        except BaseException:
+            # Not pooled as it is: replies left unread would answer its next command, and a
+            # connection that looks connected would not load the scripts again.
+            await connection.disconnect()
+            raise
     # Readable before any command: the server closed it (EOF) or a reply was left unread
     # (or, under RESP3, a push such as a maintenance notification: then it costs only a
     # reconnect, and this service subscribes to none).

@@ -76,3 +76,5 @@ OPS = (
     withdraw,
 )
 SCRIPTS: tuple[Script, ...] = tuple(op.SCRIPT for op in OPS)
+# Those sent behind a blocking wait, loaded on each new connection (store/connect.py).
+WAITED: tuple[Script, ...] = tuple(s for s in SCRIPTS if s.waited)

@@ -34,6 +34,7 @@ SCRIPT = Script(
     rest_keys="pending",
     rest_args="labels",
     parts=(parts.RECORD, parts.PENDING),
+    waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
 local epoch = st[1]

@@ -20,6 +20,7 @@ SCRIPT = Script(
     keys=("writer", "learns", "taken", "reqs", "answer"),
     args=("me", "lease", "token", "request", "keep_ms#", "not_queued"),
     parts=(parts.ACQUIRE,),
+    waited=True,
     body="""
 local holder = redis.call('GET', WRITER)
 if holder and holder ~= ME then

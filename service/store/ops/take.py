@@ -15,6 +15,7 @@ SCRIPT = Script(
     keys=("writer", "learns", "taken", "reqs"),
     args=("me", "lease", "most#"),
     parts=(parts.ACQUIRE,),
+    waited=True,
     body="""
 local holder = redis.call('GET', WRITER)
 if holder and holder ~= ME then return {NOT_WRITER} end
