@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -33,6 +34,7 @@ from service.names import PredictionId
 from service.settings import Settings
 from service.store import ModelKeys, NotSent, Store
 from service.store.connect import ReadyConnectionPool, open_client, open_store
+from service.store.ops import WAITED
 from service.worker import Worker
 
 from .inprocess import InProcessService, fake_server
@@ -280,6 +282,8 @@ async def test_a_url_opens_the_client_its_scheme_names() -> None:
 class _Connection:
     """A pooled connection as ReadyConnectionPool sees it."""
 
+    is_connected = True  # (so connecting again loads no scripts: tests/test_writers.py does)
+
     def __init__(self, failures: list[BaseException | bool]) -> None:
         self.failures = failures  # per attempt: raise it, or whether data is waiting
         self.disconnects = 0
@@ -315,4 +319,57 @@ async def test_a_pooled_connection_is_replaced_once_when_it_is_dead() -> None:
         await pool.ensure_connection(slow)  # type: ignore[arg-type]
     assert isinstance(raised.value.__cause__, RedisTimeoutError)
     assert slow.disconnects == 0
+    await pool.disconnect()
+
+
+class _NewConnection(_Connection):
+    """A connection not yet connected: connecting it sends its commands, then reads
+    ``replies`` (an exception: an error reply, raised)."""
+
+    is_connected = False
+
+    def __init__(self, replies: list[object]) -> None:
+        super().__init__([False, False])
+        self.replies = replies
+        self.sent: list[tuple[Any, ...]] = []
+
+    async def connect(self) -> None:
+        self.is_connected = True
+
+    async def disconnect(self) -> None:
+        await super().disconnect()
+        self.is_connected = False
+
+    def pack_commands(self, commands: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        return commands
+
+    async def send_packed_command(self, commands: list[tuple[Any, ...]]) -> None:
+        self.sent.extend(commands)
+
+    async def read_response(self) -> object:
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
+async def test_a_new_connection_loads_the_scripts_sent_behind_a_wait_first() -> None:
+    pool = ReadyConnectionPool()
+    fresh = _NewConnection(["its digest"] * len(WAITED))
+    await pool.ensure_connection(fresh)  # type: ignore[arg-type]
+    assert fresh.sent == [("SCRIPT", "LOAD", s.lua) for s in WAITED]
+    assert {s.name for s in WAITED} == {"handoff", "take", "feedback"}
+    await pool.ensure_connection(fresh)  # type: ignore[arg-type]
+    assert len(fresh.sent) == len(WAITED)  # connected: nothing loaded again
+    # A load refused (Redis loading its data, twice): nothing of the caller's command was
+    # written (NotSent), and the connection is not pooled connected with replies unread.
+    loading = BusyLoadingError("LOADING")
+    refused = _NewConnection([loading, loading])
+    with pytest.raises(NotSent, match="LOADING"):
+        await pool.ensure_connection(refused)  # type: ignore[arg-type]
+    assert not refused.is_connected and len(refused.sent) == 2 * len(WAITED)  # replaced once
+    denied = _NewConnection([ResponseError("NOPERM")])
+    with pytest.raises(NotSent, match="NOPERM"):
+        await pool.ensure_connection(denied)  # type: ignore[arg-type]
+    assert not denied.is_connected and len(denied.sent) == len(WAITED)  # not replaced
     await pool.disconnect()

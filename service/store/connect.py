@@ -13,6 +13,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..settings import Settings
@@ -73,8 +74,9 @@ class ReadyConnectionPool(WaitingConnectionPool):
             except RedisConnectionError:
                 await connection.disconnect()
                 await _make_ready(connection)
-        except (RedisConnectionError, RedisTimeoutError) as e:
-            # Nothing of the command was written: whatever it was, it did not run.
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as e:
+            # Nothing of the command was written: whatever it was, it did not run. (An error
+            # answer: a script load or a PING refused.)
             raise NotSent(str(e)) from e
 
 
