@@ -33,7 +33,12 @@ from service.lifecycle import Models
 from service.names import PredictionId
 from service.settings import Settings
 from service.store import ModelKeys, NotSent, Store
-from service.store.connect import ReadyConnectionPool, open_client, open_store
+from service.store.connect import (
+    ReadyConnectionPool,
+    WaitingConnectionPool,
+    open_client,
+    open_store,
+)
 from service.store.ops import WAITED
 from service.worker import Worker
 
@@ -373,3 +378,7 @@ async def test_a_new_connection_loads_the_scripts_sent_behind_a_wait_first() -> 
         await pool.ensure_connection(denied)  # type: ignore[arg-type]
     assert not denied.is_connected and len(denied.sent) == len(WAITED)  # not replaced
     await pool.disconnect()
+    # The embedded store's pool loads them too.
+    embedded = _NewConnection(["its digest"] * len(WAITED))
+    await WaitingConnectionPool().ensure_connection(embedded)  # type: ignore[arg-type]
+    assert embedded.sent == [("SCRIPT", "LOAD", s.lua) for s in WAITED]

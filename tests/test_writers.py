@@ -541,14 +541,14 @@ def test_a_held_feedback_call_waits_exactly_when_an_item_would_move_the_writers_
 
 def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_url: str) -> None:
     """The hand-over and the writer's take send their script with a wait in one pipeline,
-    by its digest: after a Redis restart forgets the scripts, each is loaded and sent again
-    (it did not run the first time), not answered with NOSCRIPT."""
+    by its digest: when Redis forgets the scripts on a connection that loaded them (SCRIPT
+    FLUSH), each is loaded and sent again (it did not run the first time), not answered with
+    NOSCRIPT."""
 
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
-            # Each sent once, so that this store takes Redis to hold them (it loads a script
-            # before it first sends it behind a wait).
+            # Each sent once, on connections that loaded them.
             assert await store.take_learns("m", "writer", 60_000, 10, 0.01) == []
             other, first = _request(rep)
             await store.hand_off(
@@ -569,12 +569,14 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
 def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
     """A store sends a script behind a wait only once Redis holds it: a script Redis did not
     hold failed behind a wait that had already waited its whole time for nothing (each
-    worker's first hand-over and take lost a tenth of a second), then was sent again."""
+    worker's first hand-over and take lost a tenth of a second), then was sent again. A
+    worker's first connections are new ones: they load the scripts first."""
 
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
             await store.client.script_flush()
+            await store.client.connection_pool.disconnect()  # as a worker that just started
             await store.client.config_resetstat()
             mine, answer = await store.hand_off(
                 "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
@@ -600,7 +602,7 @@ def test_after_a_redis_restart_a_hand_over_and_a_take_wait_once(store: RedisServ
 
     async def main() -> None:
         async with _another_writes(store.url) as (s, rep):
-            # Both sent before the restart: this store knows Redis held them then.
+            # Both sent before the restart, on connections that loaded them.
             assert await s.take_learns("m", "writer", 60_000, 10, 0.01) == []
             other, first = _request(rep)
             await s.hand_off("m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0)

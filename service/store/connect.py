@@ -29,7 +29,14 @@ CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 class WaitingConnectionPool(BlockingConnectionPool):
     """A pool whose caller waits for a free connection, up to the pool's timeout; one it
     cannot get (none free in time, or none fit to carry a command) is NotSent: nothing of
-    the command was written."""
+    the command was written. A new connection loads the scripts sent behind a blocking wait
+    first (``_load_waited``)."""
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        new = not connection.is_connected
+        await super().ensure_connection(connection)
+        if new:
+            await _load_waited(connection)
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> AbstractConnection:
         try:
@@ -60,11 +67,8 @@ class ReadyConnectionPool(WaitingConnectionPool):
     server, a PING that failed) gets one new connection. A ``TimeoutError`` does not: Redis
     is slow or unreachable, and waiting for it twice would only delay the 503.
 
-    A new connection loads the scripts sent behind a blocking wait (``ops.WAITED``) before
-    its first command: after a restart, Redis holds no script, and one sent behind a wait
-    would fail with NOSCRIPT only once the wait had run its course (a tenth of a second for
-    each, and a reply lost meanwhile would leave a request's fate unknown though it never
-    ran).
+    A new connection loads the scripts sent behind a wait here too, a restarted Redis's
+    included.
     """
 
     async def ensure_connection(self, connection: AbstractConnection) -> None:
@@ -85,16 +89,7 @@ async def _make_ready(connection: AbstractConnection) -> None:
     new = not connection.is_connected
     await connection.connect()  # type: ignore[no-untyped-call]
     if new:
-        loads = [("SCRIPT", "LOAD", script.lua) for script in WAITED]
-        try:
-            await connection.send_packed_command(connection.pack_commands(loads))
-            for _ in loads:
-                await connection.read_response()  # (an error answer raises)
-        except BaseException:
-            # Not pooled as it is: replies left unread would answer its next command, and a
-            # connection that looks connected would not load the scripts again.
-            await connection.disconnect()
-            raise
+        await _load_waited(connection)
     # Readable before any command: the server closed it (EOF) or a reply was left unread
     # (or, under RESP3, a push such as a maintenance notification: then it costs only a
     # reconnect, and this service subscribes to none).
@@ -103,6 +98,24 @@ async def _make_ready(connection: AbstractConnection) -> None:
     # PING a connection idle past health_check_interval: it may be dead all the same.
     # The PING refreshes the timer, so the command that follows sends none of its own.
     await connection.check_health()  # type: ignore[no-untyped-call]
+
+
+async def _load_waited(connection: AbstractConnection) -> None:
+    """Load the scripts sent behind a blocking wait (``ops.WAITED``) on a new connection,
+    before its first command: a Redis that started (or restarted) holds none, and one sent
+    behind a wait would fail with NOSCRIPT only once the wait had run its course (a tenth of
+    a second each, and a reply lost meanwhile would leave a request's fate unknown though it
+    never ran)."""
+    loads = [("SCRIPT", "LOAD", script.lua) for script in WAITED]
+    try:
+        await connection.send_packed_command(connection.pack_commands(loads))
+        for _ in loads:
+            await connection.read_response()  # (an error answer raises)
+    except BaseException:
+        # Not pooled as it is: replies left unread would answer its next command, and a
+        # connection that looks connected would not load the scripts again.
+        await connection.disconnect()
+        raise
 
 
 def redis_password(settings: Settings) -> str | None:

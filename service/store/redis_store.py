@@ -116,8 +116,6 @@ class Store:
         self.embedded = embedded
         self._said_lost: set[str] = set()
         self._scripts = {s.name: client.register_script(s.lua) for s in SCRIPTS}
-        # Scripts this store has loaded before sending them behind a wait (run_with_wait).
-        self._loaded: set[str] = set()
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -308,9 +306,9 @@ class Store:
         after: tuple[Arg, ...] | None = None,
     ) -> tuple[Any, Any]:
         """``script`` with a blocking wait command sent ``before`` or ``after`` it, on one
-        connection in one round trip: (the script's reply, the wait's; None without one). A
-        script this store has not sent this way yet is loaded first; one Redis no longer
-        holds (after a restart) is loaded, and both are sent again: it did not run.
+        connection in one round trip: (the script's reply, the wait's; None without one). Each
+        new connection loaded it (store/connect.py); one Redis no longer holds all the same
+        (SCRIPT FLUSH) is loaded, and both are sent again: it did not run.
         (redis-py's own scripts ask SCRIPT EXISTS before a pipeline, one more round trip; a
         cluster's client pipelines no script: there, two round trips.)"""
         if not script.waited:
@@ -324,14 +322,6 @@ class Store:
             if after:
                 got = await self.client.execute_command(*wait)
             return reply, got
-        if script.name not in self._loaded:
-            # Loaded first: a script Redis does not hold fails behind a wait that has already
-            # waited its whole time for what the script would have done (an answer, a
-            # request): a tenth of a second lost at each worker's first hand-over and take.
-            # (A real Redis's new connections load it too, for a Redis that restarted:
-            # store/connect.py; the embedded store's do not.)
-            await self.client.script_load(script.lua)
-            self._loaded.add(script.name)
         for _ in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
                 for command in (

@@ -32,9 +32,9 @@ class Script:
     parts: tuple[str, ...] = ()
     rest_keys: str | None = None
     rest_args: str | None = None
-    # Sent behind a blocking wait (Store.run_with_wait): every new connection to a real Redis
-    # loads it before its first command (store/connect.py), so that a Redis that restarted
-    # does not fail it with NOSCRIPT after the wait in front of it has run its course.
+    # Sent behind a blocking wait (Store.run_with_wait): every new connection loads it before
+    # its first command (store/connect.py), so that a Redis that does not hold it (new, or
+    # restarted) does not fail it with NOSCRIPT after the wait in front of it ran its course.
     waited: bool = False
     header: str = field(init=False, repr=False)
     lua: str = field(init=False, repr=False)
