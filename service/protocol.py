@@ -53,6 +53,10 @@ HOLD_MS = 500  # feedback waits at most this long for a writer that holds the mo
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
 SYNC_INLINE = 64
+# A handed-over learn request longer than this is written and read with plain commands, not
+# through a script: a value a script reads or writes is copied into Lua and out again, which
+# for a packed batch cost Redis more than all the rest of its hand-over (ops/handoff, ops/take).
+REQUEST_INLINE = 64 * 1024
 # Values a script passes to one Redis command at most (Lua's unpack has a stack limit).
 UNPACK_CHUNK = 4000
 # The most a version or a counter may be where it enters the store (an import; a count that
@@ -291,6 +295,7 @@ _NUMBERS = {
     "HOLD_MS": HOLD_MS,
     "CURVE_POINTS": CURVE_POINTS,
     "SYNC_INLINE": SYNC_INLINE,
+    "REQUEST_INLINE": REQUEST_INLINE,
     "UNPACK_CHUNK": UNPACK_CHUNK,
     "EPOCH_AT": EPOCH_AT,
     "EPOCH_END": SERVED_AT - 1,

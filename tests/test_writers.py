@@ -566,6 +566,147 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
     asyncio.run(main())
 
 
+def _long_arguments(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """Commands in SLOWLOG entries that carried an argument Redis cut (it keeps 128 bytes of
+    each, and says how many more there were), by name: how many."""
+    found: dict[str, int] = {}
+    for e in entries:
+        command = e["command"]
+        if b"more bytes)" in command:
+            name = command.split()[0].decode().upper()
+            found[name] = found.get(name, 0) + 1
+    return found
+
+
+@asynccontextmanager
+async def _every_command_logged(client: Any) -> AsyncIterator[list[dict[str, Any]]]:
+    """SLOWLOG of every command the block sends (restored after), read into the list."""
+    before = (await client.config_get("slowlog-log-slower-than"))["slowlog-log-slower-than"]
+    await client.config_set("slowlog-log-slower-than", 0)
+    await client.slowlog_reset()
+    entries: list[dict[str, Any]] = []
+    try:
+        yield entries
+        entries += await client.slowlog_get(1000)
+    finally:
+        await client.config_set("slowlog-log-slower-than", before)
+
+
+@pytest.mark.parametrize("past", [0, 1])
+def test_a_request_past_the_inline_limit_goes_around_the_scripts(redis_url: str, past: int) -> None:
+    """A hand-over of REQUEST_INLINE bytes goes through the hand-over's and the take's
+    scripts; one byte more is written by a plain HSET sent ahead of the hand-over's script and
+    read by a plain HMGET after the take's: a value a script handles is copied into Lua and
+    out again, which cost Redis 2 ms each way for a packed batch of 1000 x 100. Either way the
+    writer takes exactly the bytes handed over, and the commit finds them where it looks."""
+    from service.protocol import REQUEST_INLINE
+
+    async def main() -> None:
+        async with _another_writes(redis_url) as (store, rep):
+            token, short = _request(rep)
+            request = short + bytes(REQUEST_INLINE + past - len(short))
+            assert len(request) == REQUEST_INLINE + past
+            k = ModelKeys("m")
+            async with _every_command_logged(store.client) as log:
+                mine, _ = await store.hand_off(
+                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                )
+                assert not mine
+                assert await store.client.hget(k.reqs, token) == request
+                assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+            assert await store.client.smembers(k.taken) == {token.encode()}
+            # (SLOWLOG lists the commands a script calls too: the one HSET either way)
+            assert _long_arguments(log) == ({"HSET": 1} if past else {"HSET": 1, "EVALSHA": 1})
+            reads = [e for e in log if e["command"].startswith(b"HMGET " + k.reqs.encode())]
+            assert len(reads) == past
+
+    asyncio.run(main())
+
+
+def test_a_long_request_its_requester_learns_itself_is_not_left_queued(redis_url: str) -> None:
+    """A long request is written before the hand-over's script knows who writes the model:
+    when its requester takes the lease (nobody held it), the script deletes what was written,
+    as nothing was queued."""
+    from service.protocol import REQUEST_INLINE
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        try:
+            await worker.models.create_model("m", {"n_features": D})
+            rep = await worker.replicas.get("m")
+            token, short = _request(rep)
+            request = short + bytes(REQUEST_INLINE)
+            mine, answer = await worker.store.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+            )
+            k = ModelKeys("m")
+            assert mine and answer == NOT_QUEUED_ANSWER
+            assert await worker.store.client.get(k.writer) == b"requester"
+            assert await worker.store.client.hlen(k.reqs) == 0
+            assert await worker.store.client.llen(k.learns) == 0
+        finally:
+            await _close(worker)
+
+    asyncio.run(main())
+
+
+def test_a_long_request_withdrawn_as_it_is_taken_is_not_taken(redis_url: str) -> None:
+    """A long request is read after the take's script took its token: one its requester
+    withdrew in between (its deadline passed) reads as nothing, and is not learned."""
+    from service.protocol import REQUEST_INLINE
+
+    async def main() -> None:
+        async with _another_writes(redis_url) as (store, rep):
+            k = ModelKeys("m")
+            requests = []
+            for _ in range(2):
+                token, short = _request(rep)
+                requests.append((token, short + bytes(REQUEST_INLINE)))
+                await store.hand_off(
+                    "m", "requester", 60_000, *requests[-1], 60_000, NOT_QUEUED_ANSWER
+                )
+            real = store.client.hmget
+
+            async def withdrawn_first(key: str, fields: list[str]) -> Any:
+                assert await store.withdraw_learn("m", requests[0][0], rep.epoch) is None
+                return await real(key, fields)
+
+            store.client.hmget = withdrawn_first
+            try:
+                assert await store.take_learns("m", "writer", 60_000, 10) == [requests[1][1]]
+            finally:
+                del store.client.hmget
+            assert await store.client.hkeys(k.reqs) == [requests[1][0].encode()]
+
+    asyncio.run(main())
+
+
+def test_a_long_request_refused_by_a_full_redis_is_not_queued(redis_url: str) -> None:
+    """Redis refuses writes when full (maxmemory): the plain write of a long request is
+    refused, and its hand-over answers so (a 503 that says to retry); nothing is queued, and
+    nothing is left behind."""
+    from service.protocol import REQUEST_INLINE
+    from service.store import StoreError
+
+    async def main() -> None:
+        async with _another_writes(redis_url) as (store, rep):
+            k = ModelKeys("m")
+            token, short = _request(rep)
+            await store.client.config_set("maxmemory", 1)
+            try:
+                with pytest.raises(StoreError):
+                    await store.hand_off(
+                        "m", "requester", 60_000, token, short + bytes(REQUEST_INLINE),
+                        60_000, NOT_QUEUED_ANSWER, 0.01,
+                    )  # fmt: skip
+            finally:
+                await store.client.config_set("maxmemory", 0)
+            assert await store.client.hlen(k.reqs) == 0
+            assert await store.client.llen(k.learns) == 0
+
+    asyncio.run(main())
+
+
 def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
     """A store sends a script behind a wait only once Redis holds it: a script Redis did not
     hold failed behind a wait that had already waited its whole time for nothing (each

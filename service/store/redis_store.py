@@ -304,39 +304,41 @@ class Store:
         args: list[Arg],
         before: tuple[Arg, ...] | None = None,
         after: tuple[Arg, ...] | None = None,
+        first: tuple[Arg, ...] | None = None,
     ) -> tuple[Any, Any]:
         """``script`` with a blocking wait command sent ``before`` or ``after`` it, on one
-        connection in one round trip: (the script's reply, the wait's; None without one). Each
+        connection in one round trip: (the script's reply, the wait's; None without one);
+        ``first``: a plain write sent ahead of both, whose error is raised. Each
         new connection loaded it (store/connect.py); one Redis no longer holds all the same
-        (SCRIPT FLUSH) is loaded, and both are sent again: it did not run.
+        (SCRIPT FLUSH) is loaded, and they are all sent again: it did not run.
         (redis-py's own scripts ask SCRIPT EXISTS before a pipeline, one more round trip; a
         cluster's client pipelines no script: there, two round trips.)"""
         if not script.waited:
             raise ValueError(f"{script.name} is not declared waited: new connections skip it")
-        wait = before or after
-        if wait is None:
+        if before is None and after is None and first is None:
             return await self.run(script, keys, args), None
         if self.sharded:
-            got = await self.client.execute_command(*wait) if before else None
+            if first:
+                await self.client.execute_command(*first)
+            got = await self.client.execute_command(*before) if before else None
             reply = await self.run(script, keys, args)
             if after:
-                got = await self.client.execute_command(*wait)
+                got = await self.client.execute_command(*after)
             return reply, got
+        evalsha = ("EVALSHA", self._scripts[script.name].sha, len(keys), *keys, *args)
+        commands = [c for c in (first, before, evalsha, after) if c is not None]
+        at = (first is not None) + (before is not None)
         for _ in range(2):
             async with self.client.pipeline(transaction=False) as pipe:
-                for command in (
-                    before,
-                    ("EVALSHA", self._scripts[script.name].sha, len(keys), *keys, *args),
-                    after,
-                ):
-                    if command is not None:
-                        pipe.execute_command(*command)
+                for command in commands:
+                    pipe.execute_command(*command)
                 replies = await pipe.execute(raise_on_error=False)
-            reply, got = (replies[1], replies[0]) if before else (replies[0], replies[1])
+            reply = replies[at]
+            got = replies[at - 1] if before else replies[at + 1] if after else None
             if isinstance(reply, NoScriptError):
                 await self.client.script_load(script.lua)
                 continue
-            for r in (reply, got):
+            for r in replies:
                 if isinstance(r, Exception):
                     raise r
             return reply, got

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...protocol import QUEUE_KEEP_S, Status
+from ...protocol import QUEUE_KEEP_S, REQUEST_INLINE, Status
 from ..keys import ModelKeys
 from ..script import Script
 from . import parts
@@ -10,7 +10,11 @@ from .runner import Runner, raw
 
 # KEYS: ``answer`` is the request's answer key. ME: this worker's id; LEASE: the lease's ms;
 # KEEP_MS: how long the queue's keys must live for the request (to its deadline, and
-# QUEUE_KEEP_S more); NOT_QUEUED: the answer that says it was not queued.
+# QUEUE_KEEP_S more); NOT_QUEUED: the answer that says it was not queued. REQUEST: the request,
+# or '' for one longer than REQUEST_INLINE, which the caller writes to ``reqs`` with a plain HSET
+# sent just before the script (a written request this script does not queue is deleted; one
+# whose HSET failed is never queued: its caller raises that error, and TAKE passes over a token
+# without a request).
 # Returns {LEASED} when the caller holds, or just took, the lease: it learns the request
 # itself; nothing is queued, and the answer key says so twice: once for the wait sent with
 # this script, which takes it at once, and once for a requester whose reply was lost, whose
@@ -23,13 +27,19 @@ SCRIPT = Script(
     waited=True,
     body="""
 local holder = redis.call('GET', WRITER)
+local written = REQUEST == ''
 if holder and holder ~= ME then
-  redis.call('HSET', REQS, TOKEN, REQUEST)
+  if written then
+    if redis.call('HEXISTS', REQS, TOKEN) == 0 then return {QUEUED} end  -- (its HSET failed)
+  else
+    redis.call('HSET', REQS, TOKEN, REQUEST)
+  end
   redis.call('RPUSH', LEARNS, TOKEN)
   keep(REQS, KEEP_MS)
   keep(LEARNS, KEEP_MS)
   return {QUEUED}
 end
+if written then redis.call('HDEL', REQS, TOKEN) end
 if not holder then acquire(WRITER, LEARNS, TAKEN, ME, LEASE) end
 redis.call('RPUSH', ANSWER, NOT_QUEUED, NOT_QUEUED)
 redis.call('EXPIRE', ANSWER, ANSWER_TTL_S)
@@ -59,14 +69,16 @@ async def hand_off(
     k = ModelKeys(name)
     answer = k.answer(token)
     keys = SCRIPT.key_list(k, {"answer": answer})
+    long = len(request) > REQUEST_INLINE
     args = SCRIPT.arg_list(
         me=me,
         lease=lease_ms,
         token=token,
-        request=request,
+        request=b"" if long else request,
         keep_ms=max(1, wait_ms) + QUEUE_KEEP_S * 1000,
         not_queued=not_queued,
     )
     wait = ("BLPOP", answer, wait_s) if wait_s > 0 else None
-    reply, got = await store.run_with_wait(SCRIPT, keys, args, after=wait)
+    write = ("HSET", k.reqs, token, request) if long else None
+    reply, got = await store.run_with_wait(SCRIPT, keys, args, after=wait, first=write)
     return int(reply[0]) == Status.LEASED, None if got is None else raw(got[1])

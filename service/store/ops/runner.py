@@ -31,8 +31,10 @@ class Runner(Protocol):
         args: list[Arg],
         before: tuple[Arg, ...] | None = None,
         after: tuple[Arg, ...] | None = None,
+        first: tuple[Arg, ...] | None = None,
     ) -> tuple[Any, Any]:
-        """The script with a blocking wait sent before or after it in one round trip."""
+        """The script with a blocking wait sent before or after it in one round trip (and a
+        plain write ``first``)."""
 
     def check(self, name: str, reply: list[Any]) -> Status:
         """The reply's status, once it is not NO_MODEL, STALE_EPOCH or STATE_LOST (raised)."""

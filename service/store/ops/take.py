@@ -9,7 +9,8 @@ from . import parts
 from .runner import Runner, raw
 
 # MOST: the most requests to take. Returns {LEASED, requests...} and renews the lease while the
-# caller holds it (or takes it when free); {NOT_WRITER} when another worker holds it.
+# caller holds it (or takes it when free); {NOT_WRITER} when another worker holds it. A request
+# longer than REQUEST_INLINE bytes comes as {token}: the caller reads it with a plain HMGET.
 SCRIPT = Script(
     "take",
     keys=("writer", "learns", "taken", "reqs"),
@@ -28,10 +29,14 @@ local taken = {LEASED}
 local tokens = redis.call('LPOP', LEARNS, MOST)
 if not tokens then return taken end
 for _, token in ipairs(tokens) do
-  local data = redis.call('HGET', REQS, token)
-  if data then  -- else withdrawn by its requester
+  local length = redis.call('HSTRLEN', REQS, token)
+  if length > 0 then  -- else withdrawn by its requester (a request is never empty)
     redis.call('SADD', TAKEN, token)
-    taken[#taken + 1] = data
+    if length > REQUEST_INLINE then
+      taken[#taken + 1] = {token}
+    else
+      taken[#taken + 1] = redis.call('HGET', REQS, token)
+    end
   end
 end
 keep(TAKEN, redis.call('PTTL', REQS))
@@ -56,4 +61,11 @@ async def take(
     )
     if int(reply[0]) != Status.LEASED:
         return None
-    return [raw(r) for r in reply[1:]]
+    taken = reply[1:]
+    long = [r[0] for r in taken if isinstance(r, list)]
+    if long:
+        # Taken: a lease lapsing now gives them back (parts.ACQUIRE); one withdrawn meanwhile
+        # reads as None, and its requester answers it.
+        read = iter(await store.client.hmget(k.reqs, long))
+        taken = [next(read) if isinstance(r, list) else r for r in taken]
+    return [raw(r) for r in taken if r is not None]
