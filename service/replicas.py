@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidInput, ModelBusy, ModelNotFound, StaleModel
+from .errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
 from .history import prune
 from .learner.codec import pack_weights
 from .metrics.prometheus import record_replicas
@@ -19,7 +19,7 @@ from .names import check_name
 from .protocol import SyncData
 from .replica import Replica
 from .settings import Settings
-from .store import Store
+from .store import Store, StoreError
 
 log = logging.getLogger("perceptron")
 _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
@@ -174,6 +174,8 @@ class Replicas:
                     s.checkpoint_every, every_ms,
                 ):  # fmt: skip
                     await prune(self.store, name, s, now_ms)
+        except (StoreError, ServiceError) as e:  # the store away, full or busy: one line
+            log.warning("compacting model %r failed (%s); it will be tried again", name, e)
         except Exception:  # compaction is an optimisation: never let it hurt a request
             log.exception("compacting model %r failed; it will be tried again", name)
         finally:

@@ -80,7 +80,7 @@ class Condition:
         return self.code is None
 
 
-READ_ATTEMPTS = 20  # reads of a log that compaction moved meanwhile, before giving up
+READ_ATTEMPTS = 3  # reads of a log that compaction may move meanwhile; the last one cannot
 
 
 class Store:
@@ -247,11 +247,16 @@ class Store:
         Log indices count from the snapshot's version ``snapv``, and compaction moves the
         snapshot and trims the log in one step: a read is consistent when ``snapv`` is the
         same just before and just after it. Entries appended meanwhile may come too; they
-        are the next ones in order.
+        are the next ones in order. A read that compaction moved is read again from where the
+        log starts now; the last try reads the snapshot and the whole log in one transaction,
+        which nothing comes between, so a worker catches up even when compaction runs as
+        often as it reads (many workers learning fast).
         """
-        for _ in range(READ_ATTEMPTS):
-            whole = from_version < snapv  # the copy needs the snapshot, then the whole log
-            async with self.client.pipeline(transaction=False) as pipe:
+        for attempt in range(READ_ATTEMPTS):
+            last = attempt == READ_ATTEMPTS - 1
+            # The snapshot, then the whole log: when the copy needs it, and at the last try.
+            whole = last or from_version < snapv
+            async with self.client.pipeline(transaction=last) as pipe:
                 pipe.hmget(
                     keys.meta,
                     Meta.EPOCH,
@@ -270,8 +275,8 @@ class Store:
                 raise ModelNotFound(keys.name)
             if epoch_after != epoch:
                 raise StaleModel(keys.name)
-            if int(before) == snapv == int(after):
-                base = snapv if whole else from_version
+            if int(before) == int(after) and (whole or int(before) == snapv):
+                base = int(before) if whole else from_version
                 entries = list(replies[-2])
                 snapshot = bytes(replies[1] or b"") if whole else None
                 # Entries appended meanwhile may come too, never fewer than the version says.
@@ -280,7 +285,7 @@ class Store:
                 if snapshot is not None and (
                     len(snapshot) != int(snaplen)
                     if snaplen is not None
-                    else snapv > 0 and not snapshot  # written before snaplen was kept
+                    else base > 0 and not snapshot  # written before snaplen was kept
                 ):
                     raise self._lost(keys.name, "its weights snapshot is missing")
                 return SyncData(
