@@ -597,8 +597,9 @@ def test_a_request_past_the_inline_limit_goes_around_the_scripts(redis_url: str,
     """A hand-over of REQUEST_INLINE bytes goes through the hand-over's and the take's
     scripts; one byte more is written by a plain HSET sent ahead of the hand-over's script and
     read by a plain HMGET after the take's: a value a script handles is copied into Lua and
-    out again, which cost Redis 2 ms each way for a packed batch of 1000 x 100. Either way the
-    writer takes exactly the bytes handed over, and the commit finds them where it looks."""
+    out again, which for a packed batch cost Redis more than the rest of its hand-over. Either
+    way the writer takes exactly the bytes handed over, and the commit finds them where it
+    looks."""
     from service.protocol import REQUEST_INLINE
 
     async def main() -> None:
