@@ -14,6 +14,7 @@ import secrets
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,8 +31,9 @@ from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.loopback import wait_until
+from service.protocol import REQUEST_INLINE
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
-from service.store import ModelKeys, open_store
+from service.store import ModelKeys, StoreError, open_store
 from service.worker import Worker
 
 from .servers import RedisServer, ServiceProcess, running
@@ -569,13 +571,8 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
 def _long_arguments(entries: list[dict[str, Any]]) -> dict[str, int]:
     """Commands in SLOWLOG entries that carried an argument Redis cut (it keeps 128 bytes of
     each, and says how many more there were), by name: how many."""
-    found: dict[str, int] = {}
-    for e in entries:
-        command = e["command"]
-        if b"more bytes)" in command:
-            name = command.split()[0].decode().upper()
-            found[name] = found.get(name, 0) + 1
-    return found
+    cut = (e["command"] for e in entries if b"more bytes)" in e["command"])
+    return dict(Counter(command.split()[0].decode().upper() for command in cut))
 
 
 @asynccontextmanager
@@ -600,7 +597,6 @@ def test_a_request_past_the_inline_limit_goes_around_the_scripts(redis_url: str,
     out again, which for a packed batch cost Redis more than the rest of its hand-over. Either
     way the writer takes exactly the bytes handed over, and the commit finds them where it
     looks."""
-    from service.protocol import REQUEST_INLINE
 
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):
@@ -628,7 +624,6 @@ def test_a_long_request_its_requester_learns_itself_is_not_left_queued(redis_url
     """A long request is written before the hand-over's script knows who writes the model:
     when its requester takes the lease (nobody held it), the script deletes what was written,
     as nothing was queued."""
-    from service.protocol import REQUEST_INLINE
 
     async def main() -> None:
         worker = _worker(redis_url)
@@ -654,7 +649,6 @@ def test_a_long_request_its_requester_learns_itself_is_not_left_queued(redis_url
 def test_a_long_request_withdrawn_as_it_is_taken_is_not_taken(redis_url: str) -> None:
     """A long request is read after the take's script took its token: one its requester
     withdrew in between (its deadline passed) reads as nothing, and is not learned."""
-    from service.protocol import REQUEST_INLINE
 
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):
@@ -686,8 +680,6 @@ def test_a_long_request_refused_by_a_full_redis_is_not_queued(redis_url: str) ->
     """Redis refuses writes when full (maxmemory): the plain write of a long request is
     refused, and its hand-over answers so (a 503 that says to retry); nothing is queued, and
     nothing is left behind."""
-    from service.protocol import REQUEST_INLINE
-    from service.store import StoreError
 
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):

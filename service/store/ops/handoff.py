@@ -12,9 +12,9 @@ from .runner import Runner, raw
 # KEEP_MS: how long the queue's keys must live for the request (to its deadline, and
 # QUEUE_KEEP_S more); NOT_QUEUED: the answer that says it was not queued. REQUEST: the request,
 # or '' for one longer than REQUEST_INLINE, which the caller writes to ``reqs`` with a plain HSET
-# sent just before the script (a written request this script does not queue is deleted; one
-# whose HSET failed is never queued: its caller raises that error, and TAKE passes over a token
-# without a request).
+# sent just before the script (a written request this script does not queue is deleted; when
+# that HSET failed, its caller raises its error, and TAKE passes over a token without a
+# request, should this script have queued one).
 # Returns {LEASED} when the caller holds, or just took, the lease: it learns the request
 # itself; nothing is queued, and the answer key says so twice: once for the wait sent with
 # this script, which takes it at once, and once for a requester whose reply was lost, whose
@@ -29,11 +29,7 @@ SCRIPT = Script(
 local holder = redis.call('GET', WRITER)
 local written = REQUEST == ''
 if holder and holder ~= ME then
-  if written then
-    if redis.call('HEXISTS', REQS, TOKEN) == 0 then return {QUEUED} end  -- (its HSET failed)
-  else
-    redis.call('HSET', REQS, TOKEN, REQUEST)
-  end
+  if not written then redis.call('HSET', REQS, TOKEN, REQUEST) end
   redis.call('RPUSH', LEARNS, TOKEN)
   keep(REQS, KEEP_MS)
   keep(LEARNS, KEEP_MS)
