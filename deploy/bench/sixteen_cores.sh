@@ -1,0 +1,78 @@
+#!/bin/bash
+# One writer against each worker committing its own, on a 16-core machine, at 1-12 workers.
+#
+# From the project's root, with the 16-core kit prepared in .devbox/ (bash
+# ../shared/device/prepare.sh), on that machine:
+#   OUT=<folder> bash deploy/bench/sixteen_cores.sh
+# For each W in $WS (1 2 4 8 12): the kit's scale.py as its run.sh measure runs it, --workers W
+# --repeat-at "" --dur $DUR (4) --warm 1 --routes $ROUTES_ONE, then the same with
+# --svc-env PERCEPTRON_ONE_WRITER=false --routes $ROUTES_EACH: the two designs alternated W by W.
+# Under $OUT: log (the driver's lines, then the table below), merged.json (every run's results),
+# logs.tgz (the servers' logs). The table: per W and route, requests (or packed examples) a
+# second, worker CPU per request (per example), the busiest and least busy workers' cores,
+# Redis's core and its CPU per request, p99, and non-200 answers; /learn's and /predict's
+# share of the floor.
+# $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
+set -o pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT/.devbox" || { echo "prepare .devbox/ first: bash ../shared/device/prepare.sh"; exit 1; }
+: "${OUT:?set OUT to the folder for the results}"
+export PYTHONUNBUFFERED=1
+if [ -d whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$ROOT/client
+R=$(mktemp -d)
+{
+echo "nproc $(nproc)"; lscpu | grep -E "^(CPU\(s\)|Model name|Thread|Core|Socket|NUMA)"; python3 -V
+bin/redis-server --version
+for w in ${WS:-1 2 4 8 12}; do
+  for design in one each; do
+    if [ $design = one ]; then
+      routes=${ROUTES_ONE:-predict,floor,learn,feedback,batch1}; env=()
+    else
+      routes=${ROUTES_EACH:-learn,feedback,batch1}; env=(--svc-env PERCEPTRON_ONE_WRITER=false)
+    fi
+    # shellcheck disable=SC2086
+    timeout 150 python3 scale.py --out "$R/${design}_w$w" --tmp "/tmp/scale_${design}_w$w" \
+      --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" $EXTRA --workers "$w" \
+      --repeat-at "" --dur "${DUR:-4}" --warm 1 --routes "$routes" "${env[@]}" \
+      2>&1 | grep -v "(warm-up)" | cut -c1-400
+  done
+  python3 - "$R" > "$OUT/merged.json" <<'PY'
+import json, pathlib, sys
+print(json.dumps({p.parent.name: json.loads(p.read_text())
+                  for p in sorted(pathlib.Path(sys.argv[1]).glob("*/results.json"))}))
+PY
+done
+python3 - "$OUT/merged.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))
+rows = {}
+for name, results in runs.items():
+    design, w = name.rsplit("_w", 1)
+    for r in results:
+        rows[(int(w), design, r["key"])] = r
+print("W design route | per s | worker CPU us | busiest, least busy worker | Redis core | Redis us | p99 ms"
+      " | non-200")
+for w, design, key in sorted(rows):
+    r = rows[(w, design, key)]
+    per = 1000 if key.startswith("batch") else 1  # a packed batch: per example
+    rate = r["rps"] * per
+    cpu = r["workers_cpu_sum"] * 1e6 / rate if rate else float("nan")
+    redis_us = r["redis_main_cpu_usec_per_req"]
+    print(f"{w} {design} {key} | {rate:,.0f} | {cpu:.1f} | {max(r['workers_cpu']):.2f}, {min(r['workers_cpu']):.2f} | "
+          f"{r['redis_main_cpu']:.2f} | {redis_us} | {r['p99_ms']} | {r['statuses'] or 0}")
+for w in sorted({w for w, _, _ in rows}):
+    floor = rows.get((w, "one", "floor"))
+    if floor:
+        for design, key in (("one", "predict"), ("one", "learn"), ("each", "learn")):
+            r = rows.get((w, design, key))
+            if r:
+                print(f"W={w} {design} {key} / floor: {r['rps'] / floor['rps']:.2f}")
+PY
+cat /proc/loadavg
+} 2>&1 | tee "$OUT/log"
+tar -czf "$OUT/logs.tgz" -C /tmp $(cd /tmp && ls -d scale_*/*.log) 2>/dev/null
+true
