@@ -40,6 +40,11 @@ class Coalescer(Generic[Item, Result]):
     def idle(self) -> bool:
         return not self._tasks and not self._queue
 
+    @property
+    def waiting(self) -> tuple[int, int]:
+        """Requests queued for a later run (not those of the runs in flight), and their items."""
+        return len(self._queue), sum(len(items) for items, _, _ in self._queue)
+
     async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
         return await self.enqueue(items, tag)
 

@@ -91,9 +91,17 @@ class LearnCommits:
 
     def learning(self, name: str) -> bool:
         """Whether this worker has learns of the model in flight."""
-        rep = self.replicas.peek(name)
-        queue = rep.queues.get(QUEUE) if rep is not None else None
+        queue = self._queue_of(name)
         return queue is not None and not queue.idle
+
+    def waiting(self, name: str) -> tuple[int, int]:
+        """Learns of the model queued behind the commit in flight, and their examples."""
+        queue = self._queue_of(name)
+        return (0, 0) if queue is None else queue.waiting
+
+    def _queue_of(self, name: str) -> Coalescer[tuple[Example, int, str], Learned] | None:
+        rep = self.replicas.peek(name)
+        return rep.queues.get(QUEUE) if rep is not None else None
 
     async def _learn(self, rep: Replica, examples: Examples, handed: list[Span]) -> list[Learned]:
         """Learn a group commit's examples; the commit answers each handed-off request in it,

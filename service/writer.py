@@ -72,7 +72,8 @@ WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
 ANSWER_WAIT_S = 0.1  # a requester's wait for its answer before it checks on the writer
 LAPSE_MARGIN_S = 0.005  # past the moment a lease would lapse, when a requester looks again
-MOST_IN_FLIGHT = 32  # requests a writer has taken and not answered yet
+# Requests a writer has taken that wait for a later commit than the one in flight.
+MOST_WAITING = 64
 # Hand-overs of one worker for one model in flight at once: the writer learns those waiting
 # together, and each waits for a busy writer's event loop several times over.
 HAND_OVERS_IN_FLIGHT = 4
@@ -259,9 +260,13 @@ class Writers:
         idle_since = self.clock()
         try:
             while not self._closing:
-                if len(in_flight) >= MOST_IN_FLIGHT:  # renew the lease meanwhile
+                # Taken while the commit before runs, until the next one is full: it starts
+                # as soon as that one ends. (The lease is renewed by each commit meanwhile.)
+                requests, examples = self.commits.waiting(name)
+                if in_flight and (requests >= MOST_WAITING or examples >= GROUP_MOST):
                     await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
-                room = max(1, MOST_IN_FLIGHT - len(in_flight))
+                    requests, _ = self.commits.waiting(name)
+                room = max(1, MOST_WAITING - requests)
                 # Waits up to WAIT_S for a request, and takes those queued, in one round trip.
                 taken = await self.store.take_learns(name, self.me, LEASE_MS, room, WAIT_S)
                 if taken is None:

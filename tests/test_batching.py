@@ -114,3 +114,28 @@ def test_with_concurrency_several_runs_go_at_once_and_none_is_left_behind() -> N
 
     asyncio.run(main())
     assert most[0] == 3
+
+
+def test_waiting_counts_what_queues_behind_the_run_in_flight() -> None:
+    """A model's writer takes more requests while its commit runs, until the next commit is
+    full (service/writer.py): what waits is what is queued, not what the run holds."""
+    release = asyncio.Event()
+
+    async def run(items: list[int], _: list[Span]) -> list[int]:
+        await release.wait()
+        return items
+
+    async def main() -> None:
+        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        assert c.waiting == (0, 0)
+        first = c.enqueue([1, 2, 3])
+        await asyncio.sleep(0)  # its run starts with it
+        assert c.waiting == (0, 0) and not c.idle
+        later = [c.enqueue([4, 5]), c.enqueue([6])]
+        assert c.waiting == (2, 3)
+        release.set()
+        assert await first == [1, 2, 3]
+        assert [await f for f in later] == [[4, 5], [6]]
+        assert c.waiting == (0, 0)
+
+    asyncio.run(main())

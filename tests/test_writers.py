@@ -31,10 +31,11 @@ from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
 from service.loopback import wait_until
-from service.protocol import REQUEST_INLINE
+from service.protocol import REQUEST_INLINE, LearnResult
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 from service.worker import Worker
+from service.writer import MOST_WAITING
 
 from .servers import RedisServer, ServiceProcess, running
 
@@ -696,6 +697,61 @@ def test_a_long_request_refused_by_a_full_redis_is_not_queued(redis_url: str) ->
                 await store.client.config_set("maxmemory", 0)
             assert await store.client.hlen(k.reqs) == 0
             assert await store.client.llen(k.learns) == 0
+
+    asyncio.run(main())
+
+
+def test_a_writer_takes_the_next_commits_requests_while_its_commit_runs(redis_url: str) -> None:
+    """A busy writer's next commit is ready when the one in flight ends: it takes requests
+    meanwhile, up to MOST_WAITING (a writer that took only once its commit had answered
+    spent a round trip idle between commits), and each is learned once."""
+
+    async def main() -> None:
+        worker = _worker(redis_url)
+        try:
+            await worker.models.create_model("m", {"n_features": D})
+            rep = await worker.replicas.get("m")
+            writers = worker.learning.writers
+            assert await worker.store.claim_writer("m", "nobody", 60_000) == 0
+            total = 3 * MOST_WAITING
+            for _ in range(total):  # queued for a holder that takes nothing
+                token, request = _request(rep)
+                await worker.store.hand_off(
+                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                )
+            commit, running = worker.store.commit_learn, asyncio.Event()
+            sizes: list[int] = []  # handed-over requests each commit learned
+
+            async def slow_commit(*args: Any, **kwargs: Any) -> Any:
+                running.set()
+                await asyncio.sleep(0.3)
+                result = await commit(*args, **kwargs)
+                if isinstance(result, LearnResult):
+                    sizes.append(len(args[5]))  # the answers: one per request
+                return result
+
+            worker.store.commit_learn = slow_commit  # type: ignore[method-assign]
+            await worker.store.client.set(ModelKeys("m").writer, writers.me, px=60_000)
+            writers._start("m")
+            await asyncio.wait_for(running.wait(), 5)
+            # Taken during the first commit: the second's requests wait for it.
+            give_up = time.monotonic() + 0.25
+            while writers.commits.waiting("m")[0] < MOST_WAITING:
+                assert time.monotonic() < give_up, writers.commits.waiting("m")
+                await asyncio.sleep(0.005)
+            assert sizes == []
+            k = ModelKeys("m")
+            give_up = time.monotonic() + 10
+            while await worker.store.client.hlen(k.reqs):
+                assert time.monotonic() < give_up
+                await asyncio.sleep(0.01)
+            # (a writer waiting for room takes one more request each WAIT_S, which renews
+            # its lease: a commit may hold a few more)
+            assert sum(sizes) == total and sizes[0] == MOST_WAITING
+            meta = await worker.store.client.hgetall(k.meta)
+            assert int(meta[b"learned"]) == total
+        finally:
+            await _close(worker)
 
     asyncio.run(main())
 
