@@ -4,14 +4,14 @@ A worker runs at most one commit per model and operation at a time. Whatever arr
 meantime waits and goes, in arrival order, into the next commit: one Redis round trip for
 many requests when busy, no added delay when idle. Every item keeps its own place in the
 sequence, so the result is the one the same requests would get one after another. A request
-may carry a tag (a handed-off learn's token): the run gets, beside the items, where each tagged
-request's items lie.
+may carry a tag (a handed-off learn's token), or be several tagged requests queued as one (a
+writer's take): the run gets, beside the items, where each tagged request's items lie.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -33,7 +33,8 @@ class Coalescer(Generic[Item, Result]):
         self._run = run
         self._limit = limit
         self._concurrency = concurrency
-        self._queue: list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]] = []
+        # (items, where its tagged requests lie in them, its future)
+        self._queue: list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -42,22 +43,31 @@ class Coalescer(Generic[Item, Result]):
 
     @property
     def waiting(self) -> tuple[int, int]:
-        """Requests queued for a later run (not those of the runs in flight), and their items."""
-        return len(self._queue), sum(len(items) for items, _, _ in self._queue)
+        """Requests queued for a later run (not those of the runs in flight), and their items;
+        several queued as one count one each."""
+        return (
+            sum(max(1, len(spans)) for _, spans, _ in self._queue),
+            sum(len(items) for items, _, _ in self._queue),
+        )
 
     async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
         return await self.enqueue(items, tag)
 
-    def enqueue(self, items: list[Item], tag: str | None = None) -> asyncio.Future[list[Result]]:
+    def enqueue(
+        self, items: list[Item], tag: str | None = None, spans: Sequence[Span] = ()
+    ) -> asyncio.Future[list[Result]]:
         """Queue a request at once (in the caller's turn of the event loop); its results
-        come in the future returned."""
+        come in the future returned. ``spans``: the tagged requests it holds, queued as one
+        (they go in one run, and its error reaches them all)."""
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
-        self._queue.append((items, tag, future))
+        if tag is not None:
+            spans = [(tag, 0, len(items))]
+        self._queue.append((items, spans, future))
         if len(self._tasks) < self._concurrency:
             self._tasks.add(asyncio.create_task(self._drain()))
         return future
 
-    def _take(self) -> list[tuple[list[Item], str | None, asyncio.Future[list[Result]]]]:
+    def _take(self) -> list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]]:
         """The requests of the next commit, off the queue: the oldest, and those after it that
         keep the commit within the limit of items (one request alone may exceed it)."""
         taken, size = 0, 0
@@ -76,9 +86,8 @@ class Coalescer(Generic[Item, Result]):
                 flat = [item for items, _, _ in batch for item in items]
                 spans: list[Span] = []
                 start = 0
-                for items, tag, _ in batch:
-                    if tag is not None:
-                        spans.append((tag, start, start + len(items)))
+                for items, tagged, _ in batch:
+                    spans += [(tag, start + a, start + b) for tag, a, b in tagged]
                     start += len(items)
                 try:
                     results = await self._run(flat, spans)

@@ -39,6 +39,7 @@ UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned
 NOT_QUEUED_ANSWER = b"Q"  # left by a hand-over that queued nothing: its requester took the lease
 _HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sII")
 _START = struct.Struct("<q")
+_ONE_ANSWER = struct.Struct("<cqiB")  # an answer of one example: its pair as numpy lays it
 
 
 def new_token() -> str:
@@ -112,16 +113,18 @@ def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
     at = _HEAD.size
     names = data[at : at + sources_length].decode().split("\n")[1:]
     at += sources_length
-    srcs = [names[i] for i in np.frombuffer(data, dtype="<u2", count=n, offset=at).tolist()]
+    # (struct, not numpy, for the numbers of each example: most requests hold one)
+    srcs = [names[i] for i in struct.unpack_from(f"<{n}H", data, at)]
     at += 2 * n
-    ts = np.frombuffer(data, dtype="<i4", count=n, offset=at).tolist()
+    ts = struct.unpack_from(f"<{n}i", data, at)
     at += 4 * n
-    sq = np.frombuffer(data, dtype="<f8", count=n, offset=at).tolist()
+    sq = struct.unpack_from(f"<{n}d", data, at)
     at += 8 * n
     xs: list[Example]
     if dense_dim is not None:
         values = np.frombuffer(data, dtype="<f8", count=n * dense_dim, offset=at)
-        rows = values.reshape(n, dense_dim)  # read-only views of the request
+        # read-only views of the request
+        rows = [values] if n == 1 else values.reshape(n, dense_dim)
         xs = list(map(Example, rows, repeat(None), sq))
     else:
         counts = np.frombuffer(data, dtype="<i4", count=n, offset=at)
@@ -140,6 +143,8 @@ def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
 
 
 def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:
+    if len(served) == 1:  # (most requests: struct costs less than numpy for one)
+        return _ONE_ANSWER.pack(b"R", start, served[0], updated[0])
     pairs = np.empty(len(served), dtype=[("served", "<i4"), ("updated", "u1")])
     pairs["served"], pairs["updated"] = served, updated
     return b"R" + _START.pack(start) + pairs.tobytes()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import accumulate, islice
 
@@ -78,16 +78,21 @@ class LearnCommits:
         self.lease = lease
 
     def queue(
-        self, rep: Replica, examples: Examples, handed: str | None = None
+        self,
+        rep: Replica,
+        examples: Examples,
+        handed: str | None = None,
+        spans: Sequence[Span] = (),
     ) -> asyncio.Future[list[Learned]]:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
         at once; ``handed``: the token of a request handed over by another worker
-        (``writer.py``)."""
+        (``writer.py``); ``spans``: where each of several handed-over requests lies in
+        ``examples``, queued as one."""
         c = rep.queues.get(QUEUE)
         if c is None:
             most = max(self.settings.max_batch, GROUP_MOST)
             c = rep.queues[QUEUE] = Coalescer(partial(self._learn, rep), most)
-        return c.enqueue(examples, handed)
+        return c.enqueue(examples, handed, spans)
 
     def learning(self, name: str) -> bool:
         """Whether this worker has learns of the model in flight."""
@@ -143,13 +148,9 @@ class LearnCommits:
                 if only is None
                 else one_source_counts(only, b.n, b.mistakes, len(b.entries))
             )
+            before = list(accumulate(seq.updated, initial=made.version))  # version before each
             answers = [
-                (
-                    tag,
-                    pack_answer(
-                        made.version + sum(seq.updated[:a]), seq.served[a:b], seq.updated[a:b]
-                    ),
-                )
+                (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b]))
                 for tag, a, b in spans
             ]
             try:

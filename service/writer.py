@@ -295,42 +295,60 @@ class Writers:
     def _serve_all(
         self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]
     ) -> None:
-        for request in taken:
-            served = self._serve_now(name, request)
-            if served is not None:
-                in_flight.add(served)
-                served.add_done_callback(in_flight.discard)
-
-    def _serve_now(self, name: str, data: bytes) -> asyncio.Future[Any] | None:
-        """Learn one handed-off request: its commit answers it (ops/learn.py); or answer it
-        with the error that kept it from being learned. Queued for the model's next commit
-        at once, in this turn of the event loop, when this worker's replica is the model the
-        request was made for and it is still awaited (else ``_serve`` looks first)."""
-        try:
-            head = request_head(data)
-        except Exception:
-            log.error("model %r's queue held something that is not a learn request", name)
-            return None
+        """Learn the handed-off requests taken: each commit answers those it learns
+        (ops/learn.py); or answer each with the error that kept it from being learned. Those
+        made for this worker's replica of the model and still awaited are queued for its next
+        commit at once, in this turn of the event loop, as one (their examples end to end,
+        up to a commit's worth); ``_serve`` looks at the others first."""
         rep = self.replicas.peek(name)
-        if rep is None or head.epoch != rep.epoch or head.deadline_ms < self.clock() * 1000:
-            return asyncio.ensure_future(self._serve(name, data, head))
-        try:
-            request = unpack_request(data, rep.config.n_features)
-        except Exception as e:
-            return asyncio.ensure_future(self._refuse(name, head.token, e))
-        learned = self.commits.queue(rep, request.examples, head.token)
-        learned.add_done_callback(partial(self._refuse_failed, name, head.token))
-        return learned
+        now_ms = self.clock() * 1000
+        examples: Examples = []
+        spans: list[Span] = []
+        for data in taken:
+            try:
+                head = request_head(data)
+            except Exception:
+                log.error("model %r's queue held something that is not a learn request", name)
+                continue
+            if rep is None or head.epoch != rep.epoch or head.deadline_ms < now_ms:
+                self._track(in_flight, asyncio.ensure_future(self._serve(name, data, head)))
+                continue
+            try:
+                request = unpack_request(data, rep.config.n_features)
+            except Exception as e:
+                self._track(in_flight, asyncio.ensure_future(self._refuse(name, head.token, e)))
+                continue
+            if spans and len(examples) + len(request.examples) > GROUP_MOST:
+                self._queue(rep, examples, spans, in_flight)
+                examples, spans = [], []
+            spans.append((head.token, len(examples), len(examples) + len(request.examples)))
+            examples += request.examples
+        if spans and rep is not None:
+            self._queue(rep, examples, spans, in_flight)
 
-    def _refuse_failed(self, name: str, token: str, learned: asyncio.Future[Any]) -> None:
+    def _queue(
+        self, rep: Replica, examples: Examples, spans: list[Span], in_flight: set[Any]
+    ) -> None:
+        learned = self.commits.queue(rep, examples, spans=spans)
+        tokens = [token for token, _, _ in spans]
+        learned.add_done_callback(partial(self._refuse_failed, rep.name, tokens))
+        self._track(in_flight, learned)
+
+    @staticmethod
+    def _track(in_flight: set[asyncio.Future[Any]], served: asyncio.Future[Any]) -> None:
+        in_flight.add(served)
+        served.add_done_callback(in_flight.discard)
+
+    def _refuse_failed(self, name: str, tokens: list[str], learned: asyncio.Future[Any]) -> None:
         error = None if learned.cancelled() else learned.exception()
         if error is not None:
-            task = asyncio.ensure_future(self._refuse(name, token, error))
-            self._refusing.add(task)
-            task.add_done_callback(self._refusing.discard)
+            for token in tokens:
+                task = asyncio.ensure_future(self._refuse(name, token, error))
+                self._refusing.add(task)
+                task.add_done_callback(self._refusing.discard)
 
     async def _serve(self, name: str, data: bytes, head: RequestHead) -> None:
-        """``_serve_now``'s way when it cannot queue the request at once."""
+        """``_serve_all``'s way for a request it cannot queue at once."""
         token = head.token
         try:
             if head.deadline_ms < self.clock() * 1000:

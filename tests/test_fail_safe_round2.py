@@ -523,9 +523,10 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
                 )
             )[0]
             assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
-            served = writer.learning.writers._serve_now("m", request)
-            assert served is not None
-            await served
+            in_flight: set[asyncio.Future[Any]] = set()
+            writer.learning.writers._serve_all("m", [request], in_flight)
+            assert len(in_flight) == 1
+            await asyncio.gather(*in_flight)
             answer = await other.store.wait_answer("m", token, 5)
             assert answer is not None
             _, updated, versions = unpack_answer(answer)
