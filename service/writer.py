@@ -258,6 +258,7 @@ class Writers:
         """Serve the model's queue while this worker holds its lease."""
         in_flight: set[asyncio.Future[Any]] = set()
         idle_since = self.clock()
+        size = 1  # examples a request, in the last take
         try:
             while not self._closing:
                 # Taken while the commit before runs, until the next one is full: it starts
@@ -265,8 +266,9 @@ class Writers:
                 requests, examples = self.commits.waiting(name)
                 if in_flight and (requests >= MOST_WAITING or examples >= GROUP_MOST):
                     await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
-                    requests, _ = self.commits.waiting(name)
-                room = max(1, MOST_WAITING - requests)
+                    requests, examples = self.commits.waiting(name)
+                # (at least one: a take renews the lease)
+                room = max(1, min(MOST_WAITING - requests, (GROUP_MOST - examples) // size))
                 # Waits up to WAIT_S for a request, and takes those queued, in one round trip.
                 taken = await self.store.take_learns(name, self.me, LEASE_MS, room, WAIT_S)
                 if taken is None:
@@ -278,7 +280,7 @@ class Writers:
                             break
                     continue
                 idle_since = self.clock()
-                self._serve_all(name, taken, in_flight)
+                size = max(1, self._serve_all(name, taken, in_flight) // len(taken))
         except asyncio.CancelledError:
             raise
         except (StoreError, ServiceError) as e:
@@ -294,14 +296,16 @@ class Writers:
 
     def _serve_all(
         self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]
-    ) -> None:
+    ) -> int:
         """Learn the handed-off requests taken: each commit answers those it learns
         (ops/learn.py); or answer each with the error that kept it from being learned. Those
         made for this worker's replica of the model and still awaited are queued for its next
         commit at once, in this turn of the event loop, as one (their examples end to end,
-        up to a commit's worth); ``_serve`` looks at the others first."""
+        up to a commit's worth); ``_serve`` looks at the others first. Returns the number of
+        examples queued at once."""
         rep = self.replicas.peek(name)
         now_ms = self.clock() * 1000
+        queued = 0
         examples: Examples = []
         spans: list[Span] = []
         for data in taken:
@@ -323,8 +327,10 @@ class Writers:
                 examples, spans = [], []
             spans.append((head.token, len(examples), len(examples) + len(request.examples)))
             examples += request.examples
+            queued += len(request.examples)
         if spans and rep is not None:
             self._queue(rep, examples, spans, in_flight)
+        return queued
 
     def _queue(
         self, rep: Replica, examples: Examples, spans: list[Span], in_flight: set[Any]
