@@ -294,9 +294,7 @@ class Writers:
             if in_flight:
                 await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
 
-    def _serve_all(
-        self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]
-    ) -> int:
+    def _serve_all(self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]) -> int:
         """Learn the handed-off requests taken: each commit answers those it learns
         (ops/learn.py); or answer each with the error that kept it from being learned. Those
         made for this worker's replica of the model and still awaited are queued for its next
