@@ -12,7 +12,8 @@ one dense binary model (d=100), --requests requests of --examples examples each 
 and queued for it while a lease that no worker holds keeps them waiting, then one process
 takes the lease and learns them all, as the model's writer. Reported: requests learned per
 second from then until the last is answered, the writer process's CPU (user + sys) per
-request, and Redis's. This tree and, with --baseline, a checkout of REV (a git worktree made
+request, and Redis's. The process collects its garbage as a worker of ``perceptron serve``
+does (service/worker_gc.py). This tree and, with --baseline, a checkout of REV (a git worktree made
 here, removed at the end) run alternated, round by round. Every process is started here,
 bound to 127.0.0.1, and stopped by its PID.
 """
@@ -43,6 +44,7 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     """Queue the requests, then learn them as the model's writer (run in the tree measured)."""
     import redis.asyncio as aioredis
 
+    from service import worker_gc
     from service import writer as writers
     from service.handoff import NOT_QUEUED_ANSWER, new_token, pack_request
     from service.learner.features import encode
@@ -55,6 +57,7 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     os.environ.update(PERCEPTRON_REDIS_URL=url, PERCEPTRON_LEARN_WAIT_S="600")
     settings = Settings()
     worker = Worker(open_store(settings), settings)
+    worker_gc.settle()  # as a worker of perceptron serve does once its app is built
     stats = aioredis.Redis.from_url(url)
     try:
         await worker.models.create_model("m", {"n_features": DIM})
@@ -75,8 +78,9 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
                 "m", "requester", 400, token, request, 600_000, NOT_QUEUED_ANSWER
             )
 
-        for start in range(0, requests, 100):
-            await asyncio.gather(*(hand_over(i) for i in range(start, min(requests, start + 100))))
+        for start in range(0, requests, 20):  # (20 connections at a time)
+            await asyncio.gather(*(hand_over(i) for i in range(start, min(requests, start + 20))))
+
         queued = await stats.llen(keys.learns)
         # This worker becomes the lease's holder, then the writer: it takes them all.
         writer = worker.learning.writers
