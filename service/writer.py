@@ -72,8 +72,11 @@ WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
 ANSWER_WAIT_S = 0.1  # a requester's wait for its answer before it checks on the writer
 LAPSE_MARGIN_S = 0.005  # past the moment a lease would lapse, when a requester looks again
-# Requests a writer has taken that wait for a later commit than the one in flight.
+# Requests a writer has taken that wait for a later commit than the one in flight, at most,
+# and the commits' worth of examples: four, so that the next is full when the one in flight
+# ends, even where a take of the largest requests takes longer than a commit.
 MOST_WAITING = 64
+COMMITS_AHEAD = 4
 # Hand-overs of one worker for one model in flight at once: the writer learns those waiting
 # together, and each waits for a busy writer's event loop several times over.
 HAND_OVERS_IN_FLIGHT = 4
@@ -261,16 +264,21 @@ class Writers:
         size = 1  # examples a request, in the last take
         try:
             while not self._closing:
-                # Taken while the commit before runs, until the next one is full: it starts
-                # as soon as that one ends. (The lease is renewed by each commit meanwhile.)
-                requests, examples = self.commits.waiting(name)
-                if in_flight and (requests >= MOST_WAITING or examples >= GROUP_MOST):
-                    await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
-                    requests, examples = self.commits.waiting(name)
-                # (at least one: a take renews the lease)
-                room = max(1, min(MOST_WAITING - requests, (GROUP_MOST - examples) // size))
-                # Waits up to WAIT_S for a request, and takes those queued, in one round trip.
-                taken = await self.store.take_learns(name, self.me, LEASE_MS, room, WAIT_S)
+                # Taken while the commit before runs, until the next ones are full: the next
+                # starts as soon as that one ends. (Each commit renews the lease meanwhile.)
+                room = self._room(name, size)
+                if room < 1:
+                    if in_flight:
+                        await asyncio.wait(in_flight, timeout=WAIT_S, return_when=FIRST_COMPLETED)
+                    else:  # (full of this worker's own requests)
+                        await asyncio.sleep(LAPSE_MARGIN_S)
+                    room = self._room(name, size)
+                # Waits up to WAIT_S for a request, and takes those queued, in one round trip;
+                # with no room (a slow commit), renews the lease only: a request taken then
+                # would make a commit of its own.
+                taken = await self.store.take_learns(
+                    name, self.me, LEASE_MS, room, WAIT_S if room else 0
+                )
                 if taken is None:
                     break  # another worker writes the model now
                 if not taken:
@@ -294,6 +302,13 @@ class Writers:
             if in_flight:
                 await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
 
+    def _room(self, name: str, size: int) -> int:
+        """Requests of ``size`` examples the model's next COMMITS_AHEAD commits have room for,
+        past those waiting for them."""
+        requests, examples = self.commits.waiting(name)
+        ahead = COMMITS_AHEAD * GROUP_MOST - examples
+        return max(0, min(MOST_WAITING - requests, ahead // size))
+
     def _serve_all(self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]) -> int:
         """Learn the handed-off requests taken: each commit answers those it learns
         (ops/learn.py); or answer each with the error that kept it from being learned. Those
@@ -304,6 +319,8 @@ class Writers:
         rep = self.replicas.peek(name)
         now_ms = self.clock() * 1000
         queued = 0
+        # The first group tops up the commit waiting last, so that the two go as one.
+        cap = GROUP_MOST - self.commits.waiting(name)[1] % GROUP_MOST
         examples: Examples = []
         spans: list[Span] = []
         for data in taken:
@@ -320,9 +337,9 @@ class Writers:
             except Exception as e:
                 self._track(in_flight, asyncio.ensure_future(self._refuse(name, head.token, e)))
                 continue
-            if spans and len(examples) + len(request.examples) > GROUP_MOST:
+            if spans and len(examples) + len(request.examples) > cap:
                 self._queue(rep, examples, spans, in_flight)
-                examples, spans = [], []
+                examples, spans, cap = [], [], GROUP_MOST
             spans.append((head.token, len(examples), len(examples) + len(request.examples)))
             examples += request.examples
             queued += len(request.examples)

@@ -8,9 +8,10 @@ from ..script import Script
 from . import parts
 from .runner import Runner, raw
 
-# MOST: the most requests to take. Returns {LEASED, requests...} and renews the lease while the
-# caller holds it (or takes it when free); {NOT_WRITER} when another worker holds it. A request
-# longer than REQUEST_INLINE bytes comes as {token}: the caller reads it with a plain HMGET.
+# MOST: the most requests to take (0: none, the lease renewed only). Returns {LEASED,
+# requests...} and renews the lease while the caller holds it (or takes it when free);
+# {NOT_WRITER} when another worker holds it. A request longer than REQUEST_INLINE bytes comes
+# as {token}: the caller reads it with a plain HMGET.
 SCRIPT = Script(
     "take",
     keys=("writer", "learns", "taken", "reqs"),
@@ -26,6 +27,7 @@ else
   acquire(WRITER, LEARNS, TAKEN, ME, LEASE)
 end
 local taken = {LEASED}
+if MOST < 1 then return taken end
 local tokens = redis.call('LPOP', LEARNS, MOST)
 if not tokens then return taken end
 for _, token in ipairs(tokens) do
@@ -48,8 +50,8 @@ return taken
 async def take(
     store: Runner, name: str, me: str, lease_ms: int, most: int, wait_s: float = 0.0
 ) -> list[bytes] | None:
-    """Renew the lease and take up to ``most`` queued requests, after waiting up to ``wait_s``
-    for one (in the same round trip); None: another holds it."""
+    """Renew the lease and take up to ``most`` queued requests (none: renew it only), after
+    waiting up to ``wait_s`` for one (in the same round trip); None: another holds it."""
     k = ModelKeys(name)
     # (BLMOVE to its own list, from the head to the head: waits, moves nothing)
     wait = ("BLMOVE", k.learns, k.learns, "LEFT", "LEFT", wait_s) if wait_s > 0 else None
