@@ -756,6 +756,27 @@ def test_a_writer_takes_the_next_commits_requests_while_its_commit_runs(redis_ur
     asyncio.run(main())
 
 
+def test_a_take_of_none_renews_the_lease_and_leaves_the_queue(redis_url: str) -> None:
+    """A writer whose next commits are full renews its lease with a take of no request: one
+    it took then would wait for a commit of its own."""
+
+    async def main() -> None:
+        async with _another_writes(redis_url) as (store, rep):
+            token, request = _request(rep)
+            await store.hand_off(
+                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+            )
+            k = ModelKeys("m")
+            await store.client.pexpire(k.writer, 1_000)
+            assert await store.take_learns("m", "writer", 60_000, 0) == []
+            assert await store.client.pttl(k.writer) > 50_000  # renewed
+            assert await store.client.llen(k.learns) == 1  # nothing taken
+            assert await store.take_learns("m", "writer", 60_000, 1) == [request]
+            assert await store.take_learns("m", "other", 60_000, 0) is None  # not its lease
+
+    asyncio.run(main())
+
+
 def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
     """A store sends a script behind a wait only once Redis holds it: a script Redis did not
     hold failed behind a wait that had already waited its whole time for nothing (each
