@@ -4,7 +4,7 @@ A worker runs at most one commit per model and operation at a time. Whatever arr
 meantime waits and goes, in arrival order, into the next commit: one Redis round trip for
 many requests when busy, no added delay when idle. Every item keeps its own place in the
 sequence, so the result is the one the same requests would get one after another. A request
-may carry a tag (a handed-off learn's token), or be several tagged requests queued as one (a
+may hold tagged requests (handed-off learns, by their tokens; several queued as one by a
 writer's take): the run gets, beside the items, where each tagged request's items lie.
 """
 
@@ -50,18 +50,17 @@ class Coalescer(Generic[Item, Result]):
             sum(len(items) for items, _, _ in self._queue),
         )
 
-    async def submit(self, items: list[Item], tag: str | None = None) -> list[Result]:
-        return await self.enqueue(items, tag)
+    async def submit(self, items: list[Item], spans: Sequence[Span] = ()) -> list[Result]:
+        return await self.enqueue(items, spans)
 
     def enqueue(
-        self, items: list[Item], tag: str | None = None, spans: Sequence[Span] = ()
+        self, items: list[Item], spans: Sequence[Span] = ()
     ) -> asyncio.Future[list[Result]]:
         """Queue a request at once (in the caller's turn of the event loop); its results
-        come in the future returned. ``spans``: the tagged requests it holds, queued as one
-        (they go in one run, and its error reaches them all)."""
+        come in the future returned. ``spans``: the tagged requests it holds (tag, start,
+        stop in ``items``), queued as one: they go in one run, and its error reaches them
+        all."""
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
-        if tag is not None:
-            spans = [(tag, 0, len(items))]
         self._queue.append((items, spans, future))
         if len(self._tasks) < self._concurrency:
             self._tasks.add(asyncio.create_task(self._drain()))

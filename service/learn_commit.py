@@ -78,21 +78,16 @@ class LearnCommits:
         self.lease = lease
 
     def queue(
-        self,
-        rep: Replica,
-        examples: Examples,
-        handed: str | None = None,
-        spans: Sequence[Span] = (),
+        self, rep: Replica, examples: Examples, handed: Sequence[Span] = ()
     ) -> asyncio.Future[list[Learned]]:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
-        at once; ``handed``: the token of a request handed over by another worker
-        (``writer.py``); ``spans``: where each of several handed-over requests lies in
-        ``examples``, queued as one."""
+        at once; ``handed``: where each request handed over by another worker lies in
+        ``examples`` (its token, start, stop; ``writer.py``)."""
         c = rep.queues.get(QUEUE)
         if c is None:
             most = max(self.settings.max_batch, GROUP_MOST)
             c = rep.queues[QUEUE] = Coalescer(partial(self._learn, rep), most)
-        return c.enqueue(examples, handed, spans)
+        return c.enqueue(examples, handed)
 
     def learning(self, name: str) -> bool:
         """Whether this worker has learns of the model in flight."""

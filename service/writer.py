@@ -350,7 +350,7 @@ class Writers:
     def _queue(
         self, rep: Replica, examples: Examples, spans: list[Span], in_flight: set[Any]
     ) -> None:
-        learned = self.commits.queue(rep, examples, spans=spans)
+        learned = self.commits.queue(rep, examples, spans)
         tokens = [token for token, _, _ in spans]
         learned.add_done_callback(partial(self._refuse_failed, rep.name, tokens))
         self._track(in_flight, learned)
@@ -386,7 +386,7 @@ class Writers:
             # with another one's (a replica older than the model), its examples were misread,
             # then learned, and every copy of the model failed to apply them.
             request = unpack_request(data, rep.config.n_features)
-            await self.commits.queue(rep, request.examples, token)
+            await self.commits.queue(rep, request.examples, [(token, 0, len(request.examples))])
         except Exception as e:
             await self._refuse(name, token, e)
 

@@ -80,12 +80,12 @@ def test_a_run_knows_where_each_tagged_request_lies() -> None:
 
     async def main() -> None:
         c: Coalescer[int, int] = Coalescer(run, limit=100)
-        first = asyncio.ensure_future(c.submit([0], "a"))
+        first = asyncio.ensure_future(c.submit([0], [("a", 0, 1)]))
         await asyncio.sleep(0.001)
         rest = [
             asyncio.ensure_future(c.submit([1, 2])),
-            asyncio.ensure_future(c.submit([3, 4, 5], "b")),
-            asyncio.ensure_future(c.submit([6], "c")),
+            asyncio.ensure_future(c.submit([3, 4, 5], [("b", 0, 3)])),
+            asyncio.ensure_future(c.submit([6], [("c", 0, 1)])),
         ]
         assert await first == [0]
         assert [await r for r in rest] == [[1, 2], [3, 4, 5], [6]]

@@ -246,11 +246,17 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
 
             if first == "lapsed writer":
                 with pytest.raises(NotWriter):
-                    await lapsed.learning.writers.commits.queue(reps[0], examples, token)
-            learned = await new.learning.writers.commits.queue(reps[1], examples, token)
+                    await lapsed.learning.writers.commits.queue(
+                        reps[0], examples, [(token, 0, len(examples))]
+                    )
+            learned = await new.learning.writers.commits.queue(
+                reps[1], examples, [(token, 0, len(examples))]
+            )
             assert [v for *_, v in learned] != [-1] * 7
             with pytest.raises(NotWriter):
-                await lapsed.learning.writers.commits.queue(reps[0], examples, token)
+                await lapsed.learning.writers.commits.queue(
+                    reps[0], examples, [(token, 0, len(examples))]
+                )
 
             meta = await store.client.hgetall(ModelKeys("m").meta)
             assert int(meta[b"learned"]) == 7
@@ -318,7 +324,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
 
             a.store.commit_learn = commit  # type: ignore[method-assign]
             b.store.commit_feedback = commit_feedback  # type: ignore[method-assign,assignment]
-            learned = await a.learning.writers.commits.queue(rep, _examples(rep, 3), None)
+            learned = await a.learning.writers.commits.queue(rep, _examples(rep, 3))
             assert len(learned) == 3
             (second,) = await seen["held"]
             # Held once, then sent behind a wait that the commit woke (a wait that ran out
