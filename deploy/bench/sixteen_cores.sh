@@ -12,6 +12,11 @@
 # second, worker CPU per request (per example), the busiest and least busy workers' cores,
 # Redis's core and its CPU per request, p99, and non-200 answers; /learn's and /predict's
 # share of the floor.
+# $BASELINES: folders, each a checkout of another revision (or this tree with a constant
+# changed), made before the machine is asked for, inside .devbox/ so that they travel with it:
+#   git archive REV | (mkdir -p .devbox/base && tar -x -C .devbox/base)
+# each runs after this tree's one writer, W by W, with --routes $ROUTES_BASE (learn), as a design
+# named by its folder; its /learn's share of this tree's floor is in the table too.
 # $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,17 +33,21 @@ R=$(mktemp -d)
 echo "nproc $(nproc)"; lscpu | grep -E "^(CPU\(s\)|Model name|Thread|Core|Socket|NUMA)"; python3 -V
 bin/redis-server --version
 for w in ${WS:-1 2 4 8 12}; do
-  for design in one each; do
-    if [ $design = one ]; then
-      routes=${ROUTES_ONE:-predict,floor,learn,feedback,batch1}; env=()
-    else
+  for tree in one $BASELINES each; do
+    design=$tree; project=$ROOT; env=()
+    if [ "$tree" = one ]; then
+      routes=${ROUTES_ONE:-predict,floor,learn,feedback,batch1}
+    elif [ "$tree" = each ]; then
       routes=${ROUTES_EACH:-learn,feedback,batch1}; env=(--svc-env PERCEPTRON_ONE_WRITER=false)
+    else
+      design=$(basename "$tree"); project=$(cd "$ROOT" && cd "$tree" && pwd) || exit 1
+      routes=${ROUTES_BASE:-learn}
     fi
     # shellcheck disable=SC2086
-    timeout 150 python3 scale.py --out "$R/${design}_w$w" --tmp "/tmp/scale_${design}_w$w" \
-      --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" $EXTRA --workers "$w" \
-      --repeat-at "" --dur "${DUR:-4}" --warm 1 --routes "$routes" "${env[@]}" \
-      2>&1 | grep -v "(warm-up)" | cut -c1-400
+    PROJECT_ROOT=$project timeout 150 python3 scale.py --out "$R/${design}_w$w" \
+      --tmp "/tmp/scale_${design}_w$w" --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" \
+      $EXTRA --workers "$w" --repeat-at "" --dur "${DUR:-4}" --warm 1 --routes "$routes" \
+      "${env[@]}" 2>&1 | grep -v "(warm-up)" | cut -c1-400
   done
   python3 - "$R" > "$OUT/merged.json" <<'PY'
 import json, pathlib, sys
@@ -67,7 +76,9 @@ for w, design, key in sorted(rows):
 for w in sorted({w for w, _, _ in rows}):
     floor = rows.get((w, "one", "floor"))
     if floor:
-        for design, key in (("one", "predict"), ("one", "learn"), ("each", "learn")):
+        designs = sorted({d for ww, d, k in rows if ww == w and k == "learn"} - {"one", "each"})
+        pairs = [("one", "predict"), ("one", "learn"), ("each", "learn")]
+        for design, key in pairs + [(d, "learn") for d in designs]:
             r = rows.get((w, design, key))
             if r:
                 print(f"W={w} {design} {key} / floor: {r['rps'] / floor['rps']:.2f}")
