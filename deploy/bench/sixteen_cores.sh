@@ -17,6 +17,8 @@
 #   git archive REV | (mkdir -p .devbox/base && tar -x -C .devbox/base)
 # each runs after this tree's one writer, W by W, with --routes $ROUTES_BASE (learn), as a design
 # named by its folder; its /learn's share of this tree's floor is in the table too.
+# $ROUNDS (1): rounds per W, the trees alternated within each. ROUTES_EACH= (set, empty) leaves
+# out each worker committing its own.
 # $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -32,8 +34,11 @@ R=$(mktemp -d)
 {
 echo "nproc $(nproc)"; lscpu | grep -E "^(CPU\(s\)|Model name|Thread|Core|Socket|NUMA)"; python3 -V
 bin/redis-server --version
+each=each; [ -n "${ROUTES_EACH-x}" ] || each=
 for w in ${WS:-1 2 4 8 12}; do
-  for tree in one $BASELINES each; do
+ for round in $(seq "${ROUNDS:-1}"); do
+  run=w$w; [ "$round" = 1 ] || run=w${w}_r$round
+  for tree in one $BASELINES $each; do
     design=$tree; project=$ROOT; env=()
     if [ "$tree" = one ]; then
       routes=${ROUTES_ONE:-predict,floor,learn,feedback,batch1}
@@ -44,11 +49,12 @@ for w in ${WS:-1 2 4 8 12}; do
       routes=${ROUTES_BASE:-learn}
     fi
     # shellcheck disable=SC2086
-    PROJECT_ROOT=$project timeout 150 python3 scale.py --out "$R/${design}_w$w" \
-      --tmp "/tmp/scale_${design}_w$w" --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" \
+    PROJECT_ROOT=$project timeout 150 python3 scale.py --out "$R/${design}_$run" \
+      --tmp "/tmp/scale_${design}_$run" --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" \
       $EXTRA --workers "$w" --repeat-at "" --dur "${DUR:-4}" --warm 1 --routes "$routes" \
       "${env[@]}" 2>&1 | grep -v "(warm-up)" | cut -c1-400
   done
+ done
   python3 - "$R" > "$OUT/merged.json" <<'PY'
 import json, pathlib, sys
 print(json.dumps({p.parent.name: json.loads(p.read_text())
@@ -60,28 +66,29 @@ import json, sys
 runs = json.load(open(sys.argv[1]))
 rows = {}
 for name, results in runs.items():
-    design, w = name.rsplit("_w", 1)
+    design, run = name.rsplit("_w", 1)
+    w, _, rnd = run.partition("_r")
     for r in results:
-        rows[(int(w), design, r["key"])] = r
-print("W design route | per s | worker CPU us | busiest, least busy worker | Redis core | Redis us | p99 ms"
+        rows[(int(w), int(rnd or 1), design, r["key"])] = r
+print("W round design route | per s | worker CPU us | busiest, least busy worker | Redis core | Redis us | p99 ms"
       " | non-200")
-for w, design, key in sorted(rows):
-    r = rows[(w, design, key)]
+for w, rnd, design, key in sorted(rows):
+    r = rows[(w, rnd, design, key)]
     per = 1000 if key.startswith("batch") else 1  # a packed batch: per example
     rate = r["rps"] * per
     cpu = r["workers_cpu_sum"] * 1e6 / rate if rate else float("nan")
     redis_us = r["redis_main_cpu_usec_per_req"]
-    print(f"{w} {design} {key} | {rate:,.0f} | {cpu:.1f} | {max(r['workers_cpu']):.2f}, {min(r['workers_cpu']):.2f} | "
+    print(f"{w} {rnd} {design} {key} | {rate:,.0f} | {cpu:.1f} | {max(r['workers_cpu']):.2f}, {min(r['workers_cpu']):.2f} | "
           f"{r['redis_main_cpu']:.2f} | {redis_us} | {r['p99_ms']} | {r['statuses'] or 0}")
-for w in sorted({w for w, _, _ in rows}):
-    floor = rows.get((w, "one", "floor"))
+for w, rnd in sorted({(w, rnd) for w, rnd, _, _ in rows}):
+    floor = rows.get((w, rnd, "one", "floor"))
     if floor:
-        designs = sorted({d for ww, d, k in rows if ww == w and k == "learn"} - {"one", "each"})
+        trees = sorted({d for ww, rr, d, k in rows if (ww, rr) == (w, rnd)} - {"one", "each"})
         pairs = [("one", "predict"), ("one", "learn"), ("each", "learn")]
-        for design, key in pairs + [(d, "learn") for d in designs]:
-            r = rows.get((w, design, key))
+        for design, key in pairs + [(d, "learn") for d in trees]:
+            r = rows.get((w, rnd, design, key))
             if r:
-                print(f"W={w} {design} {key} / floor: {r['rps'] / floor['rps']:.2f}")
+                print(f"W={w} round {rnd} {design} {key} / floor: {r['rps'] / floor['rps']:.2f}")
 PY
 cat /proc/loadavg
 } 2>&1 | tee "$OUT/log"
