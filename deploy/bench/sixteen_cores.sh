@@ -15,8 +15,9 @@
 # $BASELINES: folders, each a checkout of another revision (or this tree with a constant
 # changed), made before the machine is asked for, inside .devbox/ so that they travel with it:
 #   git archive REV | (mkdir -p .devbox/base && tar -x -C .devbox/base)
-# each runs after this tree's one writer, W by W, with --routes $ROUTES_BASE (learn), as a design
-# named by its folder; its /learn's share of this tree's floor is in the table too.
+# each runs after this tree's one writer, W by W, with --routes $ROUTES_BASE (learn), as a
+# design named by its folder (a name without "_w"); its /learn's share of this tree's floor is
+# in the table.
 # $ROUNDS (1): rounds per W, the trees alternated within each. ROUTES_EACH= (set, empty) leaves
 # out each worker committing its own.
 # $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
