@@ -17,7 +17,9 @@
 #   git archive REV | (mkdir -p .devbox/base && tar -x -C .devbox/base)
 # each runs after this tree's one writer, W by W, with --routes $ROUTES_BASE (learn), as a
 # design named by its folder (a name without "_w"); its /learn's share of this tree's floor is
-# in the table.
+# in the table. An entry KEY=VALUE is this tree with that setting of the service instead
+# (--svc-env), named set-N by its place among the entries: e.g.
+# BASELINES=PERCEPTRON_CONNECTION_MAX_AGE_S=2.
 # $ROUNDS (1): rounds per W, the trees alternated within each. ROUTES_EACH= (set, empty) leaves
 # out each worker committing its own.
 # $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
@@ -35,19 +37,23 @@ R=$(mktemp -d)
 {
 echo "nproc $(nproc)"; lscpu | grep -E "^(CPU\(s\)|Model name|Thread|Core|Socket|NUMA)"; python3 -V
 bin/redis-server --version
+n=0; for tree in $BASELINES; do n=$((n + 1)); [[ $tree != *=* ]] || echo "set-$n: $tree"; done
 each=each; [ -n "${ROUTES_EACH-x}" ] || each=
 for w in ${WS:-1 2 4 8 12}; do
  for round in $(seq "${ROUNDS:-1}"); do
   run=w$w; [ "$round" = 1 ] || run=w${w}_r$round
+  n=0
   for tree in one $BASELINES $each; do
     design=$tree; project=$ROOT; env=()
     if [ "$tree" = one ]; then
       routes=${ROUTES_ONE:-predict,floor,learn,feedback,batch1}
     elif [ "$tree" = each ]; then
       routes=${ROUTES_EACH:-learn,feedback,batch1}; env=(--svc-env PERCEPTRON_ONE_WRITER=false)
+    elif [[ $tree == *=* ]]; then
+      n=$((n + 1)); design=set-$n; env=(--svc-env "$tree"); routes=${ROUTES_BASE:-learn}
     else
-      design=$(basename "$tree"); project=$(cd "$ROOT" && cd "$tree" && pwd) || exit 1
-      routes=${ROUTES_BASE:-learn}
+      n=$((n + 1)); design=$(basename "$tree"); routes=${ROUTES_BASE:-learn}
+      project=$(cd "$ROOT" && cd "$tree" && pwd) || exit 1
     fi
     # shellcheck disable=SC2086
     PROJECT_ROOT=$project timeout 150 python3 scale.py --out "$R/${design}_$run" \
