@@ -15,6 +15,10 @@ alternative.
    parsed members): the body's parse with it and without it (orjson and the nesting check
    alone), on a small /learn body, 100,000 named features (with and without colons in their
    names) and a batch of 1,000 feedback items (usec per body, best of 20).
+5. Packing one learn commit's command (the learn script's 14 keys and its arguments, two log
+   entries of d=100) with redis-py's asyncio connection, which packs in Python, and with the
+   service's (store/connect.py), which packs with hiredis (usec per command, best of 20 runs
+   of 1,000).
 
 Servers (one redis-server, two services) are started on loopback with the benchmark's
 runner (harness/) and stopped by PID.
@@ -47,6 +51,7 @@ from service.api.routing import MAX_DEPTH, nesting_deeper_than, parse_json  # no
 from service.api.schemas import LearnBatchRequest  # noqa: E402
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402
+from service.store.connect import packed_by_hiredis  # noqa: E402
 
 
 def out(line: str) -> None:
@@ -167,6 +172,29 @@ def duplicate_keys() -> dict[str, tuple[float, float]]:
     return found
 
 
+def packing() -> dict[str, float]:
+    """usec to pack one learn commit's command, by redis-py's asyncio packer and by hiredis's."""
+    from redis.asyncio.connection import Connection
+
+    keys = tuple(f"pcp:{{m}}:{k}" for k in range(14))
+    entry = b"0|1|" + bytes(8 * 101)
+    command = ("EVALSHA", "0" * 40, len(keys), *keys, "epoch", 120, "", 17, 3600, 12.5, 8, 2,
+               b"01000100", "a1b2c3d4", 400, 2, 2, 1, "c:0:1", 5, "c:1:0", 3, entry, entry,
+               entry)  # fmt: skip
+    found = {}
+    for name, connection in (
+        ("redis-py (Python)", Connection()),
+        ("hiredis (the service)", packed_by_hiredis(Connection)()),
+    ):
+
+        def pack(connection: Any = connection) -> None:
+            for _ in range(1000):
+                connection.pack_command(*command)
+
+        found[name] = best_ms(pack)  # ms per 1,000: usec per command
+    return found
+
+
 def main() -> int:
     ensure_debian_tool("redis-server", "redis-server")
     b = Bench(quick=True)
@@ -186,6 +214,9 @@ def main() -> int:
         out("4. a key named twice refused: usec per body, without the check -> with it")
         for name, (without, with_it) in duplicate_keys().items():
             out(f"   {name}: {without:,.1f} -> {with_it:,.1f} (+{with_it - without:,.1f})")
+        out("5. one learn commit's command, usec to pack (best of 20 runs of 1,000)")
+        for name, us in packing().items():
+            out(f"   {name}: {us:.1f}")
     finally:
         b.cleanup()
     return 0

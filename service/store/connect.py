@@ -11,7 +11,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.connection import parse_url
+from redis.connection import HiredisRespSerializer, parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -46,6 +46,24 @@ class WaitingConnectionPool(BlockingConnectionPool):
         except (RedisConnectionError, RedisTimeoutError) as e:
             raise NotSent(str(e)) from e
         return connection
+
+
+class HiredisPacking:
+    """Commands packed by hiredis, in C, as redis-py's own synchronous connections pack them
+    when hiredis is installed (it is a dependency): its asyncio connections pack them in Python,
+    a few µs per argument, and a commit of the learn script carries dozens. The same bytes
+    either way (``tests/test_store_packing.py``)."""
+
+    _packer = HiredisRespSerializer()
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        packed: list[bytes] = self._packer.pack(*args)
+        return packed
+
+
+def packed_by_hiredis(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """``connection_class`` (plain, TLS or Unix socket) packing its commands with hiredis."""
+    return type(connection_class.__name__, (HiredisPacking, connection_class), {})
 
 
 class ReadyConnectionPool(WaitingConnectionPool):
@@ -177,6 +195,7 @@ def open_client(settings: Settings) -> Client:
         timeout=settings.redis_timeout_s,
         **options,
     )
+    pool.connection_class = packed_by_hiredis(pool.connection_class)
     return Redis.from_pool(pool)
 
 
