@@ -15,8 +15,8 @@ alternative.
    parsed members): the body's parse with it and without it (orjson and the nesting check
    alone), on a small /learn body, 100,000 named features (with and without colons in their
    names) and a batch of 1,000 feedback items (usec per body, best of 20).
-5. Packing one learn commit's command (the learn script's 14 keys and its arguments, two log
-   entries of d=100) with redis-py's asyncio connection, which packs in Python, and with the
+5. Packing one learn commit's command (the learn script's 14 keys and its arguments, three
+   log entries of d=100) with redis-py's asyncio connection, which packs in Python, and with the
    service's (store/connect.py), which packs with hiredis (usec per command, best of 20 runs
    of 1,000).
 

@@ -51,8 +51,8 @@ class WaitingConnectionPool(BlockingConnectionPool):
 class HiredisPacking:
     """Commands packed by hiredis, in C, as redis-py's own synchronous connections pack them
     when hiredis is installed (it is a dependency): its asyncio connections pack them in Python,
-    a few µs per argument, and a commit of the learn script carries dozens. The same bytes
-    either way (``tests/test_store_packing.py``)."""
+    which takes twice as long for a learn commit's three dozen arguments (figure 18 of
+    docs/performance.md). The same bytes either way (``tests/test_store_packing.py``)."""
 
     _packer = HiredisRespSerializer()
 
