@@ -47,14 +47,6 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-@dataclass(frozen=True, slots=True)
-class LearnRequest:
-    token: str  # names the key its answer is pushed to
-    deadline_ms: int  # unix ms past which the requester no longer waits: not learned then
-    epoch: str
-    examples: list[tuple[Example, int, str]]
-
-
 def pack_request(
     token: str, deadline_ms: int, epoch: str, examples: list[tuple[Example, int, str]]
 ) -> bytes:
@@ -91,25 +83,29 @@ def _dense_values(xs: list[Example]) -> memoryview | bytes:
 
 @dataclass(frozen=True, slots=True)
 class RequestHead:
-    token: str
-    deadline_ms: int
+    token: str  # names the key its answer is pushed to
+    deadline_ms: int  # unix ms past which the requester no longer waits: not learned then
     epoch: str
+    n: int  # examples
+    sources_length: int  # bytes of the key names that follow the head
 
 
 def request_head(data: bytes) -> RequestHead:
-    """A request's token, deadline and epoch, read before its examples: the token answers it
-    even when they cannot be read, and the epoch names the configuration that reads them."""
-    kind, token, deadline_ms, epoch, _, _ = _HEAD.unpack_from(data)
-    if kind != b"L":
-        raise ValueError("not a learn request")
-    return RequestHead(token.decode(), deadline_ms, epoch.decode())
-
-
-def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
-    """The request; ``dense_dim`` is the model's n_features (None: named features)."""
+    """A request's head, read before its examples: the token answers it even when they cannot
+    be read, and the epoch names the configuration that reads them."""
     kind, token, deadline_ms, epoch, n, sources_length = _HEAD.unpack_from(data)
     if kind != b"L":
         raise ValueError("not a learn request")
+    return RequestHead(token.decode(), deadline_ms, epoch.decode(), n, sources_length)
+
+
+def unpack_examples(
+    data: bytes, head: RequestHead, dense_dim: int | None
+) -> list[tuple[Example, int, str]]:
+    """The examples of the request whose head is ``head`` (``request_head(data)``), each with
+    its true class index and the key that sent it; ``dense_dim`` is the model's n_features
+    (None: named features)."""
+    n, sources_length = head.n, head.sources_length
     at = _HEAD.size
     names = data[at : at + sources_length].decode().split("\n")[1:]
     at += sources_length
@@ -138,8 +134,7 @@ def unpack_request(data: bytes, dense_dim: int | None) -> LearnRequest:
             Example(v, i, s)
             for v, i, s in zip(np.split(values, cuts), np.split(index, cuts), sq, strict=True)
         ]
-    examples = list(zip(xs, ts, srcs, strict=True))
-    return LearnRequest(token.decode(), deadline_ms, epoch.decode(), examples)
+    return list(zip(xs, ts, srcs, strict=True))
 
 
 def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:

@@ -51,7 +51,7 @@ from .handoff import (
     pack_request,
     request_head,
     unpack_answer,
-    unpack_request,
+    unpack_examples,
 )
 from .learn_commit import GROUP_MOST, Examples, LearnCommits, Learned
 from .protocol import Lease
@@ -333,16 +333,16 @@ class Writers:
                 self._track(in_flight, asyncio.ensure_future(self._serve(name, data, head)))
                 continue
             try:
-                request = unpack_request(data, rep.config.n_features)
+                request = unpack_examples(data, head, rep.config.n_features)
             except Exception as e:
                 self._track(in_flight, asyncio.ensure_future(self._refuse(name, head.token, e)))
                 continue
-            if spans and len(examples) + len(request.examples) > cap:
+            if spans and len(examples) + len(request) > cap:
                 self._queue(rep, examples, spans, in_flight)
                 examples, spans, cap = [], [], GROUP_MOST
-            spans.append((head.token, len(examples), len(examples) + len(request.examples)))
-            examples += request.examples
-            queued += len(request.examples)
+            spans.append((head.token, len(examples), len(examples) + len(request)))
+            examples += request
+            queued += len(request)
         if spans and rep is not None:
             self._queue(rep, examples, spans, in_flight)
         return queued
@@ -364,9 +364,7 @@ class Writers:
         error = None if learned.cancelled() else learned.exception()
         if error is not None:
             for token in tokens:
-                task = asyncio.ensure_future(self._refuse(name, token, error))
-                self._refusing.add(task)
-                task.add_done_callback(self._refusing.discard)
+                self._track(self._refusing, asyncio.ensure_future(self._refuse(name, token, error)))
 
     async def _serve(self, name: str, data: bytes, head: RequestHead) -> None:
         """``_serve_all``'s way for a request it cannot queue at once."""
@@ -385,8 +383,8 @@ class Writers:
             # Read with the configuration of the model it was made for, only now known: read
             # with another one's (a replica older than the model), its examples were misread,
             # then learned, and every copy of the model failed to apply them.
-            request = unpack_request(data, rep.config.n_features)
-            await self.commits.queue(rep, request.examples, [(token, 0, len(request.examples))])
+            request = unpack_examples(data, head, rep.config.n_features)
+            await self.commits.queue(rep, request, [(token, 0, len(request))])
         except Exception as e:
             await self._refuse(name, token, e)
 
