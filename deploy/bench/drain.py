@@ -30,9 +30,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+from harness.redis_stats import cpu_seconds
 from writers import designs, redis_server, say, stop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,6 +42,7 @@ HELD = "nobody"  # the lease's holder while the requests are queued, then the wr
 
 async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     """Queue the requests, then learn them as the model's writer (run in the tree measured)."""
+    import redis
     import redis.asyncio as aioredis
 
     from service import worker_gc
@@ -59,6 +60,7 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     worker = Worker(open_store(settings), settings)
     worker_gc.settle()  # as a worker of perceptron serve does once its app is built
     stats = aioredis.Redis.from_url(url)
+    cpu_meter = redis.Redis.from_url(url)  # (a plain client, as the harness reads CPU with)
     try:
         await worker.models.create_model("m", {"n_features": DIM})
         rep = await worker.replicas.get("m")
@@ -86,30 +88,26 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
         writer = worker.learning.writers
         writer.me = HELD
         writer.commits.lease = Lease(HELD, writers.LEASE_MS)
-        redis_before = await redis_cpu(stats)
+        redis_before = cpu_seconds(cpu_meter)
         cpu, wall = time.process_time(), time.perf_counter()
         writer._start("m")
         while await stats.llen(keys.learns) or await stats.hlen(keys.reqs):
             await asyncio.sleep(0.002)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        redis = await redis_cpu(stats) - redis_before
+        redis_s = cpu_seconds(cpu_meter) - redis_before
         learned = int(await stats.hget(keys.meta, Meta.SEEN) or 0)
     finally:
         await worker.close()
         await worker.store.close()
         await stats.aclose()
+        cpu_meter.close()
     return {
         "queued": queued,
         "learned": learned,
         "per_s": requests / wall,
         "cpu_us": cpu / requests * 1e6,
-        "redis_us": redis / requests * 1e6,
+        "redis_us": redis_s / requests * 1e6,
     }
-
-
-async def redis_cpu(client: Any) -> float:
-    info = await client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def run(tree: Path, requests: int, examples: int) -> dict[str, float]:
