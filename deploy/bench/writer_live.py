@@ -36,14 +36,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psutil
 from harness.redis_stats import cpu_seconds
 from writers import designs, redis_server, say, stop
 
+T = TypeVar("T")
 DIM = 100
 MODEL = "m"
 # Redis's commands that count the writer's work (run inside its scripts): a commit checks the
@@ -56,6 +58,16 @@ PINNED = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") e
 def pin(cpu: int) -> None:
     if PINNED:
         os.sched_setaffinity(0, {cpu})
+
+
+def on_service_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on the event loop a worker of ``perceptron serve`` runs on: uvloop where
+    it is installed (it is a dependency), as uvicorn picks it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def labelled(n: int, seed: int) -> tuple[list[list[float]], list[int]]:
@@ -295,14 +307,14 @@ def main() -> None:
     ap.add_argument("--commits", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child and a.commits:
-        say(json.dumps(asyncio.run(commit_alone(a.child, list(COMMIT_SIZES)))))
+        say(json.dumps(on_service_loop(commit_alone(a.child, list(COMMIT_SIZES)))))
         return
     if a.child and a.writer_pid is None:
-        asyncio.run(write(a.child, a.own))
+        on_service_loop(write(a.child, a.own))
         return
     if a.child:
         measured = hand_over(a.child, a.writer_pid, int(a.workers), a.clients, a.seconds)
-        say(json.dumps(asyncio.run(measured)))
+        say(json.dumps(on_service_loop(measured)))
         return
     ws = [int(w) for w in a.workers.split(",")]
     say(
