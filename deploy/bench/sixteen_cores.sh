@@ -23,6 +23,13 @@
 # $ROUNDS (1): rounds per W, the trees alternated within each. ROUTES_EACH= (set, empty) leaves
 # out each worker committing its own.
 # $EXTRA passes more options to scale.py (e.g. other cores on a smaller machine).
+# $PROFILE (seconds): during this tree's one-writer run at each W, its busiest worker recorded
+# with py-spy (deploy/bench/busiest.py) from 2 s after wrk starts (past its warm-up), into
+# $OUT/profile_w<W> (raw stacks) and profile_w<W>.txt (a summary, whose head goes in the log):
+# the route first in $ROUTES_ONE, so e.g. PROFILE=4 DUR=8 ROUTES_ONE=learn ROUTES_EACH=. It needs py-spy's
+# executable in .devbox/bin/ (not in the kit: from its wheel, e.g. `pip download --no-deps
+# --only-binary :all: --platform manylinux2014_x86_64 py-spy`, then its
+# py_spy-*.data/scripts/py-spy).
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT/.devbox" || { echo "prepare .devbox/ first: bash ../shared/device/prepare.sh"; exit 1; }
@@ -55,11 +62,21 @@ for w in ${WS:-1 2 4 8 12}; do
       n=$((n + 1)); design=$(basename "$tree"); routes=${ROUTES_BASE:-learn}
       project=$(cd "$ROOT" && cd "$tree" && pwd) || exit 1
     fi
+    profiler=
+    if [ "$tree" = one ] && [ -n "$PROFILE" ]; then
+      python3 "$ROOT/deploy/bench/busiest.py" --out "$OUT/profile_$run" --seconds "$PROFILE" \
+        --py-spy "$PWD/bin/py-spy" > "$R/busiest_$run" 2>&1 &
+      profiler=$!
+    fi
     # shellcheck disable=SC2086
     PROJECT_ROOT=$project timeout 150 python3 scale.py --out "$R/${design}_$run" \
       --tmp "/tmp/scale_${design}_$run" --redis "$PWD/bin/redis-server" --wrk "$PWD/bin/wrk" \
       $EXTRA --workers "$w" --repeat-at "" --dur "${DUR:-4}" --warm 1 --routes "$routes" \
       "${env[@]}" 2>&1 | grep -v "(warm-up)" | cut -c1-400
+    if [ -n "$profiler" ]; then
+      kill "$profiler" 2>/dev/null; wait "$profiler"
+      cat "$R/busiest_$run"; head -n "${PROFILE_LINES:-45}" "$OUT/profile_$run.txt" 2>/dev/null
+    fi
   done
  done
   python3 - "$R" > "$OUT/merged.json" <<'PY'
