@@ -13,9 +13,9 @@ and queued for it while a lease that no worker holds keeps them waiting, then on
 takes the lease and learns them all, as the model's writer. Reported: requests learned per
 second from then until the last is answered, the writer process's CPU (user + sys) per
 request, and Redis's. The process collects its garbage as a worker of ``perceptron serve``
-does (service/worker_gc.py). This tree and, with --baseline, a checkout of REV (a git worktree made
-here, removed at the end) run alternated, round by round. Every process is started here,
-bound to 127.0.0.1, and stopped by its PID.
+does (service/worker_gc.py), and runs on the same event loop (uvloop). This tree and, with
+--baseline, a checkout of REV (a git worktree made here, removed at the end) run alternated,
+round by round. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 from harness.redis_stats import cpu_seconds
-from writers import designs, redis_server, say, stop
+from writers import designs, on_service_loop, redis_server, say, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -140,7 +140,7 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        say(json.dumps(asyncio.run(drain(a.child, a.requests, a.examples))))
+        say(json.dumps(on_service_loop(drain(a.child, a.requests, a.examples))))
         return
     say(f"# deploy/bench/drain.py: {a.requests:,} requests of {a.examples} example(s), d={DIM}")
     with designs(a.baseline) as trees:

@@ -36,16 +36,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import psutil
 from harness.redis_stats import cpu_seconds
-from writers import designs, redis_server, say, stop
+from writers import designs, on_service_loop, redis_server, say, stop
 
-T = TypeVar("T")
 DIM = 100
 MODEL = "m"
 # Redis's commands that count the writer's work (run inside its scripts): a commit checks the
@@ -58,16 +56,6 @@ PINNED = len(os.sched_getaffinity(0)) >= 2 if hasattr(os, "sched_getaffinity") e
 def pin(cpu: int) -> None:
     if PINNED:
         os.sched_setaffinity(0, {cpu})
-
-
-def on_service_loop(main: Coroutine[Any, Any, T]) -> T:
-    """Run ``main`` on the event loop a worker of ``perceptron serve`` runs on: uvloop where
-    it is installed (it is a dependency), as uvicorn picks it."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
 
 
 def labelled(n: int, seed: int) -> tuple[list[list[float]], list[int]]:

@@ -19,6 +19,7 @@ and stopped by its PID.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import http.client
 import json
@@ -30,11 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psutil
@@ -43,6 +44,7 @@ from harness.cpu import process_cpu, tree_cpu, tree_delta
 from service.loopback import free_port, redis_server_command, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 DIM, BATCH = 100, 1000
 
 
@@ -50,6 +52,16 @@ def say(*parts: Any, flush: bool = True) -> None:
     sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
     if flush:
         sys.stdout.flush()
+
+
+def on_service_loop(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` on the event loop a worker of ``perceptron serve`` runs on: uvloop where
+    it is installed (it is a dependency), as uvicorn picks it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
