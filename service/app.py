@@ -30,7 +30,7 @@ from .api import (
     problems,
     prometheus,
 )
-from .api.connections import RecycleConnections
+from .api.connections import RecycleConnections, ShedWhileWriting
 from .api.headers import SecurityHeaders
 from .api.limits import BodyLimit
 from .api.request_metrics import RequestMetrics
@@ -53,10 +53,12 @@ def create_app(
     store: Callable[[], Store] | None = None,
     clock: Callable[[], float] = time.time,
     warn_auth_off: bool = True,
+    workers: int = 1,
 ) -> FastAPI:
     """The app. For tests, which run it in-process on a store and a clock of their own:
     ``store`` makes the store each lifespan opens (and closes at shutdown); ``clock``.
-    ``warn_auth_off=False``: the workers of ``perceptron serve``, which said it once for all."""
+    ``warn_auth_off=False``: the workers of ``perceptron serve``, which said it once for all;
+    ``workers``: how many of them share its port."""
     settings = settings or Settings()
     keys = load_keys(settings, warn_auth_off=warn_auth_off)
     redis_password(settings)  # a missing or empty file stops start-up here, not per request
@@ -110,6 +112,14 @@ def create_app(
     app.add_middleware(SecurityHeaders)
     if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
+    shed_from = settings.writer_sheds_from_workers
+    if shed_from and workers >= shed_from:  # (with fewer, the others lack the cores to take them)
+
+        def fed() -> bool:
+            worker: Worker | None = getattr(app.state, "worker", None)
+            return worker is not None and worker.learning.writers.fed()
+
+        app.add_middleware(ShedWhileWriting, writing=fed)
     _add_error_handlers(app)
     return app
 

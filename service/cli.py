@@ -81,13 +81,19 @@ def log_config(level: str) -> dict[str, Any]:
     return config
 
 
+# How many workers ``perceptron serve`` runs, told to each of them (worker_app) through the
+# environment they inherit: not a setting.
+SERVE_WORKERS = "PERCEPTRON_SERVE_WORKERS"
+
+
 def worker_app() -> FastAPI:
     """The app of a worker of ``perceptron serve``: its settings were checked before any worker
     started, and auth being off said there, once for all workers."""
     from . import worker_gc
     from .app import create_app
 
-    app = create_app(warn_auth_off=False)
+    workers = int(os.environ.get(SERVE_WORKERS, "1"))
+    app = create_app(warn_auth_off=False, workers=workers)
     worker_gc.settle()  # the heap start-up built stays out of every collection (worker_gc.py)
     return app
 
@@ -219,6 +225,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
         sys.stderr.write(f"perceptron serve: {e}\n")
         return Exit.USAGE
     _prometheus_dir()
+    os.environ[SERVE_WORKERS] = str(args.workers)  # (for worker_app, in each worker)
     told = _Banner(args.host, args.port, banner(args.host, args.port, settings))
     told.start()
     try:

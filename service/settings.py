@@ -182,6 +182,14 @@ class Settings(BaseSettings):
         "that connections spread over the workers (e.g. 2 for producers with few connections); "
         "0: never.",
     )
+    writer_sheds_from_workers: int = Field(
+        default=4,
+        ge=0,
+        description="With perceptron serve running this many workers or more, a worker that "
+        "writes a model other workers hand requests to asks its own clients to reconnect after "
+        "each answer: their requests go to the other workers, and its core to the model's "
+        "learning. 0: never.",
+    )
     log_level: str = Field(default="info", description="Log level of the service.")
 
 

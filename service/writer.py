@@ -104,10 +104,16 @@ class Writers:
         self._writing: dict[str, asyncio.Task[None]] = {}
         self._leased: set[str] = set()  # models whose lease this worker took (maybe lapsed)
         self._refusing: set[asyncio.Future[None]] = set()
+        self._fed: set[str] = set()  # models written here whose last take brought requests
         self._closing = False
 
     def writes(self, name: str) -> bool:
         return name in self._writing
+
+    def fed(self) -> bool:
+        """Whether this worker writes a model that other workers hand requests to now: the
+        last take of one of its models brought some."""
+        return bool(self._fed)
 
     async def learn(self, rep: Replica, examples: Examples) -> list[Learned]:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
@@ -281,6 +287,7 @@ class Writers:
                 )
                 if taken is None:
                     break  # another worker writes the model now
+                self._note_fed(name, taken, waited=room > 0)
                 if not taken:
                     idle = not in_flight and not self.commits.learning(name)
                     if idle and self.clock() - idle_since > IDLE_S:
@@ -299,8 +306,17 @@ class Writers:
             log.exception("the writer of model %r stopped", name)
         finally:
             del self._writing[name]
+            self._fed.discard(name)
             if in_flight:
                 await asyncio.wait(in_flight, timeout=self.settings.learn_wait_s)
+
+    def _note_fed(self, name: str, taken: list[bytes], waited: bool) -> None:
+        """After a take: other workers feed the model while its takes bring requests, and no
+        longer once one that waited for them brought none."""
+        if taken:
+            self._fed.add(name)
+        elif waited:
+            self._fed.discard(name)
 
     def _room(self, name: str, size: int) -> int:
         """Requests of ``size`` examples the model's next COMMITS_AHEAD commits have room for,

@@ -1,16 +1,22 @@
-"""Keep-alive connections are recycled once old, so that they spread over the workers."""
+"""Keep-alive connections are recycled once old, so that they spread over the workers; a
+model's writer sheds its own when asked to (PERCEPTRON_WRITER_SHEDS_CONNECTIONS)."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
+import threading
 import time
+from contextlib import ExitStack
 from typing import Any
 
+import httpx
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.connections import RecycleConnections
+from service.api.connections import RecycleConnections, ShedWhileWriting
+from service.app import create_app
+from service.settings import Settings
 
 from .servers import ServiceProcess, running
 
@@ -31,7 +37,7 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def respond(mw: RecycleConnections, port: int) -> list[tuple[bytes, bytes]]:
+def respond(mw: RecycleConnections | ShedWhileWriting, port: int) -> list[tuple[bytes, bytes]]:
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -122,3 +128,109 @@ def test_clients_reconnect_and_lose_nothing(redis_url: str, workers: int) -> Non
         conn.close()
     assert answered > 20
     assert closed >= 3 and len(sockets) == closed + 1  # one new connection after each close
+
+
+def test_a_fed_writer_sheds_each_connection() -> None:
+    fed = [False]
+    mw = ShedWhileWriting(app, writing=lambda: fed[0])
+    assert not closes(respond(mw, 5000))
+    fed[0] = True
+    assert closes(respond(mw, 5000))
+    assert closes(respond(mw, 5001))  # every client, each answer
+    fed[0] = False  # no other worker hands it requests now: it keeps its connections again
+    assert not closes(respond(mw, 5000))
+
+
+@pytest.mark.parametrize(
+    ("workers", "shed_from", "sheds"), [(4, 4, True), (3, 4, False), (8, 0, False), (1, 1, True)]
+)
+def test_a_writer_sheds_from_so_many_workers(workers: int, shed_from: int, sheds: bool) -> None:
+    settings = Settings(writer_sheds_from_workers=shed_from, auth=False)
+    app = create_app(settings, workers=workers, warn_auth_off=False)
+    installed = [getattr(m.cls, "__name__", "") for m in app.user_middleware]
+    assert (ShedWhileWriting.__name__ in installed) is sheds
+
+
+def learn_from(
+    services: list[ServiceProcess], connections: int, seconds: float
+) -> tuple[list[int], list[int], int]:
+    """/learn of one example to the default model from ``connections`` keep-alive clients of
+    each service at once, each reconnecting when told to close, for ``seconds``: per service,
+    requests answered and answers that said ``Connection: close``; and the model's count of
+    examples learned."""
+    answered, closed = [0] * len(services), [0] * len(services)
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def client(s: int, c: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", services[s].port, timeout=10)
+        i = 0
+        while time.monotonic() < stop:
+            if conn.sock is None:
+                conn.connect()
+            i += 1
+            body = b'{"features": {"a": %d, "c%d": 1}, "label": %d}' % (i % 7, c, 1 - 2 * (i % 2))
+            conn.request("POST", "/learn", body=body, headers=JSON)
+            r = conn.getresponse()
+            assert r.status == 200, r.read()
+            r.read()
+            close = r.getheader("connection") == "close"
+            with lock:
+                answered[s] += 1
+                closed[s] += close
+            if close:
+                conn.close()
+        conn.close()
+
+    threads = [
+        threading.Thread(target=client, args=(s, c))
+        for s in range(len(services))
+        for c in range(connections)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    model = httpx.get(services[0].url + "/models/default", timeout=10).json()
+    return answered, closed, int(model["counters"]["learned"])
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_writer_fed_by_other_workers_sheds_its_connections(redis_url: str, workers: int) -> None:
+    """Two replicas of the service, told to shed from their number of workers: the first
+    /learn makes a worker of the first the model's writer; while the second's workers hand it
+    requests, it answers its own clients ``Connection: close``, and they reconnect. Every
+    request is answered and learned once."""
+    env = {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": str(workers)}
+    with ExitStack() as both:
+        first, second = (
+            both.enter_context(running(ServiceProcess(redis_url, workers=workers, **env)))
+            for _ in range(2)
+        )
+        before, _, _ = learn_from([first], connections=1, seconds=0.01)  # (it writes the model)
+        answered, closed, learned = learn_from([first, second], connections=4, seconds=1.5)
+    assert closed[0] > 0  # the writer's replica: by its writer
+    assert closed[1] == 0  # none of the second's workers writes
+    assert learned == sum(answered) + before[0]
+
+
+def test_a_writer_keeps_its_connections_below_the_workers_to_shed_from(redis_url: str) -> None:
+    with running(ServiceProcess(redis_url, workers=2)) as service:  # (default: from 4)
+        answered, closed, learned = learn_from([service], connections=16, seconds=1.0)
+    assert closed == [0] and [learned] == answered != [0]
+
+
+def test_a_writer_fed_by_nobody_keeps_its_connection(redis_url: str) -> None:
+    """One client: its worker writes the model, and no other worker hands it anything, so
+    its connection stays (shedding it would only make the client reconnect to it)."""
+    env = {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": "2"}
+    with running(ServiceProcess(redis_url, workers=2, **env)) as service:
+        answered, closed, learned = learn_from([service], connections=1, seconds=1.0)
+    assert closed == [0] and [learned] == answered != [0]
+
+
+def test_without_one_writer_nothing_is_shed(redis_url: str) -> None:
+    env = {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": "2", "PERCEPTRON_ONE_WRITER": "false"}
+    with running(ServiceProcess(redis_url, workers=2, **env)) as service:
+        answered, closed, learned = learn_from([service], connections=16, seconds=1.0)
+    assert closed == [0] and [learned] == answered != [0]

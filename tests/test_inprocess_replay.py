@@ -365,6 +365,8 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     # monkeypatch records how it was and puts it back.
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    monkeypatch.setenv(cli.SERVE_WORKERS, "")
+    monkeypatch.delenv(cli.SERVE_WORKERS)
     monkeypatch.setenv("PERCEPTRON_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")  # serve checks the keys before any worker
     port = free_port()  # serve tries it before anything starts
@@ -373,6 +375,7 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     assert ran["app"] == "service.cli:worker_app" and ran["factory"] is True
     assert ran["logging"] == ran["log_config"]
     assert (ran["port"], ran["workers"]) == (port, 3)
+    assert __import__("os").environ[cli.SERVE_WORKERS] == "3"  # how many, told to each worker
     folder = Path(__import__("os").environ["PROMETHEUS_MULTIPROC_DIR"])
     assert folder.is_dir()  # the workers' shared metrics folder, removed at exit
     monkeypatch.delenv("PERCEPTRON_REDIS_URL")

@@ -1,4 +1,5 @@
-"""Keep-alive connections that move between workers: each is closed once it is a few seconds old.
+"""Keep-alive connections that move between workers: each is closed once it is a few seconds
+old, or (``ShedWhileWriting``) at once while its worker writes a model.
 
 Workers share one listening socket, and a keep-alive connection stays with the worker that
 accepted it. A burst of new connections can land mostly on one worker, and a producer with
@@ -47,16 +48,56 @@ class RecycleConnections:
             await self.app(scope, receive, send)
             return
         del self._opened[key]  # the client's next connection may reuse the port: start afresh
-
-        async def closing(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
-                message = {**message, "headers": [*headers, (b"connection", b"close")]}
-            await send(message)
-
-        await self.app(scope, receive, closing)
+        await self.app(scope, receive, closing(send))
 
     def _prune(self, now: float) -> None:
         """Forget connections older than the age limit: a live one would have been recycled."""
         limit = now - 2 * self.max_age_s
         self._opened = {k: t for k, t in self._opened.items() if t > limit}
+
+
+class ShedWhileWriting:
+    """While this worker writes a model (``writing()``), ask each client to reconnect after
+    its answer (PERCEPTRON_WRITER_SHEDS_CONNECTIONS).
+
+    A model's writer learns every /learn of the model: those of its own connections, each a
+    whole HTTP request to serve, and those the other workers hand over, each a small part of
+    one. With many workers, the writer's process is where one model's learning stops growing
+    (figure 16 of docs/performance.md), while the others have cores to spare. Closing its
+    connections sends their clients to the other workers: a new connection goes to whichever
+    worker accepts first, and a busy writer is the last to. Its core then goes to learning.
+    """
+
+    def __init__(self, app: ASGIApp, writing: Callable[[], bool]) -> None:
+        self.app = app
+        self.writing = writing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def shedding(message: Message) -> None:
+            # (asked as the answer starts: the request itself may have made it the writer)
+            if message["type"] == "http.response.start" and self.writing():
+                message = asking_to_close(message)
+            await send(message)
+
+        await self.app(scope, receive, shedding)
+
+
+def closing(send: Send) -> Send:
+    """``send`` with the answer's headers saying ``Connection: close`` (and only that)."""
+
+    async def closing_send(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = asking_to_close(message)
+        await send(message)
+
+    return closing_send
+
+
+def asking_to_close(start: Message) -> Message:
+    """An answer's start message, its headers saying ``Connection: close`` (and only that)."""
+    headers = [(k, v) for k, v in start.get("headers", []) if k != b"connection"]
+    return {**start, "headers": [*headers, (b"connection", b"close")]}

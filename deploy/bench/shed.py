@@ -1,0 +1,197 @@
+"""A model's writer shedding its connections, against keeping them: one-example /learn a second.
+
+    .venv/bin/python deploy/bench/shed.py                        # about 2 minutes
+    sudo .venv/bin/python deploy/bench/shed.py --writer-core 0.3   # the writer's core capped
+
+With PERCEPTRON_WRITER_SHEDS_FROM_WORKERS (4 by default) or more workers, a worker that writes
+a model other workers hand requests to answers its own clients ``Connection: close``, so that
+they reconnect to the others and its core goes to learning (service/api/connections.py). For
+each W in --workers: a fresh redis-server and ``perceptron serve --workers W`` on loopback,
+one dense binary model (d=100), and wrk's --connections keep-alive connections sending
+/learn of one example each, for --seconds after a warm-up, with the writer shedding (from W
+workers) and keeping its connections (0: never), alternated run by run. Reported: requests a
+second, the writer's core, and each worker's. The writer is found as the worker whose
+connection to Redis sends its takes (``BLMOVE``, seen with ``MONITOR`` during the warm-up).
+
+With --writer-core F the writer's CPU is capped at F of a core (a cgroup: Linux, root), as a
+writer is full on a machine with many cores (docs/performance.md, figure 16), where the other
+workers have cores to spare; on two cores, without the cap, everything shares the same two.
+Every process is started here, bound to 127.0.0.1, and stopped by its PID; the cgroup made
+for the cap is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+from harness.tools import ensure_debian_tool
+from writers import ROOT, call, ready, redis_server, say, serve, stop
+
+from service.loopback import free_port, wait_until
+
+DIM = 100
+MODEL = "m"
+LUA = Path(__file__).with_name("wrk_bodies.lua")
+PERIOD_US = 10_000  # the cap's period: the writer runs at most F of each 10 ms
+
+
+def bodies(folder: Path) -> Path:
+    rng = random.Random(7)
+    path = folder / "learn.txt"
+    with path.open("w") as f:
+        for _ in range(5000):
+            x = [round(rng.gauss(0, 1), 4) for _ in range(DIM)]
+            label = 1 if x[0] + 0.3 * x[1] > 0 else -1
+            f.write(json.dumps({"model": MODEL, "features": x, "label": label}))
+            f.write("\n")
+    return path
+
+
+def wrk(port: int, connections: int, seconds: float, body_file: Path) -> float:
+    """Requests a second that answered 200 (wrk_bodies.lua counts the others)."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(LUA)]
+        + [f"http://127.0.0.1:{port}/learn", "--", str(body_file), "cycle"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    bench = re.search(r"BENCH (\{.*\})", out)
+    if not found or not bench:
+        raise RuntimeError(f"wrk said: {out[-500:]}")
+    non200 = sum(json.loads(bench.group(1)).get("statuses", {}).values())
+    if non200:
+        raise RuntimeError(f"{non200} answers were not 200")
+    return float(found.group(1))
+
+
+def taking_worker(redis_port: int, workers: list[psutil.Process]) -> psutil.Process:
+    """The worker whose connection to Redis sends BLMOVE (a writer's take), within a second."""
+    ports = set()
+    with redis.Redis(port=redis_port).monitor() as monitor:  # type: ignore[no-untyped-call]
+        until = time.monotonic() + 1.0
+        for command in monitor.listen():
+            if str(command.get("command", "")).upper().startswith("BLMOVE"):
+                ports.add(int(str(command["client_address"]).rsplit(":", 1)[-1]))
+            if time.monotonic() > until:
+                break
+    owners = {c.laddr.port: w for w in workers for c in w.net_connections(kind="tcp") if c.laddr}
+    found = {owners[p].pid: owners[p] for p in ports if p in owners}
+    if len(found) != 1:
+        raise RuntimeError(f"the model's writer is not one worker: {sorted(found)}")
+    return next(iter(found.values()))
+
+
+@contextmanager
+def capped(share: float | None) -> Iterator[Path | None]:
+    """A cgroup that caps its processes at ``share`` of a core (v2 or v1), removed after."""
+    if share is None:
+        yield None
+        return
+    v2 = Path("/sys/fs/cgroup/cgroup.controllers").exists()
+    group = Path("/sys/fs/cgroup" if v2 else "/sys/fs/cgroup/cpu") / f"pcp-shed-{os.getpid()}"
+    group.mkdir()
+    try:
+        quota = int(share * PERIOD_US)
+        if v2:
+            (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        else:
+            (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        yield group
+    finally:
+        group.rmdir()  # (empty: its processes were stopped)
+
+
+def run(
+    w: int, shed: bool, a: argparse.Namespace, body_file: Path, group: Path | None
+) -> dict[str, Any]:
+    folder = tempfile.mkdtemp(prefix="pcp-shed-")
+    store, redis_port = redis_server(folder)
+    port = free_port()
+    env = {} if shed else {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": "0"}
+    service = serve(ROOT, redis_port, port, w, env)
+    try:
+        wait_until(lambda: ready(port), timeout=60, what="the service")
+        assert call(port, "PUT", f"/models/{MODEL}", {"n_features": DIM})[0] == 201
+        workers = [
+            p
+            for p in psutil.Process(service.pid).children(recursive=True)
+            if "resource_tracker" not in " ".join(p.cmdline())
+        ]
+        warm = threading.Thread(target=wrk, args=(port, a.connections, 3, body_file))
+        warm.start()
+        time.sleep(1.0)
+        writer = taking_worker(redis_port, workers)
+        warm.join()
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(writer.pid))
+        before = {p.pid: sum(p.cpu_times()[:2]) for p in workers}
+        rate = wrk(port, a.connections, a.seconds, body_file)
+        cores = {p.pid: (sum(p.cpu_times()[:2]) - before[p.pid]) / a.seconds for p in workers}
+    finally:
+        stop(service, store)
+    return {
+        "per_s": rate,
+        "writer_core": cores[writer.pid],
+        "cores": sorted(cores.values(), reverse=True),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", default="4", help="worker counts (default 4)")
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--writer-core", type=float, help="cap the writer at this share of a core")
+    a = ap.parse_args()
+    ensure_debian_tool("wrk", "wrk")
+    ensure_debian_tool("redis-server", "redis-server")
+    cap = f", the writer capped at {a.writer_core:g} of a core" if a.writer_core else ""
+    say(
+        f"# deploy/bench/shed.py: /learn of one example, wrk -c{a.connections}, "
+        f"{a.seconds:g} s runs{cap}"
+    )
+    got: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as folder, capped(a.writer_core) as group:
+        body_file = bodies(Path(folder))
+        for r in range(a.rounds):
+            for w in [int(x) for x in a.workers.split(",")]:
+                order = (True, False) if r % 2 == 0 else (False, True)
+                for shed in order:
+                    name = "sheds" if shed else "keeps"
+                    res = run(w, shed, a, body_file, group)
+                    got.setdefault((w, name), []).append(res)
+                    say(
+                        f"round {r + 1} W={w} writer {name}: {res['per_s']:,.0f} requests/s, "
+                        f"writer {res['writer_core']:.2f} core, workers "
+                        + ", ".join(f"{c:.2f}" for c in res["cores"])
+                    )
+    say("\n| W | writer | requests/s (median) | writer's core | runs |")
+    say("|---:|---|---:|---:|---|")
+    for (w, name), runs in got.items():
+        rate = statistics.median(r["per_s"] for r in runs)
+        core = statistics.median(r["writer_core"] for r in runs)
+        each = ", ".join(f"{r['per_s']:,.0f}" for r in runs)
+        say(f"| {w} | {name} | {rate:,.0f} | {core:.2f} | {each} |")
+
+
+if __name__ == "__main__":
+    main()
