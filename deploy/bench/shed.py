@@ -65,7 +65,7 @@ def bodies(folder: Path) -> Path:
 def wrk(port: int, connections: int, seconds: float, body_file: Path) -> float:
     """Requests a second that answered 200 (wrk_bodies.lua counts the others)."""
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", str(LUA)]
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(LUA)]
         + [f"http://127.0.0.1:{port}/learn", "--", str(body_file), "cycle"],
         capture_output=True,
         text=True,
@@ -88,7 +88,7 @@ def taking_worker(redis_port: int, workers: list[psutil.Process]) -> psutil.Proc
         until = time.monotonic() + 1.0
         for command in monitor.listen():
             if str(command.get("command", "")).upper().startswith("BLMOVE"):
-                ports.add(int(str(command["client_address"]).rsplit(":", 1)[-1]))
+                ports.add(int(command["client_port"]))
             if time.monotonic() > until:
                 break
     owners = {c.laddr.port: w for w in workers for c in w.net_connections(kind="tcp") if c.laddr}
@@ -125,7 +125,7 @@ def run(
     folder = tempfile.mkdtemp(prefix="pcp-shed-")
     store, redis_port = redis_server(folder)
     port = free_port()
-    env = {} if shed else {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": "0"}
+    env = {"PERCEPTRON_WRITER_SHEDS_FROM_WORKERS": str(w) if shed else "0"}
     service = serve(ROOT, redis_port, port, w, env)
     try:
         wait_until(lambda: ready(port), timeout=60, what="the service")
@@ -158,7 +158,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", default="4", help="worker counts (default 4)")
     ap.add_argument("--connections", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writer-core", type=float, help="cap the writer at this share of a core")
     a = ap.parse_args()
