@@ -1,7 +1,7 @@
 """A model's writer shedding its connections, against keeping them: one-example /learn a second.
 
     .venv/bin/python deploy/bench/shed.py                        # about 2 minutes
-    sudo .venv/bin/python deploy/bench/shed.py --writer-core 0.3   # the writer's core capped
+    .venv/bin/python deploy/bench/shed.py --writer-core 0.3   # as root: the writer capped
 
 With PERCEPTRON_WRITER_SHEDS_FROM_WORKERS (4 by default) or more workers, a worker that writes
 a model other workers hand requests to answers its own clients ``Connection: close``, so that
