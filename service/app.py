@@ -119,7 +119,7 @@ def create_app(
             worker: Worker | None = getattr(app.state, "worker", None)
             return worker is not None and worker.learning.writers.fed()
 
-        app.add_middleware(ShedWhileWriting, writing=fed)
+        app.add_middleware(ShedWhileWriting, fed=fed)
     _add_error_handlers(app)
     return app
 

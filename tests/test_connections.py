@@ -132,7 +132,7 @@ def test_clients_reconnect_and_lose_nothing(redis_url: str, workers: int) -> Non
 
 def test_a_fed_writer_sheds_each_connection() -> None:
     fed = [False]
-    mw = ShedWhileWriting(app, writing=lambda: fed[0])
+    mw = ShedWhileWriting(app, fed=lambda: fed[0])
     assert not closes(respond(mw, 5000))
     fed[0] = True
     assert closes(respond(mw, 5000))

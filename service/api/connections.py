@@ -1,5 +1,5 @@
 """Keep-alive connections that move between workers: each is closed once it is a few seconds
-old, or (``ShedWhileWriting``) at once while its worker writes a model.
+old, or (``ShedWhileWriting``) at once while its worker writes a model the others feed.
 
 Workers share one listening socket, and a keep-alive connection stays with the worker that
 accepted it. A burst of new connections can land mostly on one worker, and a producer with
@@ -57,8 +57,8 @@ class RecycleConnections:
 
 
 class ShedWhileWriting:
-    """While this worker writes a model (``writing()``), ask each client to reconnect after
-    its answer (PERCEPTRON_WRITER_SHEDS_CONNECTIONS).
+    """While ``fed()`` (this worker writes a model that other workers hand requests to), ask
+    each client to reconnect after its answer (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS).
 
     A model's writer learns every /learn of the model: those of its own connections, each a
     whole HTTP request to serve, and those the other workers hand over, each a small part of
@@ -68,9 +68,9 @@ class ShedWhileWriting:
     worker accepts first, and a busy writer is the last to. Its core then goes to learning.
     """
 
-    def __init__(self, app: ASGIApp, writing: Callable[[], bool]) -> None:
+    def __init__(self, app: ASGIApp, fed: Callable[[], bool]) -> None:
         self.app = app
-        self.writing = writing
+        self.fed = fed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -79,7 +79,7 @@ class ShedWhileWriting:
 
         async def shedding(message: Message) -> None:
             # (asked as the answer starts: the request itself may have made it the writer)
-            if message["type"] == "http.response.start" and self.writing():
+            if message["type"] == "http.response.start" and self.fed():
                 message = asking_to_close(message)
             await send(message)
 
