@@ -25,15 +25,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from harness.redis_stats import cpu_seconds
-from writers import designs, on_service_loop, redis_server, say, stop
+from writers import child_on_fresh_redis, designs, on_service_loop, say
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100
@@ -112,22 +109,8 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
 
 def run(tree: Path, requests: int, examples: int) -> dict[str, float]:
     """One drain of ``tree``'s writer on a fresh redis-server."""
-    folder = tempfile.mkdtemp(prefix="pcp-drain-")
-    redis, port = redis_server(folder)
-    try:
-        time.sleep(0.3)
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", f"redis://127.0.0.1:{port}/0"]
-            + ["--requests", str(requests), "--examples", str(examples)],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    finally:
-        stop(redis)
-    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    args = ["--requests", str(requests), "--examples", str(examples)]
+    result: dict[str, float] = child_on_fresh_redis(__file__, tree, args)
     return result
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import psutil
 from harness.redis_stats import cpu_seconds
-from writers import designs, on_service_loop, redis_server, say, stop
+from writers import child_on_fresh_redis, designs, on_service_loop, redis_server, say, stop
 
 DIM = 100
 MODEL = "m"
@@ -219,23 +219,8 @@ async def commit_alone(url: str, sizes: list[int]) -> dict[int, float]:
 
 def commits_run(tree: Path) -> dict[int, float]:
     """A writer's commits alone, in ``tree``, on a fresh redis-server."""
-    folder = tempfile.mkdtemp(prefix="pcp-live-")
-    redis, port = redis_server(folder)
-    if PINNED:
-        os.sched_setaffinity(redis.pid, {1})
-    try:
-        time.sleep(0.3)
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", f"redis://127.0.0.1:{port}/0", "--commits"],
-            cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    finally:
-        stop(redis)
-    return {int(n): us for n, us in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    found = child_on_fresh_redis(__file__, tree, ["--commits"], 1 if PINNED else None)
+    return {int(n): us for n, us in found.items()}
 
 
 def run(tree: Path, workers: int, clients: int, own: int, seconds: float) -> dict[str, float]:

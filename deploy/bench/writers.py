@@ -71,6 +71,30 @@ def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     return subprocess.Popen(redis_server_command(port, folder), stdout=subprocess.DEVNULL), port
 
 
+def child_on_fresh_redis(
+    script: str, tree: Path, args: list[str], redis_cpu: int | None = None
+) -> Any:
+    """``script --child URL *args`` run in ``tree`` (its service on the path) against a fresh
+    redis-server (pinned to ``redis_cpu``, if given): the JSON of its output's last line."""
+    folder = tempfile.mkdtemp(prefix="pcp-child-")
+    redis, port = redis_server(folder)
+    if redis_cpu is not None:
+        os.sched_setaffinity(redis.pid, {redis_cpu})
+    try:
+        time.sleep(0.3)
+        out = subprocess.run(
+            [sys.executable, script, "--child", f"redis://127.0.0.1:{port}/0", *args],
+            cwd=tree,
+            env={**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    finally:
+        stop(redis)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def serve(
     tree: Path, redis_port: int, port: int, workers: int, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
