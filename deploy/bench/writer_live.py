@@ -98,10 +98,15 @@ async def write(url: str, own: int) -> None:
     tasks = [asyncio.create_task(own_requests(i * 97)) for i in range(own)]
     say("ready")
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # until told
-    for task in tasks:
-        task.cancel()
     if not writer.writes(MODEL):
         say("the writer lost its lease")
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    # As a worker stops: no writer starts again (an own request cancelled as its writer
+    # stopped would otherwise take the lease back), and the lease is given up.
+    await worker.close()
+    await worker.store.close()
 
 
 async def hand_over(url: str, writer_pid: int, workers: int, clients: int, seconds: float) -> Any:
@@ -254,11 +259,9 @@ def run(tree: Path, workers: int, clients: int, own: int, seconds: float) -> dic
             text=True,
             check=True,
         )
-        writer.stdin.write(b"stop\n")
-        writer.stdin.flush()
-        lost = writer.stdout.read().decode().strip()
-        if lost:
-            raise RuntimeError(lost)
+        lost, _ = writer.communicate(b"stop\n", timeout=60)
+        if lost.strip():
+            raise RuntimeError(lost.decode().strip())
     finally:
         if writer is not None:
             stop(writer)
