@@ -12,6 +12,8 @@ one dense binary model (d=100), and wrk's --connections keep-alive connections s
 workers) and keeping its connections (0: never), alternated run by run. Reported: requests a
 second, the writer's core, and each worker's. The writer is found as the worker whose
 connection to Redis sends its takes (``BLMOVE``, seen with ``MONITOR`` during the warm-up).
+With --models N the requests go to N models in turn: their writers may be several workers,
+each of which sheds while fed (reported: how many, and the busiest one's core).
 
 With --writer-core F the writer's CPU is capped at F of a core (a cgroup: Linux, root), as a
 writer is full on a machine with many cores (docs/performance.md, figure 16), where the other
@@ -50,14 +52,15 @@ LUA = Path(__file__).with_name("wrk_bodies.lua")
 PERIOD_US = 10_000  # the cap's period: the writer runs at most F of each 10 ms
 
 
-def bodies(folder: Path) -> Path:
+def bodies(folder: Path, models: int) -> Path:
     rng = random.Random(7)
     path = folder / "learn.txt"
     with path.open("w") as f:
-        for _ in range(5000):
+        for i in range(5000):
             x = [round(rng.gauss(0, 1), 4) for _ in range(DIM)]
             label = 1 if x[0] + 0.3 * x[1] > 0 else -1
-            f.write(json.dumps({"model": MODEL, "features": x, "label": label}))
+            model = model_name(i % models)
+            f.write(json.dumps({"model": model, "features": x, "label": label}))
             f.write("\n")
     return path
 
@@ -81,8 +84,12 @@ def wrk(port: int, connections: int, seconds: float, body_file: Path) -> float:
     return float(found.group(1))
 
 
-def taking_worker(redis_port: int, workers: list[psutil.Process]) -> psutil.Process:
-    """The worker whose connection to Redis sends BLMOVE (a writer's take), within a second."""
+def model_name(i: int) -> str:
+    return MODEL if i == 0 else f"{MODEL}{i}"
+
+
+def taking_workers(redis_port: int, workers: list[psutil.Process]) -> list[psutil.Process]:
+    """The workers whose connections to Redis send BLMOVE (a writer's take), within a second."""
     ports = set()
     with redis.Redis(port=redis_port).monitor() as monitor:  # type: ignore[no-untyped-call]
         until = time.monotonic() + 1.0
@@ -93,9 +100,9 @@ def taking_worker(redis_port: int, workers: list[psutil.Process]) -> psutil.Proc
                 break
     owners = {c.laddr.port: w for w in workers for c in w.net_connections(kind="tcp") if c.laddr}
     found = {owners[p].pid: owners[p] for p in ports if p in owners}
-    if len(found) != 1:
-        raise RuntimeError(f"the model's writer is not one worker: {sorted(found)}")
-    return next(iter(found.values()))
+    if not found:
+        raise RuntimeError("no worker writes a model")
+    return list(found.values())
 
 
 @contextmanager
@@ -129,7 +136,8 @@ def run(
     service = serve(ROOT, redis_port, port, w, env)
     try:
         wait_until(lambda: ready(port), timeout=60, what="the service")
-        assert call(port, "PUT", f"/models/{MODEL}", {"n_features": DIM})[0] == 201
+        for i in range(a.models):
+            assert call(port, "PUT", f"/models/{model_name(i)}", {"n_features": DIM})[0] == 201
         workers = [
             p
             for p in psutil.Process(service.pid).children(recursive=True)
@@ -138,10 +146,12 @@ def run(
         warm = threading.Thread(target=wrk, args=(port, a.connections, 3, body_file))
         warm.start()
         time.sleep(1.0)
-        writer = taking_worker(redis_port, workers)
+        writers = taking_workers(redis_port, workers)
         warm.join()
         if group is not None:
-            (group / "cgroup.procs").write_text(str(writer.pid))
+            if len(writers) != 1:
+                raise RuntimeError(f"the model's writer is not one worker: {writers}")
+            (group / "cgroup.procs").write_text(str(writers[0].pid))
         before = {p.pid: sum(p.cpu_times()[:2]) for p in workers}
         rate = wrk(port, a.connections, a.seconds, body_file)
         cores = {p.pid: (sum(p.cpu_times()[:2]) - before[p.pid]) / a.seconds for p in workers}
@@ -149,7 +159,8 @@ def run(
         stop(service, store)
     return {
         "per_s": rate,
-        "writer_core": cores[writer.pid],
+        "writer_core": max(cores[w.pid] for w in writers),
+        "writers": len(writers),
         "cores": sorted(cores.values(), reverse=True),
     }
 
@@ -161,6 +172,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writer-core", type=float, help="cap the writer at this share of a core")
+    ap.add_argument("--models", type=int, default=1, help="models the load is spread over")
     a = ap.parse_args()
     ensure_debian_tool("wrk", "wrk")
     ensure_debian_tool("redis-server", "redis-server")
@@ -171,7 +183,7 @@ def main() -> None:
     )
     got: dict[tuple[int, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as folder, capped(a.writer_core) as group:
-        body_file = bodies(Path(folder))
+        body_file = bodies(Path(folder), a.models)
         for r in range(a.rounds):
             for w in [int(x) for x in a.workers.split(",")]:
                 order = (True, False) if r % 2 == 0 else (False, True)
@@ -181,8 +193,8 @@ def main() -> None:
                     got.setdefault((w, name), []).append(res)
                     say(
                         f"round {r + 1} W={w} writer {name}: {res['per_s']:,.0f} requests/s, "
-                        f"writer {res['writer_core']:.2f} core, workers "
-                        + ", ".join(f"{c:.2f}" for c in res["cores"])
+                        f"{res['writers']} writer(s), the busiest {res['writer_core']:.2f} core, "
+                        "workers " + ", ".join(f"{c:.2f}" for c in res["cores"])
                     )
     say("\n| W | writer | requests/s (median) | writer's core | runs |")
     say("|---:|---|---:|---:|---|")
