@@ -5,15 +5,16 @@
 
 Waits (up to --wait seconds) for the service's supervisor (a process running ``perceptron
 serve`` or ``python -m service.cli serve``) and for its load (a process named --load, wrk by
-default), then --after seconds more (past a warm-up), takes each worker's CPU over one second,
-and records the busiest for --seconds with py-spy, a sampling profiler that reads the process
-from outside. FILE gets py-spy's raw stacks, FILE.txt the summary: the workers' cores, then the
-functions in the most samples, counted once a sample wherever they are on its stack
-(inclusive), and the lines where the samples were taken (self). It needs py-spy, which is not
-among the project's dependencies: ``--py-spy`` names its executable (default: ``py-spy`` on
-the PATH). For the 16-core kit, copy it into ``.devbox/bin/`` (``PROFILE`` in
-``deploy/bench/sixteen_cores.sh``). Standard library only, so that it runs where the kit runs;
-it changes nothing in the service, and stops nothing but the py-spy it started.
+default, running while the service's workers use half a core or more), then --after seconds
+more (past a warm-up), takes each worker's CPU over one second, and records the busiest for
+--seconds with py-spy, a sampling profiler that reads the process from outside. FILE gets
+py-spy's raw stacks, FILE.txt the summary: the workers' cores, then the functions in the most
+samples, counted once a sample wherever they are on its stack (inclusive), and the lines where
+the samples were taken (self). It needs py-spy, which is not among the project's dependencies:
+``--py-spy`` names its executable (default: ``py-spy`` on the PATH). For the 16-core kit, copy
+it into ``.devbox/bin/`` (``PROFILE`` in ``deploy/bench/sixteen_cores.sh``). Standard library
+only, so that it runs where the kit runs; it changes nothing in the service, and stops nothing
+but the py-spy it started.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
+BUSY = 0.5  # cores the service's workers use together once its load has begun
 SERVE = (["perceptron", "serve"], ["service.cli", "serve"])
 
 
@@ -113,11 +115,15 @@ def record(a: argparse.Namespace) -> int:
     if root is None:
         say("busiest.py: no service started: nothing recorded")
         return 1
-    while not any(name(p) == a.load for p in pids()):
+    # The load on this service: its load generator runs and its workers are busy (the same
+    # generator may first load something else, such as a floor beside it).
+    while not (
+        any(name(p) == a.load for p in pids())
+        and sum(rates(workers(root) or [root], 0.25).values()) > BUSY
+    ):
         if time.monotonic() > deadline:
-            say(f"busiest.py: no {a.load} process (the load) started: nothing recorded")
+            say(f"busiest.py: no {a.load} load on the service came: nothing recorded")
             return 1
-        time.sleep(0.1)
     time.sleep(a.after)
     procs = workers(root) or [root]
     cores = rates(procs, 1.0)

@@ -26,7 +26,8 @@
 # $PROFILE (seconds): during this tree's one-writer run at each W, its busiest worker recorded
 # with py-spy (deploy/bench/busiest.py) from 2 s after wrk starts (past its warm-up), into
 # $OUT/profile_w<W> (raw stacks) and profile_w<W>.txt (a summary, whose head goes in the log):
-# the route first in $ROUTES_ONE, so e.g. PROFILE=4 DUR=8 ROUTES_ONE=learn ROUTES_EACH=. It needs py-spy's
+# the first route of $ROUTES_ONE that loads the service (the floor's does not), so e.g.
+# PROFILE=4 DUR=8 ROUTES_ONE=floor,learn ROUTES_EACH= records /learn. It needs py-spy's
 # executable in .devbox/bin/ (not in the kit: from its wheel, e.g. `pip download --no-deps
 # --only-binary :all: --platform manylinux2014_x86_64 py-spy`, then its
 # py_spy-*.data/scripts/py-spy).
