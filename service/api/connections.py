@@ -73,31 +73,20 @@ class ShedWhileWriting:
         self.fed = fed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def shedding(message: Message) -> None:
+        if scope["type"] == "http":
             # (asked as the answer starts: the request itself may have made it the writer)
-            if message["type"] == "http.response.start" and self.fed():
-                message = asking_to_close(message)
-            await send(message)
-
-        await self.app(scope, receive, shedding)
+            send = closing(send, when=self.fed)
+        await self.app(scope, receive, send)
 
 
-def closing(send: Send) -> Send:
-    """``send`` with the answer's headers saying ``Connection: close`` (and only that)."""
+def closing(send: Send, when: Callable[[], bool] = lambda: True) -> Send:
+    """``send`` with the answer's headers saying ``Connection: close`` (and only that), if
+    ``when()`` as the answer starts."""
 
     async def closing_send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = asking_to_close(message)
+        if message["type"] == "http.response.start" and when():
+            headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
+            message = {**message, "headers": [*headers, (b"connection", b"close")]}
         await send(message)
 
     return closing_send
-
-
-def asking_to_close(start: Message) -> Message:
-    """An answer's start message, its headers saying ``Connection: close`` (and only that)."""
-    headers = [(k, v) for k, v in start.get("headers", []) if k != b"connection"]
-    return {**start, "headers": [*headers, (b"connection", b"close")]}
