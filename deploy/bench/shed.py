@@ -28,9 +28,7 @@ import argparse
 import json
 import os
 import random
-import re
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -42,13 +40,13 @@ from typing import Any
 import psutil
 import redis
 from harness.tools import ensure_debian_tool
+from mixed import summary, wrk
 from writers import ROOT, call, ready, redis_server, say, serve, stop
 
 from service.loopback import free_port, wait_until
 
 DIM = 100
 MODEL = "m"
-LUA = Path(__file__).with_name("wrk_bodies.lua")
 PERIOD_US = 10_000  # the cap's period: the writer runs at most F of each 10 ms
 
 
@@ -65,23 +63,12 @@ def bodies(folder: Path, models: int) -> Path:
     return path
 
 
-def wrk(port: int, connections: int, seconds: float, body_file: Path) -> float:
-    """Requests a second that answered 200 (wrk_bodies.lua counts the others)."""
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-s", str(LUA)]
-        + [f"http://127.0.0.1:{port}/learn", "--", str(body_file), "cycle"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    found = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    bench = re.search(r"BENCH (\{.*\})", out)
-    if not found or not bench:
-        raise RuntimeError(f"wrk said: {out[-500:]}")
-    non200 = sum(json.loads(bench.group(1)).get("statuses", {}).values())
-    if non200:
-        raise RuntimeError(f"{non200} answers were not 200")
-    return float(found.group(1))
+def learned_per_s(port: int, connections: int, seconds: float, body_file: Path) -> float:
+    """wrk's /learn for ``seconds``: requests a second, each answered 200."""
+    s = summary(wrk(port, "/learn", body_file, "cycle", connections, seconds, pause_ms=0))
+    if s.get("statuses"):
+        raise RuntimeError(f"answers other than 200: {s['statuses']}")
+    return float(s["requests"]) / (float(s["duration_us"]) / 1e6)
 
 
 def model_name(i: int) -> str:
@@ -143,7 +130,7 @@ def run(
             for p in psutil.Process(service.pid).children(recursive=True)
             if "resource_tracker" not in " ".join(p.cmdline())
         ]
-        warm = threading.Thread(target=wrk, args=(port, a.connections, 3, body_file))
+        warm = threading.Thread(target=learned_per_s, args=(port, a.connections, 3, body_file))
         warm.start()
         time.sleep(1.0)
         writers = taking_workers(redis_port, workers)
@@ -153,7 +140,7 @@ def run(
                 raise RuntimeError(f"the model's writer is not one worker: {writers}")
             (group / "cgroup.procs").write_text(str(writers[0].pid))
         before = {p.pid: sum(p.cpu_times()[:2]) for p in workers}
-        rate = wrk(port, a.connections, a.seconds, body_file)
+        rate = learned_per_s(port, a.connections, a.seconds, body_file)
         cores = {p.pid: (sum(p.cpu_times()[:2]) - before[p.pid]) / a.seconds for p in workers}
     finally:
         stop(service, store)

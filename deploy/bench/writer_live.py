@@ -58,18 +58,10 @@ def pin(cpu: int) -> None:
         os.sched_setaffinity(0, {cpu})
 
 
-def labelled(n: int, seed: int) -> tuple[list[list[float]], list[int]]:
-    rng = np.random.default_rng(seed)
-    xs = rng.normal(size=(n, DIM))
-    ys = np.where(xs[:, 0] + 0.3 * xs[:, 1] > 0, 1, -1)
-    return xs.tolist(), ys.tolist()
-
-
-async def write(url: str, own: int) -> None:
-    """The writer's process (run in the tree measured): take the lease, write the model until
-    stopped; ``own`` requests of its own in flight meanwhile."""
+async def the_writer(url: str, lease_ms: int) -> Any:
+    """A worker of the service on CPU 0 (its garbage collected as ``perceptron serve``'s are),
+    holding the lease of a new model, ``MODEL``, for ``lease_ms`` (run in the tree measured)."""
     from service import worker_gc
-    from service import writer as writers
     from service.protocol import Lease
     from service.settings import Settings
     from service.store import open_store
@@ -84,9 +76,26 @@ async def write(url: str, own: int) -> None:
     await worker.models.create_model(MODEL, {"n_features": DIM})
     await worker.replicas.get(MODEL)
     writer = worker.learning.writers
+    writer.commits.lease = Lease(writer.me, lease_ms)
+    await worker.store.client.set(ModelKeys(MODEL).writer, writer.me, px=lease_ms)
+    return worker
+
+
+def labelled(n: int, seed: int) -> tuple[list[list[float]], list[int]]:
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, DIM))
+    ys = np.where(xs[:, 0] + 0.3 * xs[:, 1] > 0, 1, -1)
+    return xs.tolist(), ys.tolist()
+
+
+async def write(url: str, own: int) -> None:
+    """The writer's process (run in the tree measured): take the lease, write the model until
+    stopped; ``own`` requests of its own in flight meanwhile."""
+    from service import writer as writers
+
     writers.IDLE_S = float("inf")  # a writer of this bench keeps its lease while idle
-    writer.commits.lease = Lease(writer.me, writers.LEASE_MS)
-    await worker.store.client.set(ModelKeys(MODEL).writer, writer.me, px=writers.LEASE_MS)
+    worker = await the_writer(url, writers.LEASE_MS)
+    writer = worker.learning.writers
     writer._start(MODEL)
     xs, ys = labelled(1024, 2)
 
@@ -184,25 +193,12 @@ async def hand_over(url: str, writer_pid: int, workers: int, clients: int, secon
 async def commit_alone(url: str, sizes: list[int]) -> dict[int, float]:
     """A writer's CPU per commit of each of ``sizes`` examples, one commit after another (run
     in the tree measured)."""
-    from service import worker_gc
     from service.learner.features import encode
-    from service.protocol import Lease
-    from service.settings import Settings
-    from service.store import open_store
-    from service.store.keys import ModelKeys
-    from service.worker import Worker
 
-    pin(0)
-    os.environ.update(PERCEPTRON_REDIS_URL=url)
-    settings = Settings()
-    worker = Worker(open_store(settings), settings)
-    worker_gc.settle()
+    worker = await the_writer(url, 600_000)
     try:
-        await worker.models.create_model(MODEL, {"n_features": DIM})
         rep = await worker.replicas.get(MODEL)
         writer = worker.learning.writers
-        writer.commits.lease = Lease(writer.me, 600_000)
-        await worker.store.client.set(ModelKeys(MODEL).writer, writer.me, px=600_000)
         xs, ys = labelled(4096, 3)
         classes = rep.config.classes
         examples = [
