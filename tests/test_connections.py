@@ -7,6 +7,7 @@ import asyncio
 import http.client
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
@@ -182,15 +183,12 @@ def learn_from(
                 conn.close()
         conn.close()
 
-    threads = [
-        threading.Thread(target=client, args=(s, c))
-        for s in range(len(services))
-        for c in range(connections)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    with ThreadPoolExecutor(len(services) * connections) as pool:
+        clients = [
+            pool.submit(client, s, c) for s in range(len(services)) for c in range(connections)
+        ]
+    for done in clients:
+        done.result()  # (a client's failed assertion fails the test)
     model = httpx.get(services[0].url + "/models/default", timeout=10).json()
     return answered, closed, int(model["counters"]["learned"])
 
