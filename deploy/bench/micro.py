@@ -19,6 +19,11 @@ alternative.
    log entries of d=100) with redis-py's asyncio connection, which packs in Python, and with the
    service's (store/connect.py), which packs with hiredis (usec per command, best of 20 runs
    of 1,000).
+6. A script's round trip on the service's connections (store/connect.py), on uvloop: its 14
+   keys and 16 arguments as a learn commit's, three log entries of d=100, alone and behind a
+   blocking wait that returns at once, sent through redis-py's client (a registered script,
+   and a pipeline) and straight on a pooled connection (store/direct.py): usec of this
+   process's CPU per round trip, the median of 5 alternated runs of 2,000.
 
 Servers (one redis-server, two services) are started on loopback with the benchmark's
 runner (harness/) and stopped by PID.
@@ -28,12 +33,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -45,13 +51,18 @@ from harness.common import API_KEY, LUA, ROOT
 from harness.data import write_lines
 from harness.runner import Bench
 from harness.tools import ensure_debian_tool
+from redis.asyncio import Redis
+from writers import on_service_loop
 
 sys.path.insert(0, str(ROOT))
 from service.api.routing import MAX_DEPTH, nesting_deeper_than, parse_json  # noqa: E402
 from service.api.schemas import LearnBatchRequest  # noqa: E402
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402
-from service.store.connect import packed_by_hiredis  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from service.store import direct  # noqa: E402
+from service.store.connect import open_client, packed_by_hiredis  # noqa: E402
+from service.store.script import Arg  # noqa: E402
 
 
 def out(line: str) -> None:
@@ -195,6 +206,55 @@ def packing() -> dict[str, float]:
     return found
 
 
+def round_trips(port: int) -> dict[str, dict[str, float]]:
+    """usec of CPU per script round trip, through redis-py's client and store/direct.py's."""
+    os.environ["PERCEPTRON_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    keys = [f"pcp:{{m}}:{k}" for k in range(14)]
+    entry = b"0|1|" + bytes(8 * 101)
+    args: list[Arg] = ["epoch", 120, "", 17, 3600, 12.5, 8, 2, b"01000100", "a1b2c3d4", 400,
+                       2, 2, 1, "c:0:1", 5, entry, entry, entry]  # fmt: skip
+    wait: tuple[Arg, ...] = ("BLMOVE", "pcp:q", "pcp:q", "LEFT", "LEFT", 0.1)  # (holds one)
+
+    async def measure() -> dict[str, dict[str, float]]:
+        client = open_client(Settings())
+        assert isinstance(client, Redis)  # (not a cluster)
+        script = client.register_script("return {#KEYS, #ARGV}")
+        await client.rpush("pcp:q", "x")
+        await script(keys=keys, args=args)  # (loaded)
+        evalsha: tuple[Arg, ...] = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        pool = client.connection_pool
+
+        async def piped() -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.execute_command(*wait)
+                pipe.execute_command(*evalsha)
+                await pipe.execute()
+
+        ways: dict[str, dict[str, Callable[[], Awaitable[Any]]]] = {
+            "alone": {
+                "redis-py's client": lambda: script(keys=keys, args=args),
+                "direct.py": lambda: direct.send(pool, [evalsha]),
+            },
+            "behind a wait": {
+                "redis-py's client": piped,
+                "direct.py": lambda: direct.send(pool, [wait, evalsha]),
+            },
+        }
+        runs: dict[str, dict[str, list[float]]] = {k: {n: [] for n in w} for k, w in ways.items()}
+        for _ in range(5):
+            for kind, each in ways.items():
+                for name, call in each.items():
+                    cpu = time.process_time()
+                    for _ in range(2000):
+                        await call()
+                    runs[kind][name].append((time.process_time() - cpu) / 2000 * 1e6)
+        await client.delete("pcp:q")
+        await client.aclose()
+        return {k: {n: statistics.median(v) for n, v in w.items()} for k, w in runs.items()}
+
+    return on_service_loop(measure())
+
+
 def main() -> int:
     ensure_debian_tool("redis-server", "redis-server")
     b = Bench(quick=True)
@@ -217,6 +277,9 @@ def main() -> int:
         out("5. one learn commit's command, usec to pack (best of 20 runs of 1,000)")
         for name, us in packing().items():
             out(f"   {name}: {us:.1f}")
+        out("6. a script's round trip, usec of CPU (median of 5 alternated runs of 2,000)")
+        for kind, found in round_trips(b.servers.redis_port).items():
+            out(f"   {kind}: " + ", ".join(f"{name} {us:.1f}" for name, us in found.items()))
     finally:
         b.cleanup()
     return 0

@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
 from ..protocol import RECENT_KEPT, MemoryUse, Meta, Observations, Status, SyncData
-from . import usage
+from . import direct, usage
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 from .ops import (
     SCRIPTS,
@@ -116,6 +116,9 @@ class Store:
         self.embedded = embedded
         self._said_lost: set[str] = set()
         self._scripts = {s.name: client.register_script(s.lua) for s in SCRIPTS}
+        # Scripts go straight on a pooled connection (direct.py), but under a cluster, whose
+        # client routes each command to its shard.
+        self._pool = None if isinstance(client, RedisCluster) else client.connection_pool
 
     async def ping(self) -> bool:
         return bool(await self.client.ping())
@@ -187,7 +190,10 @@ class Store:
         return isinstance(self.client, RedisCluster)
 
     async def run(self, script: Script, keys: list[str], args: list[Arg]) -> Any:
-        return await self._scripts[script.name](keys=keys, args=args)
+        if self._pool is None:
+            return await self._scripts[script.name](keys=keys, args=args)
+        reply, _ = await self._send(script, keys, args)
+        return reply
 
     async def lost(self, name: str) -> bool:
         """Whether the registry lists the name while its model has no meta (its keys were
@@ -322,7 +328,7 @@ class Store:
             raise ValueError(f"{script.name} is not declared waited: new connections skip it")
         if before is None and after is None and first is None:
             return await self.run(script, keys, args), None
-        if self.sharded:
+        if self._pool is None:
             if first:
                 await self.client.execute_command(*first)
             got = await self.client.execute_command(*before) if before else None
@@ -330,14 +336,24 @@ class Store:
             if after:
                 got = await self.client.execute_command(*after)
             return reply, got
+        return await self._send(script, keys, args, first, before, after)
+
+    async def _send(
+        self,
+        script: Script,
+        keys: list[str],
+        args: list[Arg],
+        first: tuple[Arg, ...] | None = None,
+        before: tuple[Arg, ...] | None = None,
+        after: tuple[Arg, ...] | None = None,
+    ) -> tuple[Any, Any]:
+        """``run_with_wait``'s commands, sent on a pooled connection (``direct.py``)."""
+        assert self._pool is not None
         evalsha = ("EVALSHA", self._scripts[script.name].sha, len(keys), *keys, *args)
         commands = [c for c in (first, before, evalsha, after) if c is not None]
         at = (first is not None) + (before is not None)
         for _ in range(2):
-            async with self.client.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies = await pipe.execute(raise_on_error=False)
+            replies = await direct.send(self._pool, commands)
             reply = replies[at]
             got = replies[at - 1] if before else replies[at + 1] if after else None
             if isinstance(reply, NoScriptError):
