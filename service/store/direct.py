@@ -2,14 +2,13 @@
 
 redis-py's client wraps each command in what the store uses none of: a retry policy (none
 here, ``connect.open_client``), observability hooks, per-command response callbacks, and for
-pipelines a stack of command objects. Around a script of a few dozen arguments that is a
-sixth of the client's CPU per round trip, and for a script behind a blocking wait (sent as a
-pipeline) more (figure 21 of docs/performance.md). The store's scripts, one writer's commits
-and takes and every request's script among them, are sent this way on a Redis that is not a
-cluster: the same pooled connections (``connect.ReadyConnectionPool``, which hands out only
-connections fit to carry a command, else NotSent), the same packed bytes, and the same
-errors, since a connection raises and disconnects itself on its own failures (a reply lost,
-a timeout, a cancelled read) as it does under the client.
+pipelines a stack of command objects: a ninth of the CPU of a script's round trip alone, a
+fifth of one behind a blocking wait (figure 21 of docs/performance.md). The store's scripts
+(one writer's commits and takes, and every request's script) are sent this way on a Redis that
+is not a cluster: the same pooled connections (``connect.ReadyConnectionPool``, which hands out
+only connections fit to carry a command, else NotSent), the same packed bytes, and the same
+errors, since a connection raises and disconnects itself on its own failures (a reply lost, a
+timeout, a cancelled read) as it does under the client.
 """
 
 from __future__ import annotations
