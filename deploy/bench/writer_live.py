@@ -34,7 +34,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,15 @@ from typing import Any
 import numpy as np
 import psutil
 from harness.redis_stats import cpu_seconds
-from writers import child_on_fresh_redis, designs, on_service_loop, redis_server, say, stop
+from writers import (
+    child_env,
+    child_on_fresh_redis,
+    designs,
+    fresh_redis,
+    on_service_loop,
+    say,
+    stop,
+)
 
 DIM = 100
 MODEL = "m"
@@ -226,42 +233,36 @@ def commits_run(tree: Path) -> dict[int, float]:
 
 def run(tree: Path, workers: int, clients: int, own: int, seconds: float) -> dict[str, float]:
     """One run of ``tree``: a fresh redis-server, the writer, the workers handing over."""
-    folder = tempfile.mkdtemp(prefix="pcp-live-")
-    redis, port = redis_server(folder)
-    if PINNED:
-        os.sched_setaffinity(redis.pid, {1})
-    url = f"redis://127.0.0.1:{port}/0"
-    env = {**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"}
-    me = [sys.executable, __file__, "--child", url]
+    env = child_env(tree)
     writer = None
-    try:
-        time.sleep(0.3)
-        writer = subprocess.Popen(
-            [*me, "--own", str(own)],
-            cwd=tree,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert writer.stdin is not None and writer.stdout is not None
-        if writer.stdout.readline().strip() != b"ready":
-            raise RuntimeError("the writer did not start")
-        out = subprocess.run(
-            [*me, "--writer-pid", str(writer.pid), "--workers", str(workers)]
-            + ["--clients", str(clients), "--seconds", str(seconds)],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        lost, _ = writer.communicate(b"stop\n", timeout=60)
-        if lost.strip():
-            raise RuntimeError(lost.decode().strip())
-    finally:
-        if writer is not None:
-            stop(writer)
-        stop(redis)
+    with fresh_redis(1 if PINNED else None) as url:
+        me = [sys.executable, __file__, "--child", url]
+        try:
+            writer = subprocess.Popen(
+                [*me, "--own", str(own)],
+                cwd=tree,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+            assert writer.stdin is not None and writer.stdout is not None
+            if writer.stdout.readline().strip() != b"ready":
+                raise RuntimeError("the writer did not start")
+            out = subprocess.run(
+                [*me, "--writer-pid", str(writer.pid), "--workers", str(workers)]
+                + ["--clients", str(clients), "--seconds", str(seconds)],
+                cwd=tree,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            lost, _ = writer.communicate(b"stop\n", timeout=60)
+            if lost.strip():
+                raise RuntimeError(lost.decode().strip())
+        finally:
+            if writer is not None:
+                stop(writer)
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 

@@ -71,27 +71,39 @@ def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
     return subprocess.Popen(redis_server_command(port, folder), stdout=subprocess.DEVNULL), port
 
 
+@contextmanager
+def fresh_redis(cpu: int | None = None) -> Iterator[str]:
+    """The URL of a redis-server started for the block (pinned to ``cpu``, if given), stopped
+    by its PID after it."""
+    redis, port = redis_server(tempfile.mkdtemp(prefix="pcp-child-"))
+    if cpu is not None:
+        os.sched_setaffinity(redis.pid, {cpu})
+    try:
+        time.sleep(0.3)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop(redis)
+
+
+def child_env(tree: Path) -> dict[str, str]:
+    """The environment of a benchmark's child process that runs ``tree``'s service."""
+    return {**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"}
+
+
 def child_on_fresh_redis(
     script: str, tree: Path, args: list[str], redis_cpu: int | None = None
 ) -> Any:
     """``script --child URL *args`` run in ``tree`` (its service on the path) against a fresh
     redis-server (pinned to ``redis_cpu``, if given): the JSON of its output's last line."""
-    folder = tempfile.mkdtemp(prefix="pcp-child-")
-    redis, port = redis_server(folder)
-    if redis_cpu is not None:
-        os.sched_setaffinity(redis.pid, {redis_cpu})
-    try:
-        time.sleep(0.3)
+    with fresh_redis(redis_cpu) as url:
         out = subprocess.run(
-            [sys.executable, script, "--child", f"redis://127.0.0.1:{port}/0", *args],
+            [sys.executable, script, "--child", url, *args],
             cwd=tree,
-            env={**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"},
+            env=child_env(tree),
             capture_output=True,
             text=True,
             check=True,
         )
-    finally:
-        stop(redis)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
