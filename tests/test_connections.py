@@ -1,5 +1,5 @@
 """Keep-alive connections are recycled once old, so that they spread over the workers; a
-model's writer sheds its own when asked to (PERCEPTRON_WRITER_SHEDS_CONNECTIONS)."""
+model's writer sheds its own when asked to (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS)."""
 
 from __future__ import annotations
 
