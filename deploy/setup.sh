@@ -30,8 +30,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   say "installing system packages: ${need_apt[*]}"
   $sudo_cmd apt-get update -qq || fail "apt-get update (the list of Debian's packages) failed"
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need_apt[@]}" >/dev/null \
-    || fail "apt-get could not install ${need_apt[*]}"
+  # Quietly: no questions, needrestart (where installed) neither asks nor runs, and what the
+  # packages' scripts print (debconf's and Perl's notes) is shown only if the install fails.
+  apt_log=$(mktemp)
+  $sudo_cmd env DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 NEEDRESTART_MODE=l \
+    apt-get install -y -qq -o Dpkg::Use-Pty=0 "${need_apt[@]}" >"$apt_log" 2>&1 \
+    || { cat "$apt_log" >&2; fail "apt-get could not install ${need_apt[*]}"; }
+  rm -f "$apt_log"
 fi
 
 python=${PYTHON:-python3}

@@ -1,8 +1,8 @@
 #!/bin/bash
 # One writer against each worker committing its own, on a 16-core machine, at 1-12 workers.
 #
-# From the project's root, with the 16-core kit prepared in .devbox/ (bash
-# ../shared/device/prepare.sh), on that machine:
+# From the project's root, with the 16-core kit prepared in .devbox/ (the kit's own prepare.sh,
+# which is not part of the project), on that machine:
 #   OUT=<folder> bash deploy/bench/sixteen_cores.sh
 # For each W in $WS (1 2 4 8 12): the kit's scale.py as its run.sh measure runs it, --workers W
 # --repeat-at "" --dur $DUR (4) --warm 1 --routes $ROUTES_ONE, then the same with
@@ -33,7 +33,7 @@
 # py_spy-*.data/scripts/py-spy).
 set -o pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$ROOT/.devbox" || { echo "prepare .devbox/ first: bash ../shared/device/prepare.sh"; exit 1; }
+cd "$ROOT/.devbox" || { echo "prepare .devbox/ first: the 16-core kit's prepare.sh"; exit 1; }
 : "${OUT:?set OUT to the folder for the results}"
 export PYTHONUNBUFFERED=1
 if [ -d whl ]; then
