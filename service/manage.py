@@ -268,8 +268,8 @@ def _rollback(client: Client, args: argparse.Namespace) -> None:
         return
     out(
         f"{done.name} is at version {done.version} again; the checkpoint of what it was "
-        f"before is {done.before} (perceptron models rollback {done.name} --checkpoint "
-        f"{done.before} undoes this)"
+        f"before is {done.undo_checkpoint} (perceptron models rollback {done.name} "
+        f"--checkpoint {done.undo_checkpoint} undoes this)"
     )
 
 

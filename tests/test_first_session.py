@@ -150,6 +150,15 @@ def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Pat
             assert expected in out, (expected, out)
     assert (tmp_path / "iris.perceptron.json").is_file()
 
+    # The model history's blocks carry on from the first session: each answer as shown.
+    blocks = shell_blocks(section("Model history"))
+    assert len(blocks) >= 2
+    script, out = run_blocks(blocks, service, tmp_path)
+    shown, printed = shown_answers(script), out.splitlines()
+    assert len(printed) == len(shown) >= 5, (shown, out)
+    for expected, line in zip(shown, printed, strict=True):
+        assert matches(shown_json(expected), json.loads(line)), (expected, line)
+
 
 def test_the_python_first_try_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
     (block,) = python_blocks(section("A first session"))

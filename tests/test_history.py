@@ -85,8 +85,9 @@ def test_rolling_back_restores_the_weights_an_export_had_at_that_version(
     befores = []
     for v in picks:
         answer = rollback(client, version=v)
-        assert answer["version"] == v
-        befores.append(answer["before"])
+        assert answer["version"] == v and answer["restored_checkpoint"] is None
+        assert (answer["checkpoint"], answer["before"]) == (None, answer["undo_checkpoint"])
+        befores.append(answer["undo_checkpoint"])
         doc = client.get("/models/m/export").json()
         assert (doc["version"], doc["weights"]) == (v, exports[v])
     # The checkpoint made before the first rollback holds the model as it was.
@@ -305,8 +306,9 @@ def test_the_python_client_lists_checkpoints_and_rolls_back(make_service: MakeSe
         assert listed.version == max(exports) and listed.restorable_from == 0
         assert all(isinstance(k, CheckpointInfo) for k in listed.checkpoints)
         done = c.rollback("m", version=v)
-        assert (done.version, done.checkpoint) == (v, None)
-        assert c.rollback("m", checkpoint=done.before).version == max(exports)
+        assert (done.version, done.restored_checkpoint) == (v, None)
+        back = c.rollback("m", checkpoint=done.undo_checkpoint)
+        assert (back.version, back.restored_checkpoint) == (max(exports), done.undo_checkpoint)
         with pytest.raises(ConflictError) as e:
             c.rollback("m", version=10**9)
         assert e.value.code == "version_not_kept"
@@ -520,13 +522,14 @@ def test_undoing_a_keys_updates_rebuilds_the_model_without_them_exactly(
     assert [u["version"] for u in listed["updates"]] == list(range(1, len(made) - alices + 1))
     # The model as it was is one rollback away (its weights: the kept updates start again
     # from them, as at any rollback to a checkpoint).
-    back = {"checkpoint": r.json()["before"]}
+    assert r.json()["before"] == r.json()["undo_checkpoint"]  # (its former name, kept)
+    back = {"checkpoint": r.json()["undo_checkpoint"]}
     assert client.post("/models/m/rollback", json=back, headers=ADMIN).status_code == 200
     assert client.get("/models/m/export", headers=ADMIN).json()["weights"] == before["weights"]
     # Nothing of that key kept now: nothing to undo, nothing changes.
     body = {"source": "alice", "from_time": middle}
     r = client.post("/models/m/undo", json=body, headers=ADMIN)
-    assert (r.json()["removed"], r.json()["before"]) == (0, None)
+    assert (r.json()["removed"], r.json()["undo_checkpoint"], r.json()["before"]) == (0, None, None)
     assert client.post("/models/m/undo", json={}, headers=ADMIN).status_code == 422
     trainer = {"authorization": f"Bearer {KEYS['alice']}"}
     assert client.post("/models/m/undo", json=body, headers=trainer).status_code == 403

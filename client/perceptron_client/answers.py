@@ -136,14 +136,17 @@ class UndoResponse(BaseModel):
     name: str
     version: int
     removed: int
-    before: int | None = None
+    undo_checkpoint: int | None = None  # rolling back to it undoes the undo (None: no change)
+    before: int | None = None  # undo_checkpoint, by its former name
 
 
 class RollbackResponse(BaseModel):
     name: str
     version: int
-    checkpoint: int | None = None
-    before: int
+    restored_checkpoint: int | None = None  # None: a version was restored
+    undo_checkpoint: int  # rolling back to it undoes the rollback
+    checkpoint: int | None = None  # restored_checkpoint, by its former name
+    before: int | None = None  # undo_checkpoint, by its former name
 
 
 class ModelList(BaseModel):

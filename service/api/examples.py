@@ -261,11 +261,19 @@ UPDATES: dict[str, Any] = {
     "sources": {"labeller": 1, "batch-job": 1},
 }
 UNDO_REQUEST: dict[str, Any] = {"source": "labeller", "from_time": 1764028800.0}
-UNDO_RESPONSE: dict[str, Any] = {"name": "iris", "version": 1180, "removed": 70, "before": 4}
+UNDO_RESPONSE: dict[str, Any] = {
+    "name": "iris",
+    "version": 1180,
+    "removed": 70,
+    "undo_checkpoint": 4,
+    "before": 4,
+}
 ROLLBACK_REQUEST: dict[str, Any] = {"version": 1000}
 ROLLBACK_RESPONSE: dict[str, Any] = {
     "name": "iris",
     "version": 1000,
+    "restored_checkpoint": None,
+    "undo_checkpoint": 3,
     "checkpoint": None,
     "before": 3,
 }

@@ -181,7 +181,14 @@ async def rollback_model(name: str, who: Admin, body: RollbackRequest) -> Rollba
     worker serves them at once, and predictions still waiting for their label lapse."""
     who.check(Role.admin, name)
     version, before = await who.worker.models.rollback(name, body.version, body.checkpoint)
-    return RollbackResponse(name=name, version=version, checkpoint=body.checkpoint, before=before)
+    return RollbackResponse(
+        name=name,
+        version=version,
+        restored_checkpoint=body.checkpoint,
+        undo_checkpoint=before,
+        checkpoint=body.checkpoint,
+        before=before,
+    )
 
 
 @router.post("/{name}/undo", responses=with_body)
@@ -191,7 +198,13 @@ async def undo_updates(name: str, who: Admin, body: UndoRequest) -> UndoResponse
     serves the result at once; predictions waiting for their label lapse."""
     who.check(Role.admin, name)
     done = await who.worker.models.undo(name, body.source, body.from_time, body.to_time)
-    return UndoResponse(name=name, version=done.version, removed=done.removed, before=done.before)
+    return UndoResponse(
+        name=name,
+        version=done.version,
+        removed=done.removed,
+        undo_checkpoint=done.before,
+        before=done.before,
+    )
 
 
 @router.get("/{name}/weights", responses=errors, response_model=WeightsResponse)

@@ -327,10 +327,13 @@ class UndoResponse(BaseModel):
     name: str
     version: int = Field(description="The model's version now.")
     removed: int = Field(description="Kept updates left out.")
-    before: int | None = Field(
+    undo_checkpoint: int | None = Field(
         None,
         description="The checkpoint of the model as it was just before: rolling back to it "
         "undoes this (null: no kept update matched, nothing changed).",
+    )
+    before: int | None = Field(
+        None, deprecated=True, description="`undo_checkpoint`, by its former name."
     )
 
 
@@ -339,13 +342,17 @@ class RollbackResponse(BaseModel):
 
     name: str
     version: int = Field(description="The model's version now: the one restored.")
-    checkpoint: int | None = Field(
-        None, description="The checkpoint restored, if one was asked for."
+    restored_checkpoint: int | None = Field(
+        None, description="The checkpoint restored (null: a version was asked for)."
     )
-    before: int = Field(
+    undo_checkpoint: int = Field(
         description="The checkpoint of the model as it was just before: rolling back to it "
         "undoes this rollback."
     )
+    checkpoint: int | None = Field(
+        None, deprecated=True, description="`restored_checkpoint`, by its former name."
+    )
+    before: int = Field(deprecated=True, description="`undo_checkpoint`, by its former name.")
 
 
 class ModelList(BaseModel):
