@@ -9,9 +9,11 @@ import http.client
 import logging
 import logging.config
 import os
+import shutil
 import socket
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .commands import CLIENT_CODES, SERVE_CODES, Exit, epilog
@@ -149,7 +151,21 @@ def banner(host: str, port: int, settings: Settings) -> str:
         f"  dashboard  {base}/dashboard\n"
         f"  API docs   {base}/docs\n"
         f"  try        {first}\n"
+        f"  commands   {command_path()} models list   (and --help)\n"
     )
+
+
+def command_path(cwd: Path | None = None) -> str:
+    """How to run this ``perceptron`` from ``cwd``: its name where the PATH finds it, else its
+    path (``.venv/bin/perceptron`` from a checkout whose environment is not activated)."""
+    here = Path(sys.executable).with_name("perceptron")
+    found = shutil.which("perceptron")
+    if found is not None and (not here.exists() or Path(found).resolve() == here.resolve()):
+        return "perceptron"
+    try:
+        return str(here.relative_to(cwd or Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 class _Banner(threading.Thread):

@@ -270,16 +270,31 @@ def test_the_banner_says_where_things_are() -> None:
         "  API docs   http://127.0.0.1:8123/docs",
         "  try        curl -s http://127.0.0.1:8123/predict -H 'content-type: application/json'"
         """ -d '{"features": {"word=free": 1, "word=offer": 1}}'""",
+        f"  commands   {cli.command_path()} models list   (and --help)",
     ]
     every = cli.banner("0.0.0.0", 9000, Settings(auth=True, default_model=False))
     assert every.startswith(
         "perceptron serve: ready on http://127.0.0.1:9000 (listening on 0.0.0.0: every address"
     )
-    assert every.splitlines()[-1] == (
+    assert every.splitlines()[-2] == (
         '  try        curl -s http://127.0.0.1:9000/models -H "Authorization: Bearer '
         '$PERCEPTRON_API_KEY"'
     )
     assert "http://[::1]:8000/docs" in cli.banner("::1", 8000, Settings(auth=False))
+
+
+def test_the_banner_names_the_command_as_the_shell_finds_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """After the README's two commands, ``perceptron`` is in .venv/bin, not on the PATH: the
+    banner says how to run it from where the service was started."""
+    here = Path(sys.executable).with_name("perceptron")
+    assert here.exists()
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert cli.command_path(here.parents[2]) == str(here.relative_to(here.parents[2]))
+    assert cli.command_path(tmp_path) == str(here)
+    monkeypatch.setenv("PATH", f"{here.parent}:/usr/bin:/bin")
+    assert cli.command_path(tmp_path) == "perceptron"
 
 
 def test_the_probe_for_the_banner_is_kept_out_of_the_access_log() -> None:
