@@ -397,7 +397,7 @@ class Models:
                     _packed(weights),
                     restorable.config,
                     int(1000 * self.clock()),
-                    keep=version is not None,
+                    keep=version is not None and self.settings.history_keep_updates > 0,
                     kept_bytes=sum(map(len, restorable.entries)) if restorable.past else -1,
                 )
             except StaleModel:
