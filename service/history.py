@@ -10,16 +10,20 @@ What is kept (``README.md``, "Model history"):
 - of the checkpoints, the one the retained log starts from, the newest ``KEEP_LAST``, the
   newest of each of the last ``HOURLY`` hours and of each of the last ``DAILY`` days;
 - and all of it within ``PERCEPTRON_HISTORY_MAX_BYTES``: past it, the oldest goes first,
-  the retained log's start included (the versions it restores then go with it).
+  the retained log's start included (the versions it restores then go with it); the newest
+  checkpoint stays, even one alone past the bound (a model about as large as the bound).
 
-Pure but for :func:`prune`, which reads the model's history and lets go what the policy
-says, in one script.
+A reset, an import, a rollback and an undo hold it so as they write: first they let go of
+what would not fit with what they add (:func:`make_room`), after, of what the policy no
+longer keeps (:func:`prune`, which a compaction runs after too). Pure but for those two,
+which read the model's history and let go, in one script.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import ModelBusy
 from .learner import ModelConfig, Weights
 from .learner.codec import unpack_entry, unpack_weights
 from .learner.perceptron import apply, update_plan
@@ -33,6 +37,7 @@ HOURLY = 24
 DAILY = 7
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
+MAKE_ROOM_ATTEMPTS = 3  # reads of a model's history that changed before its old part went
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +61,10 @@ def on_line(state: HistoryState) -> list[Checkpoint]:
     ]
 
 
-def policy(state: HistoryState, settings: Settings, now_ms: int) -> Kept:
-    """What to keep of a model's history (see the module's docstring)."""
+def policy(state: HistoryState, settings: Settings, now_ms: int, adding: int = 0) -> Kept:
+    """What to keep of a model's history (see the module's docstring); with ``adding``, what
+    to keep so that that many bytes more, about to be written, fit too (and a newer
+    checkpoint with them: none kept now is the newest then)."""
     line = sorted(on_line(state), key=lambda c: c.version)
     by_id = {c.id: c for c in state.checkpoints}
     base = by_id.get(state.base) if state.base is not None else None
@@ -80,9 +87,13 @@ def policy(state: HistoryState, settings: Settings, now_ms: int) -> Kept:
         kept = sum(by_id[i].bytes for i in keep)
         return kept + (state.past_in - base.past_in if base is not None else 0)
 
-    for c in sorted(state.checkpoints, key=lambda c: (c.ms, c.id)):
-        if size() <= settings.history_max_bytes:
+    by_age = sorted(state.checkpoints, key=lambda c: (c.ms, c.id))
+    newest = None if adding else next((c for c in reversed(by_age) if c.id != state.base), None)
+    for c in by_age:
+        if size() <= settings.history_max_bytes - adding:
             break
+        if c is newest:
+            continue  # whatever its size
         if base is not None and c.id == base.id:
             newer = [n for n in line if n.version > base.version]
             if not newer:
@@ -121,6 +132,25 @@ async def prune(store: Store, name: str, settings: Settings, now_ms: int) -> boo
     return await store.forget_history(
         name, state.epoch, state.base, kept.base, kept.base_version, kept.drop
     )
+
+
+async def make_room(
+    store: Store, name: str, settings: Settings, now_ms: int, adding: int, starting: int = 0
+) -> Kept:
+    """Before an operation writes ``adding`` bytes of the model's history (and ``starting``
+    more when the model has no retained log yet: it starts one): let go of what would not fit
+    with them. What is kept then."""
+    for _ in range(MAKE_ROOM_ATTEMPTS):
+        state = await store.read_history(name)
+        more = adding + (starting if state.base is None else 0)
+        kept = policy(state, settings, now_ms, more)
+        if kept.base == state.base and not kept.drop:
+            return kept
+        if await store.forget_history(
+            name, state.epoch, state.base, kept.base, kept.base_version, kept.drop
+        ):
+            return kept
+    raise ModelBusy(f"Model {name!r}'s history kept changing; retry shortly.")
 
 
 def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:

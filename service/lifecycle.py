@@ -20,12 +20,13 @@ from .errors import (
     ModelNotFound,
     ModelStateLost,
     NotFound,
+    ServiceError,
     StaleModel,
     Unavailable,
     store_unavailable,
 )
 from .export_format import FileCheckpoint, export_document, parse_document
-from .history import rebuild
+from .history import make_room, prune, rebuild
 from .learner import ConfigError, ModelConfig, Weights
 from .learner.codec import entry_provenance, new_epoch, pack_weights
 from .names import check_name
@@ -33,7 +34,7 @@ from .protocol import Checkpoint, Meta, Observations, Reason
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
-from .store import Condition, Store
+from .store import Condition, Store, StoreError
 from .store.ops.history import HistoryState
 
 log = logging.getLogger("perceptron")
@@ -314,7 +315,12 @@ class Models:
         reason: str,
         checkpoints: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        data = _packed(weights)
+        data, now_ms = _packed(weights), int(1000 * self.clock())
+        carried = checkpoints or ()
+        if await self.store.read_meta(name) is not None:  # kept first as a checkpoint
+            snap, log_bytes = await self.store.read_sizes(name)
+            adding = snap + log_bytes + sum(len(packed) for _, packed in carried)
+            await make_room(self.store, name, self.settings, now_ms, adding)
         await self.store.replace_model(
             name,
             config.to_json(),
@@ -324,11 +330,20 @@ class Models:
             weights.seen,
             data,
             counters,
-            int(1000 * self.clock()),
+            now_ms,
             reason,
-            checkpoints or (),
+            carried,
         )
         self.replicas.drop(name)
+        await self._prune(name, now_ms)
+
+    async def _prune(self, name: str, now_ms: int) -> None:
+        """After an operation that added to the model's history: let go of what the policy
+        no longer keeps (done: a failure here is the next operation's to make up)."""
+        try:
+            await prune(self.store, name, self.settings, now_ms)
+        except (StoreError, ServiceError) as e:
+            log.warning("letting model %r's old history go failed (%s)", name, e)
 
     async def history(self, name: str) -> HistoryState:
         """The model's checkpoints, and the versions it can be rolled back to."""
@@ -388,6 +403,19 @@ class Models:
             self._check_limits(config)
             if version is not None and weights.version != version:
                 raise ModelStateLost(name, "its kept updates do not add up to their versions")
+            keep = version is not None and self.settings.history_keep_updates > 0
+            # It adds a checkpoint of the model as it is; kept, the log's entries up to the
+            # version restored join the retained log (which starts at the snapshot if none).
+            snap, log_bytes = await self.store.read_sizes(name)
+            joining = sum(map(len, restorable.entries)) if keep and not restorable.past else 0
+            now_ms = int(1000 * self.clock())
+            adding, starting = snap + log_bytes + joining, snap if keep else 0
+            room = await make_room(self.store, name, self.settings, now_ms, adding, starting)
+            kept_bytes = -1  # the retained log cut at the version: its bytes from its start
+            if restorable.past:
+                kept_bytes = sum(
+                    map(len, restorable.entries[max(0, room.base_version - restorable.base) :])
+                )
             try:
                 before = await self.store.rollback(
                     name,
@@ -396,13 +424,14 @@ class Models:
                     weights.version,
                     _packed(weights),
                     restorable.config,
-                    int(1000 * self.clock()),
-                    keep=version is not None,
-                    kept_bytes=sum(map(len, restorable.entries)) if restorable.past else -1,
+                    now_ms,
+                    keep=keep,
+                    kept_bytes=kept_bytes,
                 )
             except StaleModel:
                 continue  # reset, imported or rolled back meanwhile: look again
             self.replicas.drop(name)
+            await self._prune(name, now_ms)
             return weights.version, before
         raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
 
@@ -434,6 +463,15 @@ class Models:
             gone = set(drops)
             entries = [e for i, e in enumerate(kept.entries) if i not in gone]
             _, weights = rebuild(dataclasses.replace(kept, entries=entries))
+            # It adds a checkpoint of the model as it is, the log's entries join the retained
+            # log, which starts at the snapshot if none does yet.
+            snap, log_bytes = await self.store.read_sizes(name)
+            now_ms = int(1000 * self.clock())
+            room = await make_room(
+                self.store, name, self.settings, now_ms, snap + 2 * log_bytes, snap
+            )
+            if room.base_version != kept.base:
+                continue  # its oldest kept updates went: rebuild from those kept now
             try:
                 before = await self.store.undo_updates(
                     name,
@@ -446,13 +484,14 @@ class Models:
                     weights.version,
                     sum(map(len, entries)),
                     kept.base + drops[0] + 1,
-                    int(1000 * self.clock()),
+                    now_ms,
                 )
             except StaleModel:
                 continue
             if before is None:
                 continue  # it learned meanwhile: read again, with those updates too
             self.replicas.drop(name)
+            await self._prune(name, now_ms)
             return Undone(weights.version, len(drops), before)
         raise ModelBusy(f"Model {name!r} kept learning during the undo; retry shortly.")
 

@@ -70,7 +70,7 @@ class Settings(BaseSettings):
         default=128 * 2**20,
         ge=0,
         description="Most bytes of one model's checkpoints and kept updates; past them the "
-        "oldest go first, even inside the kept hour.",
+        "oldest go first, even inside the kept hour (the newest checkpoint stays).",
     )
     checkpoint_every: int = Field(
         default=10_000,

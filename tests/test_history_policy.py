@@ -19,7 +19,8 @@ HOUR = 3_600_000
 @st.composite
 def histories(draw: Any) -> tuple[HistoryState, Settings, int]:
     """Checkpoints made in order (versions, times and retained-log bytes never go back); the
-    first few made before a reset or a rollback, the rest on the model's current line."""
+    first few made before a reset or a rollback, the rest on the model's current line but
+    perhaps the last, made before a rollback (its log is its tail: off the line)."""
     n = draw(st.integers(0, 40))
     before = draw(st.integers(0, n))
     version = ms = past_in = 0
@@ -31,7 +32,13 @@ def histories(draw: Any) -> tuple[HistoryState, Settings, int]:
         reason = Reason.BEFORE_RESET if i <= before else Reason.SCHEDULED
         size = draw(st.integers(0, 4_000_000))
         made.append(Checkpoint(i, version, version, 0, ms, reason, 0, 0, size, past_in, "{}"))
-    line = made[before:]
+    if made and draw(st.booleans()):
+        tail = draw(st.integers(1, 1000))
+        made[-1] = dataclasses.replace(
+            made[-1], reason=Reason.BEFORE_ROLLBACK, version=version + tail, base=version
+        )
+        version += tail
+    line = [c for c in made if c.reason == Reason.SCHEDULED]
     base = line[0] if line else None
     now_ms = ms + draw(st.integers(0, 10 * HOUR))
     state = HistoryState(
@@ -56,6 +63,12 @@ def kept_bytes(state: HistoryState, kept: Kept) -> int:
     by_id = {c.id: c for c in state.checkpoints}
     held = sum(c.bytes for c in state.checkpoints if c.id not in kept.drop)
     return held + (state.past_in - by_id[kept.base].past_in if kept.base is not None else 0)
+
+
+def newest(state: HistoryState) -> int | None:
+    """The newest checkpoint but the one the retained log starts from."""
+    others = [c for c in state.checkpoints if c.id != state.base]
+    return max(others, key=lambda c: (c.ms, c.id)).id if others else None
 
 
 def after(state: HistoryState, kept: Kept) -> HistoryState:
@@ -114,12 +127,37 @@ def test_the_bytes_bound_holds_unless_nothing_more_can_go(
     kept = policy(state, config, now_ms)
     if kept_bytes(state, kept) <= config.history_max_bytes:
         return
-    # Over the bound only with every checkpoint gone but the newest of the line, which the
-    # model's own updates since follow.
-    remaining = [c for c in state.checkpoints if c.id not in kept.drop]
-    assert [c.id for c in remaining] == ([kept.base] if kept.base is not None else [])
+    # Over the bound only with every checkpoint gone but the newest, and the newest of the
+    # line, which the model's own updates since follow.
+    remaining = {c.id for c in state.checkpoints if c.id not in kept.drop}
+    assert remaining - {kept.base} <= {newest(state)}
     line = [c.version for c in state.checkpoints if c.reason == Reason.SCHEDULED]
     assert kept.base is None or kept.base_version == max(line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories(), st.integers(1, 10**9))
+def test_room_is_made_for_what_is_about_to_be_written(
+    case: tuple[HistoryState, Settings, int], adding: int
+) -> None:
+    state, config, now_ms = case
+    kept = policy(state, config, now_ms, adding)
+    if kept_bytes(state, kept) + adding <= config.history_max_bytes:
+        return
+    # Past it only with every checkpoint gone but the newest of the line, which the model's
+    # own updates since follow (the newest of all goes too: a newer one is coming).
+    remaining = {c.id for c in state.checkpoints if c.id not in kept.drop}
+    assert remaining <= ({kept.base} if kept.base is not None else set())
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_the_newest_checkpoint_stays_whatever_its_size(
+    case: tuple[HistoryState, Settings, int],
+) -> None:
+    state, config, now_ms = case
+    kept = policy(state, config, now_ms)
+    assert newest(state) not in kept.drop
 
 
 @settings(max_examples=300, deadline=None)

@@ -100,6 +100,7 @@ class Store:
     read_checkpoint = history.read_checkpoint
     read_updates = history.read_updates
     read_kept = history.read_kept
+    read_sizes = history.read_sizes
     rollback = rollback.rollback
     undo_updates = undo.undo
     forget_history = forget.forget

@@ -117,6 +117,17 @@ async def read_history(store: Runner, name: str) -> HistoryState:
     return _state(name, got, checkpoints)
 
 
+async def read_sizes(store: Runner, name: str) -> tuple[int, int]:
+    """The bytes of the model's snapshot and of its log (a checkpoint of the model as it is
+    holds both)."""
+    keys = ModelKeys(name)
+    async with store.client.pipeline(transaction=False) as pipe:
+        pipe.strlen(keys.snap)
+        pipe.lrange(keys.log, 0, -1)
+        snap, log = await pipe.execute()
+    return int(snap), sum(len(e) for e in log)
+
+
 async def read_kept(
     store: Runner, name: str, upto: int | None = None
 ) -> tuple[str, int, Restorable] | None:

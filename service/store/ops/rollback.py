@@ -11,11 +11,12 @@ from .runner import Runner
 # Make the model its state at VERSION (WEIGHTS, packed; CONFIG), once its epoch is still
 # EPOCH: first a checkpoint of the model as it is (its snapshot and its whole log), then a new
 # epoch, so that every worker reloads it and pending predictions lapse. With KEEP '1' (a
-# version of this line, restored by its number) the retained log stays up to VERSION, its
-# bytes then KEPT_BYTES when it is cut (-1: it is not, the log's entries up to VERSION join
-# it), and the checkpoints made after VERSION on this line are marked as left; else it starts
-# again from the restored weights. Counters and metrics stay. Returns {DONE, the id of the
-# checkpoint made first}.
+# version of this line, restored by its number) the retained log stays up to VERSION (a model
+# with none yet starts one at its snapshot, as a compaction would), its bytes then KEPT_BYTES
+# when it is cut (-1: it is not, the log's entries up to VERSION join it), and the
+# checkpoints made after VERSION on this line are marked as left; else it starts again from
+# the restored weights. Counters and metrics stay. Returns {DONE, the id of the checkpoint
+# made first}.
 SCRIPT = Script(
     "rollback",
     keys=("meta", "snap", "log", *HISTORY_KEYS, "ring"),
@@ -39,6 +40,10 @@ local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, 
   redis.call('GET', SNAP) or '', redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
   REASON_BEFORE_ROLLBACK)
 local snapv = tonumber(st[3])
+if KEEP == '1' and not st[4] and VERSION >= snapv then
+  st[4], st[5] = retained_base(META, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
+    NOW_MS)
+end
 if KEEP == '1' and st[4] and VERSION >= tonumber(st[5]) then
   local base = tonumber(st[4])
   if VERSION <= snapv then
