@@ -124,6 +124,16 @@ def test_a_model_that_does_not_fit_the_data_is_refused(
         replay(CANCER, model="other")
 
 
+def test_a_model_whose_classes_are_the_datas_in_another_form_fits(
+    service: InProcessService, replay: Replay
+) -> None:
+    data = rp.Dataset("t", [[1.0, 0.0], [0.0, 1.0]] * 3, ["\u00e9", "b"] * 3)
+    with Client(BASE_URL, transport=service.transport()) as c:
+        c.create_model("t", n_features=2, classes=["e\u0301", " b "])
+        assert replay(data, rp.StreamOptions("learn"), model="t").examples == 6
+        assert c.read_model("t").counters.learned == 6
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
