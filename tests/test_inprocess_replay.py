@@ -221,6 +221,7 @@ def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(command, "replay", replay)
     monkeypatch.setenv("PERCEPTRON_API_KEY", "key-from-env")
+    monkeypatch.delenv("PERCEPTRON_URL", raising=False)
     code, out, err = run_main(
         ["--dataset", "iris", "--limit", "9", "--model", "m", "--multiclass", "ovo", "--reset",
          "--batch", "3", "--concurrency", "2", "--delay", "4", "--rate", "50",
@@ -247,6 +248,12 @@ def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.Monke
         False,
     )
     assert options.stream == rp.StreamOptions("learn")
+    monkeypatch.setenv("PERCEPTRON_URL", "http://service.test:2")
+    run_main(["--dataset", "iris", "--quiet"])
+    assert (seen["options"].url, seen["options"].api_key) == (
+        "http://service.test:2",
+        "key-from-env",
+    )
 
 
 def test_the_command_says_what_is_wrong(reaching: InProcessService, tmp_path: Path) -> None:
