@@ -4,7 +4,8 @@ FastAPI reports a body it cannot accept as pydantic's errors, whose locations na
 (``features.list[any]``: one member of a union) and whose messages speak of validation. Here
 each error becomes a sentence that names the field as the client wrote it, says what was
 wrong with it, and says what the field takes: the description of the request schema's field
-(``service.api.schemas``), so that the documented API and its errors say the same.
+(``service.api.schemas``), so that the documented API and its errors say the same. A query
+parameter's error names the parameter, its value as sent, and what it takes (its description).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pydantic import BaseModel
 Error = Mapping[str, Any]
 Path = tuple[str | int, ...]
 _FIRST = {"extra_forbidden": 0, "missing": 1}  # unknown fields first: they explain the missing
+# Where a request's parameters are, as pydantic's locations name them, and in words
+_PLACES = {"query": "query parameter", "path": "path parameter", "header": "header"}
 
 
 def explain(
@@ -28,20 +31,21 @@ def explain(
     content_type: str,
     parameters: Mapping[str, str] | None = None,
 ) -> str:
-    """One message for all of a request's validation errors: those of the query string's
-    parameters (``parameters``: what each takes) first, then the body's."""
-    asked: dict[str, list[Error]] = {}
+    """One message for all of a request's validation errors: the parameters' first (query
+    string, path, headers; ``parameters``: what each query parameter takes), then the body's."""
+    asked: dict[tuple[str, str], list[Error]] = {}
     problems: dict[Path, list[Error]] = {}
     for error in sorted(errors, key=lambda e: _FIRST.get(e.get("type", ""), 2)):
         loc = error.get("loc", ())
-        if loc[:1] in (("query",), ("path",)) and len(loc) > 1:
-            asked.setdefault(str(loc[1]), []).append(error)
+        if len(loc) > 1 and loc[0] in _PLACES:
+            asked.setdefault((str(loc[0]), str(loc[1])), []).append(error)
             continue
         path, _ = _walk(body, loc[1:], error.get("type") == "extra_forbidden")
         problems.setdefault(path, []).append(error)
     takes = parameters or {}
     sentences = [
-        _parameter_sentence(name, errs[0], takes.get(name, "")) for name, errs in asked.items()
+        _parameter_sentence(place, name, errs[0], takes.get(name, ""))
+        for (place, name), errs in asked.items()
     ]
     sentences += [_sentence(path, errs, body, content_type) for path, errs in problems.items()]
     if len(sentences) == 1:
@@ -96,15 +100,15 @@ def _sentence(path: Path, errors: list[Error], body: type[BaseModel] | None, cty
     return f"'{name}' {problem}: {first.get('msg', 'not accepted')}."
 
 
-def _parameter_sentence(name: str, error: Error, takes: str) -> str:
-    """A query parameter's problem; its value as sent in the query string."""
+def _parameter_sentence(place: str, name: str, error: Error, takes: str) -> str:
+    """A parameter's problem (of the query string, the path or a header), its value as sent."""
     if error.get("type") == "missing":
         problem = "is missing"
     else:
         bound = _bound(error)
         problem = f"({name}={str(error.get('input'))[:40]}) is " + (bound or "not accepted")
     end = f": it takes {takes}." if takes else f": {error.get('msg', 'not accepted')}."
-    return f"The query parameter '{name}' {problem}{end}"
+    return f"The {_PLACES[place]} '{name}' {problem}{end}"
 
 
 def _body_sentence(error: Error, body: type[BaseModel] | None, content_type: str) -> str:
