@@ -215,11 +215,13 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {}
-        body = problems.body_schema(request.scope.get("route"))
+        route = request.scope.get("route")
+        body = problems.body_schema(route)
         if first.get("type") == "json_invalid":
             return _error(400, "malformed_json", problems.not_json(first, body))
         content_type = request.headers.get("content-type", "")
-        return _error(422, "validation_error", problems.explain(errors, body, content_type))
+        detail = problems.explain(errors, body, content_type, problems.parameters(route))
+        return _error(422, "validation_error", detail)
 
     @app.exception_handler(RedisConnectionError)
     @app.exception_handler(RedisTimeoutError)

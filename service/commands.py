@@ -1,5 +1,6 @@
 """What the ``perceptron`` commands share: their exit codes, one per cause and the same in every
-command, and the words for a file they cannot read or write.
+command; where the commands that talk to a service find it (options, then the environment);
+and the words for a file they cannot read or write.
 
 Scripts act on the exit code alone; each command's ``--help`` lists the codes it may give
 (``epilog``), from the table here.
@@ -7,20 +8,28 @@ Scripts act on the exit code alone; each command's ``--help`` lists the codes it
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
 
 import httpx
 
 from perceptron_client import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
     AuthError,
     ConflictError,
     NotFoundError,
     PerceptronError,
     UnavailableError,
 )
+
+URL_VARIABLE = "PERCEPTRON_URL"
+KEY_VARIABLE = "PERCEPTRON_API_KEY"
 
 
 class Exit(IntEnum):
@@ -69,6 +78,41 @@ def exit_for(error: PerceptronError | httpx.TransportError) -> Exit:
     if isinstance(error, httpx.TransportError):
         return Exit.UNAVAILABLE
     return next((code for cls, code in _BY_ERROR if isinstance(error, cls)), Exit.FAILED)
+
+
+# --- the service a command talks to -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    """Where a command sends its requests, and with which key."""
+
+    url: str
+    api_key: str | None
+    timeout: float
+
+
+def add_service_options(group: argparse._ArgumentGroup) -> None:
+    """--url, --api-key and --timeout, read by ``service_target``."""
+    group.add_argument("--url", help=f"service URL (default: ${URL_VARIABLE}, else {DEFAULT_URL})")
+    group.add_argument("--api-key", metavar="KEY", help=f"API key (default: ${KEY_VARIABLE})")
+    group.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds a request ({DEFAULT_TIMEOUT:g})",
+    )
+
+
+def service_target(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> ServiceTarget:
+    """The service of a command's options, each missing one from the environment: the URL
+    and the key together, so that a key never goes to a service other than the one named."""
+    url = args.url or environ.get(URL_VARIABLE) or DEFAULT_URL
+    api_key = args.api_key or environ.get(KEY_VARIABLE) or None
+    return ServiceTarget(url, api_key, args.timeout)
 
 
 # --- files ------------------------------------------------------------------------------------

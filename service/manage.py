@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import os
 import re
 import sys
 from collections.abc import Callable
@@ -23,8 +22,6 @@ from typing import Any
 import httpx
 
 from perceptron_client import (
-    DEFAULT_TIMEOUT,
-    DEFAULT_URL,
     Client,
     ModelList,
     ModelSpec,
@@ -32,7 +29,16 @@ from perceptron_client import (
     PerceptronError,
 )
 
-from .commands import CLIENT_CODES, Exit, epilog, exit_for, file_error, unwritable
+from .commands import (
+    CLIENT_CODES,
+    Exit,
+    add_service_options,
+    epilog,
+    exit_for,
+    file_error,
+    service_target,
+    unwritable,
+)
 from .manage_output import Usage, err, features_of, out, print_model
 from .manage_sklearn import add_actions
 
@@ -64,11 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The actions of ``perceptron models`` and their options."""
     common = argparse.ArgumentParser(add_help=False)
     c = common.add_argument_group("service")
-    c.add_argument("--url", help=f"service URL (default: $PERCEPTRON_URL, else {DEFAULT_URL})")
-    c.add_argument("--api-key", metavar="KEY", help="API key (default: $PERCEPTRON_API_KEY)")
-    c.add_argument(
-        "--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT, help="seconds a request (30)"
-    )
+    add_service_options(c)
     c.add_argument("--json", action="store_true", help="print the service's JSON answer")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
@@ -155,10 +157,9 @@ def join_dash_values(argv: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """``perceptron models ACTION``: its exit code (``service.commands.Exit``)."""
-    url = args.url or os.environ.get("PERCEPTRON_URL") or DEFAULT_URL
-    api_key = args.api_key or os.environ.get("PERCEPTRON_API_KEY") or None
+    target = service_target(args)
     try:
-        with Client(url, api_key=api_key, timeout=args.timeout) as client:
+        with Client(target.url, api_key=target.api_key, timeout=target.timeout) as client:
             try:
                 args.act(client, args)
             except NotFoundError as e:
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             err(f"perceptron models: {e}")
         return exit_for(e)
     except httpx.TransportError as e:
-        err(f"perceptron models: cannot reach {url} ({type(e).__name__}: {e})")
+        err(f"perceptron models: cannot reach {target.url} ({type(e).__name__}: {e})")
         return exit_for(e)
     except Usage as e:
         err(f"perceptron models: {e}")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from .inprocess import WaitingClock
@@ -156,6 +158,18 @@ BAD_REQUESTS = [
         "put", "/models/x", {"classes": ["a", "a"]}, 422, "invalid_config", id="duplicate-classes"
     ),
     pytest.param(
+        "put",
+        "/models/x",
+        {"classes": ["\u00e9", "e\u0301"]},
+        422,
+        "invalid_config",
+        id="classes-equal-in-nfc",
+    ),
+    pytest.param(
+        "put", "/models/x", {"classes": ["a", " a"]}, 422, "invalid_config", id="classes-spaced"
+    ),
+    pytest.param("put", "/models/x", {"classes": ["a", " "]}, 422, "invalid_config", id="blank"),
+    pytest.param(
         "put", "/models/x", {"hash_bits": 40}, 422, "invalid_config", id="hash-bits-too-large"
     ),
     pytest.param(
@@ -220,6 +234,36 @@ def test_feedback_with_unknown_label_is_422_and_keeps_the_prediction(dense: http
     r = dense.post("/feedback", json={"prediction_id": pid, "label": "zzz"})
     assert r.status_code == 422 and r.json()["code"] == "unknown_label"
     assert dense.post("/feedback", json={"prediction_id": pid, "label": "a"}).status_code == 200
+
+
+def test_a_label_in_another_form_of_a_class_lands_on_that_class(client: httpx.Client) -> None:
+    """Labels are compared in Unicode NFC without surrounding spaces: "e" with a combining
+    accent, or a class with spaces around it, is the class as the model names it."""
+    nfc, nfd = "\u00e9t\u00e9", "e\u0301te\u0301"  # "été", two ways
+    assert (
+        client.put("/models/u", json={"classes": [nfc, " b"], "n_features": 2}).status_code == 201
+    )
+
+    def learn(body: dict[str, Any]) -> None:
+        r = client.post(body.pop("path"), json={"model": "u", **body})
+        assert r.status_code == 200, r.text
+
+    learn({"path": "/learn", "features": [1, 0], "label": f" {nfd}\t"})
+    learn({"path": "/learn", "features": [0, 1], "label": "b"})
+    learn({"path": "/learn/batch", "features": [[1, 0], [0, 1]], "labels": [nfd, "b "]})
+    x = base64.b64encode(np.array([[1, 0], [0, 1]], dtype="<f8").tobytes()).decode()
+    learn({"path": "/learn/batch", "packed_features": x, "labels": [nfd, "b"]})
+    pid = client.post("/predict", json={"model": "u", "features": [1, 0]}).json()["prediction_id"]
+    r = client.post("/feedback", json={"prediction_id": pid, "label": nfd})
+    assert r.status_code == 200, r.text
+    assert client.post("/feedback", json={"prediction_id": pid, "label": nfc}).json()["duplicate"]
+    item = {"prediction_id": pid, "label": f"{nfc} "}
+    results = client.post("/feedback/batch", json={"feedback": [item]}).json()["results"]
+    assert results[0]["duplicate"], results
+    matrix = client.get("/models/u/metrics").json()["confusion"]
+    assert matrix["labels"] == [nfc, " b"]
+    assert [sum(row) for row in matrix["matrix"]] == [4, 3]  # true class: none unknown
+    assert client.get("/models/u").json()["counters"]["learned"] == 6
 
 
 def test_unknown_prediction_is_counted(dense: httpx.Client) -> None:

@@ -172,6 +172,18 @@ def test_an_unreachable_service_exits_the_same_from_replay_and_models() -> None:
     assert "cannot reach" in said and "cannot reach" in told
 
 
+def test_every_command_that_reads_the_api_key_reads_the_url_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The key goes to the service the environment names, never to the default one."""
+    monkeypatch.setenv("PERCEPTRON_URL", UNREACHABLE)
+    monkeypatch.setenv("PERCEPTRON_API_KEY", "k" * 24)
+    for command in (["replay", "--dataset", "iris", "--quiet"], ["models", "list"]):
+        code, _, said = run_main(*command)
+        assert code == 6 and f"cannot reach {UNREACHABLE}" in said, (command, said)
+        assert "8000" not in said
+
+
 def help_of(*command: str) -> str:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):

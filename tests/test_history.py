@@ -4,31 +4,35 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from perceptron_client import CheckpointInfo, Client, ConflictError
 from service.history import rebuild
 from service.learner.codec import pack_weights
-from service.protocol import Meta, Reason
+from service.protocol import MAX_COUNT, Meta, Reason
+from service.settings import Settings
 from service.store import ModelKeys
 from service.store.ops.history import Restorable
 
 from .conftest import MakeService
-from .inprocess import Clock, reach
+from .inprocess import Clock, InProcessService, reach
 from .servers import ServiceProcess, running
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
 # Small enough that a few hundred updates make many compactions and checkpoints.
-HISTORY = {"default_model": False, "compact_every": 7, "checkpoint_every": 20}
+HISTORY: dict[str, Any] = {"default_model": False, "compact_every": 7, "checkpoint_every": 20}
 SPECS: dict[str, dict[str, Any]] = {
     "binary": {"n_features": 4},
     "multiclass averaged, named": {"classes": ["a", "b", "c"], "averaged": True, "hash_bits": 6},
@@ -212,6 +216,208 @@ def test_what_cannot_be_rolled_back_to_is_refused_with_a_code(make_service: Make
     assert client.post("/models/none/rollback", json={"version": 0}).status_code == 404
     assert client.get("/models/none/checkpoints").status_code == 404
     assert client.get("/models/m").json()["version"] == version  # nothing changed
+
+
+# Each history route's numbers are numbers: never booleans, strings or non-finite; times are
+# in order. Raw bodies, so that NaN, Infinity and -1e400 reach the service as literals.
+NOT_NUMBERS = [
+    ("/models/m/rollback", b'{"version": true}', "'version' is a boolean (true)"),
+    ("/models/m/rollback", b'{"version": false}', "'version' is a boolean (false)"),
+    ("/models/m/rollback", b'{"checkpoint": true}', "'checkpoint' is a boolean (true)"),
+    ("/models/m/rollback", b'{"version": "3"}', "'version' is a string"),
+    ("/models/m/rollback", b'{"version": 3.0}', "'version' is the number 3.0"),
+    ("/models/m/rollback", b'{"version": 2251799813685248}', "more than 1125899906842624"),
+    ("/models/m/undo", b'{"from_time": true}', "'from_time' is a boolean (true)"),
+    ("/models/m/undo", b'{"to_time": false}', "'to_time' is a boolean (false)"),
+    ("/models/m/undo", b'{"from_time": NaN}', "'from_time' is not a finite number"),
+    ("/models/m/undo", b'{"from_time": Infinity}', "'from_time' is not a finite number"),
+    ("/models/m/undo", b'{"to_time": -1e400}', "'to_time' is not a finite number"),
+    ("/models/m/undo", b'{"from_time": -1}', "'from_time' is the number -1, less than 0"),
+    ("/models/m/undo", b'{"from_time": 20, "to_time": 10}', "Give a from_time before to_time"),
+    ("/models/m/undo", b'{"from_time": 10, "to_time": 10}', "Give a from_time before to_time"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "words"), NOT_NUMBERS)
+def test_history_routes_take_numbers_never_booleans_and_times_finite_in_order(
+    make_service: MakeService, path: str, body: bytes, words: str
+) -> None:
+    client = make_service(**HISTORY)
+    client.put("/models/m", json=SPECS["binary"])
+    learn_and_export(client, SPECS["binary"], 5)
+    before = client.get("/models/m/export").json()
+    r = client.post(path, content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["code"] == "validation_error" and words in r.json()["detail"], r.text
+    after = client.get("/models/m/export").json()
+    assert (after["version"], after["weights"]) == (before["version"], before["weights"])
+
+
+BAD_QUERIES = [
+    ("/models/m/updates?limit=0", "'limit' (limit=0) is less than 1", "an integer from 1 to"),
+    ("/models/m/updates?limit=10001", "(limit=10001) is more than 10000", "1 to 10000"),
+    ("/models/m/updates?limit=true", "'limit' (limit=true) is not accepted", "1 to 10000"),
+    ("/models/m/updates?from_version=-5", "'from_version' (from_version=-5) is less", "from 1"),
+    ("/models/m/updates?from_version=x&limit=0", "2 problems", "'from_version' (from_version=x)"),
+    ("/models/m/export?checkpoints=maybe", "'checkpoints' (checkpoints=maybe)", "true or false"),
+]
+
+
+@pytest.mark.parametrize(("path", "problem", "takes"), BAD_QUERIES)
+def test_a_bad_query_parameter_is_named_with_what_it_takes(
+    make_service: MakeService, path: str, problem: str, takes: str
+) -> None:
+    client = make_service(**HISTORY)
+    client.put("/models/m", json=SPECS["binary"])
+    r = client.get(path)
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    detail = r.json()["detail"]
+    assert problem in detail and takes in detail and "The query parameter '" in detail, detail
+    assert "body" not in detail and "Content-Type" not in detail, detail
+
+
+# Generated requests of each history route, on the service in-process: a body or query string
+# that is not what the route takes is a 422 that says so, never a 500; one that is, a 200 (or,
+# for a version or checkpoint the model does not keep, its documented code).
+NOT_A_VERSION = ["true", "false", "null", "NaN", "Infinity", "-1e400", '"7"', "1.5", "3.0", "[1]"]
+NOT_A_VERSION += ["{}", "-1", str(2**51)]
+NOT_A_TIME = ["true", "false", "NaN", "Infinity", "-Infinity", "-1e400", "1e400", '"7"', "[1]"]
+NOT_A_TIME += ["{}", "-1", str(2**51)]
+NOT_A_COUNT = ["0", "-5", "true", "false", "1.5", "", "abc", "1e3", str(2**51)]
+NOT_A_FLAG = ["maybe", "2", "", "null", "tru"]
+GENERATED = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@pytest.fixture
+def history_model() -> Iterator[httpx.Client]:
+    """A binary model 'm' with some history, on the service in-process (the fast layer)."""
+    service = InProcessService(Settings(auth=False, **HISTORY)).start()
+    client = service.client()
+    client.put("/models/m", json=SPECS["binary"])
+    learn_and_export(client, SPECS["binary"], 20)
+    yield client
+    service.stop()
+
+
+def send(client: httpx.Client, path: str, body: str) -> httpx.Response:
+    r = client.post(path, content=body.encode(), headers={"content-type": "application/json"})
+    assert r.status_code < 500 and (r.status_code == 200 or r.json()["code"]), r.text
+    return r
+
+
+def assert_refused(r: httpx.Response, *names: str) -> None:
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    for name in names:
+        assert f"'{name}'" in r.json()["detail"], r.text
+
+
+def test_generated_rollback_bodies(history_model: httpx.Client) -> None:
+    @GENERATED
+    @given(st.data())
+    def check(data: st.DataObject) -> None:
+        kept = history_model.get("/models/m/checkpoints").json()
+        field = data.draw(st.sampled_from(["version", "checkpoint"]))
+        kind = data.draw(st.sampled_from(["not a number", "kept", "any"]))
+        if kind == "not a number":
+            r = send(
+                history_model,
+                "/models/m/rollback",
+                f'{{"{field}": {data.draw(st.sampled_from(NOT_A_VERSION))}}}',
+            )
+            assert_refused(r)
+            return
+        pick = data.draw(st.integers(0, MAX_COUNT))  # a kept one: the pick-th, round the list
+        first, last = kept["restorable_from"], kept["version"]
+        if kind == "any":
+            value = pick
+        elif field == "version":
+            value = first + pick % (last - first + 1)
+        else:
+            value = kept["checkpoints"][pick % len(kept["checkpoints"])]["id"]
+        r = send(history_model, "/models/m/rollback", json.dumps({field: value}))
+        if kind == "kept":
+            assert r.status_code == 200, r.text
+        else:
+            assert r.status_code in (200, 404, 409, 422), r.text  # 422: checkpoint 0
+
+    check()
+
+
+def test_generated_undo_bodies(history_model: httpx.Client) -> None:
+    times = st.one_of(st.integers(0, 2**40), st.floats(0, 2e9), st.just(time.time()))
+    value = st.one_of(st.none(), times.map(json.dumps), st.sampled_from(NOT_A_TIME))
+
+    @GENERATED
+    @given(st.one_of(st.none(), st.text(max_size=8)), value, value)
+    def check(source: str | None, start: str | None, stop: str | None) -> None:
+        given_ = {
+            "source": None if source is None else json.dumps(source),
+            "from_time": start,
+            "to_time": stop,
+        }
+        body = ", ".join(f'"{k}": {v}' for k, v in given_.items() if v is not None)
+        r = send(history_model, "/models/m/undo", "{" + body + "}")
+        bad = [k for k, v in given_.items() if k != "source" and v in NOT_A_TIME]
+        if bad:
+            assert_refused(r, *bad)
+        elif source is None and start is None and stop is None:
+            assert_refused(r)
+        elif start is not None and stop is not None and float(start) >= float(stop):
+            assert_refused(r)
+            assert "Give a from_time before to_time" in r.json()["detail"]
+        else:
+            assert r.status_code == 200, r.text
+
+    check()
+
+
+def query_value(good: st.SearchStrategy[str], bad: list[str]) -> st.SearchStrategy[str | None]:
+    return st.one_of(st.none(), good, st.sampled_from(bad))
+
+
+def test_generated_history_query_strings(history_model: httpx.Client) -> None:
+    """GET updates (limit, from_version), export (checkpoints) and checkpoints (none: any
+    parameter is left aside)."""
+    counts = st.integers(1, 10_000).map(str)
+    flags = st.sampled_from(["true", "false", "1", "0", "yes", "no", "on", "off"])
+    others = st.dictionaries(st.text(max_size=6), st.text(max_size=6), max_size=3)
+
+    @GENERATED
+    @given(
+        query_value(counts, NOT_A_COUNT),
+        query_value(st.integers(1, MAX_COUNT).map(str), NOT_A_COUNT),
+        query_value(flags, NOT_A_FLAG),
+        others,
+    )
+    def check(
+        limit: str | None, first: str | None, flag: str | None, other: dict[str, str]
+    ) -> None:
+        asked = {"limit": limit, "from_version": first}
+        r = history_model.get(
+            "/models/m/updates", params={k: v for k, v in asked.items() if v is not None}
+        )
+        bad = [k for k, v in asked.items() if v in NOT_A_COUNT]
+        if bad:
+            assert_refused(r, *bad)
+            assert "query parameter" in r.json()["detail"]
+        else:
+            assert r.status_code == 200, r.text
+        r = history_model.get(
+            "/models/m/export", params={} if flag is None else {"checkpoints": flag}
+        )
+        if flag in NOT_A_FLAG:
+            assert_refused(r, "checkpoints")
+        else:
+            assert r.status_code == 200, r.text
+        assert history_model.get("/models/m/checkpoints", params=other).status_code == 200
+
+    check()
 
 
 def test_a_prediction_waiting_for_its_label_lapses_at_a_rollback(make_service: MakeService) -> None:

@@ -124,6 +124,16 @@ def test_a_model_that_does_not_fit_the_data_is_refused(
         replay(CANCER, model="other")
 
 
+def test_a_model_whose_classes_are_the_datas_in_another_form_fits(
+    service: InProcessService, replay: Replay
+) -> None:
+    data = rp.Dataset("t", [[1.0, 0.0], [0.0, 1.0]] * 3, ["\u00e9", "b"] * 3)
+    with Client(BASE_URL, transport=service.transport()) as c:
+        c.create_model("t", n_features=2, classes=["e\u0301", " b "])
+        assert replay(data, rp.StreamOptions("learn"), model="t").examples == 6
+        assert c.read_model("t").counters.learned == 6
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -211,6 +221,7 @@ def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(command, "replay", replay)
     monkeypatch.setenv("PERCEPTRON_API_KEY", "key-from-env")
+    monkeypatch.delenv("PERCEPTRON_URL", raising=False)
     code, out, err = run_main(
         ["--dataset", "iris", "--limit", "9", "--model", "m", "--multiclass", "ovo", "--reset",
          "--batch", "3", "--concurrency", "2", "--delay", "4", "--rate", "50",
@@ -237,6 +248,12 @@ def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.Monke
         False,
     )
     assert options.stream == rp.StreamOptions("learn")
+    monkeypatch.setenv("PERCEPTRON_URL", "http://service.test:2")
+    run_main(["--dataset", "iris", "--quiet"])
+    assert (seen["options"].url, seen["options"].api_key) == (
+        "http://service.test:2",
+        "key-from-env",
+    )
 
 
 def test_the_command_says_what_is_wrong(reaching: InProcessService, tmp_path: Path) -> None:

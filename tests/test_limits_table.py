@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import socket
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from .conftest import MakeService
 pytestmark = pytest.mark.in_process
 
 ROOT = Path(__file__).resolve().parents[1]
+JSON = {"content-type": "application/json"}
 
 
 def table() -> dict[str, tuple[str, str]]:
@@ -230,6 +232,57 @@ def head_answer(url: httpx.URL, size: int, pieces: int) -> int:
         while chunk := s.recv(65536):
             answer += chunk
     return int(answer.split(b" ", 2)[1])
+
+
+@walks("a rollback's `version` (`checkpoint`)")
+def _rollback(c: httpx.Client, past: str) -> None:
+    an_export(c)
+    top = protocol.MAX_COUNT
+    accepted(c.post("/models/m/rollback", json={"version": 0}))
+    # Numbers within the limits pass the request's checks: the model keeps no such one.
+    assert c.post("/models/m/rollback", json={"version": top}).status_code == 409
+    assert c.post("/models/m/rollback", json={"checkpoint": top}).status_code == 404
+    for body in ({"version": top + 1}, {"version": -1}, {"version": True}, {"version": False}):
+        answers(c.post("/models/m/rollback", json=body), past)
+    for body in ({"checkpoint": top + 1}, {"checkpoint": 0}, {"checkpoint": True}):
+        answers(c.post("/models/m/rollback", json=body), past)
+
+
+@walks("an undo's `from_time` and `to_time`")
+def _undo(c: httpx.Client, past: str) -> None:
+    an_export(c)
+    top = protocol.MAX_COUNT // 1000
+    accepted(c.post("/models/m/undo", json={"from_time": 0, "to_time": top}))
+    accepted(c.post("/models/m/undo", json={"to_time": 0.001}))
+    for body in (
+        {"to_time": top + 1},
+        {"from_time": -0.001},
+        {"from_time": True},
+        {"to_time": False},
+        {"from_time": 5, "to_time": 5},
+        {"from_time": float("nan")},  # NaN, Infinity: JSON literals that Python's json writes
+        {"to_time": float("-inf")},
+    ):
+        r = c.post("/models/m/undo", content=json.dumps(body), headers=JSON)
+        answers(r, past)
+
+
+@walks("`limit` of `GET /models/{name}/updates`")
+def _updates_limit(c: httpx.Client, past: str) -> None:
+    an_export(c)
+    for at in ("1", "10000"):
+        accepted(c.get("/models/m/updates", params={"limit": at}))
+    for over in ("0", "10001", "true"):
+        answers(c.get("/models/m/updates", params={"limit": over}), past)
+
+
+@walks("`from_version` of `GET /models/{name}/updates`")
+def _updates_from(c: httpx.Client, past: str) -> None:
+    an_export(c)
+    for at in (1, protocol.MAX_COUNT):
+        accepted(c.get("/models/m/updates", params={"from_version": at}))
+    for over in (0, protocol.MAX_COUNT + 1, "true"):
+        answers(c.get("/models/m/updates", params={"from_version": over}), past)
 
 
 @walks("a request's head (request line and headers)")

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import Role
+from ..protocol import MAX_COUNT
 from . import examples
 from .deps import Admin, Reader
 from .metrics_view import model_metrics
@@ -100,7 +101,11 @@ async def export_model(
     name: str,
     who: Admin,
     checkpoints: Annotated[
-        bool, Query(description="Carry the model's checkpoints too (each its whole weights).")
+        bool,
+        Query(
+            description="true or false: carry the model's checkpoints too (each its whole "
+            "weights); default false."
+        ),
     ] = False,
 ) -> JSONResponse:
     """Download the model (configuration, weights, counters) as a file to import elsewhere."""
@@ -159,9 +164,23 @@ async def list_updates(
     name: str,
     who: Admin,
     from_version: Annotated[
-        int | None, Query(ge=1, description="The first (default: the last `limit`)")
+        int | None,
+        Query(
+            ge=1,
+            le=MAX_COUNT,
+            description="The version of the first update listed, an integer from 1 (default: "
+            "the last `limit`).",
+        ),
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=MAX_UPDATES_LISTED)] = 100,
+    limit: Annotated[
+        int,
+        Query(
+            ge=1,
+            le=MAX_UPDATES_LISTED,
+            description=f"How many updates to list at most, an integer from 1 to "
+            f"{MAX_UPDATES_LISTED} (default 100).",
+        ),
+    ] = 100,
 ) -> Updates:
     """List the model's kept updates with who caused each (an API key's name) and when."""
     who.check(Role.admin, name)

@@ -4,7 +4,8 @@ FastAPI reports a body it cannot accept as pydantic's errors, whose locations na
 (``features.list[any]``: one member of a union) and whose messages speak of validation. Here
 each error becomes a sentence that names the field as the client wrote it, says what was
 wrong with it, and says what the field takes: the description of the request schema's field
-(``service.api.schemas``), so that the documented API and its errors say the same.
+(``service.api.schemas``), so that the documented API and its errors say the same. A query
+parameter's error names the parameter, its value as sent, and what it takes (its description).
 """
 
 from __future__ import annotations
@@ -20,18 +21,44 @@ from pydantic import BaseModel
 Error = Mapping[str, Any]
 Path = tuple[str | int, ...]
 _FIRST = {"extra_forbidden": 0, "missing": 1}  # unknown fields first: they explain the missing
+# Where a request's parameters are, as pydantic's locations name them, and in words
+_PLACES = {"query": "query parameter", "path": "path parameter", "header": "header"}
 
 
-def explain(errors: Sequence[Error], body: type[BaseModel] | None, content_type: str) -> str:
-    """One message for all of a request's validation errors."""
+def explain(
+    errors: Sequence[Error],
+    body: type[BaseModel] | None,
+    content_type: str,
+    parameters: Mapping[str, str] | None = None,
+) -> str:
+    """One message for all of a request's validation errors: the parameters' first (query
+    string, path, headers; ``parameters``: what each query parameter takes), then the body's."""
+    asked: dict[tuple[str, str], list[Error]] = {}
     problems: dict[Path, list[Error]] = {}
     for error in sorted(errors, key=lambda e: _FIRST.get(e.get("type", ""), 2)):
-        path, _ = _walk(body, error.get("loc", ())[1:], error.get("type") == "extra_forbidden")
+        loc = error.get("loc", ())
+        if len(loc) > 1 and loc[0] in _PLACES:
+            asked.setdefault((str(loc[0]), str(loc[1])), []).append(error)
+            continue
+        path, _ = _walk(body, loc[1:], error.get("type") == "extra_forbidden")
         problems.setdefault(path, []).append(error)
-    sentences = [_sentence(path, errs, body, content_type) for path, errs in problems.items()]
+    takes = parameters or {}
+    sentences = [
+        _parameter_sentence(place, name, errs[0], takes.get(name, ""))
+        for (place, name), errs in asked.items()
+    ]
+    sentences += [_sentence(path, errs, body, content_type) for path, errs in problems.items()]
     if len(sentences) == 1:
         return sentences[0]
     return f"{len(sentences)} problems: " + " ".join(sentences)
+
+
+def parameters(route: Any) -> dict[str, str]:
+    """What each query parameter of a route (``request.scope["route"]``) takes: its
+    description, as the end of a sentence."""
+    dependant = getattr(route, "dependant", None)
+    fields = getattr(dependant, "query_params", None) or []
+    return {f.alias: _lower(f.field_info.description or "") for f in fields}
 
 
 def not_json(error: Error, body: type[BaseModel] | None) -> str:
@@ -71,6 +98,17 @@ def _sentence(path: Path, errors: list[Error], body: type[BaseModel] | None, cty
     if takes:
         return f"'{name}' {problem}: it takes {takes}."
     return f"'{name}' {problem}: {first.get('msg', 'not accepted')}."
+
+
+def _parameter_sentence(place: str, name: str, error: Error, takes: str) -> str:
+    """A parameter's problem (of the query string, the path or a header), its value as sent."""
+    if error.get("type") == "missing":
+        problem = "is missing"
+    else:
+        bound = _bound(error)
+        problem = f"({name}={str(error.get('input'))[:40]}) is " + (bound or "not accepted")
+    end = f": it takes {takes}." if takes else f": {error.get('msg', 'not accepted')}."
+    return f"The {_PLACES[place]} '{name}' {problem}{end}"
 
 
 def _body_sentence(error: Error, body: type[BaseModel] | None, content_type: str) -> str:
@@ -142,7 +180,12 @@ def _takes(model: type[BaseModel] | None, field: str | int) -> str:
     """What a field takes: its description, as the end of a sentence."""
     if model is None or not isinstance(field, str) or field not in model.model_fields:
         return ""
-    text = (model.model_fields[field].description or "").rstrip(".")
+    return _lower(model.model_fields[field].description or "")
+
+
+def _lower(text: str) -> str:
+    """A description (a sentence) as the end of another."""
+    text = text.rstrip(".")
     return text[:1].lower() + text[1:]
 
 
@@ -164,7 +207,28 @@ def _constraint(error: Error) -> str:
         return f"is {_json_kind(value)}, not accepted"
     if kind == "finite_number":
         return "is not a finite number"
+    bound = _bound(error)
+    if bound:
+        return f"is {_json_kind(value)}, {bound}"
     return f"is {_json_kind(value)}, not accepted ({error.get('msg', '')})"
+
+
+# pydantic's error types of a number's bounds: the bound's name, and how a value past it is
+_BOUNDS = {
+    "greater_than_equal": ("ge", "less than"),
+    "greater_than": ("gt", "at most"),
+    "less_than_equal": ("le", "more than"),
+    "less_than": ("lt", "at least"),
+}
+
+
+def _bound(error: Error) -> str:
+    """How a number is past its bound (``less than 1``), or "" for another error."""
+    kind = _BOUNDS.get(str(error.get("type", "")))
+    if kind is None:
+        return ""
+    key, words = kind
+    return f"{words} {error.get('ctx', {}).get(key)}"
 
 
 def _json_kind(value: Any) -> str:

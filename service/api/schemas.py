@@ -21,10 +21,15 @@ from pydantic import (
 from ..errors import InvalidInput
 from ..learner import ModelConfig
 from ..names import NAME_MAX, NAME_PATTERN
-from ..protocol import CURVE_POINTS
+from ..protocol import CURVE_POINTS, MAX_COUNT
 from . import examples
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+# Versions and checkpoint ids: integers (never booleans, strings or 1.0) the store keeps exact.
+Version = Annotated[int, Field(strict=True, le=MAX_COUNT)]
+# Times the service keeps (milliseconds, within MAX_COUNT), as Unix seconds: finite numbers.
+MAX_TIME_S = MAX_COUNT // 1000
+Time = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_TIME_S)]
 LabelValue = StrictInt | StrictStr
 # Values are checked by the learner (numbers, finite), which names the problem precisely.
 _FEATURES_SCHEMA: dict[str, Any] = {
@@ -289,10 +294,12 @@ class RollbackRequest(_Body):
         json_schema_extra={"examples": [examples.ROLLBACK_REQUEST, {"checkpoint": 3}]},
     )
 
-    version: int | None = Field(
-        None, ge=0, description="Restore this version (from `restorable_from` on)."
+    version: Version | None = Field(
+        None, ge=0, description="An integer: the version to restore (from `restorable_from` on)."
     )
-    checkpoint: int | None = Field(None, ge=1, description="Or restore this checkpoint.")
+    checkpoint: Version | None = Field(
+        None, ge=1, description="An integer: or the id of the checkpoint to restore."
+    )
 
     @model_validator(mode="after")
     def _one(self) -> RollbackRequest:
@@ -309,15 +316,23 @@ class UndoRequest(_Body):
     source: str | None = Field(
         None, max_length=64, description="Leave out the updates this API key (its name) caused."
     )
-    from_time: float | None = Field(
-        None, description="Leave out the updates made from then on (Unix seconds)..."
+    from_time: Time | None = Field(
+        None, description="A number: leave out the updates made from then on (Unix seconds)..."
     )
-    to_time: float | None = Field(None, description="...and before then (Unix seconds).")
+    to_time: Time | None = Field(
+        None, description="A number: ...and before then (Unix seconds, after from_time)."
+    )
 
     @model_validator(mode="after")
     def _some(self) -> UndoRequest:
         if self.source is None and self.from_time is None and self.to_time is None:
             raise ValueError("Give a source, a time range, or both.")
+        start, stop = self.from_time, self.to_time
+        if start is not None and stop is not None and start >= stop:
+            raise ValueError(
+                f"Give a from_time before to_time (got {start} and {stop}): the range is from "
+                "from_time up to, not including, to_time"
+            )
         return self
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
@@ -18,6 +19,17 @@ MAX_FEEDBACK_TTL_S = 30 * 86_400
 MAX_MARGIN = 1e12
 MAX_LABEL_INT = 2**53  # integer labels survive a round trip through a double (JS, Lua)
 MAX_LABEL_LENGTH = 256
+
+
+def label_key(label: Label) -> Label:
+    """What a label is compared by: a string in Unicode NFC without surrounding spaces (so
+    that "é" as one code point and as "e" with a combining accent, or "a" and " a", are one
+    class); an integer as it is.
+
+    >>> label_key(" e\u0301 ") == label_key("\u00e9")
+    True
+    """
+    return unicodedata.normalize("NFC", label).strip() if isinstance(label, str) else label
 
 
 class ConfigError(ValueError):
@@ -63,6 +75,10 @@ class ModelConfig:
     def _index(self) -> dict[Label, int]:
         return {c: i for i, c in enumerate(self.classes)}
 
+    @cached_property
+    def _keyed(self) -> dict[Label, int]:
+        return {label_key(c): i for i, c in enumerate(self.classes)}
+
     def _check(self) -> None:
         self._check_classes()
         self._check_numbers()
@@ -81,6 +97,14 @@ class ModelConfig:
         # Distinct as text too: scores, weight rows and metrics name each class by str(c).
         if len({str(c) for c in classes}) != len(classes):
             raise _bad("classes", "a list of distinct labels", list(classes))
+        keys = [str(label_key(c)) for c in classes]
+        if "" in keys or len(set(keys)) != len(classes):
+            raise _bad(
+                "classes",
+                "labels distinct and not blank once compared as labels are (strings in "
+                "Unicode NFC, without surrounding spaces)",
+                list(classes),
+            )
 
     def _check_numbers(self) -> None:
         if self.multiclass not in STRATEGIES:
@@ -137,16 +161,24 @@ class ModelConfig:
         return self.n_rows
 
     def class_index(self, label: object) -> int | None:
-        """Index of ``label`` in ``classes``, or None when it is not one of them."""
+        """Index of the class ``label`` is (compared by ``label_key``), or None when it is
+        none of them.
+
+        >>> ModelConfig(classes=("\u00e9", "b")).class_index(" e\u0301")
+        0
+        """
         if isinstance(label, bool) or not isinstance(label, int | str):
             return None
-        return self._index.get(label)
+        t = self._index.get(label)
+        return self._keyed.get(label_key(label)) if t is None else t
 
     def class_indices(self, labels: Sequence[Label]) -> list[int | None]:
         """``class_index`` of each label; in one pass in C when every label is an int (not a
-        bool) or a str, as a batch's labels are."""
+        bool) or a str written as its class is, as a batch's labels mostly are."""
         if {int, str}.issuperset(map(type, labels)):
-            return list(map(self._index.get, labels))
+            ts = list(map(self._index.get, labels))
+            if None not in ts:
+                return ts
         return [self.class_index(label) for label in labels]
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,15 +5,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Callable
 
 import httpx
 
-from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL, PerceptronError
+from perceptron_client import PerceptronError
 
-from ..commands import Exit, exit_for, file_error, unwritable
+from ..commands import (
+    Exit,
+    add_service_options,
+    exit_for,
+    file_error,
+    service_target,
+    unwritable,
+)
 from .curve import write_curve
 from .datasets import DATASETS, Dataset, load_csv, load_dataset
 from .errors import ReplayError
@@ -112,17 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     o.add_argument("--quiet", action="store_true", help="no progress bar")
-    c = p.add_argument_group("service")
-    c.add_argument("--url", default=DEFAULT_URL, help=f"service URL (default {DEFAULT_URL})")
-    c.add_argument(
-        "--api-key",
-        metavar="KEY",
-        default=None,
-        help="API key (default: the PERCEPTRON_API_KEY variable)",
-    )
-    c.add_argument(
-        "--timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT, help="seconds per request"
-    )
+    add_service_options(p.add_argument_group("service"))
 
 
 def _load(args: argparse.Namespace) -> Dataset:
@@ -144,7 +140,7 @@ def _load(args: argparse.Namespace) -> Dataset:
 
 
 def _options(args: argparse.Namespace) -> ReplayOptions:
-    api_key = args.api_key or os.environ.get("PERCEPTRON_API_KEY") or None
+    target = service_target(args)
     stream = StreamOptions(
         mode=args.mode,
         batch=args.batch,
@@ -153,9 +149,9 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         rate=args.rate,
     )
     return ReplayOptions(
-        url=args.url,
-        api_key=api_key,
-        timeout=args.timeout,
+        url=target.url,
+        api_key=target.api_key,
+        timeout=target.timeout,
         model=args.model,
         multiclass=args.multiclass,
         reset=args.reset,
@@ -235,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
         err.write(f"perceptron replay: the service answered {e}\n")
         return exit_for(e)
     except httpx.TransportError as e:
-        err.write(f"perceptron replay: cannot reach {args.url} ({type(e).__name__}: {e})\n")
+        err.write(f"perceptron replay: cannot reach {options.url} ({type(e).__name__}: {e})\n")
         return exit_for(e)
     _print(summary, args)
     return Exit.DONE

@@ -17,6 +17,7 @@ import httpx
 
 from perceptron_client import AsyncClient, NotFoundError
 
+from ..learner.config import label_key
 from .datasets import Dataset
 from .errors import ReplayError
 from .options import ReplayOptions, StreamOptions
@@ -47,7 +48,8 @@ async def open_model(
             f"Model {name!r} exists with n_features={have.n_features}, the data has "
             f"{data.n_features}: choose another --model, or --reset it."
         )
-    missing = [c for c in data.classes if c not in have.classes]
+    known = set(map(label_key, have.classes))
+    missing = [c for c in data.classes if label_key(c) not in known]
     if missing:
         raise ReplayError(
             f"Model {name!r} exists with classes {have.classes}, which lack {missing}: "
