@@ -201,10 +201,14 @@ class Writers:
     async def _settle(self, rep: Replica, token: str, cause: StoreError) -> bytes:
         """After the store failed a handed-off request's requester, its fate, once more: the
         answer if it was learned (or refused); the store's error, which says to retry, if the
-        request is now withdrawn, not learned; OutcomeUnknown if the store cannot tell."""
+        request is now withdrawn, not learned; OutcomeUnknown if the store cannot tell.
+
+        A model replaced meanwhile (a new epoch) tells nothing here: the wait whose reply was
+        lost may have taken the answer of a request learned before the change, and such a
+        request, made again on the new replica, was learned twice."""
         try:
             answer = await self.store.withdraw_learn(rep.name, token, rep.epoch)
-        except StoreError as e:
+        except (StaleModel, StoreError) as e:
             raise learn_outcome_unknown(rep.name, cause) from e
         if answer is None:
             raise cause  # withdrawn before any writer learned it: never learned now

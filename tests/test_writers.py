@@ -26,7 +26,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.errors import NotWriter, Unavailable
+from service.errors import NotWriter, OutcomeUnknown, Unavailable
 from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
@@ -35,7 +35,7 @@ from service.protocol import REQUEST_INLINE, LearnResult
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 from service.worker import Worker
-from service.writer import MOST_WAITING
+from service.writer import LEASE_MS, MOST_WAITING
 
 from .servers import RedisServer, ServiceProcess, running
 
@@ -886,6 +886,59 @@ def test_a_request_nobody_learns_in_time_is_withdrawn_not_learned(redis_url: str
             meta = await store.client.hgetall(ModelKeys("m").meta)
             assert int(meta[b"learned"]) == 2
             assert await store.client.hlen(ModelKeys("m").reqs) == 0
+        finally:
+            await _close(requester, writer)
+
+    asyncio.run(main())
+
+
+def test_an_answer_taken_by_a_lost_wait_is_not_learned_again_after_an_epoch_change(
+    redis_url: str,
+) -> None:
+    """A requester's wait took its handed-over request's answer from Redis, but the reply never
+    reached it (its event loop stalled past the Redis timeout); then the model was rolled back
+    (a new epoch). The withdraw that settles the request finds neither the request nor its
+    answer: learned or not, nobody can tell, and the new epoch says nothing about it. It was
+    read as "not learned", the request made again on the new replica and learned twice (an
+    acknowledged /learn applied twice during an undo of a large model). Now: the outcome is
+    unknown, said so, and the example is learned once."""
+
+    async def main() -> None:
+        requester = _worker(redis_url)
+        writer = _worker(redis_url)
+        writes = writer.learning.writers
+        try:
+            await requester.models.create_model("m", {"n_features": D})
+            wrep = await writer.replicas.get("m")
+            assert await writer.store.claim_writer("m", writes.me, 60_000) == 0
+            real_wait = requester.store.wait_answer
+            lost: list[bytes] = []
+
+            async def wait_lost(name: str, token: str, wait_s: float) -> bytes | None:
+                if lost:
+                    return await real_wait(name, token, wait_s)
+                # the writer learns the request; this wait takes its answer from Redis...
+                taken = await writer.store.take_learns(name, writes.me, LEASE_MS, 8, 0)
+                assert taken
+                in_flight: set[asyncio.Future[Any]] = set()
+                writes._serve_all(name, taken, in_flight)
+                await asyncio.gather(*in_flight)
+                answer = await real_wait(name, token, 1.0)
+                assert answer is not None
+                lost.append(answer)
+                # ...the model is rolled back meanwhile (a new epoch), the lease let go...
+                version = (await writer.models.history(name)).version
+                await writer.models.rollback(name, version, None)
+                await writer.store.release_writer(name, writes.me, force=True)
+                # ...and the reply never reaches the requester
+                raise redis.exceptions.TimeoutError("Timeout reading from socket")
+
+            requester.store.wait_answer = wait_lost  # type: ignore[method-assign]
+            with pytest.raises(OutcomeUnknown):
+                await requester.learning.learn("m", [[1.0, 2.0, 3.0, 4.0]], [1])
+            assert lost and wrep.epoch != (await writer.replicas.get("m")).epoch
+            meta = await requester.store.client.hgetall(ModelKeys("m").meta)
+            assert int(meta[b"learned"]) == 1  # (twice before: the request made again)
         finally:
             await _close(requester, writer)
 
