@@ -35,7 +35,7 @@ from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
 from .store import Condition, Store, StoreError
-from .store.ops.history import HistoryState
+from .store.ops.history import HistoryState, Restorable
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
@@ -52,6 +52,13 @@ def _packed(weights: Weights) -> bytes:
     """The weights as a snapshot: zeros need none (b""), any other weights do."""
     arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
     return pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+
+
+def _rebuilt(restorable: Restorable) -> tuple[ModelConfig, Weights, bytes]:
+    """``rebuild``, with the weights packed too (run in a thread: for the largest models this
+    takes long enough to stall every request of the worker)."""
+    config, weights = rebuild(restorable)
+    return config, weights, _packed(weights)
 
 
 def _carried(c: FileCheckpoint, config: ModelConfig) -> tuple[str, bytes]:
@@ -399,7 +406,8 @@ class Models:
                         code="version_not_kept",
                     )
                 epoch, _, restorable = got
-            config, weights = rebuild(restorable)
+            # (off the event loop: a large model's weights take a while to rebuild and pack)
+            config, weights, packed = await asyncio.to_thread(_rebuilt, restorable)
             self._check_limits(config)
             if version is not None and weights.version != version:
                 raise ModelStateLost(name, "its kept updates do not add up to their versions")
@@ -416,17 +424,20 @@ class Models:
                 kept_bytes = sum(
                     map(len, restorable.entries[max(0, room.base_version - restorable.base) :])
                 )
+            # A model with no retained log yet starts one at its snapshot, read here.
+            snapshot = restorable.weights if keep and room.base is None else None
             try:
                 before = await self.store.rollback(
                     name,
                     epoch,
                     new_epoch(),
                     weights.version,
-                    _packed(weights),
+                    packed,
                     restorable.config,
                     now_ms,
                     keep=keep,
                     kept_bytes=kept_bytes,
+                    snapshot=snapshot,
                 )
             except StaleModel:
                 continue  # reset, imported or rolled back meanwhile: look again
@@ -462,7 +473,8 @@ class Models:
                 return Undone(version, 0, None)
             gone = set(drops)
             entries = [e for i, e in enumerate(kept.entries) if i not in gone]
-            _, weights = rebuild(dataclasses.replace(kept, entries=entries))
+            rest = dataclasses.replace(kept, entries=entries)
+            _, weights, packed = await asyncio.to_thread(_rebuilt, rest)
             # It adds a checkpoint of the model as it is, the log's entries join the retained
             # log, which starts at the snapshot if none does yet.
             snap, log_bytes = await self.store.read_sizes(name)
@@ -473,27 +485,29 @@ class Models:
             if room.base_version != kept.base:
                 continue  # its oldest kept updates went: rebuild from those kept now
             try:
-                before = await self.store.undo_updates(
+                done = await self.store.undo_updates(
                     name,
                     epoch,
                     new_epoch(),
                     version,
                     kept.base,
                     drops,
-                    _packed(weights),
+                    packed,
                     weights.version,
                     sum(map(len, entries)),
                     kept.base + drops[0] + 1,
                     now_ms,
+                    snapshot=None if kept.past else kept.weights,
                 )
             except StaleModel:
                 continue
-            if before is None:
-                continue  # it learned meanwhile: read again, with those updates too
+            if done is None:
+                continue  # its oldest kept updates moved meanwhile: read again
             self.replicas.drop(name)
             await self._prune(name, now_ms)
-            return Undone(weights.version, len(drops), before)
-        raise ModelBusy(f"Model {name!r} kept learning during the undo; retry shortly.")
+            before, now_version = done
+            return Undone(now_version, len(drops), before)
+        raise ModelBusy(f"Model {name!r} kept changing during the undo; retry shortly.")
 
     async def delete_model(self, name: str) -> None:
         self.guard()

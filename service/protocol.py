@@ -37,6 +37,7 @@ class Status(IntEnum):
     QUEUED = 5  # HANDOFF: the request waits for the model's writer
     LEASED = 6  # the caller holds the model's lease (HANDOFF, CLAIM, TAKE {6, requests...})
     REPLIED = 7  # WITHDRAW: the request was answered meanwhile, {7, answer}
+    NOT_STAGED = 8  # weights staged for the script are missing or not whole: nothing done
 
 
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000

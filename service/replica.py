@@ -56,13 +56,19 @@ class Replica:
         """The seen count a commit must match: only averaged predictions depend on it."""
         return self.weights.seen if self.config.averaged else None
 
-    def catch_up(self, data: SyncData) -> None:
-        """Apply what the store sent: a snapshot if newer than this copy, then new entries."""
+    def needs_snapshot(self, data: SyncData) -> bool:
+        """Whether ``catch_up`` would load the snapshot ``data`` carries."""
+        return data.snapshot is not None and data.base > self.weights.version
+
+    def catch_up(self, data: SyncData, unpacked: Weights | None = None) -> None:
+        """Apply what the store sent: a snapshot if newer than this copy (``unpacked``: the
+        snapshot already unpacked), then new entries."""
         if data.epoch != self.epoch:
             raise StaleModel(self.name)
         w = self.weights
         if data.snapshot is not None and data.base > w.version:
-            w = self.weights = unpack_weights(self.config, data.snapshot, data.base, w.seen)
+            w = unpacked or unpack_weights(self.config, data.snapshot, data.base, w.seen)
+            self.weights = w
         if w.version < data.base:
             w.version = -1  # a gap: the next commit fetches everything again
             return

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
 from .history import prune
-from .learner.codec import pack_weights
+from .learner.codec import pack_weights, unpack_weights
 from .metrics.prometheus import record_replicas
 from .names import check_name
 from .protocol import SyncData
@@ -23,6 +23,7 @@ from .store import Store, StoreError
 
 log = logging.getLogger("perceptron")
 _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
+UNPACK_IN_THREAD = 1 << 20  # a snapshot of more bytes is unpacked off the event loop
 
 
 class Replicas:
@@ -127,7 +128,14 @@ class Replicas:
         """This worker's replica brought up to the model's latest version."""
 
         async def run(rep: Replica) -> Replica:
-            rep.catch_up(await self.store.sync(name, rep.weights.version))
+            data = await self.store.sync(name, rep.weights.version)
+            unpacked = None
+            if rep.needs_snapshot(data) and len(data.snapshot or b"") > UNPACK_IN_THREAD:
+                # (off the event loop: a large model's snapshot takes a while to unpack)
+                unpacked = await asyncio.to_thread(
+                    unpack_weights, rep.config, data.snapshot or b"", data.base, rep.weights.seen
+                )
+            rep.catch_up(data, unpacked)
             return rep
 
         result: Replica = await self.on(name, run)

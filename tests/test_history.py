@@ -481,7 +481,8 @@ def test_a_rollback_under_load_is_exact_for_every_worker(redis_url: str) -> None
         with redis.Redis.from_url(redis_url) as r, r.pipeline(transaction=True) as pipe:
             pipe.hgetall(keys.meta).lrange(keys.past, 0, -1).lrange(keys.log, 0, -1)
             meta, past, log = pipe.execute()
-            first = r.hget(keys.checkpoints, meta[Meta.PAST_BASE.encode()])
+            at = keys.checkpoint_weights(int(meta[Meta.PAST_BASE.encode()]))
+            first = b"".join(r.lrange(at, 0, -1))  # (its chunks: store/ops/blobs.py)
         start = int(meta[Meta.PAST_VERSION.encode()])
         assert start == 0 and int(meta[Meta.SNAP_VERSION.encode()]) > target
         entries = (past + log)[: final["version"] - start]
@@ -739,3 +740,74 @@ def test_undoing_a_keys_updates_rebuilds_the_model_without_them_exactly(
     assert client.post("/models/m/undo", json={}, headers=ADMIN).status_code == 422
     trainer = {"authorization": f"Bearer {KEYS['alice']}"}
     assert client.post("/models/m/undo", json=body, headers=trainer).status_code == 403
+
+
+def test_an_undo_while_three_clients_learn_on_two_workers_keeps_every_update_once(
+    redis_url: str,
+) -> None:
+    """Undo orders itself with learning instead of waiting for it to stop: the updates learned
+    while it rebuilds stay after the rebuilt weights, as logged. Three clients learn on two
+    workers throughout (each example a feature of its own: a weight counts how often it was
+    learned); the undo of alice's updates answers 200 at once, and afterwards the weights are
+    exactly bob's acknowledged updates, each once, and none of alice's. (It answered 503
+    model_busy after 20 tries before: the version moved under every rebuild.)"""
+    d, alices = 3000, 60
+    entries = f"alice=train:{KEYS['alice']},bob=admin:{KEYS['bob']}"
+    env = {f"PERCEPTRON_{k.upper()}": str(v).lower() for k, v in HISTORY.items()}
+    service = ServiceProcess(
+        redis_url, workers=2, PERCEPTRON_AUTH="true", PERCEPTRON_API_KEYS=entries, **env
+    )
+    with running(service), httpx.Client(base_url=service.url, timeout=30) as client:
+        assert client.put("/models/m", json={"n_features": d}, headers=ADMIN).status_code == 201
+        alice = {"authorization": f"Bearer {KEYS['alice']}"}
+
+        def one_hot(i: int) -> list[float]:
+            x = [0.0] * d
+            x[i] = 1.0
+            return x
+
+        for i in range(alices):  # alice's, to be undone: the last positions
+            body = {"model": "m", "features": one_hot(d - 1 - i), "label": (-1, 1)[i % 2]}
+            assert client.post("/learn", json=body, headers=alice).status_code == 200
+        stop = threading.Event()
+        learned: list[tuple[int, int, bool]] = []  # (position, label, updated)
+        failed: list[str] = []
+
+        def load(first: int) -> None:
+            with httpx.Client(base_url=service.url, timeout=30, headers=ADMIN) as c:
+                for i in range(first, d - alices, 3):
+                    if stop.is_set():
+                        return
+                    y = (1, -1)[(i // 3) % 2]
+                    r = c.post("/learn", json={"model": "m", "features": one_hot(i), "label": y})
+                    if r.status_code != 200:
+                        failed.append(r.text)
+                        return
+                    learned.append((i, y, r.json()["updated"]))
+
+        threads = [threading.Thread(target=load, args=(s,)) for s in (0, 1, 2)]
+        for t in threads:
+            t.start()
+        try:
+            time.sleep(0.5)
+            before = len(learned)
+            r = client.post("/models/m/undo", json={"source": "alice"}, headers=ADMIN)
+            after = len(learned)
+            time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(60)
+        assert r.status_code == 200, r.text
+        assert not failed, failed[:3]
+        assert after > before > 0  # learning went on during the undo
+        assert r.json()["removed"] > 0
+        doc = client.get("/models/m/export", headers=ADMIN).json()
+        packed = np.frombuffer(base64.b64decode(doc["weights"]), dtype="<f8")
+        w, b = packed[:d], packed[d]
+        expected = np.zeros(d)
+        for i, y, updated in learned:
+            expected[i] += y if updated else 0
+        assert np.array_equal(w, expected)  # bob's, each once; alice's none
+        assert b == sum(y for _, y, updated in learned if updated)
+        assert doc["version"] == sum(updated for *_, updated in learned)

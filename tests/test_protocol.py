@@ -45,7 +45,8 @@ def test_every_script_answers_a_status_by_its_name() -> None:
         returns = re.findall(r"return (.*)", op.body)
         assert returns, op.name
         for r in returns:
-            assert re.match(r"\{[A-Z_]+\b|sync\(|reply\b|taken\b|out\b", r), (op.name, r)
+            named = r"\{[A-Z_]+\b|\{refused\}|sync\(|reply\b|taken\b|out\b"
+            assert re.match(named, r), (op.name, r)
         for pattern in (r"answer\(-?\d", r"reply\[1\] = -?\d"):
             assert not re.findall(pattern, op.body), (op.name, pattern)
 
@@ -68,10 +69,12 @@ def test_every_script_reads_its_keys_and_arguments_by_the_names_of_its_slots() -
 
 def test_a_key_slot_is_named_after_the_models_key_it_holds() -> None:
     """So the caller's keys come from ModelKeys by the slot's name (key_list): the order is
-    declared once. Only a request's answer key is given by name."""
+    declared once. Only a request's answer key and the keys staged for a call (ops/blobs.py,
+    ``ModelKeys.stage``) are given by name."""
     for op in OPS:
         for key in op.keys:
-            assert key == "answer" or isinstance(getattr(ModelKeys, key, None), property), (
+            given = key == "answer" or (key.startswith("stage") and callable(ModelKeys.stage))
+            assert given or isinstance(getattr(ModelKeys, key, None), property), (
                 op.name,
                 key,
             )

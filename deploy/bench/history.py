@@ -6,9 +6,9 @@
 Memory: for each dimension in --dims, a fresh redis-server and ``perceptron serve`` (one
 worker) on loopback, one dense binary model learning packed batches (1000 x d; fewer rows
 past d=300) until it has made --updates updates; then Redis's own MEMORY USAGE of the kept
-log (``past``) over its entries, and of the checkpoints' hash over their count. Speed:
-writers.py's run (6 writer processes, one model, d=100, --workers workers), with the history
-kept (the defaults) and with PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled
+log (``past``) over its entries, and of the checkpoints' weights and records over their
+count. Speed: writers.py's run (6 writer processes, one model, d=100, --workers workers), with
+the history kept (the defaults) and with PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled
 checkpoint), alternated run by run, and their ratio. Every process is started here, bound to
 127.0.0.1, and stopped by its PID.
 """
@@ -64,9 +64,12 @@ def memory(dim: int, updates: int) -> dict[str, float]:
         keys = ModelKeys("h")
         with redis.Redis(port=rport) as r:
             kept = int(r.llen(keys.past))
-            checkpoints = int(r.hlen(keys.checkpoints))
+            ids = [int(i) for i in r.hkeys(keys.checkpoint_info)]
+            checkpoints = len(ids)
             past_bytes = int(r.memory_usage(keys.past, samples=0) or 0)
-            ck_bytes = int(r.memory_usage(keys.checkpoints, samples=0) or 0)
+            ck_bytes = sum(  # (each checkpoint's weights: a key of their own)
+                int(r.memory_usage(keys.checkpoint_weights(i), samples=0) or 0) for i in ids
+            )
             info_bytes = int(r.memory_usage(keys.checkpoint_info, samples=0) or 0)
         return {
             "dim": dim,

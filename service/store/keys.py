@@ -65,8 +65,20 @@ class ModelKeys:
 
     @property
     def checkpoints(self) -> str:
-        """Checkpoints' weights, packed: id -> bytes (ops/history.py)."""
+        """Checkpoints' weights as they were kept before each had a key of its own
+        (``checkpoint_weights``): id -> packed bytes, read and let go still."""
         return f"{PREFIX}:{{{self.name}}}:ck"
+
+    def checkpoint_weights(self, id: int) -> str:
+        """One checkpoint's packed weights (``ops/blobs.py``; ``checkpoints`` holds those of
+        checkpoints made before each had a key of its own)."""
+        return f"{self.checkpoints}:{int(id)}"
+
+    def stage(self, token: str) -> str:
+        """Weights written in chunks for a script to rename into place (``ops/blobs.py``)."""
+        if not valid_token(token):
+            raise ValueError("Invalid stage token.")
+        return f"{PREFIX}:{{{self.name}}}:stage:{token}"
 
     @property
     def checkpoint_info(self) -> str:

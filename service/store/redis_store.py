@@ -19,6 +19,7 @@ from . import direct, usage
 from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
 from .ops import (
     SCRIPTS,
+    blobs,
     claim,
     compact,
     create,
@@ -259,33 +260,32 @@ class Store:
         which nothing comes between, so a worker catches up even when compaction runs as
         often as it reads (many workers learning fast).
         """
-        for attempt in range(READ_ATTEMPTS):
-            last = attempt == READ_ATTEMPTS - 1
+        held: blobs.Shape | None = None  # how the snapshot was held when last looked at
+        for attempt in range(READ_ATTEMPTS + READ_ATTEMPTS):
+            last = attempt >= READ_ATTEMPTS - 1
             # The snapshot, then the whole log: when the copy needs it, and at the last try.
+            # The snapshot in chunks (ops/blobs.py), as it was held just before: read again
+            # when that changed meanwhile (the last tries, transactions, only for that).
             whole = last or from_version < snapv
-            async with self.client.pipeline(transaction=last) as pipe:
-                pipe.hmget(
-                    keys.meta,
-                    Meta.EPOCH,
-                    Meta.VERSION,
-                    Meta.SEEN,
-                    Meta.SNAP_VERSION,
-                    Meta.SNAP_LENGTH,
-                )
-                if whole:
-                    pipe.get(keys.snap)
-                pipe.lrange(keys.log, 0 if whole else from_version - snapv, -1)
-                pipe.hmget(keys.meta, Meta.SNAP_VERSION, Meta.EPOCH)
-                replies = await pipe.execute()
+            if whole and held is None:
+                held = await self._shape(keys.snap)
+            read = held if whole else None
+            replies, n = await self._read_once(keys, from_version, snapv, read, last)
             (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
             if epoch is None or after is None:
                 raise ModelNotFound(keys.name)
             if epoch_after != epoch:
                 raise StaleModel(keys.name)
+            snapshot = None
+            if whole:
+                now = blobs.shape(replies[1 + n : 4 + n])
+                if now != held:
+                    held = now  # (a new snapshot meanwhile)
+                    continue
+                snapshot = await blobs.joined(replies[1 : 1 + n])
             if int(before) == int(after) and (whole or int(before) == snapv):
                 base = int(before) if whole else from_version
                 entries = list(replies[-2])
-                snapshot = bytes(replies[1] or b"") if whole else None
                 # Entries appended meanwhile may come too, never fewer than the version says.
                 if len(entries) < int(version) - base:
                     raise self._lost(keys.name, "its update log is incomplete")
@@ -303,11 +303,42 @@ class Store:
                     snapshot=snapshot,
                     entries=entries,
                 )
-            snapv = int(after)
+            snapv, held = int(after), None
         raise ModelBusy(
             f"Model {keys.name!r} was compacted under every one of {READ_ATTEMPTS} reads of "
             "its log; retry shortly."
         )
+
+    async def _shape(self, key: str) -> blobs.Shape:
+        async with self.client.pipeline(transaction=False) as pipe:
+            blobs.queue_shape(pipe, key)
+            return blobs.shape(await pipe.execute(raise_on_error=False))
+
+    async def _read_once(
+        self,
+        keys: ModelKeys,
+        from_version: int,
+        snapv: int,
+        snapshot: blobs.Shape | None,
+        transaction: bool,
+    ) -> tuple[list[Any], int]:
+        """``read_log``'s one read: the meta, the snapshot held as ``snapshot`` (None: not
+        read) and how it is held after, the log, the meta again; and the snapshot's chunks."""
+        n = 0
+        async with self.client.pipeline(transaction=transaction) as pipe:
+            pipe.hmget(
+                keys.meta, Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH
+            )
+            if snapshot is not None:
+                n = blobs.queue_read(pipe, keys.snap, snapshot)
+                blobs.queue_shape(pipe, keys.snap)  # (LLEN or STRLEN fails, by its kind)
+            pipe.lrange(keys.log, 0 if snapshot is not None else from_version - snapv, -1)
+            pipe.hmget(keys.meta, Meta.SNAP_VERSION, Meta.EPOCH)
+            replies = await pipe.execute(raise_on_error=False)
+        for reply in (replies[0], *replies[1 : 1 + n], *replies[-2:]):
+            if isinstance(reply, Exception):
+                raise reply
+        return replies, n
 
     async def run_with_wait(
         self,

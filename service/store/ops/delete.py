@@ -8,30 +8,39 @@ from redis.exceptions import RedisError
 
 from ..keys import REGISTRY, ModelKeys
 from ..script import Script
+from . import parts
 from .create import listed, registry
 from .purge import purge
 from .runner import Runner, text
 
 log = logging.getLogger("perceptron")
 
-# KEYS: the model's state keys (meta first), then its other keys (, the registry when LISTED
-# is '1'). STATES: how many state keys. Returns {DONE, state keys deleted (and 1 when only
-# the name was listed: a lost model), the model's epoch ('' without one)}
+# KEYS: meta, snap, the checkpoints' keys, then the model's other keys, its STATES other
+# state keys first (, the registry when LISTED is '1'). The snapshot and each checkpoint's
+# weights are let go (parts.WEIGHTS: freed outside the script, whatever their size). Returns
+# {DONE, state keys deleted (and 1 when only the name was listed: a lost model), the model's
+# epoch ('' without one)}
 SCRIPT = Script(
     "delete",
-    keys=("meta",),
+    keys=("meta", "snap", "checkpoints", "checkpoint_info"),
     args=("name", "states#", "listed"),
     rest_keys="others",
+    parts=(parts.WEIGHTS,),
     body="""
 local epoch = redis.call('HGET', META, META_EPOCH) or ''
-local last, gone = #KEYS, 0
+local last, gone = #KEYS, redis.call('EXISTS', META, SNAP)
 if LISTED == '1' then
-  gone = redis.call('SREM', KEYS[last], NAME)
+  gone = gone + redis.call('SREM', KEYS[last], NAME)
   last = last - 1
 end
-for i = 1, last do
+let_go(SNAP)
+for _, id in ipairs(redis.call('HKEYS', CHECKPOINT_INFO)) do
+  let_go(weights_key(CHECKPOINTS, id))
+end
+redis.call('DEL', META, CHECKPOINTS, CHECKPOINT_INFO)
+for i = OTHERS_AT, last do
   local n = redis.call('DEL', KEYS[i])
-  if i <= STATES then gone = gone + n end
+  if i < OTHERS_AT + STATES then gone = gone + n end
 end
 return {DONE, gone, epoch}
 """,
@@ -43,11 +52,13 @@ async def delete(store: Runner, name: str) -> bool:
     pending predictions (found by SCAN), so that deleting a model frees its memory."""
     keys = ModelKeys(name)
     sharded = store.sharded
-    others = [*keys.all[1:], *keys.handover, *keys.history]  # (meta comes first)
+    # (the four named first, then the others: the state keys, then the rest)
+    named = {keys.meta, keys.snap, keys.checkpoints, keys.checkpoint_info}
+    others = [k for k in (*keys.all, *keys.handover, *keys.history) if k not in named]
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[*others, *registry(sharded)]),
-        SCRIPT.arg_list(name=name, states=len(keys.all), listed=listed(sharded)),
+        SCRIPT.arg_list(name=name, states=len(keys.all) - 2, listed=listed(sharded)),
     )
     _, deleted, epoch = reply
     if sharded:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...protocol import Status
 from ..keys import ModelKeys
 from ..script import Arg, Script
+from . import parts
 from .history import HISTORY_KEYS
 from .runner import Runner
 
@@ -17,6 +18,7 @@ SCRIPT = Script(
     keys=("meta", *HISTORY_KEYS),
     args=("epoch", "base", "new_base", "new_version#"),
     rest_args="ids",
+    parts=(parts.WEIGHTS,),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_PAST_BASE, META_PAST_VERSION)
 if st[1] ~= EPOCH or (st[2] or '') ~= BASE then return {UNCHANGED} end
@@ -25,7 +27,7 @@ if NEW_BASE ~= BASE then
   redis.call('HSET', META, META_PAST_BASE, NEW_BASE, META_PAST_VERSION, NEW_VERSION)
 end
 for i = IDS_AT, #ARGV do
-  redis.call('HDEL', CHECKPOINTS, ARGV[i])
+  drop_weights(CHECKPOINTS, ARGV[i])
   redis.call('HDEL', CHECKPOINT_INFO, ARGV[i])
   redis.call('HDEL', CHECKPOINT_TAILS, ARGV[i])
 end

@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import ModelBusy, ModelNotFound
 from ...protocol import Checkpoint, Meta, split_tail
 from ..keys import ModelKeys
+from . import blobs
 from .runner import Runner, raw, text
 
 HISTORY_KEYS = ("past", "checkpoints", "checkpoint_info", "checkpoint_tails")
@@ -122,9 +123,11 @@ async def read_sizes(store: Runner, name: str) -> tuple[int, int]:
     holds both)."""
     keys = ModelKeys(name)
     async with store.client.pipeline(transaction=False) as pipe:
-        pipe.strlen(keys.snap)
+        pipe.hget(keys.meta, Meta.SNAP_LENGTH)
         pipe.lrange(keys.log, 0, -1)
         snap, log = await pipe.execute()
+    if snap is None:  # (written before its length was kept: a string)
+        snap = await store.client.strlen(keys.snap)
     return int(snap), sum(len(e) for e in log)
 
 
@@ -143,35 +146,59 @@ async def read_kept(
         start = s.snap_version if from_snap else s.past_version
         if not start <= hi <= s.version:
             return None
+        # The weights in chunks (blobs.py): the snapshot, or the retained log's checkpoint
+        at = keys.snap if from_snap else keys.checkpoint_weights(s.base or 0)
+        held = await _shape(store, at)
+        legacy = None if from_snap or held.kind != "none" else await _legacy(store, keys, s.base)
         async with store.client.pipeline(transaction=False) as pipe:
-            if from_snap:
-                pipe.get(keys.snap)
-            else:
-                pipe.hget(keys.checkpoints, str(s.base))
+            n = blobs.queue_read(pipe, at, held)
             _read_entries(pipe, keys, s, start + 1, hi)
             pipe.hmget(keys.meta, *_FIELDS)
-            weights, past, log, again = await pipe.execute()
-        if _same_layout(s, _state(name, again)):
+            blobs.queue_shape(pipe, at)
+            replies = await pipe.execute(raise_on_error=False)
+        parts, (past, log, again), after = replies[:n], replies[n : n + 3], replies[n + 3 :]
+        for reply in (*parts, past, log, again):
+            if isinstance(reply, Exception):
+                raise reply
+        if _same_layout(s, _state(name, again)) and blobs.shape(after) == held:
             entries = [*past, *log]
             if len(entries) != hi - start:
                 raise ModelBusy(f"Model {name!r}'s kept updates do not add up; retry shortly.")
-            kept = Restorable(s.config, start, raw(weights or b""), entries, not from_snap)
+            weights = legacy if legacy is not None else await blobs.joined(parts)
+            kept = Restorable(s.config, start, weights, entries, not from_snap)
             return s.epoch, s.version, kept
     raise ModelBusy(f"Model {name!r} was compacted under every read of its history; retry.")
 
 
+async def _shape(store: Runner, key: str) -> blobs.Shape:
+    async with store.client.pipeline(transaction=False) as pipe:
+        blobs.queue_shape(pipe, key)
+        return blobs.shape(await pipe.execute(raise_on_error=False))
+
+
+async def _legacy(store: Runner, keys: ModelKeys, checkpoint: int | None) -> bytes | None:
+    """A checkpoint's weights as kept before they had a key of their own (None: not so)."""
+    if checkpoint is None:
+        return None
+    found = await store.client.hget(keys.checkpoints, str(checkpoint))
+    return None if found is None else raw(found)
+
+
 async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | None:
-    """What restores checkpoint ``id``: its weights and tail; None when it is not kept."""
+    """What restores checkpoint ``id``: its weights (read in chunks) and tail; None when it is
+    not kept."""
     keys = ModelKeys(name)
+    weights = await blobs.read(store.client, keys.checkpoint_weights(id))
+    if weights is None:  # zeros, or kept before they had a key of their own
+        weights = await _legacy(store, keys, id) or b""
     async with store.client.pipeline(transaction=False) as pipe:  # (written together)
         pipe.hget(keys.checkpoint_info, str(id))
-        pipe.hget(keys.checkpoints, str(id))
         pipe.hget(keys.checkpoint_tails, str(id))
-        info, weights, tail = await pipe.execute()
-    if info is None or weights is None:
-        return None
+        info, tail = await pipe.execute()
+    if info is None:
+        return None  # not kept, or let go meanwhile
     c = Checkpoint.parse(id, text(info))
-    return Restorable(c.config, c.base, raw(weights), split_tail(raw(tail or b"")))
+    return Restorable(c.config, c.base, weights, split_tail(raw(tail or b"")))
 
 
 @dataclass(frozen=True, slots=True)

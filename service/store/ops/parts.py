@@ -14,7 +14,10 @@ local function lost(meta, snap, log)
     return 'its update log is incomplete'
   end
   local snaplen = tonumber(st[3] or -1)
-  local held = redis.call('STRLEN', snap)
+  -- the bytes held: a list of chunks as recorded (blobs.py), a string written before its own
+  local kind, held = redis.call('TYPE', snap).ok, snaplen
+  if kind == 'none' then held = 0
+  elseif kind == 'string' then held = redis.call('STRLEN', snap) end
   if (snaplen >= 0 and held ~= snaplen) or (snaplen < 0 and snapv > 0 and held == 0) then
     return 'its weights snapshot is missing'
   end
@@ -202,11 +205,44 @@ end
 """
 
 
-# A checkpoint (ops/history.py): packed weights at version ``base`` and a tail of the log
-# entries after them up to ``version``; its record (protocol.Checkpoint) says when, why, and
-# the mistakes among the last labelled examples then (the ring). Returns its id.
+# Packed weights move between keys by RENAME, whatever their size, never through a script's
+# hands (``ops/blobs.py``): lists of chunks, staged by the caller, whose chunks a script counts
+# before it renames them into place (a key ``<ck>:<id>`` for a checkpoint's; ``ck`` itself, a
+# hash, holds those of checkpoints made before). UNLINK lets them go: Redis frees a list of
+# many chunks off its main thread.
+WEIGHTS = """
+local function weights_key(ck, id) return ck .. ':' .. id end
+local function let_go(key) redis.call('UNLINK', key) end
+-- Whether ``key`` holds ``n`` chunks (0: it need not exist, and does not).
+local function staged(key, n)
+  if n <= 0 then return redis.call('EXISTS', key) == 0 end
+  return redis.call('TYPE', key).ok == 'list' and redis.call('LLEN', key) == n
+end
+-- What ``from`` holds (none: zeros) becomes ``to``'s, whose old value is let go.
+local function move_weights(from, to)
+  let_go(to)
+  if redis.call('EXISTS', from) == 1 then redis.call('RENAME', from, to) end
+end
+-- The bytes of the weights at ``key``: ``known`` (as recorded), else a string's own.
+local function weights_bytes(key, known)
+  if known then return tonumber(known) end
+  if redis.call('TYPE', key).ok == 'string' then return redis.call('STRLEN', key) end
+  return 0
+end
+-- A checkpoint's weights let go, wherever they are kept.
+local function drop_weights(ck, id)
+  redis.call('HDEL', ck, id)
+  let_go(weights_key(ck, id))
+end
+"""
+
+
+# A checkpoint (ops/history.py): packed weights at version ``base`` (``size`` bytes, moved from
+# key ``from``, which then no longer exists; none: zeros) and a tail of the log entries after
+# them up to ``version``; its record (protocol.Checkpoint) says when, why, and the mistakes
+# among the last labelled examples then (the ring). Returns its id. (Uses WEIGHTS.)
 CHECKPOINT = """
-local function checkpoint(meta, ck, ckinfo, cktail, ring, weights, tail, base, version, ms,
+local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base, version, ms,
     reason)
   local id = redis.call('HINCRBY', meta, META_CHECKPOINTS, 1)
   local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN)
@@ -220,13 +256,13 @@ local function checkpoint(meta, ck, ckinfo, cktail, ring, weights, tail, base, v
   local parts = {}
   for i = 1, #tail do parts[i] = #tail[i] .. TAIL_SEP .. tail[i] end
   local joined = table.concat(parts)
-  redis.call('HSET', ck, id, weights)
+  move_weights(from, weights_key(ck, id))
   if #joined > 0 then redis.call('HSET', cktail, id, joined) end
   local record = {}
   record[CK_VERSION], record[CK_BASE], record[CK_SEEN], record[CK_MS] = version, base,
     st[1] or '0', ms
   record[CK_REASON], record[CK_MISTAKES], record[CK_WINDOW] = reason, mistakes, window
-  record[CK_BYTES], record[CK_PAST_IN], record[CK_CONFIG] = #weights + #joined, st[3] or '0',
+  record[CK_BYTES], record[CK_PAST_IN], record[CK_CONFIG] = size + #joined, st[3] or '0',
     st[2]
   redis.call('HSET', ckinfo, id, table.concat(record, CHECKPOINT_SEP))
   return id
@@ -241,18 +277,21 @@ end
 local function record_field(record, n)
   return string.sub(record, record_span(record, n))
 end
--- The checkpoint the retained log starts from, and its version: the snapshot, kept as one
--- when there is none yet (the retained log then starts at it).
-local function retained_base(meta, snap, ck, ckinfo, cktail, ring, ms)
-  local st = redis.call('HMGET', meta, META_PAST_BASE, META_PAST_VERSION, META_SNAP_VERSION)
+-- The checkpoint the retained log starts from, and its version: when there is none yet, the
+-- snapshot's weights (moved from key ``from``, which holds them) are kept as one, and the
+-- retained log starts at it.
+local function retained_base(meta, from, ck, ckinfo, cktail, ring, ms)
+  local st = redis.call('HMGET', meta, META_PAST_BASE, META_PAST_VERSION, META_SNAP_VERSION,
+    META_SNAP_LENGTH)
   if st[1] then return st[1], tonumber(st[2]) end
-  local id = checkpoint(meta, ck, ckinfo, cktail, ring, redis.call('GET', snap) or '', {},
+  local id = checkpoint(meta, ck, ckinfo, cktail, ring, from, weights_bytes(from, st[4]), {},
     st[3], st[3], ms, REASON_START)
   redis.call('HSET', meta, META_PAST_BASE, id, META_PAST_VERSION, st[3])
   return id, tonumber(st[3])
 end
 -- Move the log's first ``n`` entries to the end of the retained log, and count their bytes.
 local function retain(meta, log, past, n)
+  if n <= 0 then return end
   local moved, bytes = redis.call('LRANGE', log, 0, n - 1), 0
   for i = 1, #moved, UNPACK_CHUNK do
     local upto = math.min(i + UNPACK_CHUNK - 1, #moved)

@@ -4,60 +4,76 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ...errors import ModelBusy
+from ...protocol import Status
 from ..keys import REGISTRY, ModelKeys
 from ..script import Arg, Script
-from . import parts
+from . import blobs, parts
 from .create import listed, registry
 from .history import HISTORY_KEYS
 from .runner import Runner
 
-# KEYS: the model's state keys but ``pend``, and its history's (, the registry when LISTED is
-# '1'); after the fixed arguments, N_COUNTERS counter field / value pairs, then the (record,
-# packed weights) of each checkpoint an import file carries, oldest first, each kept under the
-# next id. A model there already is kept first as a checkpoint (its snapshot and log,
-# REASON), and its retained log goes. Returns
-# {DONE}; the model's pending predictions become unknown (the epoch changed), though their
-# keys, and so their count in ``pend``, stay until they expire.
+# KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH
+# bytes in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an
+# import file carries (, the registry when LISTED is '1'); after the fixed arguments,
+# N_COUNTERS counter field / value pairs, then the (record, chunks of its staged weights) of
+# each of those checkpoints,
+# oldest first, each kept under the next id. A model there already is kept first as a
+# checkpoint (its snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE},
+# or {NOT_STAGED} when a staged key is not whole (nothing done; the staged keys are let go
+# whatever happens); the model's pending predictions become unknown (the epoch changed),
+# though their keys, and so their count in ``pend``, stay until they expire.
 SCRIPT = Script(
     "replace",
-    keys=("meta", "snap", "log", "series", "ring", "recent", "curve", *HISTORY_KEYS),
+    keys=("meta", "snap", "log", "series", "ring", "recent", "curve", *HISTORY_KEYS, "stage"),
     args=(
         "config",
         "epoch",
         "created",
         "version",
         "seen",
-        "weights",
+        "length#",
+        "chunks#",
         "name",
         "listed",
         "now_ms",
         "reason",
         "n_counters#",
     ),  # fmt: skip
-    rest_keys="registry",
+    rest_keys="staged",
     rest_args="counters",
-    parts=(parts.REGISTER, parts.CHECKPOINT),
+    parts=(parts.REGISTER, parts.WEIGHTS, parts.CHECKPOINT),
     body="""
-local made = false
-local st = redis.call('HMGET', META, META_VERSION, META_SNAP_VERSION)
-if st[1] then
-  made = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
-    redis.call('GET', SNAP) or '', redis.call('LRANGE', LOG, 0, -1), st[2], st[1], NOW_MS,
-    REASON)
+local checkpoints_at = COUNTERS_AT + 2 * N_COUNTERS
+local carried = (#ARGV - checkpoints_at + 1) / 2
+local whole = staged(STAGE, CHUNKS)
+for c = 0, carried - 1 do
+  whole = whole and staged(KEYS[STAGED_AT + c], tonumber(ARGV[checkpoints_at + 2 * c + 1]))
 end
-redis.call('DEL', META, SNAP, LOG, SERIES, RING, RECENT, CURVE, PAST)
+if not whole then
+  let_go(STAGE)
+  for c = 0, carried - 1 do let_go(KEYS[STAGED_AT + c]) end
+  return {NOT_STAGED}
+end
+local made = false
+local st = redis.call('HMGET', META, META_VERSION, META_SNAP_VERSION, META_SNAP_LENGTH)
+if st[1] then
+  made = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
+    weights_bytes(SNAP, st[3]), redis.call('LRANGE', LOG, 0, -1), st[2], st[1], NOW_MS, REASON)
+end
+redis.call('DEL', META, LOG, SERIES, RING, RECENT, CURVE, PAST)
+let_go(SNAP)
 if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,
-  META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, #WEIGHTS)
-local checkpoints_at = COUNTERS_AT + 2 * N_COUNTERS
+  META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH)
 for i = COUNTERS_AT, checkpoints_at - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
-for i = checkpoints_at, #ARGV, 2 do
+for c = 0, carried - 1 do
   local id = redis.call('HINCRBY', META, META_CHECKPOINTS, 1)
-  redis.call('HSET', CHECKPOINT_INFO, id, ARGV[i])
-  redis.call('HSET', CHECKPOINTS, id, ARGV[i + 1])
+  redis.call('HSET', CHECKPOINT_INFO, id, ARGV[checkpoints_at + 2 * c])
+  move_weights(KEYS[STAGED_AT + c], weights_key(CHECKPOINTS, id))
 end
-if WEIGHTS ~= '' then redis.call('SET', SNAP, WEIGHTS) end
-register(LISTED, KEYS[REGISTRY_AT], NAME)
+move_weights(STAGE, SNAP)
+register(LISTED, KEYS[STAGED_AT + carried], NAME)
 return {DONE}
 """,
 )
@@ -80,14 +96,18 @@ async def replace(
     """Make the model exactly this, at once (import and reset); old predictions lapse.
     ``checkpoints``: (record, packed weights) of those an import file carries."""
     sharded = store.sharded
+    keys = ModelKeys(name)
+    stage, *staged = await blobs.stage(
+        store.client, keys, weights, *(packed for _, packed in checkpoints)
+    )
     pairs: list[Arg] = []
     for field, value in counters.items():
         pairs += [field, value]
     for record, packed in checkpoints:
-        pairs += [record, packed]
-    await store.run(
+        pairs += [record, blobs.chunks(len(packed))]
+    reply = await store.run(
         SCRIPT,
-        SCRIPT.key_list(ModelKeys(name), rest=registry(sharded)),
+        SCRIPT.key_list(keys, {"stage": stage}, rest=[*staged, *registry(sharded)]),
         SCRIPT.arg_list(
             pairs,
             config=config_json,
@@ -95,7 +115,8 @@ async def replace(
             created=created,
             version=version,
             seen=seen,
-            weights=weights,
+            length=len(weights),
+            chunks=blobs.chunks(len(weights)),
             name=name,
             listed=listed(sharded),
             now_ms=now_ms,
@@ -103,5 +124,7 @@ async def replace(
             n_counters=len(counters),
         ),
     )
+    if int(reply[0]) == Status.NOT_STAGED:
+        raise ModelBusy(f"Model {name!r}'s weights were not all written; retry.")
     if sharded:
         await store.client.sadd(REGISTRY, name)

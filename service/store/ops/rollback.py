@@ -2,47 +2,67 @@
 
 from __future__ import annotations
 
+from ...errors import ModelBusy
+from ...protocol import Status
 from ..keys import ModelKeys
 from ..script import Script
-from . import parts
+from . import blobs, parts
 from .history import HISTORY_KEYS
 from .runner import Runner
 
-# Make the model its state at VERSION (WEIGHTS, packed; CONFIG), once its epoch is still
-# EPOCH: first a checkpoint of the model as it is (its snapshot and its whole log), then a new
-# epoch, so that every worker reloads it and pending predictions lapse. With KEEP '1' (a
-# version of this line, restored by its number) the retained log stays up to VERSION (a model
-# with none yet starts one at its snapshot, as a compaction would), its bytes then KEPT_BYTES
-# when it is cut (-1: it is not, the log's entries up to VERSION join it), and the
-# checkpoints made after VERSION on this line are marked as left; else it starts again from
-# the restored weights. Counters and metrics stay. Returns {DONE, the id of the checkpoint
-# made first}.
+# Make the model its state at VERSION (packed weights staged at STAGE, LENGTH bytes in CHUNKS
+# chunks, blobs.py;
+# CONFIG), once its epoch is still EPOCH: first a checkpoint of the model as it is (its
+# snapshot, moved, and its whole log), then a new epoch, so that every worker reloads it and
+# pending predictions lapse. With KEEP '1' (a version of this line, restored by its number)
+# the retained log stays up to VERSION (a model with none yet starts one at its snapshot, as a
+# compaction would, from the copy of it staged at STAGE_START, START_LENGTH bytes in
+# START_CHUNKS chunks), its bytes then KEPT_BYTES when
+# it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints made
+# after VERSION on this line are marked as left; else it starts again from the restored
+# weights. Counters and metrics stay. Returns {DONE, the id of the checkpoint made first}, or
+# {NOT_STAGED} when a staged key is not whole (nothing done). The staged keys are let go
+# whatever happens.
 SCRIPT = Script(
     "rollback",
-    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring"),
+    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "stage", "stage_start"),
     args=(
         "epoch",
         "new_epoch",
         "version#",
-        "weights",
+        "length#",
+        "chunks#",
+        "start_length#",
+        "start_chunks#",
         "config",
         "now_ms",
         "keep",
         "kept_bytes#",
     ),
-    parts=(parts.CHECKPOINT,),
+    parts=(parts.WEIGHTS, parts.CHECKPOINT),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
-  META_PAST_BASE, META_PAST_VERSION)
-if not st[1] then return {NO_MODEL} end
-if st[1] ~= EPOCH then return {STALE_EPOCH} end
-local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
-  redis.call('GET', SNAP) or '', redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
-  REASON_BEFORE_ROLLBACK)
+  META_PAST_BASE, META_PAST_VERSION, META_SNAP_LENGTH)
 local snapv = tonumber(st[3])
-if KEEP == '1' and not st[4] and VERSION >= snapv then
-  st[4], st[5] = retained_base(META, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING,
-    NOW_MS)
+local starts = KEEP == '1' and not st[4] and VERSION >= (snapv or 0)
+local refused = nil
+if not st[1] then refused = NO_MODEL
+elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+elseif not staged(STAGE, CHUNKS) or (starts and (not staged(STAGE_START, START_CHUNKS)
+    or weights_bytes(SNAP, st[6]) ~= START_LENGTH)) then
+  refused = NOT_STAGED
+end
+if refused then
+  let_go(STAGE)
+  let_go(STAGE_START)
+  return {refused}
+end
+local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
+  weights_bytes(SNAP, st[6]), redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
+  REASON_BEFORE_ROLLBACK)
+if starts then
+  st[4], st[5] = retained_base(META, STAGE_START, CHECKPOINTS, CHECKPOINT_INFO,
+    CHECKPOINT_TAILS, RING, NOW_MS)
 end
 if KEEP == '1' and st[4] and VERSION >= tonumber(st[5]) then
   local base = tonumber(st[4])
@@ -62,9 +82,10 @@ else
   redis.call('HDEL', META, META_PAST_BASE, META_PAST_VERSION, META_PAST_IN)
 end
 redis.call('DEL', LOG)
-if WEIGHTS == '' then redis.call('DEL', SNAP) else redis.call('SET', SNAP, WEIGHTS) end
+move_weights(STAGE, SNAP)
+let_go(STAGE_START)
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
-  META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, #WEIGHTS, META_CHECKPOINT_VERSION, VERSION)
+  META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 return {DONE, before}
 """,
 )
@@ -81,21 +102,31 @@ async def rollback(
     now_ms: int,
     keep: bool,
     kept_bytes: int,
+    snapshot: bytes | None = None,
 ) -> int:
-    """Make the model this state at once; the id of the checkpoint of what it was before."""
+    """Make the model this state at once; the id of the checkpoint of what it was before.
+    ``snapshot``: the model's snapshot as read, for the retained log to start from when it
+    has none yet (None: not read)."""
+    keys = ModelKeys(name)
+    snapshot = snapshot or b""
+    stage, start = await blobs.stage(store.client, keys, weights, snapshot)
     reply = await store.run(
         SCRIPT,
-        SCRIPT.key_list(ModelKeys(name)),
+        SCRIPT.key_list(keys, {"stage": stage, "stage_start": start}),
         SCRIPT.arg_list(
             epoch=epoch,
             new_epoch=new_epoch,
             version=version,
-            weights=weights,
+            length=len(weights),
+            chunks=blobs.chunks(len(weights)),
+            start_length=len(snapshot),
+            start_chunks=blobs.chunks(len(snapshot)),
             config=config,
             now_ms=now_ms,
             keep="1" if keep else "0",
             kept_bytes=kept_bytes,
         ),
     )
-    store.check(name, reply)
+    if store.check(name, reply) == Status.NOT_STAGED:
+        raise ModelBusy(f"Model {name!r}'s restored weights were not all written; retry.")
     return int(reply[1])

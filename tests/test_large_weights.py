@@ -1,0 +1,225 @@
+"""Weights of any size the service accepts move in chunks, never through one command or
+script: staged as a list of chunks, renamed into place, read a chunk at a time (service/store/
+ops/blobs.py). And an undo keeps what was learned while it rebuilt, after the rebuilt weights."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import redis
+import redis.asyncio
+
+from service.errors import ModelBusy
+from service.store import ModelKeys, Store
+from service.store.ops import blobs
+from service.store.ops.runner import text
+
+from .servers import ServiceProcess, running
+from .test_store_sync import EPOCH, entry, learn
+
+pytestmark = pytest.mark.servers  # a real redis-server: its SLOWLOG, its RENAMEs
+
+
+def run(redis_url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
+    async def go() -> Any:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            await client.flushall()
+            store = Store(client)
+            await store.create_model("m", '{"n_features": 1}', EPOCH)
+            return await body(store)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+async def held(store: Store, key: str) -> bytes:
+    """The weights a key holds, its chunks joined."""
+    return b"".join(await store.client.lrange(key, 0, -1))
+
+
+def test_an_undo_keeps_the_updates_learned_since_its_read_after_the_rebuilt_weights(
+    redis_url: str,
+) -> None:
+    """Read at version 300, then 20 more learned: the undo no longer waits for a quiet model
+    (it tried 20 times, and learning starved it); the 20 stay, in order, as the log after the
+    rebuilt snapshot, and the model's version counts them."""
+
+    async def body(store: Store) -> None:
+        keys = ModelKeys("m")
+        version = await learn(store, 0, 300)
+        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        version = await learn(store, version, 20)  # after the undo's read, at 300
+        done = await store.undo_updates(
+            "m", EPOCH, "f" * 16, 300, 0, [0, 250], b"rebuilt@298", 298, 0, 1, 0
+        )
+        assert done is not None and done[1] == 318
+        assert await store.client.lrange(keys.past, 0, -1) == [
+            entry(v) for v in range(2, 301) if v != 251
+        ]
+        assert await store.client.lrange(keys.log, 0, -1) == [entry(v) for v in range(301, 321)]
+        assert await held(store, keys.snap) == b"rebuilt@298"
+        meta = await store.client.hmget(keys.meta, "version", "snapv", "epoch")
+        assert meta == [b"318", b"298", b"f" * 16]
+
+    run(redis_url, body)
+
+
+def test_an_undo_takes_back_the_updates_a_compaction_moved_since_its_read(redis_url: str) -> None:
+    """A compaction after the undo's read moved updates learned since into the retained log:
+    they go back to the head of the log, after the rebuilt weights."""
+
+    async def body(store: Store) -> None:
+        keys = ModelKeys("m")
+        await learn(store, 0, 300)
+        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        await learn(store, 300, 20)
+        assert await store.compact("m", EPOCH, 310, b"weights@310", 0, True, 10, 1000)
+        done = await store.undo_updates(
+            "m", EPOCH, "f" * 16, 300, 0, [0], b"rebuilt@299", 299, 0, 1, 0
+        )
+        assert done is not None and done[1] == 319
+        assert await store.client.lrange(keys.past, 0, -1) == [entry(v) for v in range(2, 301)]
+        assert await store.client.lrange(keys.log, 0, -1) == [entry(v) for v in range(301, 321)]
+        assert await store.client.hmget(keys.meta, "version", "snapv") == [b"319", b"299"]
+
+    run(redis_url, body)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_weights_staged_in_chunks_arrive_whole(
+    redis_url: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks of one byte and more: a compaction, a rollback and a read of the snapshot and of
+    a checkpoint give back the very bytes."""
+    monkeypatch.setattr(blobs, "CHUNK", chunk)
+    weights = bytes(range(256)) * 3 + b"end"
+
+    async def body(store: Store) -> None:
+        keys = ModelKeys("m")
+        await learn(store, 0, 10)
+        assert await store.compact("m", EPOCH, 10, weights, 0, True, 1, 1)  # (a checkpoint)
+        assert await held(store, keys.snap) == weights
+        kept = await store.read_kept("m", 10)
+        assert kept is not None and kept[2].weights == weights
+        synced = await store.sync("m", -1)
+        assert synced.snapshot == weights
+        listed = (await store.read_history("m")).checkpoints
+        scheduled = [c for c in listed if c.version == 10]
+        assert len(scheduled) == 1 and scheduled[0].bytes == len(weights)
+        restorable = await store.read_checkpoint("m", scheduled[0].id)
+        assert restorable is not None and restorable.weights == weights
+        before = await store.rollback(
+            "m", EPOCH, "e" * 16, 10, weights[::-1], '{"n_features": 1}', 0, False, -1
+        )
+        assert await held(store, keys.snap) == weights[::-1]
+        moved = await store.read_checkpoint("m", before)  # the snapshot, renamed: not copied
+        assert moved is not None and moved.weights == weights
+
+    run(redis_url, body)
+
+
+def test_weights_not_all_staged_are_refused_and_nothing_changes(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A staged key with a chunk fewer than said (one write lost): the script refuses it."""
+    real = blobs.stage
+
+    async def short(client: Any, keys: ModelKeys, *data: Any) -> list[str]:
+        staged = await real(client, keys, *data)
+        for key in staged:
+            await client.rpop(key)  # (its last chunk)
+        return staged
+
+    async def body(store: Store) -> None:
+        keys = ModelKeys("m")
+        await learn(store, 0, 10)
+        monkeypatch.setattr(blobs, "stage", short)
+        assert not await store.compact("m", EPOCH, 10, b"weights@10", 0, True, 10, 1000)
+        with pytest.raises(ModelBusy):
+            await store.rollback("m", EPOCH, "e" * 16, 5, b"w@5", '{"n_features": 1}', 0, False, -1)
+        assert await store.client.hmget(keys.meta, "epoch", "version", "snapv") == [
+            EPOCH.encode(),
+            b"10",
+            b"0",
+        ]
+        staged = await store.client.keys("pcp:{m}:stage:*")
+        assert all(text(k).endswith(":gone") for k in staged)  # let go: expiring at once
+
+    run(redis_url, body)
+
+
+def test_a_large_models_history_never_holds_redis(redis_url: str) -> None:
+    """A model of 2^22 buckets (32 MiB of weights): its compactions, rollbacks, undo, export
+    with checkpoints, reset and delete. Before, each sent or copied the whole weights in one
+    script (0.2 s and more for this size, every other model waiting); now Redis's SLOWLOG
+    holds no command over 50 ms (each is a chunk's few milliseconds at most)."""
+    bits = 22
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_COMPACT_EVERY="5")
+    with (
+        redis.Redis.from_url(redis_url) as r,
+        running(service),
+        httpx.Client(base_url=service.url, timeout=120) as c,
+    ):
+        assert c.put("/models/big", json={"hash_bits": bits}).status_code == 201
+        r.config_set("slowlog-log-slower-than", 50_000)
+        r.slowlog_reset()
+        rng = np.random.default_rng(0)
+        for _ in range(12):  # compactions: a snapshot, then checkpoints
+            xs = [{f"f{j}": 1.0 for j in rng.integers(0, 10**9, 50)} for _ in range(4)]
+            ys = [int(y) for y in rng.choice([-1, 1], 4)]
+            r1 = c.post("/learn/batch", json={"model": "big", "features": xs, "labels": ys})
+            assert r1.status_code == 200, r1.text
+        version = c.get("/models/big").json()["version"]
+        assert version > 0
+        back = c.post("/models/big/rollback", json={"version": version // 2})
+        assert back.status_code == 200, back.text
+        again = c.post("/models/big/rollback", json={"checkpoint": back.json()["undo_checkpoint"]})
+        assert again.status_code == 200, again.text
+        undone = c.post("/models/big/undo", json={"from_time": 0})
+        assert undone.status_code == 200, undone.text
+        assert c.get("/models/big/export", params={"checkpoints": "true"}).status_code == 200
+        assert c.post("/models/big/reset").status_code == 200
+        assert c.delete("/models/big").status_code == 204
+        slow = [(e["duration"] / 1000, e["command"][:40]) for e in r.slowlog_get(128)]
+        assert slow == [], slow
+        left = [k for k in r.keys("pcp:{big}:*") if r.pttl(k) < 0]
+        assert left == [], left  # (what is let go expires at once; answers in a minute)
+
+
+def test_weights_kept_as_one_string_before_chunks_are_still_read(redis_url: str) -> None:
+    """A store written before weights were chunks: a snapshot as one string, a checkpoint's
+    weights in the ``ck`` hash. Both are read, restored and let go as before."""
+
+    async def body(store: Store) -> None:
+        keys = ModelKeys("m")
+        await learn(store, 0, 10)
+        assert await store.compact("m", EPOCH, 10, b"weights@10", 0, True, 100, 10**9)
+        # as the store wrote them before
+        await store.client.delete(keys.snap)
+        await store.client.set(keys.snap, b"weights@10")
+        (start,) = [int(i) for i in await store.client.hkeys(keys.checkpoint_info)]
+        await store.client.hset(keys.checkpoints, str(start), b"")  # (zeros, then)
+        await store.client.delete(keys.checkpoint_weights(start))
+        synced = await store.sync("m", -1)
+        assert synced.snapshot == b"weights@10" and synced.base == 10
+        kept = await store.read_kept("m", 5)
+        assert kept is not None and kept[2].weights == b"" and len(kept[2].entries) == 5
+        restorable = await store.read_checkpoint("m", start)
+        assert restorable is not None and restorable.weights == b""
+        before = await store.rollback(
+            "m", EPOCH, "e" * 16, 10, b"w", '{"n_features": 1}', 0, False, -1
+        )
+        moved = await store.read_checkpoint("m", before)  # the string, renamed
+        assert moved is not None and moved.weights == b"weights@10"
+        assert await store.forget_history("m", "e" * 16, None, None, 10, [start, before])
+        assert await store.client.hlen(keys.checkpoints) == 0
+        assert not await store.client.exists(keys.checkpoint_weights(before))
+
+    run(redis_url, body)
