@@ -17,7 +17,7 @@ import redis.asyncio
 from service.errors import ModelBusy
 from service.store import ModelKeys, Store
 from service.store.ops import blobs
-from service.store.ops.runner import text
+from service.store.ops.runner import raw, text
 
 from .servers import ServiceProcess, running
 from .test_store_sync import EPOCH, entry, learn
@@ -41,7 +41,7 @@ def run(redis_url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
 
 async def held(store: Store, key: str) -> bytes:
     """The weights a key holds, its chunks joined."""
-    return b"".join(await store.client.lrange(key, 0, -1))
+    return b"".join(raw(c) for c in await store.client.lrange(key, 0, -1))
 
 
 def test_an_undo_keeps_the_updates_learned_since_its_read_after_the_rebuilt_weights(
