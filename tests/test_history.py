@@ -213,7 +213,9 @@ def test_what_cannot_be_rolled_back_to_is_refused_with_a_code(make_service: Make
     assert r.status_code == 404 and r.json()["code"] == "checkpoint_not_found"
     for body in ({}, {"version": 1, "checkpoint": 1}, {"version": -1}, {"checkpoint": 0}):
         assert client.post("/models/m/rollback", json=body).status_code == 422, body
-    assert client.post("/models/none/rollback", json={"version": 0}).status_code == 404
+    for body in ({"version": 0}, {"checkpoint": 1}):  # no such model, whatever it names
+        r = client.post("/models/none/rollback", json=body)
+        assert r.status_code == 404 and r.json()["code"] == "model_not_found", (body, r.text)
     assert client.get("/models/none/checkpoints").status_code == 404
     assert client.get("/models/m").json()["version"] == version  # nothing changed
 
