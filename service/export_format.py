@@ -176,9 +176,8 @@ def parse_document(doc: Any) -> ModelFile:
     store's counters.
     """
     config = _config_of(doc)
+    # (A version past 'seen' is a model's own after a rollback past a reset: counters stay.)
     version, seen, created = _count(doc, "version"), _count(doc, "seen"), _count(doc, "created")
-    if version > seen:
-        raise _bad(f"'version' ({version}) exceeds 'seen' ({seen}): each update has an example.")
     counters = _counters(doc.get("counters"), config, seen)
     weights = _weights_of(doc, config, version, seen)
     checkpoints = _checkpoints_of(doc.get("checkpoints", []), config)
@@ -201,10 +200,10 @@ def _checkpoints_of(raw: Any, config: ModelConfig) -> list[FileCheckpoint]:
             raise _bad(f"{where}: field {str(odd)[:40]!r} is unknown or missing.")
         version, seen, ms = _count(c, "version"), _count(c, "seen"), _count(c, "time_ms")
         mistakes, window = _count(c, "mistakes"), _count(c, "window")
-        if version > seen or mistakes > window or window > min(seen, protocol.RING_SIZE):
+        if mistakes > window or window > min(seen, protocol.RING_SIZE):
             raise _bad(
-                f"{where}: each update has an example ('version' <= 'seen'), and 'mistakes' "
-                f"<= 'window' <= the smaller of 'seen' and {protocol.RING_SIZE}."
+                f"{where}: 'mistakes' <= 'window' <= the smaller of 'seen' and "
+                f"{protocol.RING_SIZE}."
             )
         if c["reason"] not in Reason.fields().values():
             raise _bad(f"{where}: 'reason' must be one of {sorted(Reason.fields().values())}.")

@@ -385,15 +385,15 @@ class Models:
         for _ in range(_EXPORT_ATTEMPTS):
             if checkpoint is not None:
                 restorable = await self.store.read_checkpoint(name, checkpoint)
+                epoch = (await self.store.epochs([name]))[0]
+                if epoch is None:
+                    raise ModelNotFound(name)
                 if restorable is None:
                     raise NotFound(
                         f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
                         f"/models/{name}/checkpoints lists those it keeps.",
                         code="checkpoint_not_found",
                     )
-                epoch = (await self.store.epochs([name]))[0]
-                if epoch is None:
-                    raise ModelNotFound(name)
             else:
                 assert version is not None
                 got = await self.store.read_kept(name, version)

@@ -138,6 +138,27 @@ def test_reset_and_import_first_keep_the_model_as_a_checkpoint(make_service: Mak
     ]
 
 
+def test_a_model_rolled_back_past_a_reset_exports_a_file_its_import_takes(
+    make_service: MakeService,
+) -> None:
+    """A rollback keeps the counters: restoring weights from before a reset makes a model of
+    more updates (its version) than labelled examples since (seen). Its export, and one with
+    its checkpoints, import as they are."""
+    client = make_service(**HISTORY)
+    client.put("/models/m", json=SPECS["binary"])
+    learn_and_export(client, SPECS["binary"], 3)
+    assert client.post("/models/m/reset").status_code == 200
+    (kept,) = client.get("/models/m/checkpoints").json()["checkpoints"]
+    assert rollback(client, checkpoint=kept["id"])["version"] == kept["version"] > 0
+    assert rollback(client, version=kept["version"])["version"] == kept["version"]  # (a start)
+    for carry in (False, True):
+        doc = client.get(f"/models/m/export?checkpoints={str(carry).lower()}").json()
+        assert doc["version"] > doc["seen"] == 0
+        r = client.post("/models/copy/import", json=doc)
+        assert r.status_code == 200, r.text
+        assert client.get("/models/copy/export").json()["weights"] == doc["weights"]
+
+
 @pytest.mark.parametrize("kind", sorted(SPECS))
 def test_an_export_carries_the_checkpoints_and_an_import_restores_each_exactly(
     make_service: MakeService, kind: str
@@ -189,7 +210,7 @@ def test_an_export_files_checkpoints_are_checked_like_its_weights(
         {**good, "sha256": "0" * 64},
         {**good, "reason": "because"},
         {**good, "mistakes": good["window"] + 1},
-        {**good, "version": good["seen"] + 1},
+        {**good, "window": good["seen"] + 1},
         {**good, "extra": 1},
         {k: v for k, v in good.items() if k != "time_ms"},
         "not an object",
@@ -213,7 +234,9 @@ def test_what_cannot_be_rolled_back_to_is_refused_with_a_code(make_service: Make
     assert r.status_code == 404 and r.json()["code"] == "checkpoint_not_found"
     for body in ({}, {"version": 1, "checkpoint": 1}, {"version": -1}, {"checkpoint": 0}):
         assert client.post("/models/m/rollback", json=body).status_code == 422, body
-    assert client.post("/models/none/rollback", json={"version": 0}).status_code == 404
+    for body in ({"version": 0}, {"checkpoint": 1}):  # no such model, whatever it names
+        r = client.post("/models/none/rollback", json=body)
+        assert r.status_code == 404 and r.json()["code"] == "model_not_found", (body, r.text)
     assert client.get("/models/none/checkpoints").status_code == 404
     assert client.get("/models/m").json()["version"] == version  # nothing changed
 

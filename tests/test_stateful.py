@@ -2,14 +2,20 @@
 (two worker processes, a real redis-server), compared after every step with a pure reference.
 
 Hypothesis' ``RuleBasedStateMachine`` creates, deletes and makes anew models of other
-configurations; predicts and sends feedback (one and batched, right, wrong, repeated,
-conflicting, of an unknown label, for predictions that a delete, a reset or an import made
-unknown); learns (one, a batch, a packed batch); exports, imports (an export as it is, into
-its own or another name, and one tampered at and past every limit), resets; and runs two
-operations at once. The reference is the learner core itself (``service/learner``), with no
-store behind it: after every step the service's weights equal the reference's bit for bit,
-and its counters, versions and list of models equal the reference's; every answer is a 2xx
-or the documented 4xx with its code, never a 500, never a Redis left busy.
+configurations; predicts (one and batched) and sends feedback (one and batched, right, wrong,
+repeated, conflicting, of an unknown label, for predictions that a delete, a reset, an import,
+a rollback or an undo made unknown); learns (one, a batch, a packed batch); exports, imports
+(an export as it is, with or without its checkpoints, into its own or another name, and one
+tampered at and past every limit), resets; rolls back to a version and to a checkpoint, undoes
+one key's updates or a time range's, lists checkpoints and kept updates; and runs two
+operations at once. Two trainer keys, ``alice`` and ``bob``, send the labels: each update
+records its source. The reference is the learner core itself (``service/learner``), with no
+store behind it, and the history the service keeps (README "Model history"): the versions
+``restorable_from .. version`` (the weights at the first and the updates after, replayed
+exactly), and each checkpoint's weights. After every step the service's weights equal the
+reference's bit for bit, and its counters, each key's counts, versions, checkpoints and list
+of models equal the reference's; every answer is a 2xx or the documented 4xx with its code,
+never a 500, never a Redis left busy.
 
 CI runs a bounded number of examples; for a soak, more (the seed makes a run repeatable):
 
@@ -25,7 +31,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
+import math
 import os
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,16 +46,21 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
+    initialize,
     invariant,
+    multiple,
     rule,
     run_state_machine_as_test,
 )
 
 from service import protocol
-from service.learner import ModelConfig, Perceptron
+from service.api.model_routes import MAX_UPDATES_LISTED
+from service.history import KEEP_LAST
+from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.codec import pack_weights
-from service.learner.features import encode
+from service.learner.features import Example, encode
 from service.learner.perceptron import (
     apply,
     predict_index,
@@ -55,6 +68,7 @@ from service.learner.perceptron import (
     served_scores,
     update_plan,
 )
+from service.protocol import Reason
 
 from .servers import ServiceProcess
 
@@ -77,49 +91,220 @@ COUNTERS = [c.name for c in protocol.COUNTERS]
 # Every answer a step may get, by status: the documented codes, and never a 500
 ALLOWED = {200, 201, 204, 404, 409, 422}
 
+# Two trainers' keys, whose names each update records, and an admin's.
+KEYS = {"alice": "a" * 24, "bob": "b" * 24, "root": "r" * 24}
+TRAINERS = ("alice", "bob")
+ADMIN = "root"
+RESET, IMPORT = Reason.BEFORE_RESET, Reason.BEFORE_IMPORT
+
 values = st.integers(-3, 3).map(float) | st.sampled_from([0.5, -1e-3, 1e3])
 
 
 @dataclass
+class Update:
+    """A kept update, as the service logs it: replayed in order, it rebuilds the weights."""
+
+    x: Example
+    raw: np.ndarray  # the scores it was made with: the same update whatever came before
+    t: int
+    k: int  # the labelled example it came from (the averaged sums' age)
+    source: str
+    ms: int | None = None  # when, once the service listed it
+
+
+@dataclass
+class Kept:
+    """A checkpoint: the weights it restores, at its version."""
+
+    version: int
+    weights: Weights
+    reason: str
+    seen: int
+    ms: float = math.inf  # when, once listed (one just made is the newest)
+
+
+@dataclass
 class Ref:
-    """The reference of one model: the learner core and the service's counters."""
+    """The reference of one model: the learner core, the service's counters, and the history
+    the service keeps (README "Model history"): the versions ``start .. version`` (the
+    weights at ``start`` and the updates after, replayed exactly) and the checkpoints."""
 
     config: ModelConfig
     learner: Perceptron
     generation: int
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    sources: dict[str, list[int]] = field(default_factory=dict)  # labelled, mistakes, updates
+    start: int = 0  # restorable_from
+    start_weights: Weights | None = None
+    kept: list[Update] = field(default_factory=list)  # versions start + 1 .. version
+    base: int | None = None  # the checkpoint the kept updates start from (none yet)
+    checkpoints: dict[int, Kept] = field(default_factory=dict)
+    last_id: int = 0  # the id of the last checkpoint made
 
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
         config = ModelConfig.from_dict(params)
-        return cls(config, Perceptron(config), generation)
+        ref = cls(config, Perceptron(config), generation)
+        ref.start_weights = ref.weights.copy()
+        return ref
+
+    @property
+    def weights(self) -> Weights:
+        return self.learner.weights
+
+    @property
+    def version(self) -> int:
+        return self.weights.version
 
     def features(self, raw: list[float]) -> Any:
         if self.config.dense:
             return raw
         return {f"f{i}": v for i, v in enumerate(raw)}
 
-    def learn(self, features: Any, t: int) -> tuple[bool, bool]:
-        cfg, w = self.config, self.learner.weights
+    def learn(self, features: Any, t: int, source: str) -> tuple[bool, bool]:
+        cfg, w = self.config, self.weights
         x = encode(cfg, features)
         served = predict_index(cfg, served_scores(cfg, w, x))
-        plan = update_plan(cfg, raw_scores(w, x), t)
-        self.count(served != t, bool(plan))
-        apply(cfg, w, x, plan, w.seen)
-        return served != t, bool(plan)
+        return self.labelled(x, raw_scores(w, x).copy(), served, t, source)
 
-    def count(self, mistake: bool, updated: bool) -> None:
-        self.learner.weights.seen += 1
+    def labelled(
+        self, x: Example, raw: np.ndarray, served: int, t: int, source: str
+    ) -> tuple[bool, bool]:
+        """A labelled example, served ``served`` with scores ``raw``: counted, learned, kept."""
+        cfg, w = self.config, self.weights
+        plan = update_plan(cfg, raw, t)
+        mistake, updated = served != t, bool(plan)
+        w.seen += 1
         self.counters["seen"] += 1
         self.counters["mistakes"] += mistake
         self.counters["updates"] += updated
+        mine = self.sources.setdefault(source, [0, 0, 0])
+        for i, happened in enumerate((True, mistake, updated)):
+            mine[i] += happened
+        apply(cfg, w, x, plan, w.seen)
+        if updated:
+            self.kept.append(Update(x, raw, t, w.seen, source))
+        return mistake, updated
+
+    # -- history -------------------------------------------------------------------------
+
+    def replay(self, n: int) -> Weights:
+        """The weights at version ``start + n``: the oldest kept ones, then n kept updates."""
+        assert self.start_weights is not None
+        w = self.start_weights.copy()
+        for u in self.kept[:n]:
+            apply(self.config, w, u.x, update_plan(self.config, u.raw, u.t), u.k)
+        w.seen = self.counters["seen"]
+        return w
+
+    def checkpoint(self, reason: str, weights: Weights, version: int) -> int:
+        self.last_id += 1
+        kept = weights.copy()
+        kept.version = version
+        self.checkpoints[self.last_id] = Kept(version, kept, reason, self.counters["seen"])
+        return self.last_id
+
+    def become(self, weights: Weights) -> None:
+        """The model is these weights now (its ``updates`` counter is its version)."""
+        weights.seen = self.counters["seen"]
+        self.learner.weights = weights
+        self.counters["updates"] = weights.version
+
+    def restart(self, weights: Weights) -> None:
+        """The model is these weights now, its kept updates start again from them."""
+        self.become(weights)
+        self.start, self.start_weights = weights.version, weights.copy()
+        self.kept, self.base = [], None
+
+    def keep_from_start(self) -> None:
+        """A rollback to a version or an undo: the kept updates start from a checkpoint now,
+        of the oldest kept weights, made when none does yet."""
+        if self.base is None:
+            assert self.start_weights is not None
+            self.base = self.checkpoint(Reason.START, self.start_weights, self.start)
+
+    def prune(self) -> None:
+        """What the service lets go after an operation that adds to the history: all but the
+        newest KEEP_LAST checkpoints and the one the kept updates start from (the hourly and
+        daily ones are among the newest: the test runs for less than an hour)."""
+        newest = sorted(self.checkpoints, key=lambda i: (self.checkpoints[i].ms, i))[-KEEP_LAST:]
+        keep = {*newest, *([self.base] if self.base is not None else [])}
+        self.checkpoints = {i: c for i, c in self.checkpoints.items() if i in keep}
+
+    def rollback_to_version(self, v: int) -> int:
+        before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        self.keep_from_start()
+        self.become(self.replay(v - self.start))
+        del self.kept[v - self.start :]
+        self.prune()
+        return before
+
+    def rollback_to_checkpoint(self, id: int) -> int:
+        c = self.checkpoints[id]
+        before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        restored = c.weights.copy()
+        restored.version = c.version
+        self.restart(restored)
+        self.prune()
+        return before
+
+    def undo(self, source: str | None, start_ms: float, stop_ms: float) -> tuple[int, int | None]:
+        """Leave out the kept updates of ``source`` (None: any) made from ``start_ms`` to
+        before ``stop_ms``: (how many, the checkpoint of the model as it was)."""
+
+        def left_out(u: Update) -> bool:
+            assert u.ms is not None  # (listed first)
+            return (source is None or u.source == source) and start_ms <= u.ms < stop_ms
+
+        staying = [u for u in self.kept if not left_out(u)]
+        removed = len(self.kept) - len(staying)
+        if not removed:
+            return 0, None
+        before = self.checkpoint(Reason.BEFORE_UNDO, self.weights, self.version)
+        self.keep_from_start()
+        self.kept = staying
+        self.become(self.replay(len(staying)))
+        self.prune()
+        return removed, before
+
+    def replaced(
+        self,
+        weights: Weights,
+        counters: dict[str, int],
+        sources: dict[str, list[int]],
+        generation: int,
+        reason: str,
+        carried: list[Kept],
+    ) -> None:
+        """A reset or an import: the model as it was kept first as a checkpoint, then the
+        file's checkpoints under the next ids; counters and kept updates start anew."""
+        self.checkpoint(reason, self.weights, self.version)
+        self.made_from(weights, counters, sources, generation, carried)
+
+    def made_from(
+        self,
+        weights: Weights,
+        counters: dict[str, int],
+        sources: dict[str, list[int]],
+        generation: int,
+        carried: list[Kept],
+    ) -> None:
+        for c in carried:
+            self.last_id += 1
+            self.checkpoints[self.last_id] = Kept(
+                c.version, c.weights.copy(), c.reason, c.seen, c.ms
+            )
+        self.counters, self.generation = dict(counters), generation
+        self.sources = {s: list(c) for s, c in sources.items()}
+        self.restart(weights.copy())
+        self.prune()
 
 
 @dataclass
 class Pending:
     name: str
     generation: int
-    features: Any
+    x: Example
     raw: np.ndarray  # the scores the prediction was served with: its update is theirs
     served: int
     answer: tuple[int, dict[str, Any]] | None = None  # (class index, the answer) once labelled
@@ -155,6 +340,12 @@ class Service(RuleBasedStateMachine):
 
     # -- models --------------------------------------------------------------------------------
 
+    @initialize(configs=st.tuples(*(st.sampled_from(range(len(CONFIGS))) for _ in NAMES)))
+    def both_made(self, configs: tuple[int, ...]) -> None:
+        """Every sequence starts with both models made (a delete, then, makes one go)."""
+        for name, config in zip(NAMES, configs, strict=True):
+            self.create(name, config)
+
     @rule(name=st.sampled_from(NAMES), config=st.sampled_from(range(len(CONFIGS))))
     def create(self, name: str, config: int) -> None:
         params = CONFIGS[config]
@@ -178,34 +369,41 @@ class Service(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(NAMES))
     def reset(self, name: str) -> None:
+        """Zero weights and counters; the model as it was kept first as a checkpoint."""
         r = self.call("POST", f"/models/{name}/reset")
         ref = self.models.get(name)
         if ref is None:
             self.expect(r, 404, "model_not_found")
             return
         self.expect(r, 200)
-        self.models[name] = Ref(ref.config, Perceptron(ref.config), next(self.generations))
+        zeros = Weights.zeros(ref.config)
+        ref.replaced(zeros, dict.fromkeys(COUNTERS, 0), {}, next(self.generations), RESET, [])
 
-    @rule(source=st.sampled_from(NAMES), into=st.sampled_from(NAMES))
-    def export_then_import(self, source: str, into: str) -> None:
+    @rule(source=st.sampled_from(NAMES), into=st.sampled_from(NAMES), carry=st.booleans())
+    def export_then_import(self, source: str, into: str, carry: bool) -> None:
         """An export imported as it is, into its own name or another: an exact copy, and the
-        target's pending predictions lapse; over a model of another configuration, 409."""
-        r = self.call("GET", f"/models/{source}/export")
+        target's pending predictions lapse; over a model of another configuration, 409. With
+        its checkpoints, they become the target's too, under the next ids."""
+        r = self.call("GET", f"/models/{source}/export", params={"checkpoints": carry})
         ref = self.models.get(source)
         if ref is None:
             self.expect(r, 404, "model_not_found")
             return
         doc = self.expect(r, 200)
+        assert len(doc.get("checkpoints") or []) == (len(ref.checkpoints) if carry else 0)
         imported = self.call("POST", f"/models/{into}/import", doc)
         there = self.models.get(into)
         if there is not None and there.config != ref.config:
             self.expect(imported, 409, "model_exists")  # delete it first
             return
         self.expect(imported, 200)
-        copy = Ref(ref.config, Perceptron(ref.config), next(self.generations))
-        copy.learner.weights = ref.learner.weights.copy()
-        copy.counters = dict(ref.counters)
-        self.models[into] = copy
+        carried = [ref.checkpoints[i] for i in sorted(ref.checkpoints)] if carry else []
+        what = (ref.weights, ref.counters, ref.sources, next(self.generations))
+        if there is None:
+            there = self.models[into] = Ref(ref.config, Perceptron(ref.config), 0)
+            there.made_from(*what, carried)
+        else:
+            there.replaced(*what, IMPORT, carried)
 
     @rule(
         name=st.sampled_from(NAMES),
@@ -242,7 +440,160 @@ class Service(RuleBasedStateMachine):
             doc["counters"] = {**doc["counters"], "mistakes": doc["seen"] + 1}
         self.expect(self.call("POST", f"/models/{name}/import", doc), 422, "invalid_import")
 
+    # -- history -------------------------------------------------------------------------
+
+    def rolled_back_to_version(self, name: str, pick: int) -> None:
+        """A version from restorable_from to the model's own, or one just outside: restored
+        exactly (the versions after it are no longer kept), or 409."""
+        ref = self.models.get(name)
+        if ref is None:
+            r = self.call("POST", f"/models/{name}/rollback", {"version": pick})
+            self.expect(r, 404, "model_not_found")
+            return
+        versions = range(max(0, ref.start - 1), ref.version + 2)
+        v = versions[pick % len(versions)]
+        r = self.call("POST", f"/models/{name}/rollback", {"version": v})
+        if not ref.start <= v <= ref.version:
+            self.expect(r, 409, "version_not_kept")
+            return
+        got = self.expect(r, 200)
+        before = ref.rollback_to_version(v)
+        ref.generation = next(self.generations)
+        assert (got["version"], got["restored_checkpoint"]) == (v, None), got
+        assert got["undo_checkpoint"] == got["before"] == before, (got, before)
+
+    @rule(name=st.sampled_from(NAMES), pick=st.integers(0, 40))
+    def rollback_to_version(self, name: str, pick: int) -> None:
+        self.rolled_back_to_version(name, pick)
+
+    @rule(name=st.sampled_from(NAMES), pick=st.integers(0, 12))
+    def rollback_to_checkpoint(self, name: str, pick: int) -> None:
+        """One of the checkpoints listed (or one not kept, 404): its weights exactly, its
+        version, and the kept updates start again from it."""
+        ref = self.models.get(name)
+        listed = self.checkpoints_listed(name)
+        unknown = (ref.last_id if ref else 0) + 1  # (pick 0: one not made yet)
+        id = listed[pick % len(listed)] if pick and listed else unknown
+        r = self.call("POST", f"/models/{name}/rollback", {"checkpoint": id})
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return
+        if id not in ref.checkpoints:
+            self.expect(r, 404, "checkpoint_not_found")
+            return
+        got = self.expect(r, 200)
+        version = ref.checkpoints[id].version
+        before = ref.rollback_to_checkpoint(id)
+        ref.generation = next(self.generations)
+        assert (got["version"], got["restored_checkpoint"]) == (version, id), got
+        assert got["undo_checkpoint"] == got["before"] == before, (got, before)
+
+    def checkpoints_listed(self, name: str) -> list[int]:
+        """GET /models/{name}/checkpoints, checked against the reference: the ids kept."""
+        r = self.call("GET", f"/models/{name}/checkpoints")
+        ref = self.models.get(name)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return []
+        got = self.expect(r, 200)
+        assert (got["version"], got["restorable_from"]) == (ref.version, ref.start), got
+        listed = {c["id"]: (c["version"], c["reason"], c["seen"]) for c in got["checkpoints"]}
+        expected = {i: (c.version, c.reason, c.seen) for i, c in ref.checkpoints.items()}
+        assert listed == expected, (name, listed, expected)
+        for c in got["checkpoints"]:
+            ref.checkpoints[c["id"]].ms = round(1000 * c["time"])
+        return sorted(listed)
+
+    def updates_listed(self, name: str, first: int | None, limit: int) -> None:
+        """GET /models/{name}/updates, checked against the reference: which versions, whose,
+        of which label; the reference learns when each was made."""
+        query = {"limit": limit, **({} if first is None else {"from_version": first})}
+        r = self.call("GET", f"/models/{name}/updates", params=query)
+        ref = self.models.get(name)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return
+        got = self.expect(r, 200)
+        assert (got["version"], got["restorable_from"]) == (ref.version, ref.start), got
+        lo = max(ref.start + 1, ref.version - limit + 1 if first is None else first)
+        listed = got["updates"]
+        assert [u["version"] for u in listed] == list(
+            range(lo, min(ref.version, lo + limit - 1) + 1)
+        )
+        for u in listed:
+            mine = ref.kept[u["version"] - ref.start - 1]
+            assert (u["source"], u["label"]) == (mine.source, ref.config.classes[mine.t]), u
+            ms = round(1000 * u["time"])
+            assert mine.ms in (None, ms), (u, mine.ms)
+            mine.ms = ms
+        assert got["sources"] == dict(Counter(u["source"] for u in listed)), got
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        first=st.none() | st.integers(1, 40),
+        limit=st.sampled_from([1, 3, MAX_UPDATES_LISTED]),
+    )
+    def list_updates(self, name: str, first: int | None, limit: int) -> None:
+        self.updates_listed(name, first, limit)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        source=st.sampled_from([None, *TRAINERS, "nobody"]),
+        bounds=st.sampled_from(["none", "from", "to", "both"]),
+        at=st.tuples(st.integers(0, 40), st.integers(0, 40)),
+    )
+    def undo(self, name: str, source: str | None, bounds: str, at: tuple[int, int]) -> None:
+        """Leave out one key's kept updates, or a time range's, or both: the model becomes its
+        oldest kept weights with every other kept update replayed, exactly; the updates that
+        stay are kept, renumbered."""
+        self.updates_listed(name, None, MAX_UPDATES_LISTED)  # (when each was made)
+        ref = self.models.get(name)
+        # Times between those of the kept updates (a half millisecond before each, or after
+        # the last), or any time at all when there are none.
+        made = sorted({u.ms for u in ref.kept if u.ms is not None}) if ref else []
+        cuts = [m - 0.5 for m in made] + [made[-1] + 0.5] if made else [1000.0]
+        if source is None and bounds == "none":
+            bounds = "from"
+        if bounds == "both" and len(cuts) < 2:
+            bounds = "to"
+        start, stop = -math.inf, math.inf
+        body: dict[str, Any] = {} if source is None else {"source": source}
+        if bounds == "from":
+            start = cuts[at[0] % len(cuts)]
+        elif bounds == "to":
+            stop = cuts[at[1] % len(cuts)]
+        elif bounds == "both":
+            pairs = list(itertools.combinations(cuts, 2))
+            start, stop = pairs[(at[0] * 41 + at[1]) % len(pairs)]
+        if start > -math.inf:
+            body["from_time"] = start / 1000
+        if stop < math.inf:
+            body["to_time"] = stop / 1000
+        r = self.call("POST", f"/models/{name}/undo", body)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return
+        got = self.expect(r, 200)
+        removed, before = ref.undo(source, start, stop)
+        if removed:
+            ref.generation = next(self.generations)
+        expected = {"version": ref.version, "removed": removed, "undo_checkpoint": before}
+        assert {k: got[k] for k in expected} == expected, (body, got, expected)
+        assert got["before"] == before
+
     # -- predict and feedback ------------------------------------------------------------------
+
+    def predicted(self, ref: Ref, name: str, features: Any, answer: dict[str, Any]) -> str:
+        cfg, w = ref.config, ref.weights
+        encoded = encode(cfg, features)
+        served = predict_index(cfg, served_scores(cfg, w, encoded))
+        assert answer["label"] == cfg.classes[served], (answer, served)
+        assert answer["version"] == ref.version
+        ref.counters["predictions"] += 1
+        pid: str = answer["prediction_id"]
+        raw = raw_scores(w, encoded).copy()
+        self.pending[pid] = Pending(name, ref.generation, encoded, raw, served)
+        return pid
 
     @rule(
         target=predictions, name=st.sampled_from(NAMES), x=st.lists(values, min_size=2, max_size=2)
@@ -254,19 +605,32 @@ class Service(RuleBasedStateMachine):
         if ref is None:
             self.expect(r, 404, "model_not_found")
             return f"{name}:{'0' * 22}"  # an id of no prediction
-        answer = self.expect(r, 200)
-        cfg, w = ref.config, ref.learner.weights
-        encoded = encode(cfg, features)
-        served = predict_index(cfg, served_scores(cfg, w, encoded))
-        assert answer["label"] == cfg.classes[served], (answer, served)
-        assert answer["version"] == ref.counters["updates"]
-        ref.counters["predictions"] += 1
-        pid: str = answer["prediction_id"]
-        raw = raw_scores(w, encoded).copy()
-        self.pending[pid] = Pending(name, ref.generation, features, raw, served)
-        return pid
+        return self.predicted(ref, name, features, self.expect(r, 200))
 
-    def expected_feedback(self, pid: str, label: Any) -> tuple[int, str | None, dict[str, Any]]:
+    @rule(
+        target=predictions,
+        name=st.sampled_from(NAMES),
+        xs=st.lists(st.lists(values, min_size=2, max_size=2), min_size=1, max_size=3),
+    )
+    def predict_batch(self, name: str, xs: list[list[float]]) -> MultipleResults[str]:
+        ref = self.models.get(name)
+        features = [ref.features(x) if ref else x for x in xs]
+        r = self.call("POST", "/predict/batch", {"model": name, "features": features})
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return multiple()
+        got = self.expect(r, 200)
+        assert got["version"] == ref.version
+        return multiple(
+            *(
+                self.predicted(ref, name, f, answer)
+                for f, answer in zip(features, got["predictions"], strict=True)
+            )
+        )
+
+    def expected_feedback(
+        self, pid: str, label: Any, who: str
+    ) -> tuple[int, str | None, dict[str, Any]]:
         """What the service must answer to a label for ``pid``, and the reference's change."""
         p = self.pending.get(pid)
         name = pid.split(":")[0]
@@ -286,17 +650,10 @@ class Service(RuleBasedStateMachine):
                 return 409, "feedback_conflict", {}
             ref.counters["duplicates"] += 1
             return 200, None, {**first, "duplicate": True}
-        cfg, w = ref.config, ref.learner.weights
-        plan = update_plan(cfg, p.raw, t)
-        ref.count(p.served != t, bool(plan))
-        apply(cfg, w, encode(cfg, p.features), plan, w.seen)
+        mistake, updated = ref.labelled(p.x, p.raw, p.served, t, who)
         ref.counters["feedback"] += 1
-        answer = {
-            "mistake": p.served != t,
-            "updated": bool(plan),
-            "version": ref.counters["updates"],
-            "duplicate": False,
-        }
+        answer = {"mistake": mistake, "updated": updated, "version": ref.version}
+        answer["duplicate"] = False
         p.answer = (t, answer)
         return 200, None, answer
 
@@ -306,24 +663,29 @@ class Service(RuleBasedStateMachine):
         classes = list(ref.config.classes) if ref else [-1, 1]
         return [*classes, "not-a-class"][choice % (len(classes) + 1)]
 
-    @rule(pid=predictions, choice=st.integers(0, 3))
-    def feedback(self, pid: str, choice: int) -> None:
+    @rule(pid=predictions, choice=st.integers(0, 3), who=st.sampled_from(TRAINERS))
+    def feedback(self, pid: str, choice: int, who: str) -> None:
         label = self.a_label(pid, choice)
-        r = self.call("POST", "/feedback", {"prediction_id": pid, "label": label})
-        status, code, answer = self.expected_feedback(pid, label)
+        body = {"prediction_id": pid, "label": label}
+        r = self.call("POST", "/feedback", body, headers=as_key(who))
+        status, code, answer = self.expected_feedback(pid, label, who)
         got = self.expect(r, status, code)
         if status == 200:
             assert got == answer, (got, answer)
 
-    @rule(pids=st.lists(predictions, min_size=1, max_size=4), choice=st.integers(0, 3))
-    def feedback_batch(self, pids: list[str], choice: int) -> None:
+    @rule(
+        pids=st.lists(predictions, min_size=1, max_size=4),
+        choice=st.integers(0, 3),
+        who=st.sampled_from(TRAINERS),
+    )
+    def feedback_batch(self, pids: list[str], choice: int, who: str) -> None:
         items = [
             {"prediction_id": p, "label": self.a_label(p, choice + i)} for i, p in enumerate(pids)
         ]
-        r = self.call("POST", "/feedback/batch", {"feedback": items})
+        r = self.call("POST", "/feedback/batch", {"feedback": items}, headers=as_key(who))
         results = self.expect(r, 200)["results"]
         for item, result in zip(items, results, strict=True):
-            status, code, answer = self.expected_feedback(item["prediction_id"], item["label"])
+            status, code, answer = self.expected_feedback(item["prediction_id"], item["label"], who)
             if status == 200:
                 assert result["error"] is None and {k: result[k] for k in answer} == answer
             else:
@@ -331,7 +693,10 @@ class Service(RuleBasedStateMachine):
 
     # -- learn -------------------------------------------------------------------------------
 
-    def learned(self, name: str, xs: list[list[float]], choices: list[int], packed: bool) -> None:
+    def learned(
+        self, name: str, xs: list[list[float]], choices: list[int], packed: bool, who: str
+    ) -> None:
+        """/learn/batch; one example alone by /learn when not ``packed``."""
         ref = self.models.get(name)
         if ref is None:
             gone = {"model": name, "features": xs, "labels": [1] * len(xs)}
@@ -339,28 +704,39 @@ class Service(RuleBasedStateMachine):
             return
         classes = ref.config.classes
         labels = [classes[c % len(classes)] for c in choices]
-        body: dict[str, Any] = {"model": name, "labels": labels}
-        if packed and ref.config.dense:
+        single = len(xs) == 1 and not packed
+        body: dict[str, Any] = {"model": name}
+        if single:
+            body |= {"features": ref.features(xs[0]), "label": labels[0]}
+        elif packed and ref.config.dense:
             body["packed_features"] = base64.b64encode(np.array(xs, "<f8").tobytes()).decode()
         else:
             body["features"] = [ref.features(x) for x in xs]
-        got = self.expect(self.call("POST", "/learn/batch", body), 200)
+        body |= {} if single else {"labels": labels}
+        path = "/learn" if single else "/learn/batch"
+        got = self.expect(self.call("POST", path, body, headers=as_key(who)), 200)
         outcomes = [
-            ref.learn(ref.features(x), c % len(classes)) for x, c in zip(xs, choices, strict=True)
+            ref.learn(ref.features(x), c % len(classes), who)
+            for x, c in zip(xs, choices, strict=True)
         ]
         ref.counters["learned"] += len(xs)
+        if single:  # (/learn's answer, as a batch of one's)
+            got = {**got, "mistakes": [got["mistake"]], "updated": [got["updated"]]}
         assert got["mistakes"] == [m for m, _ in outcomes]
         assert got["updated"] == [u for _, u in outcomes]
-        assert got["version"] == ref.counters["updates"]
+        assert got["version"] == ref.version
 
     @rule(
         name=st.sampled_from(NAMES),
         xs=st.lists(st.lists(values, min_size=2, max_size=2), min_size=1, max_size=6),
         choices=st.lists(st.integers(0, 2), min_size=6, max_size=6),
         packed=st.booleans(),
+        who=st.sampled_from(TRAINERS),
     )
-    def learn(self, name: str, xs: list[list[float]], choices: list[int], packed: bool) -> None:
-        self.learned(name, xs, choices[: len(xs)], packed)
+    def learn(
+        self, name: str, xs: list[list[float]], choices: list[int], packed: bool, who: str
+    ) -> None:
+        self.learned(name, xs, choices[: len(xs)], packed, who)
 
     @rule(
         x=st.lists(values, min_size=2, max_size=2),
@@ -368,14 +744,35 @@ class Service(RuleBasedStateMachine):
         choice=st.integers(0, 2),
     )
     def learn_on_both_at_once(self, x: list[float], y: list[float], choice: int) -> None:
-        """Two operations at once, on two workers: each model's own learn, independent."""
+        """Two operations at once, on two workers: each model's own learn (one key each),
+        independent."""
         with ThreadPoolExecutor(2) as pool:
             jobs = [
-                pool.submit(self.learned, n, [v], [choice], False)
-                for n, v in zip(NAMES, (x, y), strict=True)
+                pool.submit(self.learned, n, [v], [choice], False, who)
+                for n, v, who in zip(NAMES, (x, y), TRAINERS, strict=True)
             ]
             for job in jobs:
                 job.result()
+
+    @rule(
+        x=st.lists(values, min_size=2, max_size=2),
+        choice=st.integers(0, 2),
+        pick=st.integers(0, 40),
+        undo=st.booleans(),
+    )
+    def history_while_the_other_learns(
+        self, x: list[float], choice: int, pick: int, undo: bool
+    ) -> None:
+        """A rollback (or an undo of a key's updates) of one model while the other learns, at
+        once, on two workers."""
+        with ThreadPoolExecutor(2) as pool:
+            if undo:
+                first = pool.submit(self.undo, NAMES[0], TRAINERS[pick % 2], "none", (0, 0))
+            else:
+                first = pool.submit(self.rolled_back_to_version, NAMES[0], pick)
+            other = pool.submit(self.learned, NAMES[1], [x], [choice], False, TRAINERS[1])
+            first.result()
+            other.result()
 
     # -- after every step ------------------------------------------------------------------
 
@@ -385,17 +782,33 @@ class Service(RuleBasedStateMachine):
         assert listed == sorted(self.models)
         for name, ref in self.models.items():
             doc = self.expect(self.call("GET", f"/models/{name}/export"), 200)
-            assert base64.b64decode(doc["weights"]) == pack_weights(ref.learner.weights), name
-            assert (doc["version"], doc["seen"]) == (ref.counters["updates"], ref.counters["seen"])
+            assert base64.b64decode(doc["weights"]) == pack_weights(ref.weights), name
+            assert (doc["version"], doc["seen"]) == (ref.version, ref.counters["seen"])
             counters = self.expect(self.call("GET", f"/models/{name}"), 200)["counters"]
             assert counters == ref.counters, (name, counters, ref.counters)
-            metrics = self.call("GET", f"/models/{name}/metrics")
-            assert metrics.status_code == 200, metrics.text
+            metrics = self.expect(self.call("GET", f"/models/{name}/metrics"), 200)
+            sources = {
+                s["source"]: [s["labelled"], s["mistakes"], s["updates"]]
+                for s in metrics["sources"]
+            }
+            assert sources == ref.sources, (name, sources, ref.sources)
+            self.checkpoints_listed(name)
+
+
+def as_key(who: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {KEYS[who]}"}
 
 
 @pytest.fixture(scope="module")
 def service_url(redis_server: Any) -> Iterator[str]:
-    service = ServiceProcess(redis_server.url, workers=2, PERCEPTRON_DEFAULT_MODEL="false").start()
+    entries = ",".join(f"{who}=train:{key}" for who, key in KEYS.items() if who != ADMIN)
+    service = ServiceProcess(
+        redis_server.url,
+        workers=2,
+        PERCEPTRON_DEFAULT_MODEL="false",
+        PERCEPTRON_AUTH="true",
+        PERCEPTRON_API_KEYS=f"{entries},{ADMIN}=admin:{KEYS[ADMIN]}",
+    ).start()
     try:
         yield service.url
     finally:
@@ -403,7 +816,7 @@ def service_url(redis_server: Any) -> Iterator[str]:
 
 
 def test_random_sequences_of_what_users_do_match_the_reference(service_url: str) -> None:
-    with httpx.Client(base_url=service_url, timeout=30) as http:
+    with httpx.Client(base_url=service_url, timeout=30, headers=as_key(ADMIN)) as http:
 
         class OnTheService(Service):
             def __init__(self) -> None:
