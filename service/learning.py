@@ -27,7 +27,7 @@ from .learn_commit import GROUP_MOST, Learned, time_bucket
 from .learner import Example, FeatureError, Label, ModelConfig
 from .learner.features import Features, encode, encode_many, encode_matrix
 from .names import PredictionId
-from .protocol import Held, Made, Status
+from .protocol import NO_CLASS, Held, Made, Status
 from .replica import Replica
 from .replicas import Replicas
 from .settings import Settings
@@ -316,9 +316,6 @@ def _class_indices(config: ModelConfig, labels: Sequence[Label]) -> list[int]:
     if None in ts:  # the first label that is not one of the classes
         raise _unknown_label(config, labels[ts.index(None)])
     return cast(list[int], ts)
-
-
-NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 
 
 def _class_of(config: ModelConfig, label: Label) -> int:

@@ -40,6 +40,7 @@ class Status(IntEnum):
     NOT_STAGED = 8  # weights staged for the script are missing or not whole: nothing done
 
 
+NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
@@ -287,6 +288,7 @@ SERVED_AT = EPOCH_AT + EPOCH_LENGTH
 BITMAP_AT = SERVED_AT + SERVED_DIGITS
 
 _NUMBERS = {
+    "NO_CLASS": NO_CLASS,
     "WINDOW": RING_SIZE,
     "RECENT_KEPT": RECENT_KEPT,
     "RECENT_MAX_BYTES": RECENT_MAX_BYTES,

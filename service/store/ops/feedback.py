@@ -11,7 +11,7 @@ from . import parts
 from .runner import Runner
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
-# same order (-1: a label that is none of the model's classes, answered BAD_LABEL if the
+# same order (NO_CLASS: a label that is none of the model's classes, answered BAD_LABEL if the
 # prediction is the model's, else UNKNOWN: a prediction of a model deleted and made anew is
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
 # bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
@@ -48,7 +48,7 @@ if held > 0 then
   for i = PENDING_AT, #KEYS do
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     local p = redis.call('GET', KEYS[i])
-    if p and t ~= '-1' and string.sub(p, EPOCH_AT, EPOCH_END) == epoch
+    if p and tonumber(t) ~= NO_CLASS and string.sub(p, EPOCH_AT, EPOCH_END) == epoch
         and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
@@ -75,7 +75,7 @@ for i = PENDING_AT, #KEYS do
   if not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0)
-  elseif t == '-1' then
+  elseif tonumber(t) == NO_CLASS then
     answer(BAD_LABEL, 0, 0, 0)
   elseif string.sub(p, 1, 1) == ANSWERED then
     local _, _, prev, m, u, v = string.find(p, '^A[^|]*|(%d+)|(%d)|(%d)|(%d+)$')
