@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from service.loopback import HOST, free_port, wait_until
+from service.cli.loopback import HOST, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -308,7 +308,7 @@ class Topology:
     @staticmethod
     def _serve_cmd(port: int, workers: int) -> list[str]:
         serve = ["serve", "--host", HOST, "--port", str(port), "--workers", str(workers)]
-        return [sys.executable, "-m", "service.cli", *serve]
+        return [sys.executable, "-m", "service.cli.main", *serve]
 
     def _wait_api(self, i: int, timeout: float) -> None:
         url = self.api_url(i) + "/readyz"

@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
-from .api import (
+from service.api import (
     dashboard,
     docs,
     health,
@@ -30,19 +30,19 @@ from .api import (
     problems,
     prometheus,
 )
-from .api.connections import RecycleConnections, ShedWhileWriting
-from .api.headers import SecurityHeaders
-from .api.limits import BodyLimit
-from .api.request_metrics import RequestMetrics
-from .auth import Unauthorized
-from .errors import ServiceError, TooManyPending, Unavailable, store_unavailable
-from .metrics.prometheus import forget_worker
-from .settings import Settings
-from .startup import load_keys
-from .store import Store, describe_store, open_store
-from .store.connect import redis_password
-from .store.refusals import service_error, store_refusal
-from .worker import Worker
+from service.api.auth import Unauthorized
+from service.api.connections import RecycleConnections, ShedWhileWriting
+from service.api.headers import SecurityHeaders
+from service.api.limits import BodyLimit
+from service.api.request_metrics import RequestMetrics
+from service.api.startup import load_keys
+from service.engine.worker import Worker
+from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
+from service.metrics.prometheus import forget_worker
+from service.settings import Settings
+from service.store import Store, describe_store, open_store
+from service.store.connect import redis_password
+from service.store.refusals import service_error, store_refusal
 
 log = logging.getLogger("perceptron")
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import redis
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 from service.settings import Settings
 
 from .inprocess import Clock, InProcessService, WaitingClock, clock_the_store, fake_server

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from service.group_commit import Coalescer, Span
+from service.engine.batcher import Coalescer, Span
 
 
 def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
@@ -118,7 +118,7 @@ def test_with_concurrency_several_runs_go_at_once_and_none_is_left_behind() -> N
 
 def test_waiting_counts_what_queues_behind_the_run_in_flight() -> None:
     """A model's writer takes more requests while its commit runs, until the next commit is
-    full (service/writer.py): what waits is what is queued, not what the run holds."""
+    full (service/engine/writer.py): what waits is what is queued, not what the run holds."""
     release = asyncio.Event()
 
     async def run(items: list[int], _: list[Span]) -> list[int]:

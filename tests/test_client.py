@@ -40,7 +40,7 @@ from perceptron_client import (
     WeightsResponse,
     error_from_item,
 )
-from service.loopback import free_port
+from service.cli.loopback import free_port
 
 from .conftest import MakeService
 from .inprocess import reach

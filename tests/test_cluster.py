@@ -21,7 +21,7 @@ import pytest
 import redis
 from redis.exceptions import MovedError
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 from service.store.keys import REGISTRY, ModelKeys
 
 from .servers import RedisServer, ServiceProcess

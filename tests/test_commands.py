@@ -29,9 +29,11 @@ from perceptron_client import (
     PerceptronError,
     UnavailableError,
 )
-from service import cli, commands, manage
-from service.commands import Exit
-from service.loopback import free_port
+from service.cli import exit_codes as commands
+from service.cli import main as cli
+from service.cli import models_command as manage
+from service.cli.exit_codes import Exit
+from service.cli.loopback import free_port
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 
 UNREACHABLE = "http://127.0.0.1:1"
@@ -219,7 +221,7 @@ def test_a_busy_port_is_said_before_anything_starts(
         raise AssertionError("started")
 
     monkeypatch.setattr("uvicorn.run", not_started)
-    monkeypatch.setattr("service.local_redis.LocalRedis.start", not_started)
+    monkeypatch.setattr("service.cli.local_redis.LocalRedis.start", not_started)
     monkeypatch.delenv("PERCEPTRON_REDIS_URL", raising=False)
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")
     for local in ("", str(tmp_path)):  # the embedded store, a local redis-server
@@ -262,7 +264,8 @@ def test_a_wrong_setting_is_said_in_one_line_before_anything_starts(
 
 
 def test_the_services_own_waits_on_redis_fit_in_its_shortest_call_timeout() -> None:
-    from service import learning, writer
+    from service.engine import serving as learning
+    from service.engine import writer
 
     waits = (writer.WAIT_S, writer.ANSWER_WAIT_S, learning.HOLD_WAIT_S)
     assert max(waits) <= MIN_REDIS_TIMEOUT_S / 2
@@ -356,11 +359,12 @@ def test_a_serve_worker_keeps_its_start_up_heap_out_of_collections(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A worker of ``perceptron serve`` freezes the heap its app's start-up built and raises
-    the collector's thresholds (service/worker_gc.py); an in-process app leaves them alone."""
+    the collector's thresholds (service/engine/worker_gc.py); an in-process app leaves them
+    alone."""
     import gc
 
-    from service import worker_gc
     from service.app import create_app
+    from service.engine import worker_gc
 
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")
     thresholds = gc.get_threshold()

@@ -25,8 +25,8 @@ import jsonschema
 import pytest
 import yaml
 
-from service import cli
 from service.app import create_app
+from service.cli import main as cli
 from service.settings import Settings
 
 from .inprocess import InProcessService
@@ -411,7 +411,7 @@ def test_api_runs_the_cli_with_arguments_it_accepts(
     command = api["command"]
     assert command[0] == "perceptron"
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["perceptron"] == "service.cli:main"
+    assert scripts["perceptron"] == "service.cli.main:main"
     args = parse_cli(command[1:], monkeypatch)
     assert args["command"] == "serve"
     assert args["host"] == "0.0.0.0"

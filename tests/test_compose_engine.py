@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 pytestmark = pytest.mark.servers  # a Docker engine, its containers
 

@@ -36,7 +36,7 @@ from playwright.sync_api import (
 from sklearn.datasets import load_breast_cancer
 from sklearn.preprocessing import StandardScaler
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 
 from .conftest import MakeService
 from .inprocess import Clock

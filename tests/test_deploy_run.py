@@ -29,10 +29,10 @@ import pytest
 import redis
 import yaml
 
+from service.api.startup import check_settings
 from service.app import create_app
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 from service.settings import Settings
-from service.startup import check_settings
 
 from .servers import RedisServer
 from .test_compose import DOCKERFILE, interpolate, stages
@@ -123,7 +123,7 @@ def shown(pid: int) -> bytes:
 
 
 def serve_cmd(port: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "service.cli", "serve", "--host", "127.0.0.1",
+    return [sys.executable, "-m", "service.cli.main", "serve", "--host", "127.0.0.1",
             "--port", str(port), "--workers", str(workers)]  # fmt: skip
 
 

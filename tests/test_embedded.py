@@ -25,7 +25,7 @@ def test_service_runs_on_the_embedded_store_without_redis() -> None:
 def test_embedded_store_refuses_several_workers() -> None:
     env = {"PATH": "/usr/bin:/bin"}
     r = subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve", "--workers", "2"],
+        [sys.executable, "-m", "service.cli.main", "serve", "--workers", "2"],
         env=env,
         capture_output=True,
         text=True,

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import redis
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
+from service.engine.worker import Worker
 from service.settings import Settings
-from service.worker import Worker
 
 from .servers import RedisServer, ServiceThread
 

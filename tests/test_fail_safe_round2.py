@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service import protocol
+from service.contract import store_protocol as protocol
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
@@ -112,9 +112,9 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     condition of the store (requests answer 503 store_full), not a bug."""
     from redis.exceptions import OutOfMemoryError
 
-    from service.replicas import Replicas
+    from service.engine.replica_cache import Replicas
+    from service.engine.writer import Writers
     from service.settings import Settings
-    from service.writer import Writers
 
     class FullStore:
         embedded = False
@@ -233,7 +233,7 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
     with no expiry: after every worker was killed, they stayed forever."""
     import secrets
 
-    from service.handoff import NOT_QUEUED_ANSWER, pack_request
+    from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request
     from service.store import ModelKeys
 
     from .test_writers import _close, _examples, _worker
@@ -289,8 +289,8 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
     that found none took it for 'not learned'."""
     import secrets
 
+    from service.contract.learn_wire import NOT_QUEUED_ANSWER, UNLEARNED_ANSWER, pack_request
     from service.errors import OutcomeUnknown
-    from service.handoff import NOT_QUEUED_ANSWER, UNLEARNED_ANSWER, pack_request
     from service.store import ModelKeys
 
     from .test_writers import _close, _examples, _worker
@@ -394,7 +394,7 @@ def test_why_the_default_model_is_not_made_is_logged_once_a_minute(
     yet" once a second (the docs say once a minute)."""
     import redis
 
-    from service.loopback import wait_until
+    from service.cli.loopback import wait_until
     from service.settings import Settings
 
     from .servers import ServiceThread
@@ -497,7 +497,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
     misread; every copy of the model then failed to apply its log (500 on export)."""
     import secrets
 
-    from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
+    from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
     from service.learner.features import encode_matrix
     from service.store import ModelKeys
 
@@ -731,7 +731,7 @@ def test_a_learn_waiting_on_a_model_deleted_meanwhile_is_answered_at_once(
 
     import redis
 
-    from service.loopback import wait_until
+    from service.cli.loopback import wait_until
     from service.settings import Settings
     from service.store import ModelKeys
 

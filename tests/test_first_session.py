@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.loopback import free_port
+from service.cli.loopback import free_port
 from service.settings import Settings
 
 from .servers import ServiceProcess, running

@@ -46,7 +46,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from service.app import create_app
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 from service.settings import Settings
 
 from .servers import RedisServer, ServiceThread

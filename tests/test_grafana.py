@@ -34,7 +34,7 @@ import pytest
 import redis
 import yaml
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 from service.settings import Settings
 
 from .rules import RULES, load_rules

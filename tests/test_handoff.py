@@ -7,6 +7,7 @@ import pytest
 from redis.exceptions import OutOfMemoryError
 
 from service.app import _answer
+from service.contract.learn_wire import pack_error, unpack_answer
 from service.errors import (
     ModelBusy,
     OutcomeUnknown,
@@ -14,7 +15,6 @@ from service.errors import (
     Unavailable,
     store_unavailable,
 )
-from service.handoff import pack_error, unpack_answer
 from service.store.refusals import service_error
 
 

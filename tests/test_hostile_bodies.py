@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.auth import KeyRing
+from service.api.auth import KeyRing
 from service.settings import Settings
 
 from .conftest import MakeService

@@ -22,6 +22,8 @@ from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service.contract.names import PredictionId
+from service.engine.worker import Worker
 from service.errors import (
     InvalidInput,
     PredictionNotFound,
@@ -29,8 +31,7 @@ from service.errors import (
     StaleModel,
     Unavailable,
 )
-from service.lifecycle import Models
-from service.names import PredictionId
+from service.models.admin import Models
 from service.settings import Settings
 from service.store import ModelKeys, NotSent, Store
 from service.store.connect import (
@@ -40,7 +41,6 @@ from service.store.connect import (
     open_store,
 )
 from service.store.ops import WAITED
-from service.worker import Worker
 
 from .inprocess import InProcessService, fake_server
 

@@ -22,9 +22,9 @@ import httpx
 import pytest
 
 from perceptron_client import AsyncClient, Client
-from service import cli
 from service import replay as rp
-from service.loopback import free_port
+from service.cli import main as cli
+from service.cli.loopback import free_port
 from service.replay import command
 from service.replay.tally import Tally
 from service.settings import Settings
@@ -389,7 +389,7 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     port = free_port()  # serve tries it before anything starts
     assert cli.main(["serve", "--port", str(port), "--workers", "3"]) == 0
     # Its workers' app, which leaves the warning that auth is off to serve: once, not per worker
-    assert ran["app"] == "service.cli:worker_app" and ran["factory"] is True
+    assert ran["app"] == "service.cli.main:worker_app" and ran["factory"] is True
     assert ran["logging"] == ran["log_config"]
     assert (ran["port"], ran["workers"]) == (port, 3)
     assert __import__("os").environ[cli.SERVE_WORKERS] == "3"  # how many, told to each worker

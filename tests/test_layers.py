@@ -16,21 +16,54 @@ ROOT = Path(__file__).resolve().parents[1]
 # module -> packages it must not pull in, even indirectly
 PURE = {
     "service.learner": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.names": ("redis", "fastapi", "starlette", "numpy", "service.store", "service.api"),
-    "service.protocol": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.learn_sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.replica": ("redis", "fastapi", "starlette", "service.store", "service.api"),
-    "service.handoff": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.contract.names": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "numpy",
+        "service.store",
+        "service.api",
+    ),
+    "service.contract.store_protocol": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "service.store",
+        "service.api",
+    ),
+    "service.engine.sequence": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.engine.replica": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.contract.learn_wire": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "service.store",
+        "service.api",
+    ),
+    "service.contract": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "service.store",
+        "service.api",
+        "service.engine",
+        "service.models",
+    ),
     "service.store": (
         "fastapi",
         "starlette",
         "service.api",
-        "service.learning",
-        "service.startup",
+        "service.engine.serving",
+        "service.api.startup",
     ),
-    "service.replicas": ("fastapi", "starlette", "service.api", "service.learning"),
-    "service.metrics": ("service.api", "service.learning", "service.store"),
-    "service.group_commit": ("redis", "fastapi", "starlette", "service.store", "service.api"),
+    "service.engine.replica_cache": (
+        "fastapi",
+        "starlette",
+        "service.api",
+        "service.engine.serving",
+    ),
+    "service.metrics": ("service.api", "service.engine.serving", "service.store"),
+    "service.engine.batcher": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     # what users of the Python client install and import (client/, a distribution of its own,
     # perceptron-client): nothing of the server, not one service.* module, and not numpy,
     # scikit-learn or River, its optional extras, imported only by a bridge when it is used
@@ -158,3 +191,24 @@ def test_the_source_walk_sees_what_a_module_imports() -> None:
     assert _forbidden(_closure("service.api.request_metrics"), ("starlette",))
     assert "redis" in _closure("service.store")
     assert "service.learner.config" in _closure("service.learner")
+
+
+def test_the_packages_top_level_holds_only_what_every_layer_shares() -> None:
+    """The tree shows the layers: beside its folders, ``service/`` holds the settings, the
+    errors and the app that assembles them, nothing else."""
+    top = sorted(p.name for p in (ROOT / "service").glob("*.py"))
+    assert top == ["__init__.py", "app.py", "errors.py", "settings.py"]
+    folders = sorted(p.name for p in (ROOT / "service").iterdir() if (p / "__init__.py").exists())
+    assert folders == [
+        "api",
+        "apidocs",
+        "cli",
+        "contract",
+        "dashboard",
+        "engine",
+        "learner",
+        "metrics",
+        "models",
+        "replay",
+        "store",
+    ]

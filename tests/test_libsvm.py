@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service import cli
 from service import replay as rp
+from service.cli import main as cli
 from service.replay import libsvm
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.export_format import MAX_SOURCE_COUNTERS
+from service.contract.export_format import MAX_SOURCE_COUNTERS
 
 from .conftest import MakeService
 from .servers import RedisServer, ServiceThread

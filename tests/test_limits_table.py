@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service import protocol
+from service.contract import store_protocol as protocol
 
 from .conftest import MakeService
 

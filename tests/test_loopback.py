@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service import loopback
+from service.cli import loopback
 
 
 def test_a_free_port_can_be_bound_on_loopback() -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import redis.asyncio
 
+from service.contract.store_protocol import Bucket, LearnBatch, Made
 from service.learner import ModelConfig, encode
 from service.learner.codec import pack_payload, pack_record
-from service.protocol import Bucket, LearnBatch, Made
 from service.store import Store
 from service.store.keys import ModelKeys
 

@@ -1,6 +1,6 @@
 """``perceptron models``: real commands against a running service, their output and exit codes.
 
-Each command is the console command run as its own process (``python -m service.cli``), with
+Each command is the console command run as its own process (``python -m service.cli.main``), with
 the service's URL and key from options or the environment, as a script would run it.
 """
 
@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from perceptron_client import ModelSpec
-from service.loopback import free_port
-from service.manage import add_arguments
+from service.cli.loopback import free_port
+from service.cli.models_command import add_arguments
 
 from .conftest import MakeService
 
@@ -39,7 +39,7 @@ def perceptron(
     if url is not None:
         environ["PERCEPTRON_URL"] = url
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "service.cli.main", *args],
         input=stdin,
         capture_output=True,
         text=True,

@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 from service.settings import Settings
 
 from .servers import RedisServer, ServiceThread

@@ -1,6 +1,6 @@
 """One source for the store protocol: the Lua scripts get their constants from
-service/protocol.py and their KEYS and ARGV from their slots (store/script.py), and read a
-pending record at the offsets of learner/codec.py."""
+service/contract/store_protocol.py and their KEYS and ARGV from their slots (store/script.py),
+and read a pending record at the offsets of learner/codec.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.learner import ModelConfig
-from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
-from service.learner.features import encode
-from service.protocol import (
+from service.contract.store_protocol import (
     COUNTERS,
     LUA,
     Field,
@@ -30,6 +27,9 @@ from service.protocol import (
     source_counts,
     source_fields,
 )
+from service.learner import ModelConfig
+from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
+from service.learner.features import encode
 from service.store import ModelKeys
 from service.store import ops as store_ops
 from service.store.ops import SCRIPTS as OPS
@@ -241,9 +241,9 @@ def test_per_key_counts_are_a_tally_of_each_example(
 
 def test_every_view_of_the_counters_is_the_protocols() -> None:
     from service.api.schemas import Counters
-    from service.export_format import COUNTERS as EXPORTED
+    from service.contract.export_format import COUNTERS as EXPORTED
+    from service.contract.store_protocol import COUNTERS
     from service.metrics.prometheus import COUNTERS as SCRAPED
-    from service.protocol import COUNTERS
 
     names = {c.name for c in COUNTERS}
     assert set(Counters.model_fields) == names

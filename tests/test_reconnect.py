@@ -25,7 +25,7 @@ import httpx
 import pytest
 import redis
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 from service.settings import Settings
 from service.store import ops
 from service.store.connect import open_client

@@ -23,7 +23,7 @@ import pytest
 
 from service.api import examples
 from service.app import create_app
-from service.commands import CLIENT_CODES, MEANING, SERVE_CODES
+from service.cli.exit_codes import CLIENT_CODES, MEANING, SERVE_CODES
 from service.settings import Settings
 from service.store.refusals import STORE_STATES
 

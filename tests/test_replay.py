@@ -23,7 +23,7 @@ from PIL import Image
 
 from perceptron_client import AsyncClient, Client, FeedbackResponse, LabelIn, PredictResponse
 from service import replay as rp
-from service.cli import main
+from service.cli.main import main
 
 from .conftest import MakeService
 
@@ -218,7 +218,7 @@ def test_a_fast_curve_test_passes_on_a_machine_without_a_font_cache(tmp_path: Pa
 
 def test_the_cli_replays_and_draws(url: str, tmp_path: Path) -> None:
     curve = tmp_path / "curve.png"
-    cmd = [sys.executable, "-m", "service.cli", "replay", "--dataset", "breast_cancer"]
+    cmd = [sys.executable, "-m", "service.cli.main", "replay", "--dataset", "breast_cancer"]
     cmd += ["--url", url, "--curve", str(curve), "--json"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

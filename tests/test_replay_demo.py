@@ -23,8 +23,8 @@ import pytest
 from matplotlib.lines import Line2D
 
 from perceptron_client import Client
-from service import cli
 from service import replay as rp
+from service.cli import main as cli
 from service.learner import ModelConfig, Perceptron
 from service.replay import command
 from service.settings import Settings

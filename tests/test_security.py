@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.api.auth import KeyError_, KeyRing, Role
 from service.app import create_app
-from service.auth import KeyError_, KeyRing, Role
 from service.settings import Settings
 
 from .conftest import MakeService

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.learn_sequence import LearnedSequence, _run_binary, _run_general, run_sequence
+from service.contract.store_protocol import RECENT_KEPT
+from service.engine.sequence import LearnedSequence, _run_binary, _run_general, run_sequence
 from service.learner import Example, ModelConfig, Weights, encode
 from service.learner.codec import entry_provenance, provenance, unpack_entry
 from service.learner.perceptron import apply
-from service.protocol import RECENT_KEPT
 
 EPOCH = "e" * 16
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 pytestmark = pytest.mark.servers  # perceptron serve, a real process
 
@@ -36,7 +36,7 @@ def serving(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
             env=env,
             cwd=ROOT,
             stdout=out,
@@ -73,7 +73,7 @@ def test_a_busy_port_says_so_and_how_to_pick_another(serving: tuple[int, Path]) 
     port, _ = serving
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERCEPTRON_")}
     second = subprocess.run(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)],
+        [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)],
         env={**env, "PERCEPTRON_AUTH": "false"},
         cwd=ROOT,
         capture_output=True,

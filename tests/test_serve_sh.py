@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 pytestmark = pytest.mark.servers  # deploy/serve.sh and its redis-server
 

@@ -9,6 +9,7 @@ import httpx
 import numpy as np
 import pytest
 
+from service.cli.loopback import wait_until
 from service.learner import ModelConfig, Weights, encode
 from service.learner.perceptron import (
     apply,
@@ -17,7 +18,6 @@ from service.learner.perceptron import (
     served_scores,
     update_plan,
 )
-from service.loopback import wait_until
 
 from .conftest import MakeService
 

@@ -35,7 +35,7 @@ import psutil
 import pytest
 import redis
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 
 from .servers import ServiceProcess, running
 

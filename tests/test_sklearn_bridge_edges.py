@@ -23,7 +23,7 @@ from sklearn.tree import DecisionTreeClassifier
 
 from perceptron_client import AsyncClient, Client, calls, model_document
 from perceptron_client.sklearn_bridge import SklearnBridgeError, estimator_document, estimator_of
-from service import export_format
+from service.contract import export_format
 from service.learner import ModelConfig, Weights
 
 X, Y = load_iris(return_X_y=True)

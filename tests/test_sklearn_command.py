@@ -20,8 +20,8 @@ from sklearn.linear_model import LogisticRegression, Perceptron
 from sklearn.tree import DecisionTreeClassifier
 
 from perceptron_client import Client
-from service.cli import main
-from service.loopback import free_port
+from service.cli.loopback import free_port
+from service.cli.main import main
 
 from .servers import ServiceProcess
 from .test_first_session import section, shell_blocks, shown_answers

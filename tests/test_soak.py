@@ -30,7 +30,7 @@ import pytest
 import redis
 from redis.typing import EncodableT, FieldT
 
-from service.loopback import wait_until
+from service.cli.loopback import wait_until
 
 from .servers import RedisServer, ServiceProcess
 

@@ -55,9 +55,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from service import protocol
 from service.api.model_routes import MAX_UPDATES_LISTED
-from service.history import KEEP_LAST
+from service.contract import store_protocol as protocol
+from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.codec import pack_weights
 from service.learner.features import Example, encode
@@ -68,7 +68,7 @@ from service.learner.perceptron import (
     served_scores,
     update_plan,
 )
-from service.protocol import Reason
+from service.models.retention import KEEP_LAST
 
 from .servers import ServiceProcess
 

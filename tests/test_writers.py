@@ -1,7 +1,7 @@
 """One model, many writers: real worker processes learn one model, none fails, none is lost.
 
 By default (PERCEPTRON_ONE_WRITER=true) every /learn is learned by the model's writer
-(service/writer.py); the other workers hand their examples to it. With integer features and a
+(service/engine/writer.py); the other workers hand their examples to it. With integer features and a
 binary model (learning rate 1, margin 0), the weights must be exactly the sum of ``y * x`` over
 the examples the answers said updated.
 """
@@ -26,16 +26,16 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.cli.loopback import wait_until
+from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
+from service.contract.store_protocol import REQUEST_INLINE, LearnResult
+from service.engine.worker import Worker
+from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
-from service.handoff import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.learner import Example
 from service.learner.features import encode_matrix
-from service.loopback import wait_until
-from service.protocol import REQUEST_INLINE, LearnResult
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
-from service.worker import Worker
-from service.writer import LEASE_MS, MOST_WAITING
 
 from .servers import RedisServer, ServiceProcess, running
 
@@ -281,9 +281,9 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     calls that found it, and that commit pushes one wake-up for each (feedback polled every
     5 ms before). The call is sent again behind its wait, in one round trip, so it is applied
     as soon as it is woken."""
-    from service.learning import HOLD_WAIT_S, Feedback
-    from service.names import PredictionId
-    from service.protocol import Held, SyncData
+    from service.contract.names import PredictionId
+    from service.contract.store_protocol import Held, SyncData
+    from service.engine.serving import HOLD_WAIT_S, Feedback
 
     async def main() -> None:
         a, b = _worker(redis_url), _worker(redis_url)
@@ -347,9 +347,9 @@ def test_feedback_arriving_while_a_call_is_held_waits_in_redis_too(
     """A worker's feedback for one model that arrives while its last call waits on the
     writer's hold is sent at once (FEEDBACK_IN_FLIGHT), and counted in the hold, rather than
     queued behind it: both are applied at the one wake-up of the commit that lets go."""
-    from service import learning
-    from service.learning import FEEDBACK_IN_FLIGHT, Feedback
-    from service.names import PredictionId
+    from service.contract.names import PredictionId
+    from service.engine import serving as learning
+    from service.engine.serving import FEEDBACK_IN_FLIGHT, Feedback
 
     assert FEEDBACK_IN_FLIGHT == 2
     # A held call waits 1.5 s (under the 2 s of a Redis call) before it looks again: the
@@ -396,10 +396,10 @@ def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hol
     an unknown id) is applied at once, since the writer's commit of a model that is not
     averaged is guarded by the version alone. An averaged model's commit is guarded by the
     count of examples seen too: there every fresh label waits."""
-    from service.learn_commit import time_bucket
-    from service.learning import Feedback
-    from service.names import PredictionId
-    from service.protocol import FeedbackBatch, Held, Status
+    from service.contract.names import PredictionId
+    from service.contract.store_protocol import FeedbackBatch, Held, Status
+    from service.engine.learn_commits import time_bucket
+    from service.engine.serving import Feedback
 
     async def main() -> None:
         b = _worker(redis_url)
@@ -483,9 +483,9 @@ def test_a_held_feedback_call_waits_exactly_when_an_item_would_move_the_writers_
     model. It waits exactly when, by the learner's rule, one fresh item would update the
     weights (for an averaged model: when one is fresh at all); else it is applied at once and
     the version does not move (on the embedded store, which runs the same scripts)."""
-    from service.learn_commit import time_bucket
-    from service.names import PredictionId
-    from service.protocol import FeedbackBatch, Held, Status
+    from service.contract.names import PredictionId
+    from service.contract.store_protocol import FeedbackBatch, Held, Status
+    from service.engine.learn_commits import time_bucket
     from service.store import Store
     from service.store.connect import embedded_client
 
@@ -846,7 +846,7 @@ def test_a_wait_on_redis_fits_in_a_call_only_above_the_timeouts_floor(
     """Why PERCEPTRON_REDIS_TIMEOUT_S may not go below MIN_REDIS_TIMEOUT_S: an idle writer's
     wait for requests (writer.WAIT_S) that runs its course ends in a timeout of the Redis call
     when the call's timeout is shorter; at the floor it answers, with nothing taken."""
-    from service import writer
+    from service.engine import writer
 
     async def main() -> None:
         async with _another_writes(redis_url):

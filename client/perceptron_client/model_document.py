@@ -5,7 +5,7 @@ float64 little-endian, base64, with their sha256: every weight row (``rows x dim
 row), then one bias a row, then, for an averaged model, the running sums of the same shapes.
 A document written here is imported as any export is (``POST /models/{name}/import``); the
 service checks it whole. ``tests/test_sklearn_bridge_edges.py`` holds the layout to the
-service's own (``service/export_format.py``).
+service's own (``service/contract/export_format.py``).
 
 Needs numpy: the client imports this module only for a bridge, never at its own import.
 """

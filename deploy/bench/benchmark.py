@@ -4,7 +4,7 @@
 
 Sets up everything itself: installs Debian's ``wrk`` (and ``redis-server``) with apt-get when
 missing, starts its own redis-server on a free port with no persistence, the service
-(``python -m service.cli serve --workers 2``), the baseline app (``baseline_app.py`` under
+(``python -m service.cli.main serve --workers 2``), the baseline app (``baseline_app.py`` under
 ``uvicorn --workers 2``) and, when ``pip`` can fetch ``vowpalwabbit``, VW's daemon. Every
 server binds 127.0.0.1 and is stopped by its PID at the end. Prints one markdown table (and a
 few notes under it); ``--out FILE`` also writes them to FILE, the raw results to FILE.json.

@@ -4,7 +4,7 @@
     python3 deploy/bench/busiest.py --summarize FILE
 
 Waits (up to --wait seconds) for the service's supervisor (a process running ``perceptron
-serve`` or ``python -m service.cli serve``) and for its load (a process named --load, wrk by
+serve`` or ``python -m service.cli.main serve``) and for its load (a process named --load, wrk by
 default, running while the service's workers use half a core or more), then --after seconds
 more (past a warm-up), takes each worker's CPU over one second, and records the busiest for
 --seconds with py-spy, a sampling profiler that reads the process from outside. FILE gets
@@ -31,7 +31,7 @@ from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
 BUSY = 0.5  # cores the service's workers use together once its load has begun
-SERVE = (["perceptron", "serve"], ["service.cli", "serve"])
+SERVE = (["perceptron", "serve"], ["service.cli.main", "serve"])
 
 
 def say(line: str) -> None:

@@ -5,7 +5,7 @@ CPU per request.
     .venv/bin/python deploy/bench/drain.py --baseline REV      # and a checkout of REV
 
 With several workers, each /learn to a model that its worker does not write is a request
-handed over to the model's writer (service/writer.py); with many workers and one example a
+handed over to the model's writer (service/engine/writer.py); with many workers and one example a
 request, the writer's process is where one model's learning stops growing (figure 14 of
 docs/performance.md). This measures that bound alone. For each run: a fresh redis-server,
 one dense binary model (d=100), --requests requests of --examples examples each handed over
@@ -13,7 +13,7 @@ and queued for it while a lease that no worker holds keeps them waiting, then on
 takes the lease and learns them all, as the model's writer. Reported: requests learned per
 second from then until the last is answered, the writer process's CPU (user + sys) per
 request, and Redis's. The process collects its garbage as a worker of ``perceptron serve``
-does (service/worker_gc.py), and runs on the same event loop (uvloop). This tree and, with
+does (service/engine/worker_gc.py), and runs on the same event loop (uvloop). This tree and, with
 --baseline, a checkout of REV (a git worktree made here, removed at the end) run alternated,
 round by round. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
@@ -42,15 +42,15 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     import redis
     import redis.asyncio as aioredis
 
-    from service import worker_gc
-    from service import writer as writers
-    from service.handoff import NOT_QUEUED_ANSWER, new_token, pack_request
+    from service.contract.learn_wire import NOT_QUEUED_ANSWER, new_token, pack_request
+    from service.contract.store_protocol import Lease, Meta
+    from service.engine import worker_gc
+    from service.engine import writer as writers
+    from service.engine.worker import Worker
     from service.learner.features import encode
-    from service.protocol import Lease, Meta
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys
-    from service.worker import Worker
 
     os.environ.update(PERCEPTRON_REDIS_URL=url, PERCEPTRON_LEARN_WAIT_S="600")
     settings = Settings()

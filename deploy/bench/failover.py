@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 from writers import call, designs, ready, redis_server, say, serve, stop
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DIM = 100

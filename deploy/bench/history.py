@@ -29,7 +29,7 @@ import numpy as np
 import redis
 from writers import ROOT, Run, call, ready, redis_server, say, serve, stop
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 from service.store import ModelKeys
 
 

@@ -44,7 +44,7 @@ import numpy as np
 import redis
 from writers import call, designs, ready, redis_server, say, serve, stop
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"

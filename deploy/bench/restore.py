@@ -34,7 +34,7 @@ import numpy as np
 import redis
 from writers import ROOT, ready, redis_server, say, serve, stop
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 KEYS = {"labeller": "l" * 32, "bob": "b" * 32, "admin": "a" * 32}
 SLOW_US = 50_000

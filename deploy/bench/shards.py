@@ -42,7 +42,7 @@ import psutil
 import redis
 from writers import BATCH, DIM, ROOT, bodies, call, ceiling, ready, say, send
 
-from service.loopback import free_port, redis_server_command, wait_until
+from service.cli.loopback import free_port, redis_server_command, wait_until
 
 N_MODELS = 8
 MASTERS = 3
@@ -212,7 +212,7 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
             "PERCEPTRON_LOG_LEVEL": "warning",
         }
         service = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
+            [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)]
             + ["--workers", str(workers)],
             cwd=ROOT,
             env=env,

@@ -43,7 +43,7 @@ from harness.tools import ensure_debian_tool
 from mixed import summary, wrk
 from writers import ROOT, call, ready, redis_server, say, serve, stop
 
-from service.loopback import free_port, wait_until
+from service.cli.loopback import free_port, wait_until
 
 DIM = 100
 MODEL = "m"

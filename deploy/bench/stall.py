@@ -213,9 +213,9 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from service.api import routing
     from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
     from service.api.views import predict_batch_response
+    from service.engine.worker import Worker
     from service.settings import Settings
     from service.store import open_store
-    from service.worker import Worker
     from tests.servers import RedisServer
 
     redis_server = RedisServer("--appendonly", "no").start()

@@ -68,12 +68,12 @@ def pin(cpu: int) -> None:
 async def the_writer(url: str, lease_ms: int) -> Any:
     """A worker of the service on CPU 0 (its garbage collected as ``perceptron serve``'s are),
     holding the lease of a new model, ``MODEL``, for ``lease_ms`` (run in the tree measured)."""
-    from service import worker_gc
-    from service.protocol import Lease
+    from service.contract.store_protocol import Lease
+    from service.engine import worker_gc
+    from service.engine.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys
-    from service.worker import Worker
 
     pin(0)
     os.environ.update(PERCEPTRON_REDIS_URL=url)
@@ -98,7 +98,7 @@ def labelled(n: int, seed: int) -> tuple[list[list[float]], list[int]]:
 async def write(url: str, own: int) -> None:
     """The writer's process (run in the tree measured): take the lease, write the model until
     stopped; ``own`` requests of its own in flight meanwhile."""
-    from service import writer as writers
+    from service.engine import writer as writers
 
     writers.IDLE_S = float("inf")  # a writer of this bench keeps its lease while idle
     worker = await the_writer(url, writers.LEASE_MS)
@@ -131,11 +131,11 @@ async def hand_over(url: str, writer_pid: int, workers: int, clients: int, secon
     import redis
     import redis.asyncio as aioredis
 
-    from service.protocol import Meta
+    from service.contract.store_protocol import Meta
+    from service.engine.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys
-    from service.worker import Worker
 
     pin(1)
     os.environ.update(PERCEPTRON_REDIS_URL=url)

@@ -41,7 +41,7 @@ import numpy as np
 import psutil
 from harness.cpu import process_cpu, tree_cpu, tree_delta
 
-from service.loopback import free_port, redis_server_command, wait_until
+from service.cli.loopback import free_port, redis_server_command, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -114,7 +114,7 @@ def serve(
     model, its output dropped), on the Redis at ``redis_port``, with ``env`` on top; it
     answers once its /readyz does. Stop it with ``stop``."""
     service = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
+        [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)]
         + ["--workers", str(workers)],
         cwd=tree,
         env={
@@ -291,7 +291,7 @@ def ceiling() -> float:
     """The learner loop alone: examples/s of run_sequence on packed 1000 x 100 batches, the
     best of 30 (one core, no HTTP, no Redis): what one model's writer can at most learn."""
     sys.path.insert(0, str(ROOT))
-    from service.learn_sequence import run_sequence
+    from service.engine.sequence import run_sequence
     from service.learner import ModelConfig, Weights
     from service.learner.features import encode_matrix
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from ..protocol import COUNTERS
+from service.contract.store_protocol import COUNTERS
 
 PAGES = Path(__file__).resolve().parent.parent / "dashboard"
 

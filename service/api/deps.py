@@ -15,8 +15,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from ..auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
-from ..worker import Worker
+from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
+from service.engine.worker import Worker
 
 
 @dataclass(frozen=True, slots=True)

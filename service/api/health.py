@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ..errors import Unavailable
-from .deps import WorkerDep
-from .schemas import ErrorResponse, Health
+from service.api.deps import WorkerDep
+from service.api.schemas import ErrorResponse, Health
+from service.errors import Unavailable
 
 router = APIRouter(tags=["health"])
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from ..auth import Role
-from ..errors import ServiceError
-from ..names import PredictionId
-from .deps import Caller, Reader, Trainer
-from .routing import FastJSONRoute
-from .schemas import (
+from service.api.auth import Role
+from service.api.deps import Caller, Reader, Trainer
+from service.api.routing import FastJSONRoute
+from service.api.schemas import (
     ErrorResponse,
     FeedbackBatchRequest,
     FeedbackBatchResponse,
@@ -26,7 +24,9 @@ from .schemas import (
     PredictResponse,
     error_responses,
 )
-from .views import json_response, predict_batch_response, score_fields
+from service.api.views import json_response, predict_batch_response, score_fields
+from service.contract.names import PredictionId
+from service.errors import ServiceError
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import TooLarge
+from service.errors import TooLarge
 
 
 class BodyTooLarge(TooLarge):

@@ -4,18 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..metrics.summary import (
-    confusion,
-    curve_points,
-    mistake_bound,
-    ring_mistakes,
-    series_points,
-    source_rows,
-    weight_norm,
-)
-from ..protocol import RING_SIZE, Meta, Observations
-from ..replica import Replica
-from .schemas import (
+from service.api.schemas import (
     Confusion,
     Curve,
     CurvePoint,
@@ -26,7 +15,18 @@ from .schemas import (
     SeriesPoint,
     SourceCounts,
 )
-from .views import counters_of
+from service.api.views import counters_of
+from service.contract.store_protocol import RING_SIZE, Meta, Observations
+from service.engine.replica import Replica
+from service.metrics.summary import (
+    confusion,
+    curve_points,
+    mistake_bound,
+    ring_mistakes,
+    series_points,
+    source_rows,
+    weight_norm,
+)
 
 
 def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetrics:

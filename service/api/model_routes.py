@@ -8,13 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
-from ..auth import Role
-from ..protocol import MAX_COUNT
-from . import examples
-from .deps import Admin, Reader
-from .metrics_view import model_metrics
-from .routing import FastJSONRoute
-from .schemas import (
+from service.api import examples
+from service.api.auth import Role
+from service.api.deps import Admin, Reader
+from service.api.metrics_view import model_metrics
+from service.api.routing import FastJSONRoute
+from service.api.schemas import (
     CheckpointInfo,
     Checkpoints,
     ModelInfo,
@@ -30,7 +29,8 @@ from .schemas import (
     WeightsResponse,
     error_responses,
 )
-from .views import WeightsStream, model_info
+from service.api.views import WeightsStream, model_info
+from service.contract.store_protocol import MAX_COUNT
 
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)

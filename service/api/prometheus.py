@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import examples
-from .deps import Reader
-from .scrape import read_exposition
+from service.api import examples
+from service.api.deps import Reader
+from service.api.scrape import read_exposition
 
 router = APIRouter(tags=["metrics"])
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..metrics.prometheus import LATENCY, REQUESTS
+from service.metrics.prometheus import LATENCY, REQUESTS
 
 
 class RequestMetrics:

@@ -15,9 +15,9 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..auth import Role
-from ..errors import ServiceError
-from .deps import CallerOf, authenticate
+from service.api.auth import Role
+from service.api.deps import CallerOf, authenticate
+from service.errors import ServiceError
 
 # No request of this API nests more than 4 levels ({"features": [[...]]}, an export's config).
 # Far deeper documents are what breaks: orjson parses up to 1024 levels, and the handlers'

@@ -18,11 +18,11 @@ from pydantic import (
     model_validator,
 )
 
-from ..errors import InvalidInput
-from ..learner import ModelConfig
-from ..names import NAME_MAX, NAME_PATTERN
-from ..protocol import CURVE_POINTS, MAX_COUNT
-from . import examples
+from service.api import examples
+from service.contract.names import NAME_MAX, NAME_PATTERN
+from service.contract.store_protocol import CURVE_POINTS, MAX_COUNT
+from service.errors import InvalidInput
+from service.learner import ModelConfig
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 # Versions and checkpoint ids: integers (never booleans, strings or 1.0) the store keeps exact.
@@ -214,8 +214,8 @@ class ModelSpec(_Body):
 
 
 class Counters(BaseModel):
-    """A model's counters: service/protocol.py's COUNTERS (tests/test_protocol.py checks that
-    this class names each of them)."""
+    """A model's counters: service/contract/store_protocol.py's COUNTERS
+    (tests/test_protocol.py checks that this class names each of them)."""
 
     predictions: int = 0
     feedback: int = 0

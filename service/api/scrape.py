@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..errors import STORE_UNAVAILABLE, ServiceError
-from ..learner import ModelConfig
-from ..metrics.prometheus import exposition
-from ..metrics.serving import Serving
-from ..protocol import Observations
-from ..store import StoreError
-from .deps import Caller
+from service.api.deps import Caller
+from service.contract.store_protocol import Observations
+from service.errors import STORE_UNAVAILABLE, ServiceError
+from service.learner import ModelConfig
+from service.metrics.prometheus import exposition
+from service.metrics.serving import Serving
+from service.store import StoreError
 
 log = logging.getLogger("perceptron")
 

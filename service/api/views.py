@@ -12,18 +12,18 @@ import orjson
 from fastapi import Response
 from fastapi.responses import StreamingResponse
 
-from ..learner import ModelConfig
-from ..learner.perceptron import class_votes, ovo_pairs
-from ..learning import Predicted
-from ..protocol import Meta
-from ..replica import Replica
-from .schemas import (
+from service.api.schemas import (
     Counters,
     ModelInfo,
     ModelSpec,
     PredictBatchResponse,
     PredictResponse,
 )
+from service.contract.store_protocol import Meta
+from service.engine.replica import Replica
+from service.engine.serving import Predicted
+from service.learner import ModelConfig
+from service.learner.perceptron import class_votes, ovo_pairs
 
 
 def counters_of(meta: dict[str, str]) -> Counters:

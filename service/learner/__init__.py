@@ -1,9 +1,9 @@
 """The perceptron itself: configuration, features and arithmetic, with no I/O."""
 
-from .config import ConfigError, Label, ModelConfig
-from .features import Example, FeatureError, encode
-from .online import Outcome, Perceptron
-from .perceptron import Weights
+from service.learner.config import ConfigError, Label, ModelConfig
+from service.learner.features import Example, FeatureError, encode
+from service.learner.online import Outcome, Perceptron
+from service.learner.perceptron import Weights
 
 __all__ = [
     "ConfigError",

@@ -14,9 +14,9 @@ import secrets
 
 import numpy as np
 
-from .config import ModelConfig
-from .features import Example
-from .perceptron import Weights
+from service.learner.config import ModelConfig
+from service.learner.features import Example
+from service.learner.perceptron import Weights
 
 # A pending record (``pack_record``): its mark, then the model's epoch, then the served class.
 PENDING = b"P"

@@ -10,7 +10,7 @@ from itertools import repeat
 
 import numpy as np
 
-from .config import ModelConfig
+from service.learner.config import ModelConfig
 
 Features = Sequence[float] | Mapping[str, float]
 

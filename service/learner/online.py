@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import Label, ModelConfig
-from .features import Example, FeatureError, Features, encode
-from .perceptron import (
+from service.learner.config import Label, ModelConfig
+from service.learner.features import Example, FeatureError, Features, encode
+from service.learner.perceptron import (
     Weights,
     apply,
     predict_index,

@@ -25,8 +25,8 @@ from functools import cache
 
 import numpy as np
 
-from .config import ModelConfig
-from .features import Example
+from service.learner.config import ModelConfig
+from service.learner.features import Example
 
 
 @dataclass

@@ -22,11 +22,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-from .. import protocol
-from ..learner import ModelConfig
-from ..protocol import RING_SIZE, Meta, Observations
-from .serving import Serving, ServingCollector
-from .summary import confusion_cells, ring_mistakes, source_rows
+from service.contract import store_protocol as protocol
+from service.contract.store_protocol import RING_SIZE, Meta, Observations
+from service.learner import ModelConfig
+from service.metrics.serving import Serving, ServingCollector
+from service.metrics.summary import confusion_cells, ring_mistakes, source_rows
 
 log = logging.getLogger("perceptron")
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from ..learner import ModelConfig, Weights
-from ..learner.codec import unpack_entry
-from ..learner.perceptron import raw_scores
-from ..protocol import Field, parse_cell, parse_source
+from service.contract.store_protocol import Field, parse_cell, parse_source
+from service.learner import ModelConfig, Weights
+from service.learner.codec import unpack_entry
+from service.learner.perceptron import raw_scores
 
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:

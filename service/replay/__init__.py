@@ -15,15 +15,21 @@ Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 (scikit-learn's breast_cancer, digits, iris, wine; River's Phishing: the ``replay`` extra).
 """
 
-from .command import DESCRIPTION, add_arguments, run
-from .curve import CUMULATIVE_LABEL, curve_figure, curve_points, window_label, write_curve
-from .datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
-from .errors import ReplayError
-from .libsvm import load_libsvm
-from .options import ReplayOptions, StreamOptions
-from .progress import Progress
-from .stream import ensure_model, open_model, replay, replay_async
-from .summary import MODES, Before, Mode, Summary
+from service.replay.command import DESCRIPTION, add_arguments, run
+from service.replay.curve import (
+    CUMULATIVE_LABEL,
+    curve_figure,
+    curve_points,
+    window_label,
+    write_curve,
+)
+from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
+from service.replay.errors import ReplayError
+from service.replay.libsvm import load_libsvm
+from service.replay.options import ReplayOptions, StreamOptions
+from service.replay.progress import Progress
+from service.replay.stream import ensure_model, open_model, replay, replay_async
+from service.replay.summary import MODES, Before, Mode, Summary
 
 __all__ = [
     "CUMULATIVE_LABEL",

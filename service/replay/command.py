@@ -11,8 +11,7 @@ from collections.abc import Callable
 import httpx
 
 from perceptron_client import PerceptronError
-
-from ..commands import (
+from service.cli.exit_codes import (
     Exit,
     add_service_options,
     exit_for,
@@ -20,14 +19,14 @@ from ..commands import (
     service_target,
     unwritable,
 )
-from .curve import write_curve
-from .datasets import DATASETS, Dataset, load_csv, load_dataset
-from .errors import ReplayError
-from .libsvm import load_libsvm
-from .options import ReplayOptions, StreamOptions
-from .progress import Progress
-from .stream import replay
-from .summary import MODES, Summary
+from service.replay.curve import write_curve
+from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset
+from service.replay.errors import ReplayError
+from service.replay.libsvm import load_libsvm
+from service.replay.options import ReplayOptions, StreamOptions
+from service.replay.progress import Progress
+from service.replay.stream import replay
+from service.replay.summary import MODES, Summary
 
 
 def _positive(text: str) -> int:
@@ -213,7 +212,7 @@ def _print(summary: Summary, args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``perceptron replay``: its exit code (``service.commands.Exit``)."""
+    """``perceptron replay``: its exit code (``service.cli.exit_codes.Exit``)."""
     err = sys.stderr
     try:
         if (problem := _misuse(args)) is not None:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .errors import ReplayError
-from .summary import Summary
+from service.replay.errors import ReplayError
+from service.replay.summary import Summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

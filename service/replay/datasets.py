@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from perceptron_client import Label
-
-from .errors import ReplayError
+from service.replay.errors import ReplayError
 
 DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing")
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL
-
-from .summary import MODES, Mode
+from service.replay.summary import MODES, Mode
 
 
 @dataclass(frozen=True)

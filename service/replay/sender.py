@@ -14,10 +14,9 @@ from functools import partial
 from typing import ParamSpec, TypeVar
 
 from perceptron_client import AsyncClient, Label, UnavailableError, error_from_item
-
-from .datasets import Dataset
-from .options import StreamOptions
-from .tally import Tally
+from service.replay.datasets import Dataset
+from service.replay.options import StreamOptions
+from service.replay.tally import Tally
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -16,15 +16,14 @@ from typing import Any, TypeVar
 import httpx
 
 from perceptron_client import AsyncClient, NotFoundError
-
-from ..learner.config import label_key
-from .datasets import Dataset
-from .errors import ReplayError
-from .options import ReplayOptions, StreamOptions
-from .progress import Progress
-from .sender import Sender
-from .summary import Before, Summary
-from .tally import Tally
+from service.learner.config import label_key
+from service.replay.datasets import Dataset
+from service.replay.errors import ReplayError
+from service.replay.options import ReplayOptions, StreamOptions
+from service.replay.progress import Progress
+from service.replay.sender import Sender
+from service.replay.summary import Before, Summary
+from service.replay.tally import Tally
 
 T = TypeVar("T")
 

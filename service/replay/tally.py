@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .progress import Progress
+from service.replay.progress import Progress
 
 
 @dataclass

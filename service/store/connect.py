@@ -16,10 +16,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..settings import Settings
-from .ops import WAITED
-from .ops.runner import Client
-from .redis_store import NotSent, Store
+from service.settings import Settings
+from service.store.ops import WAITED
+from service.store.ops.runner import Client
+from service.store.redis_store import NotSent, Store
 
 log = logging.getLogger("perceptron")
 

@@ -19,7 +19,7 @@ from typing import Any
 from redis.asyncio.connection import ConnectionPool
 from redis.exceptions import ResponseError
 
-from .script import Arg
+from service.store.script import Arg
 
 
 async def send(pool: ConnectionPool, commands: Sequence[Sequence[Arg]]) -> list[Any]:

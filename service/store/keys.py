@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..names import valid_name, valid_token
+from service.contract.names import valid_name, valid_token
 
 PREFIX = "pcp"
 REGISTRY = f"{PREFIX}:models"
@@ -14,7 +14,7 @@ DEFAULT_MADE = f"{PREFIX}:default-made"
 
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
-    """The keys of one model. Names are checked where they enter the service (``names.py``);
+    """The keys of one model. Names are checked where they enter the service (``contract/names.py``);
     this check again, like the tokens', is the store's own guard: no key is ever built from a
     name that could reach into another model's keys."""
 
@@ -118,7 +118,7 @@ class ModelKeys:
 
     @property
     def reqs(self) -> str:
-        """Every waiting or taken learn request: token -> request bytes (``handoff.py``)."""
+        """Every waiting or taken learn request: token -> request bytes (``contract/learn_wire.py``)."""
         return f"{PREFIX}:{{{self.name}}}:reqs"
 
     def answer(self, token: str) -> str:
@@ -154,7 +154,7 @@ class ModelKeys:
     @property
     def pending_match(self) -> str:
         """A SCAN pattern for every pending prediction of the model (names hold no glob
-        character: ``names.py``)."""
+        character: ``contract/names.py``)."""
         return f"{PREFIX}:{{{self.name}}}:p:*"
 
     def pending(self, token: str) -> str:

@@ -13,11 +13,18 @@ from redis.exceptions import BusyLoadingError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
-from ..protocol import RECENT_KEPT, MemoryUse, Meta, Observations, Status, SyncData
-from . import direct, usage
-from .keys import DEFAULT_MADE, REGISTRY, ModelKeys
-from .ops import (
+from service.contract.store_protocol import (
+    RECENT_KEPT,
+    MemoryUse,
+    Meta,
+    Observations,
+    Status,
+    SyncData,
+)
+from service.errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
+from service.store import direct, usage
+from service.store.keys import DEFAULT_MADE, REGISTRY, ModelKeys
+from service.store.ops import (
     SCRIPTS,
     blobs,
     claim,
@@ -39,8 +46,8 @@ from .ops import (
     undo,
     withdraw,
 )
-from .ops.runner import Client, raw, text
-from .script import Arg, Script
+from service.store.ops.runner import Client, raw, text
+from service.store.script import Arg, Script
 
 
 class NotSent(RedisConnectionError):

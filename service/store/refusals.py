@@ -7,7 +7,7 @@ from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..errors import ServiceError, Unavailable, store_unavailable
+from service.errors import ServiceError, Unavailable, store_unavailable
 
 # Errors Redis answers when it is unable, not unwilling: the request may succeed later.
 STORE_STATES = {

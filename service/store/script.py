@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..protocol import LUA
-from .keys import ModelKeys
+from service.contract.store_protocol import LUA
+from service.store.keys import ModelKeys
 
 Arg = bytes | str | int | float
 NUMBER = "#"

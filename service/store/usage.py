@@ -10,9 +10,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ..protocol import MemoryUse, pending_held
-from .keys import ModelKeys
-from .ops.runner import Client, text
+from service.contract.store_protocol import MemoryUse, pending_held
+from service.store.keys import ModelKeys
+from service.store.ops.runner import Client, text
 
 
 def address(client: Redis) -> str:

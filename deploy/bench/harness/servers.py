@@ -16,7 +16,7 @@ import redis
 
 from harness.client import dumps, request
 from harness.common import API_KEY, BLAS_ENV, HERE, PY, ROOT
-from service.loopback import free_port, redis_server_command, wait_until
+from service.cli.loopback import free_port, redis_server_command, wait_until
 
 
 def server_env(extra: dict[str, str]) -> dict[str, str]:
@@ -208,7 +208,7 @@ class Servers:
         cmd = [
             PY,
             "-m",
-            "service.cli",
+            "service.cli.main",
             "serve",
             "--host",
             "127.0.0.1",

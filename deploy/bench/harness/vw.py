@@ -15,7 +15,7 @@ from harness.results import Run
 from harness.runner import Bench
 from harness.scenarios import Stage
 from harness.servers import wait_vw
-from service.loopback import free_port
+from service.cli.loopback import free_port
 
 
 def ensure_vw() -> str | None:

@@ -32,8 +32,7 @@ always holds ``version - snapv`` entries: the scripts that sync a worker check b
 served from zeros.
 """
 
-from ..script import Script
-from . import (
+from service.store.ops import (
     claim,
     compact,
     create,
@@ -53,6 +52,7 @@ from . import (
     undo,
     withdraw,
 )
+from service.store.script import Script
 
 # Every operation, and so every script the store registers.
 OPS = (

@@ -18,7 +18,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from ..keys import ModelKeys
+from service.store.keys import ModelKeys
 
 CHUNK = 1024 * 1024  # bytes of one chunk: about a millisecond of Redis to write, less to read
 STAGE_TTL_MS = 600_000  # a staged key outlives a worker that died before its script ran

@@ -3,11 +3,11 @@ the entries it replaces go to the retained log, and a checkpoint is made when on
 
 from __future__ import annotations
 
-from ...protocol import Meta, Status
-from ..keys import ModelKeys
-from ..script import Script
-from . import blobs, parts
-from .runner import Runner
+from service.contract.store_protocol import Meta, Status
+from service.store.keys import ModelKeys
+from service.store.ops import blobs, parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # STAGE holds the packed weights at VERSION, LENGTH bytes in CHUNKS chunks (blobs.py), which
 # become the snapshot. KEEP '1': the entries replaced go to ``past`` (the retained log; the

@@ -6,12 +6,12 @@ import logging
 
 from redis.exceptions import RedisError
 
-from ..keys import REGISTRY, ModelKeys
-from ..script import Script
-from . import parts
-from .create import listed, registry
-from .purge import purge
-from .runner import Runner, text
+from service.store.keys import REGISTRY, ModelKeys
+from service.store.ops import parts
+from service.store.ops.create import listed, registry
+from service.store.ops.purge import purge
+from service.store.ops.runner import Runner, text
+from service.store.script import Script
 
 log = logging.getLogger("perceptron")
 

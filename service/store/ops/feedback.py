@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...protocol import Bucket, FeedbackBatch, FeedbackItem, Held, Status
-from ..keys import ModelKeys
-from ..script import Script
-from . import parts
-from .runner import Runner
+from service.contract.store_protocol import Bucket, FeedbackBatch, FeedbackItem, Held, Status
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
 # same order (NO_CLASS: a label that is none of the model's classes, answered BAD_LABEL if the

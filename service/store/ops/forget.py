@@ -1,13 +1,13 @@
-"""FORGET: let a model's old history go, as ``service/history.py`` chose."""
+"""FORGET: let a model's old history go, as ``service/models/retention.py`` chose."""
 
 from __future__ import annotations
 
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Arg, Script
-from . import parts
-from .history import HISTORY_KEYS
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.history import HISTORY_KEYS
+from service.store.ops.runner import Runner
+from service.store.script import Arg, Script
 
 # Let old history go, once the model is still EPOCH with its retained log from BASE (''
 # none): the retained log then starts at checkpoint NEW_BASE, of version NEW_VERSION, and
@@ -45,7 +45,7 @@ async def forget(
     new_version: int,
     ids: list[int],
 ) -> bool:
-    """Let the history go that ``service/history.py`` chose; whether it went."""
+    """Let the history go that ``service/models/retention.py`` chose; whether it went."""
     rest: list[Arg] = [str(i) for i in ids]
     reply = await store.run(
         SCRIPT,

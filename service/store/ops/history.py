@@ -1,6 +1,6 @@
 """A model's history, its checkpoints and retained log, read with plain commands (ROLLBACK,
 ``rollback.py``, makes the model a restored state; FORGET, ``forget.py``, lets old history go,
-as ``service/history.py`` decides).
+as ``service/models/retention.py`` decides).
 
 Keys (``ModelKeys.history``): ``past`` holds the update entries older than the snapshot,
 for versions ``pastv+1 .. snapv``, after the checkpoint ``pastck`` (its weights are those at
@@ -15,11 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ModelBusy, ModelNotFound
-from ...protocol import Checkpoint, Meta, split_tail
-from ..keys import ModelKeys
-from . import blobs
-from .runner import Runner, raw, text
+from service.contract.store_protocol import Checkpoint, Meta, split_tail
+from service.errors import ModelBusy, ModelNotFound
+from service.store.keys import ModelKeys
+from service.store.ops import blobs
+from service.store.ops.runner import Runner, raw, text
 
 HISTORY_KEYS = ("past", "checkpoints", "checkpoint_info", "checkpoint_tails")
 READ_ATTEMPTS = 20

@@ -1,9 +1,9 @@
 """LEARN: count and log learned examples, if the caller's copy was current; for the model's
 writer, also answer the handed-over requests the commit learns.
 
-One writer per model (``service/writer.py``): the worker that holds ``writer`` (a lease,
+One writer per model (``service/engine/writer.py``): the worker that holds ``writer`` (a lease,
 renewed while it works) learns every /learn of the model; the other workers hand their
-checked examples over (``handoff.py``) and wait for the answer. A request waiting for the
+checked examples over (``contract/learn_wire.py``) and wait for the answer. A request waiting for the
 writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
 token -> request); the writer moves the tokens it takes into ``taken`` (a set, ``take.py``)
 and the commit that learns a request takes it out of both keys and pushes its answer, in this
@@ -19,12 +19,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...errors import NotWriter
-from ...protocol import Bucket, LearnBatch, LearnResult, Lease, Made, RequestsGone, Status, SyncData
-from ..keys import ModelKeys
-from ..script import Arg, Script
-from . import parts
-from .runner import Runner, text
+from service.contract.store_protocol import (
+    Bucket,
+    LearnBatch,
+    LearnResult,
+    Lease,
+    Made,
+    RequestsGone,
+    Status,
+    SyncData,
+)
+from service.errors import NotWriter
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner, text
+from service.store.script import Arg, Script
 
 # KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
 # ARGV: VERSION and SEEN the copy used (SEEN '' when it does not matter); BUCKET, KEEP: the

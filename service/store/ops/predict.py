@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...errors import TooManyPending
-from ...protocol import Made, Status, SyncData
-from ..keys import ModelKeys
-from ..script import Script
-from . import parts
-from .runner import Runner
+from service.contract.store_protocol import Made, Status, SyncData
+from service.errors import TooManyPending
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # KEYS: then each prediction's pending key; ARGV: then each pending record, in the same order.
 # VERSION and SEEN: what the predictions were made with (SEEN '' when it does not matter);

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..keys import ModelKeys
-from ..script import Script
-from .runner import Runner
+from service.store.keys import ModelKeys
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 PURGE_BATCH = 1000  # pending predictions found by SCAN and deleted at once
 

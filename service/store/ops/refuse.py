@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Script
-from . import parts
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # Answers a request the writer took without learning it (an error, or its requester gave up);
 # returns {DONE}, or {REQUESTS_GONE} when it no longer waited (learned meanwhile, or withdrawn)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Script
-from . import parts
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # FORCE: '1' to give it up even with requests waiting (the worker stops: what it took goes
 # back to the queue). Gives the lease up unless requests are waiting or taken; returns {DONE}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ...errors import ModelBusy
-from ...protocol import Status
-from ..keys import REGISTRY, ModelKeys
-from ..script import Arg, Script
-from . import blobs, parts
-from .create import listed, registry
-from .history import HISTORY_KEYS
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.errors import ModelBusy
+from service.store.keys import REGISTRY, ModelKeys
+from service.store.ops import blobs, parts
+from service.store.ops.create import listed, registry
+from service.store.ops.history import HISTORY_KEYS
+from service.store.ops.runner import Runner
+from service.store.script import Arg, Script
 
 # KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH
 # bytes in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an

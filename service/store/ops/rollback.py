@@ -1,14 +1,14 @@
-"""ROLLBACK: make a model a state of its history at once (``service/history.py``)."""
+"""ROLLBACK: make a model a state of its history at once (``service/models/retention.py``)."""
 
 from __future__ import annotations
 
-from ...errors import ModelBusy
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Script
-from . import blobs, parts
-from .history import HISTORY_KEYS
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.errors import ModelBusy
+from service.store.keys import ModelKeys
+from service.store.ops import blobs, parts
+from service.store.ops.history import HISTORY_KEYS
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # Make the model its state at VERSION (packed weights staged at STAGE, LENGTH bytes in CHUNKS
 # chunks, blobs.py;

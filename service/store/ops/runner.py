@@ -7,9 +7,9 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from ...protocol import Status, SyncData
-from ..keys import ModelKeys
-from ..script import Arg, Script
+from service.contract.store_protocol import Status, SyncData
+from service.store.keys import ModelKeys
+from service.store.script import Arg, Script
 
 Client = Redis | RedisCluster
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...protocol import SyncData
-from ..keys import ModelKeys
-from ..script import Script
-from . import parts
-from .runner import Runner
+from service.contract.store_protocol import SyncData
+from service.store.keys import ModelKeys
+from service.store.ops import parts
+from service.store.ops.runner import Runner
+from service.store.script import Script
 
 # returns {NO_MODEL} without the model, else the sync reply (parts.SYNC)
 SCRIPT = Script(

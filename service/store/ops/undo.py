@@ -1,15 +1,15 @@
-"""UNDO: leave some kept updates out of a model, rebuilt without them (``service/history.py``
-picks them: one API key's, or a time range's)."""
+"""UNDO: leave some kept updates out of a model, rebuilt without them
+(``service/models/retention.py`` picks them: one API key's, or a time range's)."""
 
 from __future__ import annotations
 
-from ...errors import ModelBusy
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Arg, Script
-from . import blobs, parts
-from .history import HISTORY_KEYS
-from .runner import Runner
+from service.contract.store_protocol import Status
+from service.errors import ModelBusy
+from service.store.keys import ModelKeys
+from service.store.ops import blobs, parts
+from service.store.ops.history import HISTORY_KEYS
+from service.store.ops.runner import Runner
+from service.store.script import Arg, Script
 
 # The model was read at version EXPECT, its kept updates starting after version START (the
 # drops count from there). Once it is still EPOCH with its kept updates starting there: first

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ...errors import OutcomeUnknown, StaleModel
-from ...protocol import Status
-from ..keys import ModelKeys
-from ..script import Script
-from .runner import Runner, raw
+from service.contract.store_protocol import Status
+from service.errors import OutcomeUnknown, StaleModel
+from service.store.keys import ModelKeys
+from service.store.ops.runner import Runner, raw
+from service.store.script import Script
 
 # EPOCH: of the model the request was made for. Returns {DONE} when the request was not
 # learned (and now never will be), {REPLIED, answer} when it was, or was answered with an

@@ -16,9 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .learner import Example, ModelConfig, Weights
-from .learner.codec import entry_head, pack_payload, pack_record
-from .learner.perceptron import (
+from service.contract.store_protocol import (
+    RECENT_KEPT as RECENT,  # labelled examples kept for the margin estimate
+)
+from service.contract.store_protocol import LearnBatch, cell_field
+from service.learner import Example, ModelConfig, Weights
+from service.learner.codec import entry_head, pack_payload, pack_record
+from service.learner.perceptron import (
     Plan,
     apply,
     binary_plan,
@@ -27,8 +31,6 @@ from .learner.perceptron import (
     served_scores,
     update_plan,
 )
-from .protocol import RECENT_KEPT as RECENT  # labelled examples kept for the margin estimate
-from .protocol import LearnBatch, cell_field
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 

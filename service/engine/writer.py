@@ -33,16 +33,7 @@ from contextlib import suppress
 from functools import partial
 from typing import Any
 
-from .errors import (
-    NotWriter,
-    OutcomeUnknown,
-    ServiceError,
-    StaleModel,
-    Unavailable,
-    learn_outcome_unknown,
-)
-from .group_commit import Coalescer, Span
-from .handoff import (
+from service.contract.learn_wire import (
     NOT_QUEUED_ANSWER,
     UNLEARNED_ANSWER,
     RequestHead,
@@ -53,12 +44,21 @@ from .handoff import (
     unpack_answer,
     unpack_examples,
 )
-from .learn_commit import GROUP_MOST, Examples, LearnCommits, Learned
-from .protocol import Lease
-from .replica import Replica
-from .replicas import Replicas
-from .settings import Settings
-from .store import Store, StoreError, reply_lost
+from service.contract.store_protocol import Lease
+from service.engine.batcher import Coalescer, Span
+from service.engine.learn_commits import GROUP_MOST, Examples, LearnCommits, Learned
+from service.engine.replica import Replica
+from service.engine.replica_cache import Replicas
+from service.errors import (
+    NotWriter,
+    OutcomeUnknown,
+    ServiceError,
+    StaleModel,
+    Unavailable,
+    learn_outcome_unknown,
+)
+from service.settings import Settings
+from service.store import Store, StoreError, reply_lost
 
 log = logging.getLogger("perceptron")
 

@@ -9,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ServiceError
-from .names import KEY_NAME_RE
+from service.contract.names import KEY_NAME_RE
+from service.errors import ServiceError
 
 
 class Role(enum.IntEnum):

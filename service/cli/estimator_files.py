@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .commands import file_error
+from service.cli.exit_codes import file_error
 
 NEEDS = (
     "scikit-learn is not installed here: deploy/setup.sh installs it in .venv "

@@ -13,7 +13,14 @@ from typing import Any, cast
 
 import numpy as np
 
-from .errors import (
+from service.contract.names import PredictionId
+from service.contract.store_protocol import NO_CLASS, Held, Made, Status
+from service.engine.batcher import Coalescer, Span
+from service.engine.learn_commits import GROUP_MOST, Learned, time_bucket
+from service.engine.replica import Replica
+from service.engine.replica_cache import Replicas
+from service.engine.writer import Writers
+from service.errors import (
     Conflict,
     InvalidInput,
     ModelBusy,
@@ -22,18 +29,11 @@ from .errors import (
     ServiceError,
     TooLarge,
 )
-from .group_commit import Coalescer, Span
-from .learn_commit import GROUP_MOST, Learned, time_bucket
-from .learner import Example, FeatureError, Label, ModelConfig
-from .learner.features import Features, encode, encode_many, encode_matrix
-from .names import PredictionId
-from .protocol import NO_CLASS, Held, Made, Status
-from .replica import Replica
-from .replicas import Replicas
-from .settings import Settings
-from .store import Store, StoreError
-from .store.refusals import service_error
-from .writer import Writers
+from service.learner import Example, FeatureError, Label, ModelConfig
+from service.learner.features import Features, encode, encode_many, encode_matrix
+from service.settings import Settings
+from service.store import Store, StoreError
+from service.store.refusals import service_error
 
 log = logging.getLogger("perceptron")
 

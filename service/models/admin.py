@@ -12,7 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import (
+from service.contract.export_format import FileCheckpoint, export_document, parse_document
+from service.contract.names import check_name
+from service.contract.store_protocol import Checkpoint, Meta, Observations, Reason
+from service.engine.replica import Replica
+from service.engine.replica_cache import Replicas
+from service.errors import (
     STORE_UNAVAILABLE,
     Conflict,
     InvalidInput,
@@ -25,17 +30,12 @@ from .errors import (
     Unavailable,
     store_unavailable,
 )
-from .export_format import FileCheckpoint, export_document, parse_document
-from .history import make_room, prune, rebuild
-from .learner import ConfigError, ModelConfig, Weights
-from .learner.codec import entry_provenance, new_epoch, pack_weights
-from .names import check_name
-from .protocol import Checkpoint, Meta, Observations, Reason
-from .replica import Replica
-from .replicas import Replicas
-from .settings import Settings
-from .store import Condition, Store, StoreError
-from .store.ops.history import HistoryState, Restorable
+from service.learner import ConfigError, ModelConfig, Weights
+from service.learner.codec import entry_provenance, new_epoch, pack_weights
+from service.models.retention import make_room, prune, rebuild
+from service.settings import Settings
+from service.store import Condition, Store, StoreError
+from service.store.ops.history import HistoryState, Restorable
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys

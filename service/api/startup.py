@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 
-from .auth import KeyRing
-from .settings import Settings
-from .store.connect import redis_password
+from service.api.auth import KeyRing
+from service.settings import Settings
+from service.store.connect import redis_password
 
 log = logging.getLogger("perceptron")
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ModelBusy
-from .learner import ModelConfig, Weights
-from .learner.codec import unpack_entry, unpack_weights
-from .learner.perceptron import apply, update_plan
-from .protocol import Checkpoint, Reason
-from .settings import Settings
-from .store import Store
-from .store.ops.history import HistoryState, Restorable
+from service.contract.store_protocol import Checkpoint, Reason
+from service.errors import ModelBusy
+from service.learner import ModelConfig, Weights
+from service.learner.codec import unpack_entry, unpack_weights
+from service.learner.perceptron import apply, update_plan
+from service.settings import Settings
+from service.store import Store
+from service.store.ops.history import HistoryState, Restorable
 
 KEEP_LAST = 10
 HOURLY = 24

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .learning import Learning
-from .lifecycle import Models
-from .settings import Settings
-from .store import Store
+from service.engine.serving import Learning
+from service.models.admin import Models
+from service.settings import Settings
+from service.store import Store
 
 
 class Worker:

@@ -11,15 +11,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
-from .history import prune
-from .learner.codec import pack_weights, unpack_weights
-from .metrics.prometheus import record_replicas
-from .names import check_name
-from .protocol import SyncData
-from .replica import Replica
-from .settings import Settings
-from .store import Store, StoreError
+from service.contract.names import check_name
+from service.contract.store_protocol import SyncData
+from service.engine.replica import Replica
+from service.errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
+from service.learner.codec import pack_weights, unpack_weights
+from service.metrics.prometheus import record_replicas
+from service.models.retention import prune
+from service.settings import Settings
+from service.store import Store, StoreError
 
 log = logging.getLogger("perceptron")
 _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile

@@ -29,9 +29,9 @@ from itertools import accumulate, repeat
 
 import numpy as np
 
-from .errors import ServiceError, Unavailable
-from .learner import Example
-from .learner.codec import EPOCH_LENGTH
+from service.errors import ServiceError, Unavailable
+from service.learner import Example
+from service.learner.codec import EPOCH_LENGTH
 
 TOKEN_BYTES = 16
 TOKEN_LENGTH = 22  # new_token()'s characters: TOKEN_BYTES in URL-safe base64, unpadded

@@ -3,7 +3,7 @@ running service, and make them from or into scikit-learn estimators, through
 ``perceptron_client.Client``.
 
 Text for people by default, the service's own JSON with ``--json``; the exit code says what
-happened (``service.commands.Exit``, the same in every command), so that scripts need not read
+happened (``service.cli.exit_codes.Exit``, the same in every command), so that scripts need not read
 either.
 """
 
@@ -28,8 +28,7 @@ from perceptron_client import (
     NotFoundError,
     PerceptronError,
 )
-
-from .commands import (
+from service.cli.exit_codes import (
     CLIENT_CODES,
     Exit,
     add_service_options,
@@ -39,8 +38,8 @@ from .commands import (
     service_target,
     unwritable,
 )
-from .manage_output import Usage, err, features_of, out, print_model
-from .manage_sklearn import add_actions
+from service.cli.models_output import Usage, err, features_of, out, print_model
+from service.cli.models_sklearn import add_actions
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
@@ -156,7 +155,7 @@ def join_dash_values(argv: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``perceptron models ACTION``: its exit code (``service.commands.Exit``)."""
+    """``perceptron models ACTION``: its exit code (``service.cli.exit_codes.Exit``)."""
     target = service_target(args)
     try:
         with Client(target.url, api_key=target.api_key, timeout=target.timeout) as client:

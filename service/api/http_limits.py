@@ -31,7 +31,7 @@ from typing import Any
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .settings import Settings
+from service.settings import Settings
 
 KEEP_ALIVE_S = 5  # an idle kept-alive connection is closed after this
 

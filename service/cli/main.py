@@ -16,12 +16,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .commands import CLIENT_CODES, SERVE_CODES, Exit, epilog
+from service.cli.exit_codes import CLIENT_CODES, SERVE_CODES, Exit, epilog
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from .settings import Settings
+    from service.settings import Settings
 
 DESCRIPTION = """\
 An online-learning perceptron served over HTTP, its weights kept in Redis.
@@ -78,7 +78,7 @@ def log_config(level: str) -> dict[str, Any]:
         "level": level.upper(),
         "propagate": False,
     }
-    config.setdefault("filters", {})["probe"] = {"()": "service.cli.QuietProbe"}
+    config.setdefault("filters", {})["probe"] = {"()": "service.cli.main.QuietProbe"}
     config["loggers"]["uvicorn.access"]["filters"] = ["probe"]
     return config
 
@@ -91,8 +91,8 @@ SERVE_WORKERS = "PERCEPTRON_SERVE_WORKERS"
 def worker_app() -> FastAPI:
     """The app of a worker of ``perceptron serve``: its settings were checked before any worker
     started, and auth being off said there, once for all workers."""
-    from . import worker_gc
-    from .app import create_app
+    from service.app import create_app
+    from service.engine import worker_gc
 
     workers = int(os.environ.get(SERVE_WORKERS, "1"))
     app = create_app(warn_auth_off=False, workers=workers)
@@ -199,7 +199,7 @@ class _Banner(threading.Thread):
 
 
 def serve(args: argparse.Namespace) -> int:
-    from .settings import Settings, SettingsError, read_settings
+    from service.settings import Settings, SettingsError, read_settings
 
     try:
         settings = read_settings()
@@ -218,7 +218,7 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"perceptron serve: {said}\n")
         return code
     if local:
-        from .local_redis import serving_local_redis
+        from service.cli.local_redis import serving_local_redis
 
         # Its URL in PERCEPTRON_REDIS_URL, for the settings read again and the workers'
         return serving_local_redis(local, lambda: _serve(args, Settings()))
@@ -229,8 +229,8 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
-    from .http_limits import KEEP_ALIVE_S, BoundedHttpToolsProtocol
-    from .startup import check_settings
+    from service.api.http_limits import KEEP_ALIVE_S, BoundedHttpToolsProtocol
+    from service.api.startup import check_settings
 
     config = log_config(settings.log_level)
     logging.config.dictConfig(config)  # so that what the checks log reads as the service's log
@@ -246,7 +246,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     told.start()
     try:
         uvicorn.run(
-            "service.cli:worker_app",
+            "service.cli.main:worker_app",
             factory=True,
             host=args.host,
             port=args.port,
@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
         help="worker processes sharing the port; more than 1 needs PERCEPTRON_REDIS_URL",
     )
     p.set_defaults(func=serve)
-    from . import manage, replay
+    from service import replay
+    from service.cli import models_command as manage
 
     p = sub.add_parser(
         "replay",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from .errors import InvalidInput
+from service.errors import InvalidInput
 
 NAME_CHARS = "[A-Za-z0-9_.-]"  # what a model's name is made of
 NAME_MAX = 64  # and at most this many of them

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from . import protocol
-from .errors import InvalidInput
-from .learner import ConfigError, ModelConfig, Weights
-from .learner.codec import pack_weights, unpack_weights
-from .names import KEY_NAME_PATTERN
-from .protocol import Field, Meta, Reason, parse_cell, parse_source
+from service.contract import store_protocol as protocol
+from service.contract.names import KEY_NAME_PATTERN
+from service.contract.store_protocol import Field, Meta, Reason, parse_cell, parse_source
+from service.errors import InvalidInput
+from service.learner import ConfigError, ModelConfig, Weights
+from service.learner.codec import pack_weights, unpack_weights
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1

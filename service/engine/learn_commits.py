@@ -13,14 +13,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import accumulate, islice
 
-from .errors import ModelBusy, learn_outcome_unknown
-from .group_commit import Coalescer, Span
-from .handoff import pack_answer
-from .learn_sequence import run_sequence
-from .learner import Example, Label
-from .learner.codec import provenance
-from .learner.perceptron import apply
-from .protocol import (
+from service.contract.learn_wire import pack_answer
+from service.contract.store_protocol import (
     Bucket,
     Lease,
     Made,
@@ -29,10 +23,16 @@ from .protocol import (
     one_source_counts,
     source_counts,
 )
-from .replica import Replica
-from .replicas import Replicas
-from .settings import Settings
-from .store import Store, StoreError, reply_lost
+from service.engine.batcher import Coalescer, Span
+from service.engine.replica import Replica
+from service.engine.replica_cache import Replicas
+from service.engine.sequence import run_sequence
+from service.errors import ModelBusy, learn_outcome_unknown
+from service.learner import Example, Label
+from service.learner.codec import provenance
+from service.learner.perceptron import apply
+from service.settings import Settings
+from service.store import Store, StoreError, reply_lost
 
 # What learning one example did: (the label predicted before learning it, whether that was a
 # mistake, whether the weights changed, the model's version after it). Plain tuples: a batch

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .learner.codec import ANSWERED, ENTRY_SEP, EPOCH_LENGTH, PENDING, SERVED_DIGITS, SOURCE_MARK
+from service.learner.codec import (
+    ANSWERED,
+    ENTRY_SEP,
+    EPOCH_LENGTH,
+    PENDING,
+    SERVED_DIGITS,
+    SOURCE_MARK,
+)
 
 
 class Status(IntEnum):

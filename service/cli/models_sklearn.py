@@ -15,10 +15,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from perceptron_client import Client
-
-from .commands import unwritable
-from .estimator_files import EstimatorFileError, dump_estimator, load_estimator
-from .manage_output import Usage, out, print_model
+from service.cli.estimator_files import EstimatorFileError, dump_estimator, load_estimator
+from service.cli.exit_codes import unwritable
+from service.cli.models_output import Usage, out, print_model
 
 Action = Callable[[Client, argparse.Namespace], None]
 T = TypeVar("T")

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelStateLost, StaleModel
-from .learner import Example, ModelConfig, Weights
-from .learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
-from .learner.perceptron import (
+from service.contract.store_protocol import Meta, SyncData
+from service.errors import ModelStateLost, StaleModel
+from service.learner import Example, ModelConfig, Weights
+from service.learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
+from service.learner.perceptron import (
     apply,
     predict_index,
     raw_scores,
@@ -18,7 +19,6 @@ from .learner.perceptron import (
     update_plan,
     updates_by_label,
 )
-from .protocol import Meta, SyncData
 
 
 @dataclass(frozen=True, slots=True)

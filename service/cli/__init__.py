@@ -1,0 +1,1 @@
+"""The ``perceptron`` command: serve, models, replay's entry, and what they share."""
