@@ -206,7 +206,7 @@ return {string.sub(p, 1, 1), string.sub(p, EPOCH_AT, EPOCH_END),
 
 @pytest.mark.in_process
 def test_a_keys_count_fields_are_the_same_in_lua_and_python(redis_client: redis.Redis) -> None:
-    """ops/feedback.py builds them in Lua; learn_commit.py with ``source_fields``."""
+    """ops/feedback.py builds them in Lua; engine/learn_commits.py with ``source_fields``."""
     got = redis_client.eval(
         LUA
         + "local s = FIELD_SOURCE .. ARGV[1] "

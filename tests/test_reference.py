@@ -98,7 +98,7 @@ def test_the_exit_codes_of_the_command_line_are_those_it_gives() -> None:
 # Codes the source names that never reach a client, and why.
 NEVER_ANSWERED = {
     # a writer's answer to the worker that handed it a request, when the model was replaced:
-    # that worker loads the model again and retries (replicas.py), or answers model_busy
+    # that worker loads the model again and retries (engine/replica_cache.py), or answers model_busy
     "stale_model",
 }
 

@@ -14,8 +14,8 @@ DEFAULT_MADE = f"{PREFIX}:default-made"
 
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
-    """The keys of one model. Names are checked where they enter the service (``contract/names.py``);
-    this check again, like the tokens', is the store's own guard: no key is ever built from a
+    """The keys of one model. Names are checked where they enter the service
+    (``contract/names.py``); this check again, like the tokens', is the store's own guard: no key is ever built from a
     name that could reach into another model's keys."""
 
     name: str
@@ -118,7 +118,8 @@ class ModelKeys:
 
     @property
     def reqs(self) -> str:
-        """Every waiting or taken learn request: token -> request bytes (``contract/learn_wire.py``)."""
+        """Every waiting or taken learn request: token -> request bytes
+        (``contract/learn_wire.py``)."""
         return f"{PREFIX}:{{{self.name}}}:reqs"
 
     def answer(self, token: str) -> str:

@@ -3,8 +3,8 @@ writer, also answer the handed-over requests the commit learns.
 
 One writer per model (``service/engine/writer.py``): the worker that holds ``writer`` (a lease,
 renewed while it works) learns every /learn of the model; the other workers hand their
-checked examples over (``contract/learn_wire.py``) and wait for the answer. A request waiting for the
-writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
+checked examples over (``contract/learn_wire.py``) and wait for the answer. A request waiting
+for the writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
 token -> request); the writer moves the tokens it takes into ``taken`` (a set, ``take.py``)
 and the commit that learns a request takes it out of both keys and pushes its answer, in this
 one script. A request leaves ``reqs`` once: learned and answered, answered with an error
