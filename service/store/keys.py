@@ -15,8 +15,8 @@ DEFAULT_MADE = f"{PREFIX}:default-made"
 @dataclass(frozen=True, slots=True)
 class ModelKeys:
     """The keys of one model. Names are checked where they enter the service
-    (``contract/names.py``); this check again, like the tokens', is the store's own guard: no key is ever built from a
-    name that could reach into another model's keys."""
+    (``contract/names.py``); this check again, like the tokens', is the store's own guard: no
+    key is ever built from a name that could reach into another model's keys."""
 
     name: str
 
