@@ -11,7 +11,8 @@ import numpy as np
 import redis
 import redis.asyncio
 
-from service.contract.store_protocol import CURVE_POINTS, RING_SIZE, Bucket, LearnBatch, Made
+from service.contract.store_protocol import CURVE_POINTS, RING_SIZE
+from service.contract.store_values import Bucket, LearnBatch, Made
 from service.store import Store
 from service.store.keys import ModelKeys
 

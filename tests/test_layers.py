@@ -24,6 +24,13 @@ PURE = {
         "service.store",
         "service.api",
     ),
+    "service.contract.store_values": (
+        "redis",
+        "fastapi",
+        "starlette",
+        "service.store",
+        "service.api",
+    ),
     "service.contract.store_protocol": (
         "redis",
         "fastapi",

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import redis.asyncio
 
-from service.contract.store_protocol import Bucket, LearnBatch, Made
+from service.contract.store_values import Bucket, LearnBatch, Made
 from service.learner import ModelConfig, encode
 from service.learner.codec import pack_payload, pack_record
 from service.store import Store

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import redis.asyncio
 
-from service.contract.store_protocol import SYNC_INLINE, Bucket, LearnBatch, Made, SyncData
+from service.contract.store_protocol import SYNC_INLINE
+from service.contract.store_values import Bucket, LearnBatch, Made, SyncData
 from service.store import ModelKeys, Store
 
 EPOCH = "0123456789abcdef"

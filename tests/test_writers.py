@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 from service.cli.loopback import wait_until
 from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
-from service.contract.store_protocol import REQUEST_INLINE, LearnResult
+from service.contract.store_protocol import REQUEST_INLINE
+from service.contract.store_values import LearnResult
 from service.engine.worker import Worker
 from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
@@ -282,7 +283,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     5 ms before). The call is sent again behind its wait, in one round trip, so it is applied
     as soon as it is woken."""
     from service.contract.names import PredictionId
-    from service.contract.store_protocol import Held, SyncData
+    from service.contract.store_values import Held, SyncData
     from service.engine.serving import HOLD_WAIT_S, Feedback
 
     async def main() -> None:
@@ -397,7 +398,8 @@ def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hol
     averaged is guarded by the version alone. An averaged model's commit is guarded by the
     count of examples seen too: there every fresh label waits."""
     from service.contract.names import PredictionId
-    from service.contract.store_protocol import FeedbackBatch, Held, Status
+    from service.contract.store_protocol import Status
+    from service.contract.store_values import FeedbackBatch, Held
     from service.engine.learn_commits import time_bucket
     from service.engine.serving import Feedback
 
@@ -484,7 +486,8 @@ def test_a_held_feedback_call_waits_exactly_when_an_item_would_move_the_writers_
     weights (for an averaged model: when one is fresh at all); else it is applied at once and
     the version does not move (on the embedded store, which runs the same scripts)."""
     from service.contract.names import PredictionId
-    from service.contract.store_protocol import FeedbackBatch, Held, Status
+    from service.contract.store_protocol import Status
+    from service.contract.store_values import FeedbackBatch, Held
     from service.engine.learn_commits import time_bucket
     from service.store import Store
     from service.store.connect import embedded_client

@@ -43,7 +43,8 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     import redis.asyncio as aioredis
 
     from service.contract.learn_wire import NOT_QUEUED_ANSWER, new_token, pack_request
-    from service.contract.store_protocol import Lease, Meta
+    from service.contract.store_protocol import Meta
+    from service.contract.store_values import Lease
     from service.engine import worker_gc
     from service.engine import writer as writers
     from service.engine.worker import Worker

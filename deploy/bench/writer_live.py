@@ -68,7 +68,7 @@ def pin(cpu: int) -> None:
 async def the_writer(url: str, lease_ms: int) -> Any:
     """A worker of the service on CPU 0 (its garbage collected as ``perceptron serve``'s are),
     holding the lease of a new model, ``MODEL``, for ``lease_ms`` (run in the tree measured)."""
-    from service.contract.store_protocol import Lease
+    from service.contract.store_values import Lease
     from service.engine import worker_gc
     from service.engine.worker import Worker
     from service.settings import Settings

@@ -16,7 +16,8 @@ from service.api.schemas import (
     SourceCounts,
 )
 from service.api.views import counters_of
-from service.contract.store_protocol import RING_SIZE, Meta, Observations
+from service.contract.store_protocol import RING_SIZE, Meta
+from service.contract.store_values import Observations
 from service.engine.replica import Replica
 from service.metrics.summary import (
     confusion,

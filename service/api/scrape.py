@@ -12,7 +12,7 @@ import asyncio
 import logging
 
 from service.api.deps import Caller
-from service.contract.store_protocol import Observations
+from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
 from service.learner import ModelConfig
 from service.metrics.prometheus import exposition

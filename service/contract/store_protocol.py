@@ -1,6 +1,7 @@
 """The store protocol, written once and pure (no I/O): the constants, which the Lua scripts
-get as locals generated from here (``LUA``) so the two sides cannot drift apart, and the typed
-values the store's calls take and answer. Learning code imports this, never the store.
+get as locals generated from here (``LUA``) so the two sides cannot drift apart (the typed
+values the store's calls take and answer: ``store_values.py``). Learning code imports this,
+never the store.
 
 The layout of a pending prediction's record is the learner's (``learner/codec.py``); the
 scripts read its fields at the offsets computed here from that one definition.
@@ -8,7 +9,7 @@ scripts read its fields at the offsets computed here from that one definition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -337,134 +338,3 @@ _STRINGS = {
 LUA = "".join(f"local {k} = {v}\n" for k, v in _NUMBERS.items()) + "".join(
     f"local {k} = '{v}'\n" for k, v in _STRINGS.items()
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SyncData:
-    """What a worker's copy of a model lacks: maybe a snapshot, then log entries."""
-
-    epoch: str
-    version: int
-    seen: int
-    base: int  # the version just before the first entry (and of the snapshot, if any)
-    snapshot: bytes | None
-    entries: list[bytes]
-
-
-@dataclass(frozen=True, slots=True)
-class Made:
-    """The state of the worker's copy a prediction was made with."""
-
-    version: int
-    seen: int | None  # only averaged models depend on it
-    r2: float = 0.0  # largest squared feature norm among the examples
-
-    @property
-    def guard(self) -> tuple[int, int | str]:
-        return self.version, "" if self.seen is None else self.seen
-
-
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """The time bucket outcomes are counted in, and how many buckets the series keeps."""
-
-    bucket: int
-    keep: int
-
-
-@dataclass(frozen=True, slots=True)
-class LearnBatch:
-    """Examples learned in order, as the store counts and logs them."""
-
-    n: int
-    mistakes: int
-    marks: bytes  # b"0" or b"1" (a mistake) per example, in order, one for each of the n
-    # meta fields to add to: the confusion matrix's "cm:<served>:<true>", and the per-source
-    # counts (``source_fields``) the caller adds
-    cells: dict[str, int]
-    entries: list[bytes]  # the log entries of the examples that updated, in order
-    recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
-
-
-@dataclass(frozen=True, slots=True)
-class Observations:
-    """A model's counters and outcome records, as kept in Redis."""
-
-    meta: dict[str, str]
-    ring: bytes  # byte (k - 1) % RING_SIZE: b"1" when the k-th labelled example was a mistake
-    series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
-    recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
-    curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
-
-
-def pending_width(ttl_s: int) -> int:
-    """Seconds of one bucket of a model's pending bytes (``parts.PENDING``'s pending_width)."""
-    return max(1, -(-ttl_s // PENDING_BUCKETS))
-
-
-def pending_held(buckets: Mapping[str, int], ttl_s: int, now_s: float) -> int:
-    """Bytes of predictions a model holds awaiting their label, as PREDICT counts them
-    against PERCEPTRON_MAX_PENDING_BYTES at ``now_s`` (Redis's clock): the buckets of its
-    ``pend`` hash whose keys have not all lapsed. ``parts.PENDING``'s pending_held, read
-    without the script (which drops the lapsed buckets as it goes)."""
-    width = pending_width(ttl_s)
-    held = sum(
-        v for k, v in buckets.items() if k.isdigit() and (int(k) + 1) * width + ttl_s > now_s
-    )
-    return max(0, held)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryUse:
-    """Redis's memory on one node, as its INFO says: bytes used, and its maxmemory (0: no
-    limit). Past maxmemory a noeviction Redis refuses writes (``store_full``)."""
-
-    node: str  # host:port (or socket path) of the node
-    used_bytes: int
-    max_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackItem:
-    status: Status  # DONE, DUPLICATE, UNKNOWN or CONFLICT
-    mistake: bool
-    updated: bool
-    version: int  # the model's version after it (DONE, DUPLICATE)
-    given: int | None = None  # CONFLICT: the class index given before
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackBatch:
-    version: int
-    log_length: int
-    items: list[FeedbackItem]
-
-
-@dataclass(frozen=True, slots=True)
-class LearnResult:
-    version: int
-    seen: int
-    log_length: int
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A model writer's lease (``writer.py``): its holder, and how long a renewal keeps it."""
-
-    holder: str
-    ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Feedback refused for now: the model's writer holds it for its next commit."""
-
-    ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class RequestsGone:
-    """A writer's commit refused: these handed-off requests no longer wait for it (learned
-    by another writer, or withdrawn). Nothing was written."""
-
-    tokens: frozenset[str]

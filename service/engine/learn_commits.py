@@ -14,15 +14,8 @@ from functools import partial
 from itertools import accumulate, islice
 
 from service.contract.learn_wire import pack_answer
-from service.contract.store_protocol import (
-    Bucket,
-    Lease,
-    Made,
-    RequestsGone,
-    SyncData,
-    one_source_counts,
-    source_counts,
-)
+from service.contract.store_protocol import one_source_counts, source_counts
+from service.contract.store_values import Bucket, Lease, Made, RequestsGone, SyncData
 from service.engine.batcher import Coalescer, Span
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas

@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from service.contract.store_protocol import Meta, SyncData
+from service.contract.store_protocol import Meta
+from service.contract.store_values import SyncData
 from service.errors import ModelStateLost, StaleModel
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from service.contract.names import check_name
-from service.contract.store_protocol import SyncData
+from service.contract.store_values import SyncData
 from service.engine.replica import Replica
 from service.errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
 from service.learner.codec import pack_weights, unpack_weights

@@ -19,7 +19,8 @@ import numpy as np
 from service.contract.store_protocol import (
     RECENT_KEPT as RECENT,  # labelled examples kept for the margin estimate
 )
-from service.contract.store_protocol import LearnBatch, cell_field
+from service.contract.store_protocol import cell_field
+from service.contract.store_values import LearnBatch
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
 from service.learner.perceptron import (

@@ -14,7 +14,8 @@ from typing import Any, cast
 import numpy as np
 
 from service.contract.names import PredictionId
-from service.contract.store_protocol import NO_CLASS, Held, Made, Status
+from service.contract.store_protocol import NO_CLASS, Status
+from service.contract.store_values import Held, Made
 from service.engine.batcher import Coalescer, Span
 from service.engine.learn_commits import GROUP_MOST, Learned, time_bucket
 from service.engine.replica import Replica

@@ -44,7 +44,7 @@ from service.contract.learn_wire import (
     unpack_answer,
     unpack_examples,
 )
-from service.contract.store_protocol import Lease
+from service.contract.store_values import Lease
 from service.engine.batcher import Coalescer, Span
 from service.engine.learn_commits import GROUP_MOST, Examples, LearnCommits, Learned
 from service.engine.replica import Replica

@@ -23,7 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from service.contract import store_protocol as protocol
-from service.contract.store_protocol import RING_SIZE, Meta, Observations
+from service.contract.store_protocol import RING_SIZE, Meta
+from service.contract.store_values import Observations
 from service.learner import ModelConfig
 from service.metrics.serving import Serving, ServingCollector
 from service.metrics.summary import confusion_cells, ring_mistakes, source_rows

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from service.contract.store_protocol import MemoryUse
+from service.contract.store_values import MemoryUse
 
 READY = "perceptron_ready"
 MEMORY_USED = "perceptron_redis_memory_used_bytes"

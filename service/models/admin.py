@@ -14,7 +14,8 @@ from typing import Any
 
 from service.contract.export_format import FileCheckpoint, export_document, parse_document
 from service.contract.names import check_name
-from service.contract.store_protocol import Checkpoint, Meta, Observations, Reason
+from service.contract.store_protocol import Checkpoint, Meta, Reason
+from service.contract.store_values import Observations
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.errors import (

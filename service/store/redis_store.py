@@ -13,14 +13,8 @@ from redis.exceptions import BusyLoadingError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.contract.store_protocol import (
-    RECENT_KEPT,
-    MemoryUse,
-    Meta,
-    Observations,
-    Status,
-    SyncData,
-)
+from service.contract.store_protocol import RECENT_KEPT, Meta, Status
+from service.contract.store_values import MemoryUse, Observations, SyncData
 from service.errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
 from service.store import direct, usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, ModelKeys

@@ -10,7 +10,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from service.contract.store_protocol import MemoryUse, pending_held
+from service.contract.store_values import MemoryUse, pending_held
 from service.store.keys import ModelKeys
 from service.store.ops.runner import Client, text
 

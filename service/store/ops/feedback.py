@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.contract.store_protocol import Bucket, FeedbackBatch, FeedbackItem, Held, Status
+from service.contract.store_protocol import Status
+from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.store.keys import ModelKeys
 from service.store.ops import parts
 from service.store.ops.runner import Runner

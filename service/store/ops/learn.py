@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.contract.store_protocol import (
+from service.contract.store_protocol import Status
+from service.contract.store_values import (
     Bucket,
     LearnBatch,
     LearnResult,
     Lease,
     Made,
     RequestsGone,
-    Status,
     SyncData,
 )
 from service.errors import NotWriter

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.contract.store_protocol import Made, Status, SyncData
+from service.contract.store_protocol import Status
+from service.contract.store_values import Made, SyncData
 from service.errors import TooManyPending
 from service.store.keys import ModelKeys
 from service.store.ops import parts

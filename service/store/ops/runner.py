@@ -7,7 +7,8 @@ from typing import Any, Protocol
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
-from service.contract.store_protocol import Status, SyncData
+from service.contract.store_protocol import Status
+from service.contract.store_values import SyncData
 from service.store.keys import ModelKeys
 from service.store.script import Arg, Script
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.contract.store_protocol import SyncData
+from service.contract.store_values import SyncData
 from service.store.keys import ModelKeys
 from service.store.ops import parts
 from service.store.ops.runner import Runner
