@@ -14,13 +14,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.contract.store_protocol import RECENT_KEPT, Meta, Status
-from service.contract.store_values import MemoryUse, Observations, SyncData
-from service.errors import ModelBusy, ModelNotFound, ModelStateLost, StaleModel
+from service.contract.store_values import MemoryUse, Observations
+from service.errors import ModelNotFound, ModelStateLost, StaleModel
 from service.store import direct, usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, ModelKeys
 from service.store.ops import (
     SCRIPTS,
-    blobs,
     claim,
     compact,
     create,
@@ -82,9 +81,6 @@ class Condition:
         return self.code is None
 
 
-READ_ATTEMPTS = 3  # reads of a log that compaction may move meanwhile; the last one cannot
-
-
 class Store:
     """Models in Redis. Every write is one Lua script, so it is atomic on its model: each
     operation, its script and its call, is a module of ``ops/``, and a method here."""
@@ -92,6 +88,8 @@ class Store:
     create_model = create.create
     delete_model = delete.delete
     replace_model = replace.replace
+    sync_data = sync.sync_data  # (before ``sync``, the operation, takes the module's name)
+    read_log = sync.read_log
     sync = sync.sync
     commit_predictions = predict.predict
     commit_feedback = feedback.feedback
@@ -243,104 +241,6 @@ class Store:
             curve={text(k): int(v) for k, v in curve.items()},
         )
 
-    async def sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
-        """A script's sync reply: the entries themselves, or where to read them (parts.SYNC)."""
-        _, epoch, version, seen, base, read_yourself, entries = reply
-        if int(read_yourself):
-            return await self.read_log(keys, from_version, int(base))
-        return SyncData(text(epoch), int(version), int(seen), int(base), None, list(entries))
-
-    async def read_log(self, keys: ModelKeys, from_version: int, snapv: int) -> SyncData:
-        """What a copy at ``from_version`` lacks, read with plain commands, not a script.
-
-        Log indices count from the snapshot's version ``snapv``, and compaction moves the
-        snapshot and trims the log in one step: a read is consistent when ``snapv`` is the
-        same just before and just after it. Entries appended meanwhile may come too; they
-        are the next ones in order. A read that compaction moved is read again from where the
-        log starts now; the last try reads the snapshot and the whole log in one transaction,
-        which nothing comes between, so a worker catches up even when compaction runs as
-        often as it reads (many workers learning fast).
-        """
-        held: blobs.Shape | None = None  # how the snapshot was held when last looked at
-        for attempt in range(READ_ATTEMPTS + READ_ATTEMPTS):
-            last = attempt >= READ_ATTEMPTS - 1
-            # The snapshot, then the whole log: when the copy needs it, and at the last try.
-            # The snapshot in chunks (ops/blobs.py), as it was held just before: read again
-            # when that changed meanwhile (the last tries, transactions, only for that).
-            whole = last or from_version < snapv
-            if whole and held is None:
-                held = await self._shape(keys.snap)
-            read = held if whole else None
-            replies, n = await self._read_once(keys, from_version, snapv, read, last)
-            (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
-            if epoch is None or after is None:
-                raise ModelNotFound(keys.name)
-            if epoch_after != epoch:
-                raise StaleModel(keys.name)
-            snapshot = None
-            if whole:
-                now = blobs.shape(replies[1 + n : 4 + n])
-                if now != held:
-                    held = now  # (a new snapshot meanwhile)
-                    continue
-                snapshot = await blobs.joined(replies[1 : 1 + n])
-            if int(before) == int(after) and (whole or int(before) == snapv):
-                base = int(before) if whole else from_version
-                entries = list(replies[-2])
-                # Entries appended meanwhile may come too, never fewer than the version says.
-                if len(entries) < int(version) - base:
-                    raise self._lost(keys.name, "its update log is incomplete")
-                if snapshot is not None and (
-                    len(snapshot) != int(snaplen)
-                    if snaplen is not None
-                    else base > 0 and not snapshot  # written before snaplen was kept
-                ):
-                    raise self._lost(keys.name, "its weights snapshot is missing")
-                return SyncData(
-                    epoch=text(epoch),
-                    version=int(version),
-                    seen=int(seen),
-                    base=base,
-                    snapshot=snapshot,
-                    entries=entries,
-                )
-            snapv, held = int(after), None
-        raise ModelBusy(
-            f"Model {keys.name!r} was compacted under every one of {READ_ATTEMPTS} reads of "
-            "its log; retry shortly."
-        )
-
-    async def _shape(self, key: str) -> blobs.Shape:
-        async with self.client.pipeline(transaction=False) as pipe:
-            blobs.queue_shape(pipe, key)
-            return blobs.shape(await pipe.execute(raise_on_error=False))
-
-    async def _read_once(
-        self,
-        keys: ModelKeys,
-        from_version: int,
-        snapv: int,
-        snapshot: blobs.Shape | None,
-        transaction: bool,
-    ) -> tuple[list[Any], int]:
-        """``read_log``'s one read: the meta, the snapshot held as ``snapshot`` (None: not
-        read) and how it is held after, the log, the meta again; and the snapshot's chunks."""
-        n = 0
-        async with self.client.pipeline(transaction=transaction) as pipe:
-            pipe.hmget(
-                keys.meta, Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH
-            )
-            if snapshot is not None:
-                n = blobs.queue_read(pipe, keys.snap, snapshot)
-                blobs.queue_shape(pipe, keys.snap)  # (LLEN or STRLEN fails, by its kind)
-            pipe.lrange(keys.log, 0 if snapshot is not None else from_version - snapv, -1)
-            pipe.hmget(keys.meta, Meta.SNAP_VERSION, Meta.EPOCH)
-            replies = await pipe.execute(raise_on_error=False)
-        for reply in (replies[0], *replies[1 : 1 + n], *replies[-2:]):
-            if isinstance(reply, Exception):
-                raise reply
-        return replies, n
-
     async def run_with_wait(
         self,
         script: Script,
@@ -410,10 +310,10 @@ class Store:
         if status == Status.STALE_EPOCH:
             raise StaleModel(name)
         if status == Status.STATE_LOST:
-            raise self._lost(name, text(reply[1]))
+            raise self.state_lost(name, text(reply[1]))
         return Status(status)
 
-    def _lost(self, name: str, what: str) -> ModelStateLost:
+    def state_lost(self, name: str, what: str) -> ModelStateLost:
         """The error of a model that is not served; logged once per model by this store (a
         worker answers every request for it so, and would log each)."""
         if name not in self._said_lost:

@@ -9,6 +9,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.contract.store_protocol import Status
 from service.contract.store_values import SyncData
+from service.errors import ModelStateLost
 from service.store.keys import ModelKeys
 from service.store.script import Arg, Script
 
@@ -42,6 +43,9 @@ class Runner(Protocol):
 
     async def sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
         """A sync reply (``parts.SYNC``): its entries, or read from where it says."""
+
+    def state_lost(self, name: str, what: str) -> ModelStateLost:
+        """The error of a model whose keys are incomplete (logged once per model)."""
 
 
 def text(v: bytes | str) -> str:
