@@ -930,8 +930,8 @@ def test_an_answer_taken_by_a_lost_wait_is_not_learned_again_after_an_epoch_chan
                 assert answer is not None
                 lost.append(answer)
                 # ...the model is rolled back meanwhile (a new epoch), the lease let go...
-                version = (await writer.models.history(name)).version
-                await writer.models.rollback(name, version, None)
+                version = (await writer.history.checkpoints(name)).version
+                await writer.history.rollback(name, version, None)
                 await writer.store.release_writer(name, writes.me, force=True)
                 # ...and the reply never reaches the requester
                 raise redis.exceptions.TimeoutError("Timeout reading from socket")

@@ -137,7 +137,7 @@ async def reset_model(name: str, who: Admin) -> ModelInfo:
 async def list_checkpoints(name: str, who: Reader) -> Checkpoints:
     """List the model's checkpoints, and the versions it can be rolled back to."""
     who.check(Role.predict, name)
-    h = await who.worker.models.history(name)
+    h = await who.worker.history.checkpoints(name)
     return Checkpoints(
         name=name,
         version=h.version,
@@ -184,7 +184,7 @@ async def list_updates(
 ) -> Updates:
     """List the model's kept updates with who caused each (an API key's name) and when."""
     who.check(Role.admin, name)
-    kept = await who.worker.models.updates(name, from_version, limit)
+    kept = await who.worker.history.updates(name, from_version, limit)
     return Updates(
         name=name,
         version=kept.version,
@@ -199,7 +199,7 @@ async def rollback_model(name: str, who: Admin, body: RollbackRequest) -> Rollba
     """Restore the model's weights exactly as they were at a kept version or checkpoint; every
     worker serves them at once, and predictions still waiting for their label lapse."""
     who.check(Role.admin, name)
-    version, before = await who.worker.models.rollback(name, body.version, body.checkpoint)
+    version, before = await who.worker.history.rollback(name, body.version, body.checkpoint)
     return RollbackResponse(
         name=name,
         version=version,
@@ -216,7 +216,7 @@ async def undo_updates(name: str, who: Admin, body: UndoRequest) -> UndoResponse
     those of one API key (or of a time range): the recovery from bad labels. Every worker
     serves the result at once; predictions waiting for their label lapse."""
     who.check(Role.admin, name)
-    done = await who.worker.models.undo(name, body.source, body.from_time, body.to_time)
+    done = await who.worker.history.undo(name, body.source, body.from_time, body.to_time)
     return UndoResponse(
         name=name,
         version=done.version,

@@ -1,5 +1,6 @@
-"""What one worker process serves with: its store, the models' lifecycle, its replicas, and
-learning. The app makes one at start-up (``app.state.worker``) and closes it at shutdown."""
+"""What one worker process serves with: its store, the models' lifecycle and history, its
+replicas, and learning. The app makes one at start-up (``app.state.worker``) and closes it at
+shutdown."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 from service.engine.serving import Learning
 from service.models.admin import Models
+from service.models.history_ops import History
 from service.settings import Settings
 from service.store import Store
 
@@ -19,6 +21,7 @@ class Worker:
         self.store = store
         self.settings = settings
         self.models = Models(store, settings, clock)
+        self.history = History(self.models)
         self.replicas = self.models.replicas
         self.learning = Learning(store, settings, self.replicas, clock)
 

@@ -4,12 +4,9 @@ the store's condition that keeps a worker from serving models it should not."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from service.contract.export_format import FileCheckpoint, export_document, parse_document
@@ -25,22 +22,18 @@ from service.errors import (
     ModelBusy,
     ModelNotFound,
     ModelStateLost,
-    NotFound,
-    ServiceError,
-    StaleModel,
     Unavailable,
     store_unavailable,
 )
 from service.learner import ConfigError, ModelConfig, Weights
-from service.learner.codec import entry_provenance, new_epoch, pack_weights
-from service.models.retention import make_room, prune, rebuild
+from service.learner.codec import new_epoch, pack_weights
+from service.models.retention import make_room, prune_quietly, rebuild
 from service.settings import Settings
-from service.store import Condition, Store, StoreError
-from service.store.ops.history import HistoryState, Restorable
+from service.store import Condition, Store
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
-_EXPORT_ATTEMPTS = 20  # reads of a model's weights and counters that learning moved meanwhile
+EXPORT_ATTEMPTS = 20  # reads of a model's weights and counters that learning moved meanwhile
 _RECHECK_TIMEOUT_S = 1.0  # a check of the store out of turn, before it answers anyway
 # Answers that keys may have been evicted: checked against the store's policy at once.
 # And a refusal for eviction, so that the store's recovery is seen by the client's retry.
@@ -49,43 +42,22 @@ _MAYBE_EVICTED = frozenset(
 )
 
 
-def _packed(weights: Weights) -> bytes:
+def pack_snapshot(weights: Weights) -> bytes:
     """The weights as a snapshot: zeros need none (b""), any other weights do."""
     arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
     return pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
 
 
-def _rebuilt(restorable: Restorable) -> tuple[ModelConfig, Weights, bytes]:
-    """``rebuild``, with the weights packed too (run in a thread: for the largest models this
-    takes long enough to stall every request of the worker)."""
-    config, weights = rebuild(restorable)
-    return config, weights, _packed(weights)
-
-
 def _carried(c: FileCheckpoint, config: ModelConfig) -> tuple[str, bytes]:
     """An imported checkpoint as the store keeps it: its record, and its weights packed (no
     tail, and outside the retained log: it restores its weights, not the updates around)."""
-    packed = _packed(c.weights)
+    packed = pack_snapshot(c.weights)
     v = c.weights.version
     record = Checkpoint(
         0, v, v, c.weights.seen, c.ms, c.reason, c.mistakes, c.window, len(packed), 0,
         config.to_json(),
     ).record()  # fmt: skip
     return record, packed
-
-
-@dataclass(frozen=True, slots=True)
-class Undone:
-    version: int  # the model's version now
-    removed: int  # updates left out
-    before: int | None  # the checkpoint of the model as it was (None: nothing was undone)
-
-
-@dataclass(frozen=True, slots=True)
-class KeptUpdateList:
-    version: int
-    first_kept: int
-    updates: list[dict[str, Any]]
 
 
 class Models:
@@ -184,7 +156,7 @@ class Models:
             config = ModelConfig.from_dict(params)
         except ConfigError as e:
             raise InvalidInput(str(e), code="invalid_config") from e
-        self._check_limits(config)
+        self.check_limits(config)
         names = await self.store.model_names()
         if name not in names:
             if len(names) >= self.settings.max_models:
@@ -205,7 +177,7 @@ class Models:
             )
         return current, False
 
-    def _check_limits(self, config: ModelConfig) -> None:
+    def check_limits(self, config: ModelConfig) -> None:
         s = self.settings
         if not config.dense and config.hash_bits > s.max_hash_bits:
             raise InvalidInput(
@@ -260,7 +232,7 @@ class Models:
         """The model's configuration, weights and counters, consistent at one version; with
         ``checkpoints``, those of its checkpoints made under its configuration too."""
         kept = await self._file_checkpoints(name) if checkpoints else None
-        for _ in range(_EXPORT_ATTEMPTS):
+        for _ in range(EXPORT_ATTEMPTS):
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
             if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
@@ -271,7 +243,7 @@ class Models:
     async def _file_checkpoints(self, name: str) -> list[FileCheckpoint]:
         """The model's checkpoints of its present configuration, oldest first, each with its
         weights rebuilt (one let go meanwhile is left out)."""
-        h = await self.history(name)
+        h = await self.store.read_history(check_name(name))
         out = []
         for c in sorted(h.checkpoints, key=lambda c: c.id):
             restorable = await self.store.read_checkpoint(name, c.id)
@@ -287,7 +259,7 @@ class Models:
         self.guard()
         check_name(name)
         file = parse_document(document)
-        self._check_limits(file.config)
+        self.check_limits(file.config)
         meta = await self.store.read_meta(name)
         if meta is not None and ModelConfig.from_json(meta[Meta.CONFIG]) != file.config:
             raise Conflict(
@@ -323,7 +295,7 @@ class Models:
         reason: str,
         checkpoints: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        data, now_ms = _packed(weights), int(1000 * self.clock())
+        data, now_ms = pack_snapshot(weights), int(1000 * self.clock())
         carried = checkpoints or ()
         if await self.store.read_meta(name) is not None:  # kept first as a checkpoint
             snap, log_bytes = await self.store.read_sizes(name)
@@ -343,172 +315,7 @@ class Models:
             carried,
         )
         self.replicas.drop(name)
-        await self._prune(name, now_ms)
-
-    async def _prune(self, name: str, now_ms: int) -> None:
-        """After an operation that added to the model's history: let go of what the policy
-        no longer keeps (done: a failure here is the next operation's to make up)."""
-        try:
-            await prune(self.store, name, self.settings, now_ms)
-        except (StoreError, ServiceError) as e:
-            log.warning("letting model %r's old history go failed (%s)", name, e)
-
-    async def history(self, name: str) -> HistoryState:
-        """The model's checkpoints, and the versions it can be rolled back to."""
-        return await self.store.read_history(check_name(name))
-
-    async def updates(self, name: str, first: int | None, limit: int) -> KeptUpdateList:
-        """The model's kept updates from version ``first`` (None: the last ``limit``), each with
-        who caused it and when."""
-        kept = await self.store.read_updates(check_name(name), first, limit)
-        config = ModelConfig.from_json(kept.config)
-        listed = []
-        for i, entry in enumerate(kept.entries):
-            _, t, source, ms = entry_provenance(entry)
-            listed.append(
-                {
-                    "version": kept.first + i,
-                    "source": source,
-                    "time": None if ms is None else ms / 1000,
-                    "label": config.classes[t],
-                }
-            )
-        return KeptUpdateList(kept.version, kept.first_kept, listed)
-
-    async def rollback(
-        self, name: str, version: int | None, checkpoint: int | None
-    ) -> tuple[int, int]:
-        """Make the model exactly what it was at ``version`` (kept in its history), or what
-        checkpoint ``checkpoint`` holds: (the version now, the checkpoint of the model as it
-        was just before)."""
-        self.guard()
-        check_name(name)
-        for _ in range(_EXPORT_ATTEMPTS):
-            if checkpoint is not None:
-                restorable = await self.store.read_checkpoint(name, checkpoint)
-                epoch = (await self.store.epochs([name]))[0]
-                if epoch is None:
-                    raise ModelNotFound(name)
-                if restorable is None:
-                    raise NotFound(
-                        f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
-                        f"/models/{name}/checkpoints lists those it keeps.",
-                        code="checkpoint_not_found",
-                    )
-            else:
-                assert version is not None
-                got = await self.store.read_kept(name, version)
-                if got is None:
-                    h = await self.history(name)
-                    raise Conflict(
-                        f"Model {name!r} keeps versions {h.first_version} to {h.version}; "
-                        f"version {version} is not among them (GET /models/{name}/checkpoints "
-                        "lists its checkpoints).",
-                        code="version_not_kept",
-                    )
-                epoch, _, restorable = got
-            # (off the event loop: a large model's weights take a while to rebuild and pack)
-            config, weights, packed = await asyncio.to_thread(_rebuilt, restorable)
-            self._check_limits(config)
-            if version is not None and weights.version != version:
-                raise ModelStateLost(name, "its kept updates do not add up to their versions")
-            keep = version is not None and self.settings.history_keep_updates > 0
-            # It adds a checkpoint of the model as it is; kept, the log's entries up to the
-            # version restored join the retained log (which starts at the snapshot if none).
-            snap, log_bytes = await self.store.read_sizes(name)
-            joining = sum(map(len, restorable.entries)) if keep and not restorable.past else 0
-            now_ms = int(1000 * self.clock())
-            adding, starting = snap + log_bytes + joining, snap if keep else 0
-            room = await make_room(self.store, name, self.settings, now_ms, adding, starting)
-            kept_bytes = -1  # the retained log cut at the version: its bytes from its start
-            if restorable.past:
-                kept_bytes = sum(
-                    map(len, restorable.entries[max(0, room.base_version - restorable.base) :])
-                )
-            # A model with no retained log yet starts one at its snapshot, read here.
-            snapshot = restorable.weights if keep and room.base is None else None
-            try:
-                before = await self.store.rollback(
-                    name,
-                    epoch,
-                    new_epoch(),
-                    weights.version,
-                    packed,
-                    restorable.config,
-                    now_ms,
-                    keep=keep,
-                    kept_bytes=kept_bytes,
-                    snapshot=snapshot,
-                )
-            except StaleModel:
-                continue  # reset, imported or rolled back meanwhile: look again
-            self.replicas.drop(name)
-            await self._prune(name, now_ms)
-            return weights.version, before
-        raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
-
-    async def undo(
-        self, name: str, source: str | None, from_time: float | None, to_time: float | None
-    ) -> Undone:
-        """Leave out of the model the kept updates caused by the key named ``source`` and made
-        from ``from_time`` to before ``to_time`` (Unix seconds; None: any): it becomes, at
-        once and exactly, its oldest kept weights with every other kept update applied in
-        order, and those stay its kept updates (renumbered). An update kept from before
-        updates recorded their source is always kept."""
-        self.guard()
-        check_name(name)
-        start = -math.inf if from_time is None else from_time * 1000
-        stop = math.inf if to_time is None else to_time * 1000
-
-        def undone(by: str | None, ms: int | None) -> bool:
-            if ms is None or (source is not None and by != source):
-                return False
-            return start <= ms < stop
-
-        for _ in range(_EXPORT_ATTEMPTS):
-            got = await self.store.read_kept(name)
-            assert got is not None  # (everything kept is always kept)
-            epoch, version, kept = got
-            drops = [i for i, e in enumerate(kept.entries) if undone(*entry_provenance(e)[2:])]
-            if not drops:
-                return Undone(version, 0, None)
-            gone = set(drops)
-            entries = [e for i, e in enumerate(kept.entries) if i not in gone]
-            rest = dataclasses.replace(kept, entries=entries)
-            _, weights, packed = await asyncio.to_thread(_rebuilt, rest)
-            # It adds a checkpoint of the model as it is, the log's entries join the retained
-            # log, which starts at the snapshot if none does yet.
-            snap, log_bytes = await self.store.read_sizes(name)
-            now_ms = int(1000 * self.clock())
-            room = await make_room(
-                self.store, name, self.settings, now_ms, snap + 2 * log_bytes, snap
-            )
-            if room.base_version != kept.base:
-                continue  # its oldest kept updates went: rebuild from those kept now
-            try:
-                done = await self.store.undo_updates(
-                    name,
-                    epoch,
-                    new_epoch(),
-                    version,
-                    kept.base,
-                    drops,
-                    packed,
-                    weights.version,
-                    sum(map(len, entries)),
-                    kept.base + drops[0] + 1,
-                    now_ms,
-                    snapshot=None if kept.past else kept.weights,
-                )
-            except StaleModel:
-                continue
-            if done is None:
-                continue  # its oldest kept updates moved meanwhile: read again
-            self.replicas.drop(name)
-            await self._prune(name, now_ms)
-            before, now_version = done
-            return Undone(now_version, len(drops), before)
-        raise ModelBusy(f"Model {name!r} kept changing during the undo; retry shortly.")
+        await prune_quietly(self.store, name, self.settings, now_ms)
 
     async def delete_model(self, name: str) -> None:
         self.guard()

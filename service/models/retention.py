@@ -21,16 +21,19 @@ which read the model's history and let go, in one script.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from service.contract.store_protocol import Checkpoint, Reason
-from service.errors import ModelBusy
+from service.errors import ModelBusy, ServiceError
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry, unpack_weights
 from service.learner.perceptron import apply, update_plan
 from service.settings import Settings
-from service.store import Store
+from service.store import Store, StoreError
 from service.store.ops.history import HistoryState, Restorable
+
+log = logging.getLogger("perceptron")
 
 KEEP_LAST = 10
 HOURLY = 24
@@ -162,3 +165,12 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
         k, t, raw, x = unpack_entry(config, entry)
         apply(config, weights, x, update_plan(config, raw, t), k)
     return config, weights
+
+
+async def prune_quietly(store: Store, name: str, settings: Settings, now_ms: int) -> None:
+    """After an operation that added to the model's history: let go of what the policy no
+    longer keeps (done: a failure here is the next operation's to make up)."""
+    try:
+        await prune(store, name, settings, now_ms)
+    except (StoreError, ServiceError) as e:
+        log.warning("letting model %r's old history go failed (%s)", name, e)

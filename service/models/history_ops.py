@@ -1,0 +1,207 @@
+"""A model's history, as the API serves it: its checkpoints and kept updates listed, a rollback
+to a kept version or checkpoint, an undo of a key's or a time range's updates. What is kept is
+``retention.py``'s; how it lives in Redis, ``store/ops/history.py``'s."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from service.contract.names import check_name
+from service.errors import Conflict, ModelBusy, ModelNotFound, ModelStateLost, NotFound, StaleModel
+from service.learner import ModelConfig, Weights
+from service.learner.codec import entry_provenance, new_epoch
+from service.models.admin import EXPORT_ATTEMPTS, Models, pack_snapshot
+from service.models.retention import make_room, prune_quietly, rebuild
+from service.store.ops.history import HistoryState, Restorable
+
+
+@dataclass(frozen=True, slots=True)
+class Undone:
+    version: int  # the model's version now
+    removed: int  # updates left out
+    before: int | None  # the checkpoint of the model as it was (None: nothing was undone)
+
+
+@dataclass(frozen=True, slots=True)
+class KeptUpdateList:
+    version: int
+    first_kept: int
+    updates: list[dict[str, Any]]
+
+
+def _rebuilt(restorable: Restorable) -> tuple[ModelConfig, Weights, bytes]:
+    """``rebuild``, with the weights packed too (run in a thread: for the largest models this
+    takes long enough to stall every request of the worker)."""
+    config, weights = rebuild(restorable)
+    return config, weights, pack_snapshot(weights)
+
+
+class History:
+    """One per worker process, beside its ``Models``: the history routes' operations."""
+
+    def __init__(self, models: Models) -> None:
+        self.models = models
+        self.store = models.store
+        self.settings = models.settings
+        self.clock = models.clock
+
+    async def checkpoints(self, name: str) -> HistoryState:
+        """The model's checkpoints, and the versions it can be rolled back to."""
+        return await self.store.read_history(check_name(name))
+
+    async def updates(self, name: str, first: int | None, limit: int) -> KeptUpdateList:
+        """The model's kept updates from version ``first`` (None: the last ``limit``), each with
+        who caused it and when."""
+        kept = await self.store.read_updates(check_name(name), first, limit)
+        config = ModelConfig.from_json(kept.config)
+        listed = []
+        for i, entry in enumerate(kept.entries):
+            _, t, source, ms = entry_provenance(entry)
+            listed.append(
+                {
+                    "version": kept.first + i,
+                    "source": source,
+                    "time": None if ms is None else ms / 1000,
+                    "label": config.classes[t],
+                }
+            )
+        return KeptUpdateList(kept.version, kept.first_kept, listed)
+
+    async def rollback(
+        self, name: str, version: int | None, checkpoint: int | None
+    ) -> tuple[int, int]:
+        """Make the model exactly what it was at ``version`` (kept in its history), or what
+        checkpoint ``checkpoint`` holds: (the version now, the checkpoint of the model as it
+        was just before)."""
+        self.models.guard()
+        check_name(name)
+        for _ in range(EXPORT_ATTEMPTS):
+            if checkpoint is not None:
+                restorable = await self.store.read_checkpoint(name, checkpoint)
+                epoch = (await self.store.epochs([name]))[0]
+                if epoch is None:
+                    raise ModelNotFound(name)
+                if restorable is None:
+                    raise NotFound(
+                        f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
+                        f"/models/{name}/checkpoints lists those it keeps.",
+                        code="checkpoint_not_found",
+                    )
+            else:
+                assert version is not None
+                got = await self.store.read_kept(name, version)
+                if got is None:
+                    h = await self.checkpoints(name)
+                    raise Conflict(
+                        f"Model {name!r} keeps versions {h.first_version} to {h.version}; "
+                        f"version {version} is not among them (GET /models/{name}/checkpoints "
+                        "lists its checkpoints).",
+                        code="version_not_kept",
+                    )
+                epoch, _, restorable = got
+            # (off the event loop: a large model's weights take a while to rebuild and pack)
+            config, weights, packed = await asyncio.to_thread(_rebuilt, restorable)
+            self.models.check_limits(config)
+            if version is not None and weights.version != version:
+                raise ModelStateLost(name, "its kept updates do not add up to their versions")
+            keep = version is not None and self.settings.history_keep_updates > 0
+            # It adds a checkpoint of the model as it is; kept, the log's entries up to the
+            # version restored join the retained log (which starts at the snapshot if none).
+            snap, log_bytes = await self.store.read_sizes(name)
+            joining = sum(map(len, restorable.entries)) if keep and not restorable.past else 0
+            now_ms = int(1000 * self.clock())
+            adding, starting = snap + log_bytes + joining, snap if keep else 0
+            room = await make_room(self.store, name, self.settings, now_ms, adding, starting)
+            kept_bytes = -1  # the retained log cut at the version: its bytes from its start
+            if restorable.past:
+                kept_bytes = sum(
+                    map(len, restorable.entries[max(0, room.base_version - restorable.base) :])
+                )
+            # A model with no retained log yet starts one at its snapshot, read here.
+            snapshot = restorable.weights if keep and room.base is None else None
+            try:
+                before = await self.store.rollback(
+                    name,
+                    epoch,
+                    new_epoch(),
+                    weights.version,
+                    packed,
+                    restorable.config,
+                    now_ms,
+                    keep=keep,
+                    kept_bytes=kept_bytes,
+                    snapshot=snapshot,
+                )
+            except StaleModel:
+                continue  # reset, imported or rolled back meanwhile: look again
+            self.models.replicas.drop(name)
+            await prune_quietly(self.store, name, self.settings, now_ms)
+            return weights.version, before
+        raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
+
+    async def undo(
+        self, name: str, source: str | None, from_time: float | None, to_time: float | None
+    ) -> Undone:
+        """Leave out of the model the kept updates caused by the key named ``source`` and made
+        from ``from_time`` to before ``to_time`` (Unix seconds; None: any): it becomes, at
+        once and exactly, its oldest kept weights with every other kept update applied in
+        order, and those stay its kept updates (renumbered). An update kept from before
+        updates recorded their source is always kept."""
+        self.models.guard()
+        check_name(name)
+        start = -math.inf if from_time is None else from_time * 1000
+        stop = math.inf if to_time is None else to_time * 1000
+
+        def undone(by: str | None, ms: int | None) -> bool:
+            if ms is None or (source is not None and by != source):
+                return False
+            return start <= ms < stop
+
+        for _ in range(EXPORT_ATTEMPTS):
+            got = await self.store.read_kept(name)
+            assert got is not None  # (everything kept is always kept)
+            epoch, version, kept = got
+            drops = [i for i, e in enumerate(kept.entries) if undone(*entry_provenance(e)[2:])]
+            if not drops:
+                return Undone(version, 0, None)
+            gone = set(drops)
+            entries = [e for i, e in enumerate(kept.entries) if i not in gone]
+            rest = dataclasses.replace(kept, entries=entries)
+            _, weights, packed = await asyncio.to_thread(_rebuilt, rest)
+            # It adds a checkpoint of the model as it is, the log's entries join the retained
+            # log, which starts at the snapshot if none does yet.
+            snap, log_bytes = await self.store.read_sizes(name)
+            now_ms = int(1000 * self.clock())
+            room = await make_room(
+                self.store, name, self.settings, now_ms, snap + 2 * log_bytes, snap
+            )
+            if room.base_version != kept.base:
+                continue  # its oldest kept updates went: rebuild from those kept now
+            try:
+                done = await self.store.undo_updates(
+                    name,
+                    epoch,
+                    new_epoch(),
+                    version,
+                    kept.base,
+                    drops,
+                    packed,
+                    weights.version,
+                    sum(map(len, entries)),
+                    kept.base + drops[0] + 1,
+                    now_ms,
+                    snapshot=None if kept.past else kept.weights,
+                )
+            except StaleModel:
+                continue
+            if done is None:
+                continue  # its oldest kept updates moved meanwhile: read again
+            self.models.replicas.drop(name)
+            await prune_quietly(self.store, name, self.settings, now_ms)
+            before, now_version = done
+            return Undone(now_version, len(drops), before)
+        raise ModelBusy(f"Model {name!r} kept changing during the undo; retry shortly.")
