@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from service.api.schemas import (
+from service.api.metrics_schemas import (
     Confusion,
     Curve,
     CurvePoint,

@@ -11,24 +11,20 @@ from fastapi.responses import JSONResponse
 from service.api import examples
 from service.api.auth import Role
 from service.api.deps import Admin, Reader
-from service.api.metrics_view import model_metrics
-from service.api.routing import FastJSONRoute
-from service.api.schemas import (
+from service.api.history_schemas import (
     CheckpointInfo,
     Checkpoints,
-    ModelInfo,
-    ModelList,
-    ModelMetrics,
-    ModelSpec,
     RollbackRequest,
     RollbackResponse,
     UndoRequest,
     UndoResponse,
     UpdateInfo,
     Updates,
-    WeightsResponse,
-    error_responses,
 )
+from service.api.metrics_schemas import ModelMetrics
+from service.api.metrics_view import model_metrics
+from service.api.routing import FastJSONRoute
+from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
 from service.api.views import WeightsStream, model_info
 from service.contract.store_protocol import MAX_COUNT
 

@@ -20,7 +20,7 @@ from pydantic import (
 
 from service.api import examples
 from service.contract.names import NAME_MAX, NAME_PATTERN
-from service.contract.store_protocol import CURVE_POINTS, MAX_COUNT
+from service.contract.store_protocol import MAX_COUNT
 from service.errors import InvalidInput
 from service.learner import ModelConfig
 
@@ -62,89 +62,13 @@ FEATURE_BATCH = (
 LABEL = "The true label, one of the model's classes: an integer or a string."
 
 
-def _examples(bodies: list[Any]) -> ConfigDict:
+def with_examples(bodies: list[Any]) -> ConfigDict:
     """A schema's examples (``examples.py``): what /docs and /redoc show for it."""
     return ConfigDict(json_schema_extra={"examples": bodies})
 
 
-class MistakeRates(BaseModel):
-    cumulative: float | None = Field(description="Mistakes over all labelled examples.")
-    last_100: float | None
-    last_1000: float | None
-
-
-class SeriesPoint(BaseModel):
-    t: int = Field(description="Start of the bucket, Unix seconds.")
-    examples: int
-    mistakes: int
-    rate: float | None
-    examples_total: int = Field(description="Labelled examples up to this bucket (in the window).")
-    mistakes_total: int
-
-
-class Series(BaseModel):
-    bucket_s: int
-    points: list[SeriesPoint]
-
-
-class CurvePoint(BaseModel):
-    examples: int = Field(description="Labelled examples since creation, reset or import.")
-    mistakes: int = Field(description="Mistakes among them.")
-    rate: float = Field(description="mistakes / examples.")
-
-
-class Curve(BaseModel):
-    every: int = Field(description="A point every this many labelled examples (it doubles).")
-    points: list[CurvePoint] = Field(description=f"At most {CURVE_POINTS}, oldest first.")
-
-
-class Confusion(BaseModel):
-    labels: list[LabelValue]
-    matrix: list[list[int]] = Field(description="matrix[true][served] counts.")
-
-
-class SourceCounts(BaseModel):
-    source: str = Field(
-        description="The API key's name (its entry's, else key- and 8 hex digits of its "
-        "SHA-256; empty with keys off)."
-    )
-    labelled: int = Field(description="Labelled examples it sent (feedback and learned).")
-    mistakes: int = Field(description="Those the model had served wrong.")
-    updates: int = Field(description="Weight updates they caused.")
-
-
-class MistakeBound(BaseModel):
-    estimate: bool = True
-    applies: bool
-    reason: str | None = None
-    mistakes: int
-    window: int = Field(description="Labelled examples gamma was measured on.")
-    R: float | None = None
-    gamma: float | None = None
-    bound: float | None = Field(None, description="R^2 / gamma^2 when gamma > 0.")
-    separable: bool | None = None
-
-
-class ModelMetrics(BaseModel):
-    model_config = _examples(examples.METRICS)
-
-    model: str
-    version: int
-    counters: Counters
-    mistake_rate: MistakeRates
-    series: Series
-    curve: Curve = Field(description="The learning curve: mistakes over labelled examples.")
-    confusion: Confusion
-    weight_norm: float
-    max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")
-    mistake_bound: MistakeBound
-    sources: list[SourceCounts] = Field(
-        description="Per API key: what it taught the model, most labelled first."
-    )
-
-
 class ErrorResponse(BaseModel):
-    model_config = _examples([examples.ERROR])
+    model_config = with_examples([examples.ERROR])
 
     detail: str
     code: str
@@ -162,7 +86,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-class _Body(BaseModel):
+class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
@@ -179,10 +103,10 @@ def _config_field(name: str, takes: str, **constraints: Any) -> Any:
     return Field(default=default, description=text, **constraints)
 
 
-class ModelSpec(_Body):
+class ModelSpec(Body):
     """A model's configuration, fixed at creation."""
 
-    model_config = _examples(examples.MODEL_SPEC)
+    model_config = with_examples(examples.MODEL_SPEC)
 
     classes: list[LabelValue] = _config_field(
         "classes",
@@ -229,7 +153,7 @@ class Counters(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    model_config = _examples(examples.MODEL_INFO_EXAMPLES)
+    model_config = with_examples(examples.MODEL_INFO_EXAMPLES)
 
     name: str
     config: ModelSpec
@@ -238,153 +162,21 @@ class ModelInfo(BaseModel):
     counters: Counters
 
 
-class CheckpointInfo(BaseModel):
-    id: int = Field(description="The checkpoint's number: POST /models/{name}/rollback takes it.")
-    version: int = Field(description="The model's version it restores.")
-    seen: int = Field(description="Labelled examples the model had by then.")
-    time: float = Field(description="When it was made, Unix seconds.")
-    reason: str = Field(
-        description="Why: 'scheduled', 'start' (where the kept updates start), 'before reset', "
-        "'before import' or 'before rollback'."
-    )
-    mistake_rate: float | None = Field(
-        None,
-        description="Mistakes among the last `window` labelled examples then (null: none yet).",
-    )
-    window: int
-    bytes: int = Field(description="What it takes in Redis: its weights (and updates).")
-
-
-class Checkpoints(BaseModel):
-    model_config = _examples([examples.CHECKPOINTS])
-
-    name: str
-    version: int = Field(description="The model's version now.")
-    restorable_from: int = Field(
-        description="Every version from this one to `version` can be restored by its number."
-    )
-    bytes: int = Field(description="The model's checkpoints and kept updates, in bytes.")
-    checkpoints: list[CheckpointInfo] = Field(description="Oldest first.")
-
-
-class UpdateInfo(BaseModel):
-    version: int = Field(description="The model's version this update made.")
-    source: str | None = Field(
-        None,
-        description="The name of the API key that caused it ('' with keys off; null: made "
-        "before updates recorded it).",
-    )
-    time: float | None = Field(None, description="When, Unix seconds (null: not recorded).")
-    label: LabelValue = Field(description="The true label of the example it learned.")
-
-
-class Updates(BaseModel):
-    model_config = _examples([examples.UPDATES])
-
-    name: str
-    version: int = Field(description="The model's version now.")
-    restorable_from: int
-    updates: list[UpdateInfo] = Field(description="Oldest first.")
-    sources: dict[str, int] = Field(description="How many of these updates each key caused.")
-
-
-class RollbackRequest(_Body):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [examples.ROLLBACK_REQUEST, {"checkpoint": 3}]},
-    )
-
-    version: Version | None = Field(
-        None, ge=0, description="An integer: the version to restore (from `restorable_from` on)."
-    )
-    checkpoint: Version | None = Field(
-        None, ge=1, description="An integer: or the id of the checkpoint to restore."
-    )
-
-    @model_validator(mode="after")
-    def _one(self) -> RollbackRequest:
-        if (self.version is None) == (self.checkpoint is None):
-            raise ValueError("Give either version or checkpoint.")
-        return self
-
-
-class UndoRequest(_Body):
-    model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [examples.UNDO_REQUEST]}
-    )
-
-    source: str | None = Field(
-        None, max_length=64, description="Leave out the updates this API key (its name) caused."
-    )
-    from_time: Time | None = Field(
-        None, description="A number: leave out the updates made from then on (Unix seconds)..."
-    )
-    to_time: Time | None = Field(
-        None, description="A number: ...and before then (Unix seconds, after from_time)."
-    )
-
-    @model_validator(mode="after")
-    def _some(self) -> UndoRequest:
-        if self.source is None and self.from_time is None and self.to_time is None:
-            raise ValueError("Give a source, a time range, or both.")
-        start, stop = self.from_time, self.to_time
-        if start is not None and stop is not None and start >= stop:
-            raise ValueError(
-                f"Give a from_time before to_time (got {start} and {stop}): the range is from "
-                "from_time up to, not including, to_time"
-            )
-        return self
-
-
-class UndoResponse(BaseModel):
-    model_config = _examples([examples.UNDO_RESPONSE])
-
-    name: str
-    version: int = Field(description="The model's version now.")
-    removed: int = Field(description="Kept updates left out.")
-    undo_checkpoint: int | None = Field(
-        None,
-        description="The checkpoint of the model as it was just before: rolling back to it "
-        "undoes this (null: no kept update matched, nothing changed).",
-    )
-    before: int | None = Field(
-        None, deprecated=True, description="`undo_checkpoint`, by its former name."
-    )
-
-
-class RollbackResponse(BaseModel):
-    model_config = _examples([examples.ROLLBACK_RESPONSE])
-
-    name: str
-    version: int = Field(description="The model's version now: the one restored.")
-    restored_checkpoint: int | None = Field(
-        None, description="The checkpoint restored (null: a version was asked for)."
-    )
-    undo_checkpoint: int = Field(
-        description="The checkpoint of the model as it was just before: rolling back to it "
-        "undoes this rollback."
-    )
-    checkpoint: int | None = Field(
-        None, deprecated=True, description="`restored_checkpoint`, by its former name."
-    )
-    before: int = Field(deprecated=True, description="`undo_checkpoint`, by its former name.")
-
-
 class ModelList(BaseModel):
-    model_config = _examples(examples.MODEL_LIST)
+    model_config = with_examples(examples.MODEL_LIST)
 
     models: list[ModelInfo]
 
 
-class PredictRequest(_Body):
-    model_config = _examples(examples.PREDICT_REQUEST)
+class PredictRequest(Body):
+    model_config = with_examples(examples.PREDICT_REQUEST)
 
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
 
 
 class PredictResponse(BaseModel):
-    model_config = _examples(examples.PREDICT_RESPONSE)
+    model_config = with_examples(examples.PREDICT_RESPONSE)
 
     prediction_id: str
     label: LabelValue
@@ -395,8 +187,8 @@ class PredictResponse(BaseModel):
     version: int
 
 
-class FeedbackRequest(_Body):
-    model_config = _examples(examples.FEEDBACK_REQUEST)
+class FeedbackRequest(Body):
+    model_config = with_examples(examples.FEEDBACK_REQUEST)
 
     prediction_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
         description="The prediction_id of an answer of /predict: a string."
@@ -405,7 +197,7 @@ class FeedbackRequest(_Body):
 
 
 class FeedbackResponse(BaseModel):
-    model_config = _examples(examples.FEEDBACK_RESPONSE)
+    model_config = with_examples(examples.FEEDBACK_RESPONSE)
 
     mistake: bool
     updated: bool
@@ -413,8 +205,8 @@ class FeedbackResponse(BaseModel):
     duplicate: bool = False
 
 
-class LearnRequest(_Body):
-    model_config = _examples(examples.LEARN_REQUEST)
+class LearnRequest(Body):
+    model_config = with_examples(examples.LEARN_REQUEST)
 
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
@@ -422,7 +214,7 @@ class LearnRequest(_Body):
 
 
 class LearnResponse(BaseModel):
-    model_config = _examples(examples.LEARN_RESPONSE)
+    model_config = with_examples(examples.LEARN_RESPONSE)
 
     label: LabelValue = Field(description="The prediction made before learning.")
     mistake: bool
@@ -442,7 +234,7 @@ PackedFeatures = Annotated[
 ]
 
 
-class _Batch(_Body):
+class _Batch(Body):
     """A batch of examples, as JSON ``features`` or as ``packed_features``."""
 
     model: ModelName = Field("default", description=MODEL)
@@ -475,18 +267,18 @@ class _Batch(_Body):
 
 
 class PredictBatchRequest(_Batch):
-    model_config = _examples(examples.PREDICT_BATCH_REQUEST)
+    model_config = with_examples(examples.PREDICT_BATCH_REQUEST)
 
 
 class PredictBatchResponse(BaseModel):
-    model_config = _examples(examples.PREDICT_BATCH_RESPONSE)
+    model_config = with_examples(examples.PREDICT_BATCH_RESPONSE)
 
     predictions: list[PredictResponse]
     version: int
 
 
-class FeedbackBatchRequest(_Body):
-    model_config = _examples(examples.FEEDBACK_BATCH_REQUEST)
+class FeedbackBatchRequest(Body):
+    model_config = with_examples(examples.FEEDBACK_BATCH_REQUEST)
 
     feedback: list[FeedbackRequest] = Field(
         min_length=1, description="A list of 1 or more objects {prediction_id, label}."
@@ -502,13 +294,13 @@ class FeedbackItemResult(BaseModel):
 
 
 class FeedbackBatchResponse(BaseModel):
-    model_config = _examples(examples.FEEDBACK_BATCH_RESPONSE)
+    model_config = with_examples(examples.FEEDBACK_BATCH_RESPONSE)
 
     results: list[FeedbackItemResult]
 
 
 class LearnBatchRequest(_Batch):
-    model_config = _examples(examples.LEARN_BATCH_REQUEST)
+    model_config = with_examples(examples.LEARN_BATCH_REQUEST)
 
     labels: list[LabelValue] = Field(
         min_length=1,
@@ -527,7 +319,7 @@ class LearnBatchRequest(_Batch):
 
 
 class LearnBatchResponse(BaseModel):
-    model_config = _examples(examples.LEARN_BATCH_RESPONSE)
+    model_config = with_examples(examples.LEARN_BATCH_RESPONSE)
 
     labels: list[LabelValue] = Field(description="The prediction made before learning each.")
     mistakes: list[bool]
@@ -545,7 +337,7 @@ class WeightRow(BaseModel):
 
 
 class WeightsResponse(BaseModel):
-    model_config = _examples(examples.WEIGHTS)
+    model_config = with_examples(examples.WEIGHTS)
 
     model: str
     version: int
@@ -555,7 +347,7 @@ class WeightsResponse(BaseModel):
 
 
 class Health(BaseModel):
-    model_config = _examples(examples.HEALTH)
+    model_config = with_examples(examples.HEALTH)
 
     status: str
     store: str | None = None

@@ -1,0 +1,89 @@
+"""The answer of ``GET /models/{name}/metrics``: mistake rates, series, the learning curve,
+confusion, per-key counts, the mistake bound."""
+
+from __future__ import annotations
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from service.api import examples
+from service.api.schemas import Counters, LabelValue, with_examples
+from service.contract.store_protocol import CURVE_POINTS
+
+
+class MistakeRates(BaseModel):
+    cumulative: float | None = Field(description="Mistakes over all labelled examples.")
+    last_100: float | None
+    last_1000: float | None
+
+
+class SeriesPoint(BaseModel):
+    t: int = Field(description="Start of the bucket, Unix seconds.")
+    examples: int
+    mistakes: int
+    rate: float | None
+    examples_total: int = Field(description="Labelled examples up to this bucket (in the window).")
+    mistakes_total: int
+
+
+class Series(BaseModel):
+    bucket_s: int
+    points: list[SeriesPoint]
+
+
+class CurvePoint(BaseModel):
+    examples: int = Field(description="Labelled examples since creation, reset or import.")
+    mistakes: int = Field(description="Mistakes among them.")
+    rate: float = Field(description="mistakes / examples.")
+
+
+class Curve(BaseModel):
+    every: int = Field(description="A point every this many labelled examples (it doubles).")
+    points: list[CurvePoint] = Field(description=f"At most {CURVE_POINTS}, oldest first.")
+
+
+class Confusion(BaseModel):
+    labels: list[LabelValue]
+    matrix: list[list[int]] = Field(description="matrix[true][served] counts.")
+
+
+class SourceCounts(BaseModel):
+    source: str = Field(
+        description="The API key's name (its entry's, else key- and 8 hex digits of its "
+        "SHA-256; empty with keys off)."
+    )
+    labelled: int = Field(description="Labelled examples it sent (feedback and learned).")
+    mistakes: int = Field(description="Those the model had served wrong.")
+    updates: int = Field(description="Weight updates they caused.")
+
+
+class MistakeBound(BaseModel):
+    estimate: bool = True
+    applies: bool
+    reason: str | None = None
+    mistakes: int
+    window: int = Field(description="Labelled examples gamma was measured on.")
+    R: float | None = None
+    gamma: float | None = None
+    bound: float | None = Field(None, description="R^2 / gamma^2 when gamma > 0.")
+    separable: bool | None = None
+
+
+class ModelMetrics(BaseModel):
+    model_config = with_examples(examples.METRICS)
+
+    model: str
+    version: int
+    counters: Counters
+    mistake_rate: MistakeRates
+    series: Series
+    curve: Curve = Field(description="The learning curve: mistakes over labelled examples.")
+    confusion: Confusion
+    weight_norm: float
+    max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")
+    mistake_bound: MistakeBound
+    sources: list[SourceCounts] = Field(
+        description="Per API key: what it taught the model, most labelled first."
+    )
