@@ -524,7 +524,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             )[0]
             assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
             in_flight: set[asyncio.Future[Any]] = set()
-            writer.learning.writers._serve_all("m", [request], in_flight)
+            writer.learning.writers.taken.serve_all("m", [request], in_flight)
             assert len(in_flight) == 1
             await asyncio.gather(*in_flight)
             answer = await other.store.wait_answer("m", token, 5)

@@ -924,7 +924,7 @@ def test_an_answer_taken_by_a_lost_wait_is_not_learned_again_after_an_epoch_chan
                 taken = await writer.store.take_learns(name, writes.me, LEASE_MS, 8, 0)
                 assert taken
                 in_flight: set[asyncio.Future[Any]] = set()
-                writes._serve_all(name, taken, in_flight)
+                writes.taken.serve_all(name, taken, in_flight)
                 await asyncio.gather(*in_flight)
                 answer = await real_wait(name, token, 1.0)
                 assert answer is not None

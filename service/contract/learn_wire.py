@@ -37,6 +37,7 @@ TOKEN_BYTES = 16
 TOKEN_LENGTH = 22  # new_token()'s characters: TOKEN_BYTES in URL-safe base64, unpadded
 UNLEARNED_ANSWER = b"N"  # the answer to a request refused without being learned, past its deadline
 NOT_QUEUED_ANSWER = b"Q"  # left by a hand-over that queued nothing: its requester took the lease
+STALE = "stale_model"  # an error answer's code when the model was replaced since the request
 _HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sII")
 _START = struct.Struct("<q")
 _ONE_ANSWER = struct.Struct("<cqiB")  # an answer of one example: its pair as numpy lays it
