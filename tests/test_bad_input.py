@@ -1,7 +1,7 @@
 """Bad inputs not covered elsewhere at the HTTP level: status, code, and that nothing changed.
 
-Together with tests/test_api_errors.py, tests/test_batches.py and tests/test_security.py this
-covers every row of the table in deploy/RELIABILITY.md.
+Together with tests/test_api_errors.py, tests/test_batch_endpoints.py and
+tests/test_security.py this covers every row of the table in deploy/RELIABILITY.md.
 """
 
 from __future__ import annotations

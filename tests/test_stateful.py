@@ -23,7 +23,7 @@ CI runs a bounded number of examples; for a soak, more (the seed makes a run rep
         -o "addopts=" -p no:cacheprovider  # with STATEFUL_EXAMPLES=500 STATEFUL_STEPS=60
 
 A failure it finds shrinks to a short sequence; keep it as a plain regression test
-(``tests/test_fail_safe_round2.py`` holds the first ones).
+(``tests/test_careless_use.py`` holds the first ones).
 """
 
 from __future__ import annotations

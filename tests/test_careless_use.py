@@ -1,5 +1,5 @@
-"""Fail safe, round 2: what a careless or hostile user broke after the first round, each kept
-as a test that failed before its fix. On the service in-process and on the real one."""
+"""What a careless or hostile user broke once the first fail-safe tests held, each kept as a
+test that failed before its fix. On the service in-process and on the real one."""
 
 from __future__ import annotations
 
