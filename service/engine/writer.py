@@ -93,9 +93,9 @@ class Writers:
         self.me = secrets.token_hex(8)
         # The one decision: one writer per model, or each worker commits its own (an
         # embedded store serves one process: no other worker to hand over to).
-        self.on = settings.one_writer and not store.embedded
+        self.one_writer = settings.one_writer and not store.embedded
         self.commits = LearnCommits(
-            store, settings, replicas, clock, Lease(self.me, LEASE_MS) if self.on else None
+            store, settings, replicas, clock, Lease(self.me, LEASE_MS) if self.one_writer else None
         )
         self._writing: dict[str, asyncio.Task[None]] = {}
         self._leased: set[str] = set()  # models whose lease this worker took (maybe lapsed)
@@ -117,7 +117,7 @@ class Writers:
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
         hand-overs are in flight share the next one (``group_commit.py``).
         """
-        if not self.on:
+        if not self.one_writer:
             return await self.commits.queue(rep, examples)
         if rep.name in self._writing:
             try:
