@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import logging
 import time
 from typing import Any
@@ -16,29 +15,15 @@ import pytest
 
 from service.contract import store_protocol as protocol
 
+from .answers import error, with_weights
+
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
-
-
-def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, (r.status_code, r.text)
-    body: dict[str, Any] = r.json()
-    assert body["code"] == code, body
-    return body
 
 
 def ok(r: httpx.Response) -> dict[str, Any]:
     assert r.status_code in (200, 201), (r.status_code, r.text)
     body: dict[str, Any] = r.json()
     return body
-
-
-def with_weights(doc: dict[str, Any], values: np.ndarray) -> dict[str, Any]:
-    data = np.ascontiguousarray(values, dtype=np.float64).tobytes()
-    return {
-        **doc,
-        "weights": base64.b64encode(data).decode(),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
 
 
 # -- 1. every count that reaches a script is bounded, with headroom ---------------------------

@@ -7,7 +7,6 @@ policy, a small maxmemory) and the service in a thread of the test process.
 from __future__ import annotations
 
 import base64
-import hashlib
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ from service.cli.loopback import wait_until
 from service.engine.worker import Worker
 from service.settings import Settings
 
+from .answers import error, with_weights
 from .servers import RedisServer, ServiceThread
 
 pytestmark = pytest.mark.servers  # each test starts its own redis-server
@@ -75,14 +75,6 @@ def learn(http: httpx.Client, model: str, n: int, dim: int = 3) -> None:
     ys = [1 if sum(x) > 0 else -1 for x in xs]
     r = http.post("/learn/batch", json={"model": model, "features": xs, "labels": ys})
     assert r.status_code == 200, r.text
-
-
-def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, (r.status_code, r.text)
-    assert r.headers["content-type"] == "application/json", r.headers
-    body: dict[str, Any] = r.json()
-    assert body["code"] == code, body
-    return body
 
 
 # -- storage that bites back ---------------------------------------------------------------
@@ -333,15 +325,6 @@ def test_every_configuration_number_is_bounded(
 def export_of(http: httpx.Client, name: str) -> dict[str, Any]:
     doc: dict[str, Any] = http.get(f"/models/{name}/export").json()
     return doc
-
-
-def with_weights(doc: dict[str, Any], values: np.ndarray) -> dict[str, Any]:
-    data = np.ascontiguousarray(values, dtype=np.float64).tobytes()
-    return {
-        **doc,
-        "weights": base64.b64encode(data).decode(),
-        "sha256": hashlib.sha256(data).hexdigest(),
-    }
 
 
 @pytest.mark.parametrize(

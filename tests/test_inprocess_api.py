@@ -28,6 +28,7 @@ from redis.exceptions import (
 from service.settings import Settings
 from service.store.keys import ModelKeys
 
+from .answers import error
 from .inprocess import BASE_URL, Clock, InProcessService, clock_the_store
 
 DENSE = {"classes": ["a", "b"], "n_features": 3}
@@ -69,13 +70,6 @@ def keys(fake_redis: fakeredis.FakeServer) -> Iterator[redis.Redis]:
     r = fakeredis.FakeRedis(server=fake_redis)
     yield r
     r.close()
-
-
-def error(r: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body: dict[str, Any] = r.json()
-    assert body["code"] == code and set(body) == {"detail", "code"}, body
-    return body
 
 
 def learn(api: httpx.Client, model: str, x: Sequence[float], y: Any) -> dict[str, Any]:

@@ -4,8 +4,6 @@ and each walk its row, so neither a new limit nor a changed answer goes unlisted
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import re
 import socket
@@ -14,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from service.contract import store_protocol as protocol
 
+from .answers import with_weights
 from .conftest import MakeService
 
 pytestmark = pytest.mark.in_process
@@ -179,12 +177,6 @@ def an_export(c: httpx.Client) -> dict[str, Any]:
     accepted(put(c, "m", n_features=2))
     accepted(c.post("/learn", json={"model": "m", "features": [1, 2], "label": 1}))
     return accepted(c.get("/models/m/export"))
-
-
-def with_weights(doc: dict[str, Any], value: float) -> dict[str, Any]:
-    data = np.full(len(base64.b64decode(doc["weights"])) // 8, value).tobytes()
-    sha = hashlib.sha256(data).hexdigest()
-    return {**doc, "weights": base64.b64encode(data).decode(), "sha256": sha}
 
 
 @walks("an import's `version`, `seen` and counters")
