@@ -36,14 +36,9 @@ from service.cli.exit_codes import Exit
 from service.cli.loopback import free_port
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 
+from .run_command import run_perceptron as run_main
+
 UNREACHABLE = "http://127.0.0.1:1"
-
-
-def run_main(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 # --- files ------------------------------------------------------------------------------------

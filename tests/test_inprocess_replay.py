@@ -30,6 +30,7 @@ from service.replay.tally import Tally
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService
+from .run_command import run_replay as run_main
 
 IRIS = rp.load_dataset("iris").shuffled(1).head(45)  # three classes, 4 features
 # How a finished progress bar's last draw ends: its closing bracket, the spaces that cover a
@@ -174,13 +175,6 @@ class Terminal(io.StringIO):
 
     def isatty(self) -> bool:
         return True
-
-
-def run_main(args: list[str], stderr: io.StringIO | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), stderr or io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["replay", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ docs/conventions.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -23,9 +21,9 @@ from PIL import Image
 
 from perceptron_client import AsyncClient, Client, FeedbackResponse, LabelIn, PredictResponse
 from service import replay as rp
-from service.cli.main import main
 
 from .conftest import MakeService
+from .run_command import run_replay as run_main
 
 ROOT = Path(__file__).parents[1]
 BREAST_CANCER = rp.load_dataset("breast_cancer")
@@ -237,13 +235,6 @@ def test_the_cli_replays_and_draws(url: str, tmp_path: Path) -> None:
 
 def main_output(args: list[str]) -> str:
     return run_main(args)[1]
-
-
-def run_main(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["replay", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_the_cli_says_what_is_wrong(url: str, tmp_path: Path) -> None:

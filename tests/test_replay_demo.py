@@ -10,7 +10,6 @@ and the replay run in-process here (tests/inprocess.py).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 from collections.abc import Iterator
@@ -24,12 +23,12 @@ from matplotlib.lines import Line2D
 
 from perceptron_client import Client
 from service import replay as rp
-from service.cli import main as cli
 from service.learner import ModelConfig, Perceptron
 from service.replay import command
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService
+from .run_command import run_replay as run_main
 from .test_inprocess_replay import BAR_END
 
 DIGITS = rp.load_dataset("digits")
@@ -114,13 +113,6 @@ def service(monkeypatch: pytest.MonkeyPatch) -> Iterator[InProcessService]:
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
-
-
-def run_main(args: list[str], stderr: io.StringIO | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), stderr or io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(["replay", *args])
-    return code, out.getvalue(), err.getvalue()
 
 
 def lines(text: str) -> dict[str, str]:
