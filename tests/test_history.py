@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perceptron_client import CheckpointInfo, Client, ConflictError
+from service.cli.loopback import wait_until
 from service.contract.store_protocol import MAX_COUNT, Meta, Reason
 from service.learner.codec import pack_weights
 from service.models.retention import rebuild
@@ -485,9 +486,11 @@ def test_a_rollback_under_load_is_exact_for_every_worker(redis_url: str) -> None
         for t in threads:
             t.start()
         try:
-            time.sleep(1.0)
+            wait_until(lambda: len(seen) >= 30, what="learning under way")
             answer = rollback(client, version=target)
-            time.sleep(1.0)
+            rolled = len(seen)
+            # (as long again after: the later half of what was served, all after it)
+            wait_until(lambda: len(seen) >= 2 * rolled + 10, what="learning after the rollback")
         finally:
             stop.set()
             for t in threads:
@@ -812,11 +815,11 @@ def test_an_undo_while_three_clients_learn_on_two_workers_keeps_every_update_onc
         for t in threads:
             t.start()
         try:
-            time.sleep(0.5)
+            wait_until(lambda: len(learned) >= 30, what="learning under way")
             before = len(learned)
             r = client.post("/models/m/undo", json={"source": "alice"}, headers=ADMIN)
             after = len(learned)
-            time.sleep(0.5)
+            wait_until(lambda: len(learned) >= after + 30, what="learning after the undo")
         finally:
             stop.set()
             for t in threads:
