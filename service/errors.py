@@ -118,8 +118,21 @@ class PredictionNotFound(NotFound):
 
     def __init__(self) -> None:
         super().__init__(
-            "Unknown or expired prediction_id: feedback is accepted for a prediction this "
-            "service made within the model's feedback_ttl_s."
+            "Unknown prediction_id: feedback is accepted for a prediction this service made, "
+            "within the model's feedback_ttl_s."
+        )
+
+
+class PredictionExpired(ServiceError):
+    """A label that came after its prediction's wait ran out: its id tells when it was made."""
+
+    status = 410
+    code = "prediction_expired"
+
+    def __init__(self, late_s: float, ttl_s: int) -> None:
+        super().__init__(
+            f"This label came {late_s:.1f} s after its prediction's wait of {ttl_s} s "
+            "(the model's feedback_ttl_s) ran out: the prediction no longer takes a label."
         )
 
 

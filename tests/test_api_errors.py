@@ -271,9 +271,20 @@ def test_unknown_prediction_is_counted(dense: httpx.Client) -> None:
     assert dense.get("/models/d").json()["counters"]["unknown_feedback"] == 1
 
 
-def test_expired_prediction_is_404(client: httpx.Client, clock: WaitingClock) -> None:
+def test_a_label_after_the_wait_is_410_and_counted(
+    client: httpx.Client, clock: WaitingClock
+) -> None:
     client.put("/models/e", json={"n_features": 1, "feedback_ttl_s": 1})
-    pid = client.post("/predict", json={"model": "e", "features": [1]}).json()["prediction_id"]
+    r = client.post("/predict/batch", json={"model": "e", "features": [[1], [2]]})
+    late, later = (p["prediction_id"] for p in r.json()["predictions"])
     clock.wait(2.1)  # skipped in-process; slept on a real Redis, which keeps its own time
-    r = client.post("/feedback", json={"prediction_id": pid, "label": 1})
-    assert r.status_code == 404 and r.json()["code"] == "prediction_not_found"
+    r = client.post("/feedback", json={"prediction_id": late, "label": 1})
+    assert r.status_code == 410 and r.json()["code"] == "prediction_expired"
+    assert "after its prediction's wait of 1 s" in r.json()["detail"]
+    items = [{"prediction_id": later, "label": 1}, {"prediction_id": "e:" + "A" * 20, "label": 1}]
+    results = client.post("/feedback/batch", json={"feedback": items}).json()["results"]
+    assert [x["error"]["code"] for x in results] == ["prediction_expired", "prediction_not_found"]
+    counters = client.get("/models/e").json()["counters"]
+    assert (counters["expired"], counters["unknown_feedback"], counters["feedback"]) == (2, 1, 0)
+    assert client.get("/models/e/metrics").json()["counters"]["expired"] == 2
+    assert 'perceptron_model_expired_total{model="e"} 2.0' in client.get("/metrics").text

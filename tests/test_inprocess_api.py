@@ -25,6 +25,7 @@ from redis.exceptions import (
     ResponseError,
 )
 
+from service.contract.names import PredictionId, issued_ms, new_token
 from service.settings import Settings
 from service.store.keys import ModelKeys
 
@@ -168,10 +169,44 @@ def test_a_prediction_expires_after_its_ttl(api: httpx.Client, clock: Clock) -> 
     api.put("/models/e", json={"n_features": 1, "feedback_ttl_s": 1})
     pid = api.post("/predict", json={"model": "e", "features": [1]}).json()["prediction_id"]
     clock.advance(1.5)
-    error(
-        api.post("/feedback", json={"prediction_id": pid, "label": 1}), 404, "prediction_not_found"
-    )
-    assert api.get("/models/e").json()["counters"]["unknown_feedback"] == 1
+    r = api.post("/feedback", json={"prediction_id": pid, "label": 1})
+    error(r, 410, "prediction_expired")
+    assert "came 0.5 s after its prediction's wait of 1 s" in r.json()["detail"]
+    counters = api.get("/models/e").json()["counters"]
+    assert (counters["expired"], counters["unknown_feedback"]) == (1, 0)
+
+
+def test_expiry_is_told_by_the_id(api: httpx.Client, clock: Clock) -> None:
+    """410 only for an id whose own time says its wait ran out; 404 for an id that tells no
+    time (an older service's), one that tells a time to come, and one within its wait whose
+    record is gone."""
+    clock.stop()
+    api.put("/models/e", json={"n_features": 1, "feedback_ttl_s": 10})
+    now_ms = int(1000 * clock())
+    issued = api.post("/predict", json={"model": "e", "features": [1]}).json()["prediction_id"]
+    ids = {
+        "issued": issued,
+        "older": "e:" + "A" * 16,
+        "to come": f"e:{new_token(now_ms + 60_000)}",
+        "gone early": f"e:{new_token(now_ms)}",
+        "never kept": f"e:{new_token(now_ms - 10_001)}",
+    }
+    parsed = PredictionId.parse(issued)
+    assert parsed is not None and issued_ms(parsed.token) == now_ms
+    items = [{"prediction_id": pid, "label": 1} for pid in ids.values()]
+
+    def codes() -> list[str | None]:
+        results = api.post("/feedback/batch", json={"feedback": items}).json()["results"]
+        return [(x["error"] or {}).get("code") for x in results]
+
+    gone, expired = "prediction_not_found", "prediction_expired"
+    assert codes() == [None, gone, gone, gone, expired]
+    clock.advance(10.5)  # the issued prediction's answer lapses, its wait over
+    assert codes() == [expired, gone, gone, expired, expired]
+    for pid, status in zip(ids.values(), (410, 404, 404, 410, 410), strict=True):
+        assert api.post("/feedback", json={"prediction_id": pid, "label": 1}).status_code == status
+    counters = api.get("/models/e").json()["counters"]
+    assert (counters["feedback"], counters["expired"], counters["unknown_feedback"]) == (1, 7, 7)
 
 
 def test_an_answer_is_a_duplicate_for_a_ttl_after_it_was_given(
@@ -184,10 +219,8 @@ def test_an_answer_is_a_duplicate_for_a_ttl_after_it_was_given(
     clock.advance(9)
     again = api.post("/feedback", json={"prediction_id": pid, "label": 1}).json()
     assert again["duplicate"] is True and again["version"] == 1
-    clock.advance(2)
-    error(
-        api.post("/feedback", json={"prediction_id": pid, "label": 1}), 404, "prediction_not_found"
-    )
+    clock.advance(2)  # the answer lapsed, and the id tells that the wait ran out long ago
+    error(api.post("/feedback", json={"prediction_id": pid, "label": 1}), 410, "prediction_expired")
 
 
 def test_pending_predictions_are_capped_until_they_lapse(start: Start, clock: Clock) -> None:

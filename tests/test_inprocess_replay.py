@@ -25,6 +25,8 @@ from perceptron_client import AsyncClient, Client
 from service import replay as rp
 from service.cli import main as cli
 from service.cli.loopback import free_port
+from service.learner import ModelConfig, Perceptron
+from service.learner.config import Strategy
 from service.replay import command
 from service.replay.tally import Tally
 from service.settings import Settings
@@ -98,6 +100,25 @@ def test_every_mode_counts_each_example_once_as_the_service_does(
         )
         if stream.mode == "learn" and stream.concurrency == 1:
             assert s.outcomes == one.outcomes, stream  # learned in order: the same perceptron
+
+
+@pytest.mark.parametrize("delay", [0, 1, 10])
+def test_late_labels_make_the_mistakes_of_the_pure_reference(
+    service: InProcessService, replay: Replay, delay: int
+) -> None:
+    """With labels ``delay`` examples late, each update is decided from the scores kept with
+    its prediction and applied when the label comes (docs/conventions.md)."""
+    strategies: list[tuple[rp.Dataset, Strategy]] = [(CANCER, "multiclass"), (IRIS, "ovr")]
+    for data, multiclass in strategies:
+        stream = rp.StreamOptions(delay=delay)
+        s = replay(data, stream, model=f"late{delay}", reset=True, multiclass=multiclass)
+        config = ModelConfig(
+            classes=tuple(data.classes), n_features=data.n_features, multiclass=multiclass
+        )
+        reference = Perceptron(config).delayed(data.rows, data.labels, delay)
+        assert s.outcomes == [o.mistake for o in reference], (data.name, delay)
+        updates = sum(o.updated for o in reference)
+        assert counters(service, f"late{delay}").updates == updates
 
 
 def test_a_multiclass_model_is_made_to_the_data_and_reset_on_request(
@@ -218,7 +239,7 @@ def test_the_command_passes_every_option_to_the_replay(monkeypatch: pytest.Monke
     monkeypatch.delenv("PERCEPTRON_URL", raising=False)
     code, out, err = run_main(
         ["--dataset", "iris", "--limit", "9", "--model", "m", "--multiclass", "ovo", "--reset",
-         "--batch", "3", "--concurrency", "2", "--delay", "4", "--rate", "50",
+         "--batch", "3", "--concurrency", "2", "--delay-labels", "4", "--rate", "50",
          "--url", "http://service.test:1", "--timeout", "7", "--quiet"]
     )  # fmt: skip
     assert (code, err, seen["examples"], seen["progress"]) == (0, "", 9, None)

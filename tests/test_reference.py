@@ -347,12 +347,13 @@ def test_the_request_examples_are_bodies_the_service_takes(client: httpx.Client)
         assert len(answer["predictions"]) == 2
     (body,) = examples.LEARN_BATCH_REQUEST
     assert sent("POST", "/learn/batch", body).keys() == examples.LEARN_BATCH_RESPONSE[0].keys()
-    # The examples' prediction ids were made by another service: unknown here, yet well formed.
+    # The examples' prediction ids were made by another service, days ago: well formed, and
+    # their wait has run out.
     (body,) = examples.FEEDBACK_REQUEST
-    assert sent("POST", "/feedback", body, 404)["code"] == "prediction_not_found"
+    assert sent("POST", "/feedback", body, 410)["code"] == "prediction_expired"
     (body,) = examples.FEEDBACK_BATCH_REQUEST
     results = sent("POST", "/feedback/batch", body)["results"]
-    assert [r["error"]["code"] for r in results] == ["prediction_not_found"] * 2
+    assert [r["error"]["code"] for r in results] == ["prediction_expired"] * 2
     for answer, example in [
         (sent("GET", "/models", None), examples.MODEL_LIST[0]),
         (sent("GET", "/models/iris/weights", None), examples.WEIGHTS[0]),

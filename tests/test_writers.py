@@ -318,13 +318,13 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
             calls: list[tuple[float, bool]] = []  # each feedback call: its wait, whether held
             real_feedback = b.store.commit_feedback
 
-            async def commit_feedback(*args: Any) -> Any:
-                got = await real_feedback(*args)
+            async def commit_feedback(*args: Any, **kwargs: Any) -> Any:
+                got = await real_feedback(*args, **kwargs)
                 calls.append((args[-1], isinstance(got, Held)))
                 return got
 
             a.store.commit_learn = commit  # type: ignore[method-assign]
-            b.store.commit_feedback = commit_feedback  # type: ignore[method-assign,assignment]
+            b.store.commit_feedback = commit_feedback  # type: ignore[method-assign]
             learned = await a.learning.writers.commits.queue(rep, _examples(rep, 3))
             assert len(learned) == 3
             (second,) = await seen["held"]

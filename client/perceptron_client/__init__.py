@@ -62,6 +62,7 @@ from .clients import DEFAULT_TIMEOUT, DEFAULT_URL, AsyncClient, Client
 from .errors import (
     AuthError,
     ConflictError,
+    GoneError,
     InvalidInputError,
     NotFoundError,
     PerceptronError,
@@ -88,6 +89,7 @@ __all__ = [
     "FeedbackItemResult",
     "FeedbackResponse",
     "Features",
+    "GoneError",
     "Health",
     "InvalidInputError",
     "Label",

@@ -11,6 +11,7 @@ from .answers import ErrorResponse
 __all__ = [
     "AuthError",
     "ConflictError",
+    "GoneError",
     "InvalidInputError",
     "NotFoundError",
     "PerceptronError",
@@ -42,12 +43,17 @@ class AuthError(PerceptronError):
 
 
 class NotFoundError(PerceptronError):
-    """404: no such model, or an unknown or expired prediction."""
+    """404: no such model, or an unknown prediction."""
 
 
 class ConflictError(PerceptronError):
     """409: another configuration under that name, a second label for a prediction, or a
     version a model no longer keeps."""
+
+
+class GoneError(PerceptronError):
+    """410: a label that came after its prediction's wait (the model's feedback_ttl_s) ran
+    out."""
 
 
 class UnavailableError(PerceptronError):
@@ -60,6 +66,7 @@ _BY_STATUS: dict[int, type[PerceptronError]] = {
     403: AuthError,
     404: NotFoundError,
     409: ConflictError,
+    410: GoneError,
     413: InvalidInputError,
     422: InvalidInputError,
     429: UnavailableError,
@@ -68,7 +75,7 @@ _BY_STATUS: dict[int, type[PerceptronError]] = {
 
 # Items of /feedback/batch carry an error but no status of their own: the status the same
 # error has on /feedback.
-_ITEM_STATUS = {"prediction_not_found": 404, "feedback_conflict": 409}
+_ITEM_STATUS = {"prediction_not_found": 404, "feedback_conflict": 409, "prediction_expired": 410}
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PREDICTION_ID = "iris:UVg5tC3CF3rIuU0Z"
+PREDICTION_ID = "iris:AaIOLZ1JUVg5tC3CF3rIuU0Z"
 CONFIG: dict[str, Any] = {
     "classes": ["setosa", "versicolor", "virginica"],
     "multiclass": "multiclass",
@@ -31,6 +31,7 @@ COUNTERS: dict[str, int] = {
     "duplicates": 1,
     "conflicts": 0,
     "unknown_feedback": 0,
+    "expired": 0,
     "seen": 7,
 }
 MODEL_INFO: dict[str, Any] = {
@@ -48,7 +49,7 @@ PREDICTION: dict[str, Any] = {
     "version": 5,
 }
 BINARY_PREDICTION: dict[str, Any] = {
-    "prediction_id": "default:kunFY0jUFpXnb-Kb",
+    "prediction_id": "default:AaIOLaExkunFY0jUFpXnb-Kb",
     "label": -1,
     "score": 0.0,
     "scores": None,
@@ -76,6 +77,11 @@ ERRORS: dict[int, dict[str, str]] = {
         "detail": "Model 'iris' exists with another configuration; delete it first or use "
         "another name.",
         "code": "model_exists",
+    },
+    410: {
+        "detail": "This label came 3512.4 s after its prediction's wait of 86400 s (the "
+        "model's feedback_ttl_s) ran out: the prediction no longer takes a label.",
+        "code": "prediction_expired",
     },
     413: {
         "detail": "A batch holds at most 1000 examples (PERCEPTRON_MAX_BATCH); got 1001.",
@@ -152,8 +158,8 @@ PREDICT_BATCH_REQUEST: list[dict[str, Any]] = [
 FEEDBACK_BATCH_REQUEST: list[dict[str, Any]] = [
     {
         "feedback": [
-            {"prediction_id": "iris:SVQeK0pCYwFsjc2w", "label": "setosa"},
-            {"prediction_id": "iris:hhc_UDza9lVZEyy3", "label": "virginica"},
+            {"prediction_id": "iris:AaIOLaUZSVQeK0pCYwFsjc2w", "label": "setosa"},
+            {"prediction_id": "iris:AaIOLakBhhc_UDza9lVZEyy3", "label": "virginica"},
         ]
     }
 ]
@@ -172,14 +178,14 @@ PREDICT_BATCH_RESPONSE: list[dict[str, Any]] = [
     {
         "predictions": [
             {
-                "prediction_id": "iris:SVQeK0pCYwFsjc2w",
+                "prediction_id": "iris:AaIOLaUZSVQeK0pCYwFsjc2w",
                 "label": "virginica",
                 "score": None,
                 "scores": {"setosa": -16.37, "versicolor": 4.71, "virginica": 11.66},
                 "version": 5,
             },
             {
-                "prediction_id": "iris:hhc_UDza9lVZEyy3",
+                "prediction_id": "iris:AaIOLakBhhc_UDza9lVZEyy3",
                 "label": "virginica",
                 "score": None,
                 "scores": {"setosa": -35.45, "versicolor": -3.2, "virginica": 38.65},
@@ -200,9 +206,10 @@ FEEDBACK_BATCH_RESPONSE: list[dict[str, Any]] = [
                 "version": None,
                 "duplicate": None,
                 "error": {
-                    "detail": "Unknown or expired prediction_id: feedback is accepted for a "
-                    "prediction this service made within the model's feedback_ttl_s.",
-                    "code": "prediction_not_found",
+                    "detail": "This label came 3512.4 s after its prediction's wait of 86400 s "
+                    "(the model's feedback_ttl_s) ran out: the prediction no longer takes a "
+                    "label.",
+                    "code": "prediction_expired",
                 },
             },
         ]

@@ -30,6 +30,7 @@ from service.errors import ServiceError
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
+feedback_errors = error_responses(400, 401, 403, 404, 409, 410, 413, 422, 503)
 
 
 # The hot routes answer with orjson directly; ``response_model`` still documents the body.
@@ -58,7 +59,7 @@ async def predict_batch(body: PredictBatchRequest, who: Reader) -> PredictBatchR
     return predict_batch_response(config, preds)
 
 
-@router.post("/feedback", responses=errors, response_model=FeedbackResponse)
+@router.post("/feedback", responses=feedback_errors, response_model=FeedbackResponse)
 async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     """Give the true label of a prediction: counts the mistake and learns from it, once."""
     (f,) = await who.worker.learning.submit_feedback(
@@ -71,7 +72,7 @@ async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     )
 
 
-@router.post("/feedback/batch", responses=errors)
+@router.post("/feedback/batch", responses=feedback_errors)
 async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> FeedbackBatchResponse:
     """Give many true labels; each item gets its own result or error, in order."""
     results = await who.worker.learning.submit_feedback(

@@ -149,6 +149,7 @@ class Counters(BaseModel):
     duplicates: int = 0
     conflicts: int = 0
     unknown_feedback: int = 0
+    expired: int = 0
     seen: int = 0
 
 

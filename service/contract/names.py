@@ -11,11 +11,21 @@ PredictionId(model='iris', token='AbCdEfGhIjKlMnOp')
 'iris:AbCdEfGhIjKlMnOp'
 >>> PredictionId.parse("iris:short") is None
 True
+
+A token the service issues tells its own time: its first ``ISSUED_CHARS`` characters are the
+Unix ms it was issued at, the rest random; an older token (16 characters) tells none.
+
+>>> issued_ms(new_token(1_700_000_000_000))
+1700000000000
+>>> issued_ms("AbCdEfGhIjKlMnOp") is None
+True
 """
 
 from __future__ import annotations
 
+import base64
 import re
+import secrets
 from typing import NamedTuple
 
 from service.errors import InvalidInput
@@ -27,6 +37,10 @@ NAME_MAX = 64  # and at most this many of them
 NAME_PATTERN = f"^{NAME_CHARS}*[A-Za-z0-9_-]{NAME_CHARS}*$"  # (the length apart: NAME_MAX)
 TOKEN_CHARS = "[A-Za-z0-9_-]"  # the random part of a prediction id: URL-safe base64
 ID_SEPARATOR = ":"  # between a prediction id's model name and its token
+ISSUED_BYTES = 6  # a token's time: Unix ms, big-endian (until the year 10889)
+ISSUED_CHARS = 8  # ... as URL-safe base64: the token's first characters
+RANDOM_BYTES = 12  # then this much randomness: 16 characters
+TIMED_TOKEN_LENGTH = ISSUED_CHARS + 16
 
 # A key's name, as its entry gives it (``alice=train:<key>``): what the model's history records
 # for the updates the key caused (never the key).
@@ -63,6 +77,20 @@ def check_name(name: str) -> str:
 def valid_token(token: str) -> bool:
     """Whether ``token`` may be the random part of a prediction id."""
     return TOKEN_RE.fullmatch(token) is not None
+
+
+def new_token(now_ms: int) -> str:
+    """A prediction's token, issued at Unix ms ``now_ms``: that time, then random characters."""
+    issued = base64.urlsafe_b64encode(now_ms.to_bytes(ISSUED_BYTES, "big")).decode()
+    return issued + secrets.token_urlsafe(RANDOM_BYTES)
+
+
+def issued_ms(token: str) -> int | None:
+    """The Unix ms a valid token was issued at, or None for one that tells no time (an id of
+    an older version of the service)."""
+    if len(token) != TIMED_TOKEN_LENGTH:
+        return None
+    return int.from_bytes(base64.urlsafe_b64decode(token[:ISSUED_CHARS]), "big")
 
 
 class PredictionId(NamedTuple):

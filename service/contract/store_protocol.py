@@ -31,7 +31,7 @@ class Status(IntEnum):
     STALE_COPY = 0  # the caller's copy was behind: sync data follows
     NO_MODEL = -1
     STALE_EPOCH = -2  # the model was replaced since the caller's copy
-    UNKNOWN = -3  # a feedback item whose prediction is unknown or expired
+    UNKNOWN = -3  # a feedback item whose prediction is unknown (never issued, or gone early)
     CONFLICT = -4  # a feedback item given before with another label
     STATE_LOST = -5  # the model's keys are incomplete: {-5, what}
     PENDING_FULL = -6  # the model holds as many pending bytes as it may: {-6, s until some lapse}
@@ -40,6 +40,7 @@ class Status(IntEnum):
     BAD_LABEL = -9  # a feedback item's label is none of the classes of its prediction's model
     NOT_WRITER = -10  # a writer's commit whose lease another worker holds now, or none does
     # (-10 also: a lease another worker holds: CLAIM {-10, ms left}, TAKE)
+    EXPIRED = -11  # a feedback item whose prediction is gone, its wait over (its id tells)
     NAME_TAKEN = 3  # CREATE: the name is taken, {3, its config JSON}
     UNCHANGED = 4  # nothing done: a snapshot not newer (COMPACT), a lease kept (RELEASE)
     QUEUED = 5  # HANDOFF: the request waits for the model's writer
@@ -215,7 +216,13 @@ COUNTERS = (
     Counter(
         "unknown_feedback",
         "Unknown feedback",
-        "Feedback for unknown or expired predictions.",
+        "Feedback for unknown predictions (never issued, or gone within their wait).",
+        warns=True,
+    ),
+    Counter(
+        "expired",
+        "Expired feedback",
+        "Labels that came after their prediction's wait (feedback_ttl_s) ran out.",
         warns=True,
     ),
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from service.contract.names import PredictionId
+from service.contract.names import PredictionId, issued_ms, new_token
 from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Held, Made
 from service.engine.batcher import Coalescer, Span
@@ -26,6 +25,7 @@ from service.errors import (
     InvalidInput,
     ModelBusy,
     ModelNotFound,
+    PredictionExpired,
     PredictionNotFound,
     ServiceError,
     TooLarge,
@@ -134,7 +134,8 @@ class Learning:
     async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
         self.replicas.check_current(rep)
         r2 = max(x.sq_norm for x in xs)
-        tokens = [secrets.token_urlsafe(12) for _ in xs]
+        now_ms = int(1000 * self.clock())
+        tokens = [new_token(now_ms) for _ in xs]
         for force in (False, True):
             if force and rep.weights.version < 0:  # never serve a copy that holds no weights
                 raise ModelBusy(f"Model {rep.name!r} could not be loaded; retry shortly.")
@@ -217,19 +218,25 @@ class Learning:
     ) -> list[Feedback | ServiceError]:
         self.replicas.check_current(rep)
         deadline = self.clock() + self.settings.learn_wait_s
+        ttl_s = rep.config.feedback_ttl_s
+        tokens = [token for token, _ in labelled]
+        now_ms = int(1000 * self.clock())
+        late_s = [_late_s(token, ttl_s, now_ms) for token in tokens]
+        late = "".join("0" if s is None else "1" for s in late_s)
         wait_s = 0.0
         while True:
             batch = await self.store.commit_feedback(
                 rep.name,
                 rep.epoch,
-                [token for token, _ in labelled],
+                tokens,
                 [t for _, t in labelled],
                 time_bucket(self.settings, self.clock()),
-                rep.config.feedback_ttl_s,
+                ttl_s,
                 source,
                 int(1000 * self.clock()),
                 rep.config.averaged,
                 wait_s,
+                late=late,
             )
             if not isinstance(batch, Held):
                 break
@@ -240,9 +247,11 @@ class Learning:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
         out: list[Feedback | ServiceError] = []
-        for item in batch.items:
+        for item, late_by in zip(batch.items, late_s, strict=True):
             if item.status == Status.UNKNOWN:
                 out.append(PredictionNotFound())
+            elif item.status == Status.EXPIRED:
+                out.append(PredictionExpired(late_by or 0.0, ttl_s))
             elif item.status == Status.BAD_LABEL:
                 out.append(_BadLabel())
             elif item.given is not None:
@@ -278,6 +287,15 @@ class Learning:
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result
+
+
+def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:
+    """How long ago the wait of the prediction ``token`` names ran out, by the time its id
+    tells; None while it runs, or when the id tells no time."""
+    issued = issued_ms(token)
+    if issued is None or issued + 1000 * ttl_s > now_ms:
+        return None
+    return (now_ms - issued) / 1000 - ttl_s
 
 
 def _check_batch_size(n: int, limit: int, what: str = "examples") -> None:

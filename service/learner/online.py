@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,15 @@ class Outcome:
     label: Label  # the prediction served before learning
     mistake: bool
     updated: bool
+
+
+@dataclass(frozen=True)
+class Served:
+    """A prediction awaiting its label: the example and the scores it was served with."""
+
+    x: Example
+    raw: np.ndarray  # the weights' own scores, from which the label's update is decided
+    served: int  # the class index served
 
 
 class Perceptron:
@@ -53,14 +64,45 @@ class Perceptron:
         return served_scores(self.config, self.weights, x)
 
     def learn(self, features: Features, label: Label) -> Outcome:
+        """Predict, then learn the true label at once (``/learn``)."""
+        return self.feedback(self.serve(features), label)
+
+    def serve(self, features: Features) -> Served:
+        """A prediction, kept with its scores until its label comes (``/predict``)."""
+        x = self.encode(features)
+        served = predict_index(self.config, served_scores(self.config, self.weights, x))
+        return Served(x, raw_scores(self.weights, x), served)
+
+    def feedback(self, p: Served, label: Label) -> Outcome:
+        """Learn the true label of a prediction served before (``/feedback``): the update is
+        decided from the scores it was served with, and applied to the weights of now."""
         cfg = self.config
         t = cfg.class_index(label)
         if t is None:
             message = f"Label {label!r} is not one of {list(cfg.classes)}."
             raise FeatureError("unknown_label", message)
-        x = self.encode(features)
-        served = predict_index(cfg, served_scores(cfg, self.weights, x))
-        plan = update_plan(cfg, raw_scores(self.weights, x), t)
+        plan = update_plan(cfg, p.raw, t)
         self.weights.seen += 1
-        apply(cfg, self.weights, x, plan, self.weights.seen)
-        return Outcome(cfg.classes[served], served != t, bool(plan))
+        apply(cfg, self.weights, p.x, plan, self.weights.seen)
+        return Outcome(cfg.classes[p.served], p.served != t, bool(plan))
+
+    def delayed(
+        self, rows: Sequence[Features], labels: Sequence[Label], delay: int
+    ) -> list[Outcome]:
+        """Each example served in turn, its label learned once ``delay`` more examples were
+        served (the last ones at the end): each example's outcome, in the examples' order.
+
+        >>> p = Perceptron(ModelConfig(n_features=1))
+        >>> [o.mistake for o in p.delayed([[1.0], [1.0], [1.0]], [1, 1, 1], delay=1)]
+        [True, True, False]
+        """
+        waiting: deque[tuple[int, Served]] = deque()
+        out: dict[int, Outcome] = {}
+        for i, features in enumerate(rows):
+            waiting.append((i, self.serve(features)))
+            if len(waiting) > delay:
+                j, p = waiting.popleft()
+                out[j] = self.feedback(p, labels[j])
+        for j, p in waiting:
+            out[j] = self.feedback(p, labels[j])
+        return [out[i] for i in range(len(rows))]

@@ -61,7 +61,7 @@ mistakes the service reported.
 examples:
   perceptron replay --dataset breast_cancer --curve curve.png
   perceptron replay --dataset digits --multiclass ovr --mode learn --batch 100
-  perceptron replay --csv data.csv --label-column y --delay 5 --concurrency 4
+  perceptron replay --csv data.csv --label-column y --delay-labels 5 --concurrency 4
 """
 
 
@@ -98,11 +98,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--concurrency", metavar="K", type=_positive, default=1, help="concurrent clients"
     )
     s.add_argument(
+        "--delay-labels",
         "--delay",
-        metavar="K",
+        dest="delay",
+        metavar="N",
         type=_non_negative,
         default=0,
-        help="labels arrive K examples late (predict mode)",
+        help="send each label N examples after its prediction (predict mode)",
     )
     s.add_argument(
         "--rate",

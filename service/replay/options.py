@@ -43,8 +43,8 @@ class StreamOptions:
             raise ValueError("batch and concurrency must be >= 1, delay >= 0, rate > 0")
         if self.delay and self.mode != "predict":
             raise ValueError(
-                "delay applies to predict mode only (--delay with --mode predict): /learn "
-                "takes the label at once"
+                "delay applies to predict mode only (--delay-labels with --mode predict): "
+                "/learn takes the label at once"
             )
         if self.retries < 0:
             raise ValueError("retries must be >= 0")

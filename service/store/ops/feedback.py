@@ -18,20 +18,21 @@ from service.store.script import Script
 # bucket, KEEP: buckets kept; TTL: the model's feedback ttl; SOURCE, NOW_MS: who gives them
 # and when, recorded with each update (``codec.provenance``) and counted per source in meta
 # (``protocol.source_fields``); AVERAGED: 1 for an averaged model (whose writer's commit is
-# guarded by the count of examples seen too), else 0. While the model's writer holds it
-# (``learn.py``), a call that would move what the writer's commit is guarded by (an update;
-# for an averaged model, any example counted) applies nothing: {HELD, ms left}; one that
-# would not (each item a label that updates nothing, a duplicate, unknown, a conflict) goes
-# through, as it cannot make that commit stale. An answer is kept TTL seconds after it was
-# given, so that the same feedback sent again within that time is a duplicate; its
-# prediction's bytes no longer count as pending.
+# guarded by the count of examples seen too), else 0; LATE: one character per prediction, '1'
+# where its id tells that its wait ran out (a record then missing is EXPIRED, not UNKNOWN).
+# While the model's writer holds it (``learn.py``), a call that would move what the writer's
+# commit is guarded by (an update; for an averaged model, any example counted) applies
+# nothing: {HELD, ms left}; one that would not (each item a label that updates nothing, a
+# duplicate, unknown, expired, a conflict) goes through, as it cannot make that commit stale.
+# An answer is kept TTL seconds after it was given, so that the same feedback sent again
+# within that time is a duplicate; its prediction's bytes no longer count as pending.
 # Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version,
-# log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, CONFLICT, BAD_LABEL),
-# mistake, updated, version (for CONFLICT: the class index given before)}
+# log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, EXPIRED, CONFLICT,
+# BAD_LABEL), mistake, updated, version (for CONFLICT: the class index given before)}
 SCRIPT = Script(
     "feedback",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold"),
-    args=("epoch", "bucket#", "keep#", "ttl#", "source", "now_ms", "averaged#"),
+    args=("epoch", "bucket#", "keep#", "ttl#", "source", "now_ms", "averaged#", "late"),
     rest_keys="pending",
     rest_args="labels",
     parts=(parts.RECORD, parts.PENDING),
@@ -67,13 +68,16 @@ local function answer(status, m, u, v)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = status, m, u, v
   n = n + 4
 end
-local unknown, dups, conflicts = 0, 0, 0
+local unknown, expired, dups, conflicts = 0, 0, 0, 0
 local provenance = SOURCE_MARK .. SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local ttl, now, answered = TTL, nil, {}
 for i = PENDING_AT, #KEYS do
   local t = ARGV[i + LABELS_AT - PENDING_AT]
   local p = redis.call('GET', KEYS[i])
-  if not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
+  if not p and string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1' then
+    expired = expired + 1
+    answer(EXPIRED, 0, 0, 0)
+  elseif not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0)
   elseif tonumber(t) == NO_CLASS then
@@ -125,6 +129,7 @@ for b, size in pairs(answered) do
   end
 end
 if unknown > 0 then redis.call('HINCRBY', META, COUNT_UNKNOWN_FEEDBACK, unknown) end
+if expired > 0 then redis.call('HINCRBY', META, COUNT_EXPIRED, expired) end
 if dups > 0 then redis.call('HINCRBY', META, COUNT_DUPLICATES, dups) end
 if conflicts > 0 then redis.call('HINCRBY', META, COUNT_CONFLICTS, conflicts) end
 if #marks > 0 then
@@ -162,13 +167,15 @@ async def feedback(
     now_ms: int,
     averaged: bool,
     wait_s: float = 0.0,
+    late: str = "",
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
     the model's writer holds it and one of them would update the weights (for an
     ``averaged`` model: would count an example). ``wait_s``: a call that found the hold
     first waits up to that long for the writer's commit to let go (it wakes each call that
     found it, ``learn.py``), on the same connection in the same round trip: the script runs
-    as soon as it is woken, before the writer can hold the model again."""
+    as soon as it is woken, before the writer can hold the model again. ``late``: '1' for
+    each prediction whose id tells that its wait ran out, '0' (or nothing) for the others."""
     k = ModelKeys(name)
     wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
     reply, _ = await store.run_with_wait(
@@ -183,6 +190,7 @@ async def feedback(
             source=source,
             now_ms=now_ms,
             averaged=int(averaged),
+            late=late,
         ),
         before=wait,
     )
