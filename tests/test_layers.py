@@ -225,7 +225,6 @@ MODULE_MOST_LINES = 400
 FUNCTION_MOST_LINES = 60
 # Functions still longer, each held to its length now: none may grow, and none joins them.
 LONGER = {
-    ("service/app.py", "create_app"): 75,
     ("service/engine/sequence.py", "_run_binary"): 70,
     ("service/cli/models_command.py", "add_arguments"): 64,
 }
