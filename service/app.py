@@ -96,6 +96,14 @@ def create_app(
         docs_url=None,  # served from this host by api/docs.py, not from a CDN
         redoc_url=None,
     )
+    _add_routes(app)
+    app.state.keys = keys
+    _add_middleware(app, settings, workers)
+    _add_error_handlers(app)
+    return app
+
+
+def _add_routes(app: FastAPI) -> None:
     app.include_router(learning_routes.router)  # first: the hot routes match soonest
     app.include_router(model_routes.router)
     app.include_router(health.router)
@@ -106,7 +114,9 @@ def create_app(
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")
     app.mount("/docs", docs.swagger_assets, name="docs-assets")
     app.mount("/redoc", docs.redoc_assets, name="redoc-assets")
-    app.state.keys = keys
+
+
+def _add_middleware(app: FastAPI, settings: Settings, workers: int) -> None:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics)
     app.add_middleware(SecurityHeaders)
@@ -120,8 +130,6 @@ def create_app(
             return worker is not None and worker.learning.writers.fed()
 
         app.add_middleware(ShedWhileWriting, fed=fed)
-    _add_error_handlers(app)
-    return app
 
 
 class _Every:

@@ -85,26 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     action("list", "list every model with its classes, version and counters", _list)
     action("show", "show a model's configuration, version and counters", _show)
-    create = action("create", "create a model (nothing changes if it exists alike)", _create)
-    spec = create.add_argument_group("configuration (fixed at creation; unset: the default)")
-    spec.add_argument(
-        "--classes",
-        metavar="A,B,...",
-        type=_classes,
-        help="labels, comma-separated; integers stay integers (default: -1,1)",
-    )
-    spec.add_argument("--n-features", metavar="N", type=int, help="dense dimension")
-    spec.add_argument("--hash-bits", metavar="B", type=int, help="named features: 2**B weights")
-    spec.add_argument("--multiclass", choices=["multiclass", "ovr", "ovo"], help="strategy")
-    spec.add_argument("--learning-rate", metavar="R", type=float, help="step of an update")
-    spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
-    spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
-    spec.add_argument(
-        "--no-fit-bias", dest="fit_bias", action="store_false", default=None, help="no bias"
-    )
-    spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
-    spec.add_argument(
-        "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
+    _add_configuration(
+        action("create", "create a model (nothing changes if it exists alike)", _create)
     )
     delete = action("delete", "delete a model, its weights and counters", _delete)
     delete.add_argument(
@@ -129,6 +111,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "file", metavar="FILE", nargs="?", default="-", help="the document (default: stdin)"
     )
     add_actions(action)
+
+
+def _add_configuration(create: argparse.ArgumentParser) -> None:
+    """``create``'s options: a model's configuration, each unset its default."""
+    spec = create.add_argument_group("configuration (fixed at creation; unset: the default)")
+    spec.add_argument(
+        "--classes",
+        metavar="A,B,...",
+        type=_classes,
+        help="labels, comma-separated; integers stay integers (default: -1,1)",
+    )
+    spec.add_argument("--n-features", metavar="N", type=int, help="dense dimension")
+    spec.add_argument("--hash-bits", metavar="B", type=int, help="named features: 2**B weights")
+    spec.add_argument("--multiclass", choices=["multiclass", "ovr", "ovo"], help="strategy")
+    spec.add_argument("--learning-rate", metavar="R", type=float, help="step of an update")
+    spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
+    spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
+    spec.add_argument(
+        "--no-fit-bias", dest="fit_bias", action="store_false", default=None, help="no bias"
+    )
+    spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
+    spec.add_argument(
+        "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
+    )
 
 
 # Options whose value may start with '-' (a negative label), which argparse takes for an option

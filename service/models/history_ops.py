@@ -40,6 +40,22 @@ def _rebuilt(restorable: Restorable) -> tuple[ModelConfig, Weights, bytes]:
     return config, weights, pack_snapshot(weights)
 
 
+def _undone(
+    entries: list[bytes], source: str | None, from_time: float | None, to_time: float | None
+) -> list[int]:
+    """Where the kept updates caused by the key named ``source`` (None: any) from
+    ``from_time`` to before ``to_time`` (Unix seconds; None: any) are among ``entries``; one
+    kept from before updates recorded their source never is."""
+    start = -math.inf if from_time is None else from_time * 1000
+    stop = math.inf if to_time is None else to_time * 1000
+    drops = []
+    for i, entry in enumerate(entries):
+        by, ms = entry_provenance(entry)[2:]
+        if ms is not None and (source is None or by == source) and start <= ms < stop:
+            drops.append(i)
+    return drops
+
+
 class History:
     """One per worker process, beside its ``Models``: the history routes' operations."""
 
@@ -71,6 +87,36 @@ class History:
             )
         return KeptUpdateList(kept.version, kept.first_kept, listed)
 
+    async def _restorable(
+        self, name: str, version: int | None, checkpoint: int | None
+    ) -> tuple[str, Restorable]:
+        """What restores ``version`` or ``checkpoint``, with the model's epoch then; the error
+        that says it is not kept."""
+        if checkpoint is not None:
+            restorable = await self.store.read_checkpoint(name, checkpoint)
+            epoch = (await self.store.epochs([name]))[0]
+            if epoch is None:
+                raise ModelNotFound(name)
+            if restorable is None:
+                raise NotFound(
+                    f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
+                    f"/models/{name}/checkpoints lists those it keeps.",
+                    code="checkpoint_not_found",
+                )
+            return epoch, restorable
+        assert version is not None
+        got = await self.store.read_kept(name, version)
+        if got is None:
+            h = await self.checkpoints(name)
+            raise Conflict(
+                f"Model {name!r} keeps versions {h.first_version} to {h.version}; "
+                f"version {version} is not among them (GET /models/{name}/checkpoints "
+                "lists its checkpoints).",
+                code="version_not_kept",
+            )
+        epoch, _, restorable = got
+        return epoch, restorable
+
     async def rollback(
         self, name: str, version: int | None, checkpoint: int | None
     ) -> tuple[int, int]:
@@ -80,29 +126,7 @@ class History:
         self.models.guard()
         check_name(name)
         for _ in range(EXPORT_ATTEMPTS):
-            if checkpoint is not None:
-                restorable = await self.store.read_checkpoint(name, checkpoint)
-                epoch = (await self.store.epochs([name]))[0]
-                if epoch is None:
-                    raise ModelNotFound(name)
-                if restorable is None:
-                    raise NotFound(
-                        f"Model {name!r} keeps no checkpoint {checkpoint}; GET "
-                        f"/models/{name}/checkpoints lists those it keeps.",
-                        code="checkpoint_not_found",
-                    )
-            else:
-                assert version is not None
-                got = await self.store.read_kept(name, version)
-                if got is None:
-                    h = await self.checkpoints(name)
-                    raise Conflict(
-                        f"Model {name!r} keeps versions {h.first_version} to {h.version}; "
-                        f"version {version} is not among them (GET /models/{name}/checkpoints "
-                        "lists its checkpoints).",
-                        code="version_not_kept",
-                    )
-                epoch, _, restorable = got
+            epoch, restorable = await self._restorable(name, version, checkpoint)
             # (off the event loop: a large model's weights take a while to rebuild and pack)
             config, weights, packed = await asyncio.to_thread(_rebuilt, restorable)
             self.models.check_limits(config)
@@ -153,19 +177,11 @@ class History:
         updates recorded their source is always kept."""
         self.models.guard()
         check_name(name)
-        start = -math.inf if from_time is None else from_time * 1000
-        stop = math.inf if to_time is None else to_time * 1000
-
-        def undone(by: str | None, ms: int | None) -> bool:
-            if ms is None or (source is not None and by != source):
-                return False
-            return start <= ms < stop
-
         for _ in range(EXPORT_ATTEMPTS):
             got = await self.store.read_kept(name)
             assert got is not None  # (everything kept is always kept)
             epoch, version, kept = got
-            drops = [i for i, e in enumerate(kept.entries) if undone(*entry_provenance(e)[2:])]
+            drops = _undone(kept.entries, source, from_time, to_time)
             if not drops:
                 return Undone(version, 0, None)
             gone = set(drops)
