@@ -124,15 +124,18 @@ def run_blocks(blocks: list[str], service: ServiceProcess, cwd: Path) -> tuple[s
     return script, done.stdout
 
 
+def answers_as_shown(script: str, out: str, at_least: int) -> None:
+    """Each answer on a line of its own, and each one shown: nothing more, nothing less."""
+    shown, printed = shown_answers(script), out.splitlines()
+    assert len(printed) == len(shown) >= at_least, (shown, out)
+    for expected, line in zip(shown, printed, strict=True):
+        assert matches(shown_json(expected), json.loads(line)), (expected, line)
+
+
 def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
     blocks = shell_blocks(section("A first session"))
     assert len(blocks) >= 2
-    script, out = run_blocks(blocks, service, tmp_path)
-    # Each answer on a line of its own, and each one shown: nothing more, nothing less.
-    shown, printed = shown_answers(script), out.splitlines()
-    assert len(printed) == len(shown) >= 4, (shown, out)
-    for expected, line in zip(shown, printed, strict=True):
-        assert matches(shown_json(expected), json.loads(line)), (expected, line)
+    answers_as_shown(*run_blocks(blocks, service, tmp_path), at_least=4)
     # The feedback found its prediction: the model learned from it.
     assert httpx.get(service.url + "/models/default").json()["version"] == 1
 
@@ -153,11 +156,7 @@ def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Pat
     # The model history's blocks carry on from the first session: each answer as shown.
     blocks = shell_blocks(section("Model history"))
     assert len(blocks) >= 2
-    script, out = run_blocks(blocks, service, tmp_path)
-    shown, printed = shown_answers(script), out.splitlines()
-    assert len(printed) == len(shown) >= 5, (shown, out)
-    for expected, line in zip(shown, printed, strict=True):
-        assert matches(shown_json(expected), json.loads(line)), (expected, line)
+    answers_as_shown(*run_blocks(blocks, service, tmp_path), at_least=5)
 
 
 def test_the_python_first_try_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:

@@ -229,6 +229,14 @@ local function weights_bytes(key, known)
   if redis.call('TYPE', key).ok == 'string' then return redis.call('STRLEN', key) end
   return 0
 end
+-- Whether a restore's weights are staged whole: the restored ones at ``stage`` (``n``
+-- chunks) and, when it starts the retained log at the snapshot (``starts``), the copy of the
+-- snapshot at ``start`` (``start_n`` chunks of ``start_length`` bytes, as ``snap`` holds,
+-- ``snaplen`` recorded).
+local function restore_staged(stage, n, starts, start, start_n, start_length, snap, snaplen)
+  return staged(stage, n) and (not starts or (staged(start, start_n)
+    and weights_bytes(snap, snaplen) == start_length))
+end
 -- A checkpoint's weights let go, wherever they are kept.
 local function drop_weights(ck, id)
   redis.call('HDEL', ck, id)

@@ -53,8 +53,8 @@ if not st[1] then refused = NO_MODEL
 elseif st[1] ~= EPOCH then refused = STALE_EPOCH
 elseif (st[4] and tonumber(st[5]) or tonumber(st[3])) ~= START
     or tonumber(st[2]) < EXPECT then refused = UNCHANGED
-elseif not staged(STAGE, CHUNKS) or (not st[4] and (not staged(STAGE_START, START_CHUNKS)
-    or weights_bytes(SNAP, st[6]) ~= START_LENGTH)) then
+elseif not restore_staged(STAGE, CHUNKS, not st[4], STAGE_START, START_CHUNKS, START_LENGTH,
+    SNAP, st[6]) then
   refused = NOT_STAGED
 end
 if refused then
