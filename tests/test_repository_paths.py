@@ -76,7 +76,7 @@ def test_no_script_or_test_names_a_path_outside_the_repository() -> None:
 def test_ci_names_the_engine_kit_on_its_marked_line_alone() -> None:
     lines = (ROOT / ".ci/run").read_text().splitlines()
     marked = [line for line in lines if line.rstrip().endswith(ALLOWED)]
-    assert len(marked) == 1 and "../shared/compose/standins.sh" in marked[0]
+    assert len(marked) == 1 and "standins.sh" in marked[0]  # (the engine kit's script)
     assert outside(".ci/run", marked[0]) == []
     assert outside(".ci/run", marked[0].split("#")[0]) != []  # the mark is what allows it
 
@@ -84,14 +84,14 @@ def test_ci_names_the_engine_kit_on_its_marked_line_alone() -> None:
 @pytest.mark.parametrize(
     ("path", "line"),
     [
-        ("tests/test_x.py", 'KIT = ROOT.parent / "shared" / "compose" / "standins.sh"'),
-        ("tests/test_x.py", 'KIT = ROOT / ".." / "shared"'),
+        ("tests/test_x.py", 'KIT = ROOT.parent / "kit" / "engine.sh"'),
+        ("tests/test_x.py", 'KIT = ROOT / ".." / "kit"'),
         ("tests/test_x.py", "ROOT = Path(__file__).resolve().parents[2]"),
         ("deploy/bench/x.py", "ROOT = Path(__file__).resolve().parents[3]"),
         ("tests/test_x.py", "HERE = Path(__file__).resolve().parent.parent.parent"),
-        ("deploy/bench/x.sh", 'echo "prepare it first: bash ../shared/device/prepare.sh"'),
+        ("deploy/bench/x.sh", 'echo "prepare it first: bash ../kit/prepare.sh"'),
         ("deploy/bench/x.sh", 'ROOT=$(cd "$(dirname "$0")/../../.." && pwd)'),
-        (".ci/run", "bash ../shared/compose/standins.sh"),
+        (".ci/run", "bash ../kit/engine.sh"),
         ("tests/test_x.py", 'subprocess.run(["bash", "../kit.sh"], cwd=ROOT)'),
     ],
 )
