@@ -4,8 +4,6 @@ ops/blobs.py). And an undo keeps what was learned while it rebuilt, after the re
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -20,23 +18,9 @@ from service.store.ops import blobs
 from service.store.ops.runner import raw, text
 
 from .servers import ServiceProcess, running
-from .test_store_sync import EPOCH, entry, learn
+from .test_store_sync import EPOCH, entry, learn, run
 
 pytestmark = pytest.mark.servers  # a real redis-server: its SLOWLOG, its RENAMEs
-
-
-def run(redis_url: str, body: Callable[[Store], Awaitable[Any]]) -> Any:
-    async def go() -> Any:
-        client = redis.asyncio.Redis.from_url(redis_url)
-        try:
-            await client.flushall()
-            store = Store(client)
-            await store.create_model("m", '{"n_features": 1}', EPOCH)
-            return await body(store)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(go())
 
 
 async def held(store: Store, key: str) -> bytes:

@@ -82,6 +82,13 @@ def shape(replies: list[Any]) -> Shape:
     return Shape("none", 0)
 
 
+async def shape_of(client: Any, key: str) -> Shape:
+    """How ``key`` holds weights now, in one round trip."""
+    async with client.pipeline(transaction=False) as pipe:
+        queue_shape(pipe, key)
+        return shape(await pipe.execute(raise_on_error=False))
+
+
 def queue_read(pipe: Any, key: str, held: Shape) -> int:
     """Queue the reads of the weights at ``key`` held as ``held``, a chunk each; how many
     replies."""
@@ -113,9 +120,7 @@ async def joined(parts: list[Any]) -> bytes:
 async def read(client: Any, key: str) -> bytes | None:
     """The weights at ``key`` (a key written once: a checkpoint's); None when it is not there
     or changed while read."""
-    async with client.pipeline(transaction=False) as pipe:
-        queue_shape(pipe, key)
-        held = shape(await pipe.execute(raise_on_error=False))
+    held = await shape_of(client, key)
     if held.kind == "none":
         return None
     async with client.pipeline(transaction=False) as pipe:

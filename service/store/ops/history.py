@@ -148,7 +148,7 @@ async def read_kept(
             return None
         # The weights in chunks (blobs.py): the snapshot, or the retained log's checkpoint
         at = keys.snap if from_snap else keys.checkpoint_weights(s.base or 0)
-        held = await _shape(store, at)
+        held = await blobs.shape_of(store.client, at)
         legacy = None if from_snap or held.kind != "none" else await _legacy(store, keys, s.base)
         async with store.client.pipeline(transaction=False) as pipe:
             n = blobs.queue_read(pipe, at, held)
@@ -168,12 +168,6 @@ async def read_kept(
             kept = Restorable(s.config, start, weights, entries, not from_snap)
             return s.epoch, s.version, kept
     raise ModelBusy(f"Model {name!r} was compacted under every read of its history; retry.")
-
-
-async def _shape(store: Runner, key: str) -> blobs.Shape:
-    async with store.client.pipeline(transaction=False) as pipe:
-        blobs.queue_shape(pipe, key)
-        return blobs.shape(await pipe.execute(raise_on_error=False))
 
 
 async def _legacy(store: Runner, keys: ModelKeys, checkpoint: int | None) -> bytes | None:

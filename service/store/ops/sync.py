@@ -66,7 +66,7 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
         # when that changed meanwhile (the last tries, transactions, only for that).
         whole = last or from_version < snapv
         if whole and held is None:
-            held = await _shape(store, keys.snap)
+            held = await blobs.shape_of(store.client, keys.snap)
         read = held if whole else None
         replies, n = await _read_once(store, keys, from_version, snapv, read, last)
         (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
@@ -106,12 +106,6 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
         f"Model {keys.name!r} was compacted under every one of {READ_ATTEMPTS} reads of "
         "its log; retry shortly."
     )
-
-
-async def _shape(store: Runner, key: str) -> blobs.Shape:
-    async with store.client.pipeline(transaction=False) as pipe:
-        blobs.queue_shape(pipe, key)
-        return blobs.shape(await pipe.execute(raise_on_error=False))
 
 
 async def _read_once(
