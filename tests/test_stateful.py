@@ -33,6 +33,7 @@ import hashlib
 import itertools
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,7 @@ from hypothesis.stateful import (
 
 from service.api.model_routes import MAX_UPDATES_LISTED
 from service.contract import store_protocol as protocol
+from service.contract.names import ISSUED_BYTES, new_token
 from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.codec import pack_weights
@@ -89,7 +91,7 @@ CONFIGS: list[dict[str, Any]] = [
 ]
 COUNTERS = [c.name for c in protocol.COUNTERS]
 # Every answer a step may get, by status: the documented codes, and never a 500
-ALLOWED = {200, 201, 204, 404, 409, 422}
+ALLOWED = {200, 201, 204, 404, 409, 410, 422}
 
 # Two trainers' keys, whose names each update records, and an admin's.
 KEYS = {"alice": "a" * 24, "bob": "b" * 24, "root": "r" * 24}
@@ -672,6 +674,44 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, status, code)
         if status == 200:
             assert got == answer, (got, answer)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        when=st.sampled_from(["long past", "past its wait", "within its wait", "future", "last"]),
+        batched=st.booleans(),
+    )
+    def feedback_for_an_id_never_issued(self, name: str, when: str, batched: bool) -> None:
+        """An id that tells a time but whose record never was: 410 once that time and the
+        model's wait are past (counted as expired), else 404 (unknown); times at both ends of
+        what a token holds."""
+        ref = self.models.get(name)
+        now_ms = int(time.time() * 1000)
+        ttl_ms = 1000 * (ref.config.feedback_ttl_s if ref else 86_400)
+        issued = {
+            "long past": 0,
+            "past its wait": now_ms - ttl_ms - 60_000,
+            "within its wait": now_ms - 60_000,
+            "future": now_ms + 86_400_000,
+            "last": 2 ** (8 * ISSUED_BYTES) - 1,
+        }[when]
+        pid = f"{name}:{new_token(issued)}"
+        label = ref.config.classes[0] if ref else 1
+        late = ref is not None and issued + ttl_ms < now_ms - 5_000
+        if ref is None:
+            status, code = 404, "prediction_not_found"
+        elif late:
+            ref.counters["expired"] += 1
+            status, code = 410, "prediction_expired"
+        else:
+            ref.counters["unknown_feedback"] += 1
+            status, code = 404, "prediction_not_found"
+        item = {"prediction_id": pid, "label": label}
+        if batched:
+            r = self.call("POST", "/feedback/batch", {"feedback": [item]}, headers=as_key("alice"))
+            (result,) = self.expect(r, 200)["results"]
+            assert result["error"]["code"] == code, (item, result)
+        else:
+            self.expect(self.call("POST", "/feedback", item, headers=as_key("alice")), status, code)
 
     @rule(
         pids=st.lists(predictions, min_size=1, max_size=4),
