@@ -32,9 +32,7 @@ from service.api import (
 )
 from service.api.auth import Unauthorized
 from service.api.connections import RecycleConnections, ShedWhileWriting
-from service.api.headers import SecurityHeaders
-from service.api.limits import BodyLimit
-from service.api.request_metrics import RequestMetrics
+from service.api.edge import Edge
 from service.api.startup import load_keys
 from service.engine.worker import Worker
 from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
@@ -117,9 +115,7 @@ def _add_routes(app: FastAPI) -> None:
 
 
 def _add_middleware(app: FastAPI, settings: Settings, workers: int) -> None:
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetrics)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
     if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     shed_from = settings.writer_sheds_from_workers

@@ -18,7 +18,7 @@ import httpx
 import redis
 import uvicorn
 
-from service.api.http_limits import BoundedHttpToolsProtocol
+from service.api.edge import BoundedHttpToolsProtocol
 from service.app import create_app
 from service.cli.loopback import free_port, redis_server_command, wait_until
 from service.settings import Settings
@@ -83,7 +83,7 @@ class ServiceThread:
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
         self.port = free_port()
         self.app = create_app(settings, clock=clock)
-        # The HTTP protocol perceptron serve runs (its bounds on a connection: api/http_limits.py)
+        # The HTTP protocol perceptron serve runs (its bounds on a connection: api/edge.py)
         config = uvicorn.Config(
             self.app,
             host="127.0.0.1",

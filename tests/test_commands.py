@@ -310,13 +310,15 @@ def test_the_banner_names_the_command_as_the_shell_finds_it(
 def test_the_probe_for_the_banner_is_kept_out_of_the_access_log() -> None:
     import logging
 
-    quiet = cli.QuietProbe()
+    from service.api.edge import PROBE, QuietProbe
+
+    quiet = QuietProbe()
 
     def record(path: str) -> logging.LogRecord:
         args = ("127.0.0.1:5", "GET", path, "1.1", 200)
         return logging.LogRecord("uvicorn.access", 20, "", 0, '%s - "%s %s HTTP/%s" %d', args, None)
 
-    assert not quiet.filter(record(cli.PROBE))
+    assert not quiet.filter(record(PROBE))
     assert quiet.filter(record("/healthz")) and quiet.filter(record("/predict"))
     assert cli.log_config("info")["loggers"]["uvicorn.access"]["filters"] == ["probe"]
 

@@ -1,6 +1,6 @@
 """What one connection may cost ``perceptron serve`` itself, with no proxy in front: a head too
 large, headers or a body too slow, a connection that sends nothing, more connections than a
-worker takes (``service/api/http_limits.py``). On loopback, with raw sockets."""
+worker takes (``service/api/edge.py``). On loopback, with raw sockets."""
 
 from __future__ import annotations
 

@@ -211,8 +211,8 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from pydantic import TypeAdapter
 
     from service.api import routing
+    from service.api.learning_routes import predict_batch_response
     from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
-    from service.api.views import predict_batch_response
     from service.engine.worker import Worker
     from service.settings import Settings
     from service.store import open_store

@@ -4,7 +4,7 @@ Their scripts and styles come from the pinned package ``fastapi-standalone-docs`
 UI's dist and ReDoc's standalone bundle, each with its license beside it, served too:
 /docs/LICENSE, /redoc/redoc.standalone.js.LICENSE.txt). The pages themselves are this
 package's (service/apidocs/): no inline script or style, no request to another host, so they
-run under the Content-Security-Policy of ``headers.py``.
+run under the Content-Security-Policy of ``edge.py``.
 """
 
 from __future__ import annotations

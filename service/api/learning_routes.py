@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 from fastapi import APIRouter, Response
 
-from service.api.auth import Role
-from service.api.deps import Caller, Reader, Trainer
-from service.api.routing import FastJSONRoute
+from service.api.auth import Caller, Reader, Role, Trainer
+from service.api.routing import FastJSONRoute, json_response
 from service.api.schemas import (
     ErrorResponse,
     FeedbackBatchRequest,
@@ -24,9 +26,11 @@ from service.api.schemas import (
     PredictResponse,
     error_responses,
 )
-from service.api.views import json_response, predict_batch_response, score_fields
 from service.contract.names import PredictionId
+from service.engine.serving import Predicted
 from service.errors import ServiceError
+from service.learner import ModelConfig
+from service.learner.perceptron import class_votes
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
 errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
@@ -127,3 +131,31 @@ def _checked_id(who: Caller, text: str) -> PredictionId | None:
     if pid is not None:
         who.check(Role.train, pid.model)
     return pid
+
+
+# -- the answers' bodies ----------------------------------------------------------------
+
+
+def score_fields(config: ModelConfig, scores: np.ndarray) -> dict[str, object]:
+    """``score`` for a binary model; ``scores`` by class otherwise (ovo: votes)."""
+    if config.binary:
+        return {"score": float(scores[0])}
+    if config.multiclass == "ovo":
+        scores = class_votes(config.n_classes, scores)
+    return {"scores": {str(c): float(s) for c, s in zip(config.classes, scores, strict=True)}}
+
+
+def predict_batch_response(config: ModelConfig, preds: Sequence[Predicted]) -> PredictBatchResponse:
+    """The body of /predict/batch: each prediction, and the version they were made with."""
+    return PredictBatchResponse(
+        predictions=[
+            PredictResponse(
+                prediction_id=p.prediction_id,
+                label=p.label,
+                version=p.version,
+                **score_fields(config, p.scores),
+            )
+            for p in preds
+        ],
+        version=preds[0].version,
+    )

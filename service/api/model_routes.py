@@ -9,8 +9,7 @@ from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
 from service.api import examples
-from service.api.auth import Role
-from service.api.deps import Admin, Reader
+from service.api.auth import Admin, Reader, Role
 from service.api.history_schemas import (
     CheckpointInfo,
     Checkpoints,

@@ -1,4 +1,5 @@
-"""The route class of the API: the caller's key first, then the body, parsed with orjson."""
+"""JSON in and out of the API's routes: the route class (the caller's key first, then the body,
+parsed with orjson) and the answer serialised by orjson."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.api.auth import Role
-from service.api.deps import CallerOf, authenticate
+from service.api.auth import CallerOf, Role, authenticate
 from service.errors import ServiceError
 
 # No request of this API nests more than 4 levels ({"features": [[...]]}, an export's config).
@@ -229,3 +229,12 @@ def _as_utf8(body: bytes) -> bytes | None:
         return body.decode(encoding, "surrogatepass").encode("utf-8", "surrogatepass")
     except UnicodeError:
         return None  # the standard parser refuses it too
+
+
+def json_response(
+    body: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """A JSON answer serialised by orjson, skipping the framework's generic encoder."""
+    return Response(
+        orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from service.api.deps import Caller
+from service.api.auth import Caller
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
 from service.learner import ModelConfig

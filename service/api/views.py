@@ -1,29 +1,26 @@
-"""Turning the results of learning and of the models' lifecycle into response bodies."""
+"""Turning a model's state into response bodies: its info, counters and weights."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import Response
 from fastapi.responses import StreamingResponse
 
+from service.api.routing import json_response
 from service.api.schemas import (
     Counters,
     ModelInfo,
     ModelSpec,
-    PredictBatchResponse,
-    PredictResponse,
 )
 from service.contract.store_protocol import Meta
 from service.engine.replica import Replica
-from service.engine.serving import Predicted
 from service.learner import ModelConfig
-from service.learner.perceptron import class_votes, ovo_pairs
+from service.learner.perceptron import ovo_pairs
 
 
 def counters_of(meta: dict[str, str]) -> Counters:
@@ -40,24 +37,6 @@ def model_info(name: str, config: ModelConfig, meta: dict[str, str]) -> ModelInf
         created=int(meta.get(Meta.CREATED, 0)),
         counters=counters_of(meta),
     )
-
-
-def json_response(
-    body: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None
-) -> Response:
-    """A JSON answer serialised by orjson, skipping the framework's generic encoder."""
-    return Response(
-        orjson.dumps(body), status_code=status_code, media_type="application/json", headers=headers
-    )
-
-
-def score_fields(config: ModelConfig, scores: np.ndarray) -> dict[str, object]:
-    """``score`` for a binary model; ``scores`` by class otherwise (ovo: votes)."""
-    if config.binary:
-        return {"score": float(scores[0])}
-    if config.multiclass == "ovo":
-        scores = class_votes(config.n_classes, scores)
-    return {"scores": {str(c): float(s) for c, s in zip(config.classes, scores, strict=True)}}
 
 
 def row_targets(config: ModelConfig) -> list[str]:
@@ -158,19 +137,3 @@ async def busy(scope: Any, receive: Any, send: Any) -> None:
         503,
         headers={"Retry-After": "5"},
     )(scope, receive, send)
-
-
-def predict_batch_response(config: ModelConfig, preds: Sequence[Predicted]) -> PredictBatchResponse:
-    """The body of /predict/batch: each prediction, and the version they were made with."""
-    return PredictBatchResponse(
-        predictions=[
-            PredictResponse(
-                prediction_id=p.prediction_id,
-                label=p.label,
-                version=p.version,
-                **score_fields(config, p.scores),
-            )
-            for p in preds
-        ],
-        version=preds[0].version,
-    )

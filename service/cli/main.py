@@ -56,18 +56,6 @@ def _prometheus_dir() -> None:
         atexit.register(shutil.rmtree, path, ignore_errors=True)
 
 
-# The request that tells the service is up (for the banner), kept out of the access log
-PROBE = "/healthz?from=perceptron-serve"
-
-
-class QuietProbe(logging.Filter):
-    """Drops the access log's line for ``PROBE``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        return not (isinstance(args, tuple) and len(args) > 2 and args[2] == PROBE)
-
-
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging, with the service's own log ('perceptron') beside it."""
     from uvicorn.config import LOGGING_CONFIG
@@ -78,7 +66,7 @@ def log_config(level: str) -> dict[str, Any]:
         "level": level.upper(),
         "propagate": False,
     }
-    config.setdefault("filters", {})["probe"] = {"()": "service.cli.main.QuietProbe"}
+    config.setdefault("filters", {})["probe"] = {"()": "service.api.edge.QuietProbe"}
     config["loggers"]["uvicorn.access"]["filters"] = ["probe"]
     return config
 
@@ -179,6 +167,8 @@ class _Banner(threading.Thread):
         self.stopped = threading.Event()
 
     def _answers(self) -> bool:
+        from service.api.edge import PROBE
+
         conn = http.client.HTTPConnection(self.host, self.port, timeout=2)
         try:
             conn.request("GET", PROBE)
@@ -229,7 +219,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
 
-    from service.api.http_limits import KEEP_ALIVE_S, BoundedHttpToolsProtocol
+    from service.api.edge import KEEP_ALIVE_S, BoundedHttpToolsProtocol
     from service.api.startup import check_settings
 
     config = log_config(settings.log_level)
@@ -254,7 +244,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             log_level=settings.log_level,
             log_config=config,
             timeout_graceful_shutdown=10,
-            # What one connection may cost a worker (http_limits.py): its head's size and
+            # What one connection may cost a worker (api/edge.py): its head's size and
             # time, its body's time, idle time kept alive, connections at once
             http=BoundedHttpToolsProtocol,
             timeout_keep_alive=KEEP_ALIVE_S,
