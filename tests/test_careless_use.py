@@ -108,7 +108,7 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
             raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
 
     store, settings = FullStore(), Settings(auth=False)
-    replicas = Replicas(store, settings, lambda: None)  # type: ignore[arg-type]
+    replicas = Replicas(store, settings)  # type: ignore[arg-type]
     writers = Writers(store, settings, time.time, replicas)  # type: ignore[arg-type]
 
     async def run() -> None:

@@ -15,7 +15,7 @@ import redis.asyncio
 from service.errors import ModelBusy
 from service.store import ModelKeys, Store
 from service.store.ops import blobs
-from service.store.ops.runner import raw, text
+from service.store.script import raw, text
 
 from .servers import ServiceProcess, running
 from .test_store_sync import EPOCH, entry, learn, run

@@ -96,7 +96,7 @@ def test_time_series_keeps_a_bounded_window(redis_url: str) -> None:
             r = await store.commit_learn(
                 "s",
                 "0123456789abcdef",
-                Made(version, None),
+                Made(version, ""),
                 Bucket(bucket, 10),
                 LearnBatch(1, 1, b"1", {"cm:0:1": 1}, [entry], [entry]),
             )

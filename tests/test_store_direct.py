@@ -1,5 +1,5 @@
-"""The store's scripts go straight on a pooled connection (``store/direct.py``), not through
-redis-py's client: what that client did for them must still hold, on a real redis-server.
+"""The store's scripts go straight on a pooled connection (``redis_store.send_straight``), not
+through redis-py's client: what that client did for them must still hold, on a real redis-server.
 
 Each test runs on a pool of one connection, so that whatever one command leaves on the
 connection, the next one meets.
@@ -14,8 +14,9 @@ import pytest
 from redis.exceptions import ResponseError
 
 from service.settings import Settings
-from service.store import Store, direct
+from service.store import Store, redis_store
 from service.store.connect import open_client
+from service.store.redis_store import send_straight
 
 
 def _one_connection(redis_url: str) -> Any:
@@ -27,11 +28,11 @@ def test_replies_come_in_order_and_an_error_reply_takes_only_its_place(redis_url
         client = _one_connection(redis_url)
         pool = client.connection_pool
         try:
-            got = await direct.send(
+            got = await send_straight(
                 pool, [("SET", "d:k", "v"), ("INCR", "d:k"), ("GET", "d:k"), ("NOSUCH",)]
             )
             # The connection is in step after the error replies: its next command gets its own.
-            after = await direct.send(pool, [("ECHO", "next")])
+            after = await send_straight(pool, [("ECHO", "next")])
             return [*got, *after]
         finally:
             await client.aclose()
@@ -52,13 +53,13 @@ def test_a_read_cancelled_midway_leaves_no_reply_for_the_next_command(redis_url:
         client = _one_connection(redis_url)
         pool = client.connection_pool
         try:
-            wait = asyncio.create_task(direct.send(pool, [("BLPOP", "d:never", 0.3)]))
+            wait = asyncio.create_task(send_straight(pool, [("BLPOP", "d:never", 0.3)]))
             await asyncio.sleep(0.05)
             wait.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await wait
             await client.rpush("d:never", "late")  # would have woken the cancelled wait
-            got = await direct.send(pool, [("ECHO", "mine")])
+            got = await send_straight(pool, [("ECHO", "mine")])
             return got[0], await client.lrange("d:never", 0, -1)
         finally:
             await client.aclose()
@@ -101,13 +102,13 @@ def test_the_store_sends_its_scripts_on_a_pooled_connection(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[list[Any]] = []
-    real = direct.send
+    real = send_straight
 
     async def counted(pool: Any, commands: list[Any]) -> list[Any]:
         sent.append([c[0] for c in commands])
         return await real(pool, commands)
 
-    monkeypatch.setattr(direct, "send", counted)
+    monkeypatch.setattr(redis_store, "send_straight", counted)
 
     async def main() -> float:
         client = _one_connection(redis_url)

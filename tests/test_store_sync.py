@@ -37,7 +37,7 @@ async def learn(store: Store, version: int, n: int) -> int:
     """Log ``n`` updates on top of ``version``; returns the new version."""
     entries = [entry(version + i + 1) for i in range(n)]
     batch = LearnBatch(n, 0, b"0" * n, {"cm:1:1": n}, entries, [])
-    result = await store.commit_learn("m", EPOCH, Made(version, None), Bucket(1, 10), batch)
+    result = await store.commit_learn("m", EPOCH, Made(version, ""), Bucket(1, 10), batch)
     assert not isinstance(result, SyncData)
     return version + n
 
@@ -70,7 +70,7 @@ def test_sync_after_compaction_sends_the_snapshot_only_to_copies_behind_it(
         expect(await store.sync("m", 290), 290, version, None)
         expect(await store.sync("m", 20), 200, version, b"weights@200")
         # A prediction made on a stale copy is refused with the same answer.
-        stale = await store.commit_predictions("m", EPOCH, Made(100, None), ["a" * 16], [b"P"], 60)
+        stale = await store.commit_predictions("m", EPOCH, Made(100, ""), ["a" * 16], [b"P"], 60)
         assert stale is not None
         expect(stale, 200, version, b"weights@200")
 

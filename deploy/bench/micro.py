@@ -22,7 +22,7 @@ alternative.
 6. A script's round trip on the service's connections (store/connect.py), on uvloop: its 14
    keys and 16 arguments as a learn commit's, three log entries of d=100, alone and behind a
    blocking wait that returns at once, sent through redis-py's client (a registered script,
-   and a pipeline) and straight on a pooled connection (store/direct.py): usec of this
+   and a pipeline) and straight on a pooled connection (redis_store.send_straight): usec of this
    process's CPU per round trip, the median of 5 alternated runs of 2,000.
 
 Servers (one redis-server, two services) are started on loopback with the benchmark's
@@ -60,8 +60,8 @@ from service.api.schemas import LearnBatchRequest
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402
 from service.settings import Settings  # noqa: E402
-from service.store import direct  # noqa: E402
 from service.store.connect import open_client, packed_by_hiredis  # noqa: E402
+from service.store.redis_store import send_straight  # noqa: E402
 from service.store.script import Arg  # noqa: E402
 
 
@@ -207,7 +207,8 @@ def packing() -> dict[str, float]:
 
 
 def round_trips(port: int) -> dict[str, dict[str, float]]:
-    """usec of CPU per script round trip, through redis-py's client and store/direct.py's."""
+    """usec of CPU per script round trip, through redis-py's client and straight on a pooled
+    connection (redis_store.send_straight)."""
     os.environ["PERCEPTRON_REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
     keys = [f"pcp:{{m}}:{k}" for k in range(14)]
     entry = b"0|1|" + bytes(8 * 101)
@@ -233,11 +234,11 @@ def round_trips(port: int) -> dict[str, dict[str, float]]:
         ways: dict[str, dict[str, Callable[[], Awaitable[Any]]]] = {
             "alone": {
                 "redis-py's client": lambda: script(keys=keys, args=args),
-                "direct.py": lambda: direct.send(pool, [evalsha]),
+                "send_straight": lambda: send_straight(pool, [evalsha]),
             },
             "behind a wait": {
                 "redis-py's client": piped,
-                "direct.py": lambda: direct.send(pool, [wait, evalsha]),
+                "send_straight": lambda: send_straight(pool, [wait, evalsha]),
             },
         }
         runs: dict[str, dict[str, list[float]]] = {k: {n: [] for n in w} for k, w in ways.items()}

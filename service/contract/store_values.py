@@ -29,12 +29,10 @@ class Made:
     """The state of the worker's copy a prediction was made with."""
 
     version: int
-    seen: int | None  # only averaged models depend on it
+    # The seen count the commit must find: "" for none (only averaged predictions depend on
+    # it: ``perceptron.seen_depended``)
+    seen: int | str
     r2: float = 0.0  # largest squared feature norm among the examples
-
-    @property
-    def guard(self) -> tuple[int, int | str]:
-        return self.version, "" if self.seen is None else self.seen
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from service.engine.sequence import run_sequence
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance
-from service.learner.perceptron import apply
+from service.learner.perceptron import apply, seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
@@ -118,8 +118,7 @@ class LearnCommits:
         self, rep: Replica, examples: Examples, spans: list[Span]
     ) -> list[Learned] | RequestsGone:
         cfg = rep.config
-        xs = [x for x, _, _ in examples]
-        ts = [t for _, t, _ in examples]
+        xs, ts = [x for x, _, _ in examples], [t for _, t, _ in examples]
         now_ms = int(1000 * self.clock())
         heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
         provs = [heads[src] for _, _, src in examples]
@@ -128,7 +127,8 @@ class LearnCommits:
         r2 = max(x.sq_norm for x in xs)
         for _ in range(self.settings.learn_attempts):
             base = rep.weights
-            made = Made(base.version, rep.seen_guard, r2)
+            seen = seen_depended(cfg, base)
+            made = Made(base.version, "" if seen is None else seen, r2)
             seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
             b = seq.batch
             b.cells.update(

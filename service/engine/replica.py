@@ -52,11 +52,6 @@ class Replica:
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
         return cls(name, ModelConfig.from_json(meta[Meta.CONFIG]), meta[Meta.EPOCH])
 
-    @property
-    def seen_guard(self) -> int | None:
-        """The seen count a commit must match: only averaged predictions depend on it."""
-        return self.weights.seen if self.config.averaged else None
-
     def needs_snapshot(self, data: SyncData) -> bool:
         """Whether ``catch_up`` would load the snapshot ``data`` carries."""
         return data.snapshot is not None and data.base > self.weights.version

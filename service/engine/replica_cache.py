@@ -14,12 +14,19 @@ from typing import Any
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
 from service.engine.replica import Replica
-from service.errors import InvalidInput, ModelBusy, ModelNotFound, ServiceError, StaleModel
+from service.errors import (
+    InvalidInput,
+    ModelBusy,
+    ModelNotFound,
+    ServiceError,
+    StaleModel,
+    Unavailable,
+)
 from service.learner.codec import pack_weights, unpack_weights
 from service.metrics.prometheus import record_replicas
 from service.models.retention import prune
 from service.settings import Settings
-from service.store import Store, StoreError
+from service.store import Condition, Store, StoreError
 
 log = logging.getLogger("perceptron")
 _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
@@ -27,19 +34,17 @@ UNPACK_IN_THREAD = 1 << 20  # a snapshot of more bytes is unpacked off the event
 
 
 class Replicas:
-    """One per worker process. ``guard`` raises when the store may serve no model now."""
+    """One per worker process."""
 
     def __init__(
-        self,
-        store: Store,
-        settings: Settings,
-        guard: Callable[[], None],
-        clock: Callable[[], float] = time.time,
+        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
     ) -> None:
         self.store = store
         self.clock = clock
         self.settings = settings
-        self._guard = guard
+        # The store's condition while it may serve no model (it may evict keys: set by the
+        # worker's watch, ``models/admin.py``): every request is refused with it.
+        self.refusing: Condition | None = None
         # Least recently used first; their weights' bytes add up to at most the budget (but
         # the one model in use, whatever its size).
         self._kept: OrderedDict[str, Replica] = OrderedDict()
@@ -91,7 +96,8 @@ class Replicas:
 
     async def get(self, name: str) -> Replica:
         """The model's replica, loaded when this worker keeps none (not caught up)."""
-        self._guard()
+        if self.refusing is not None:
+            self.guard()
         rep = self._kept.get(name)
         if rep is not None:
             self._kept.move_to_end(name)
@@ -154,6 +160,11 @@ class Replicas:
                 self.drop(name)
                 gone.append(name)
         return gone
+
+    def guard(self) -> None:
+        """Raise while the store may serve no model."""
+        if self.refusing is not None:
+            raise Unavailable(self.refusing.detail, code=self.refusing.code)
 
     # -- upkeep --------------------------------------------------------------------------
 

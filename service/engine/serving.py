@@ -32,6 +32,7 @@ from service.errors import (
 )
 from service.learner import Example, FeatureError, Label, ModelConfig
 from service.learner.features import Features, encode, encode_many, encode_matrix
+from service.learner.perceptron import seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError
 from service.store.refusals import service_error
@@ -140,7 +141,8 @@ class Learning:
             if force and rep.weights.version < 0:  # never serve a copy that holds no weights
                 raise ModelBusy(f"Model {rep.name!r} could not be loaded; retry shortly.")
             preds = [rep.predict(x) for x in xs]
-            made = Made(rep.weights.version, rep.seen_guard, r2)
+            seen = seen_depended(rep.config, rep.weights)
+            made = Made(rep.weights.version, "" if seen is None else seen, r2)
             stale = await self.store.commit_predictions(
                 rep.name,
                 rep.epoch,

@@ -95,6 +95,12 @@ def raw_scores(weights: Weights, x: Example) -> np.ndarray:
     return _dot(weights.w, weights.b, x)
 
 
+def seen_depended(config: ModelConfig, weights: Weights) -> int | None:
+    """The count of labelled examples a served prediction depends on: only an averaged model's
+    does (its mean divides by it); None for the others."""
+    return weights.seen if config.averaged else None
+
+
 def served_scores(config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
     """Scores a prediction is served with: averaged weights when ``averaged`` is on."""
     if not config.averaged or weights.seen == 0 or weights.wsum is None:

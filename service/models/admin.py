@@ -69,14 +69,23 @@ class Models:
         self.store = store
         self.settings = settings
         self.clock = clock
+        self.replicas = Replicas(store, settings, clock)
         self.condition = Condition()  # the store's, as last checked by watch()
-        self.replicas = Replicas(store, settings, self.guard, clock)
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def condition(self) -> Condition:
+        return self._condition
+
+    @condition.setter
+    def condition(self, now: Condition) -> None:
+        self._condition = now
+        # Serve no model from a store that may evict its keys: the replicas refuse each request
+        self.replicas.refusing = now if now.code == "store_evicts_keys" else None
 
     def guard(self) -> None:
         """Serve no model from a store that may evict its keys."""
-        if self.condition.code == "store_evicts_keys":
-            raise Unavailable(self.condition.detail, code=self.condition.code)
+        self.replicas.guard()
 
     async def check_store(self) -> Condition:
         """Check the store now; log when its condition changes. Raises when it is down."""

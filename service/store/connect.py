@@ -18,8 +18,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.settings import Settings
 from service.store.ops import WAITED
-from service.store.ops.runner import Client
 from service.store.redis_store import NotSent, Store
+from service.store.script import Client
 
 log = logging.getLogger("perceptron")
 

@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import BusyLoadingError, NoScriptError
+from redis.asyncio.connection import ConnectionPool
+from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.contract.store_protocol import RECENT_KEPT, Meta, Status
 from service.contract.store_values import MemoryUse, Observations
 from service.errors import ModelNotFound, ModelStateLost, StaleModel
-from service.store import direct, usage
+from service.store import usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, ModelKeys
 from service.store.ops import (
     SCRIPTS,
@@ -39,8 +40,7 @@ from service.store.ops import (
     undo,
     withdraw,
 )
-from service.store.ops.runner import Client, raw, text
-from service.store.script import Arg, Script
+from service.store.script import Arg, Client, Script, raw, text
 
 
 class NotSent(RedisConnectionError):
@@ -117,7 +117,7 @@ class Store:
         self.embedded = embedded
         self._said_lost: set[str] = set()
         self._scripts = {s.name: client.register_script(s.lua) for s in SCRIPTS}
-        # Scripts go straight on a pooled connection (direct.py), but under a cluster, whose
+        # Scripts go straight on a pooled connection (send_straight), but under a cluster, whose
         # client routes each command to its shard.
         self._pool = None if isinstance(client, RedisCluster) else client.connection_pool
 
@@ -280,13 +280,13 @@ class Store:
         before: tuple[Arg, ...] | None = None,
         after: tuple[Arg, ...] | None = None,
     ) -> tuple[Any, Any]:
-        """``run_with_wait``'s commands, sent on a pooled connection (``direct.py``)."""
+        """``run_with_wait``'s commands, sent on a pooled connection (``send_straight``)."""
         assert self._pool is not None
         evalsha = ("EVALSHA", self._scripts[script.name].sha, len(keys), *keys, *args)
         commands = [c for c in (first, before, evalsha, after) if c is not None]
         at = (first is not None) + (before is not None)
         for _ in range(2):
-            replies = await direct.send(self._pool, commands)
+            replies = await send_straight(self._pool, commands)
             reply = replies[at]
             got = replies[at - 1] if before else replies[at + 1] if after else None
             if isinstance(reply, NoScriptError):
@@ -320,3 +320,33 @@ class Store:
             self._said_lost.add(name)
             log.error("model %r is not served: %s", name, what)
         return ModelStateLost(name, what)
+
+
+# Commands sent straight on a connection of the pool, in one write, their replies read back.
+#
+# redis-py's client wraps each command in what the store uses none of: a retry policy (none
+# here, ``connect.open_client``), observability hooks, per-command response callbacks, and for
+# pipelines a stack of command objects: a ninth of the CPU of a script's round trip alone, a
+# fifth of one behind a blocking wait (figure 21 of docs/performance.md). The store's scripts
+# (one writer's commits and takes, and every request's script) are sent this way on a Redis that
+# is not a cluster: the same pooled connections (``connect.ReadyConnectionPool``, which hands out
+# only connections fit to carry a command, else NotSent), the same packed bytes, and the same
+# errors, since a connection raises and disconnects itself on its own failures (a reply lost, a
+# timeout, a cancelled read) as it does under the client.
+async def send_straight(pool: ConnectionPool, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+    """Each command's reply, or the ResponseError Redis answered it with (then it did not
+    run): ``commands`` sent in one write on one pooled connection. A failure of the
+    connection itself is raised: NotSent when none could be had, before anything was written;
+    after that, what was sent may have run (``redis_store.reply_lost``)."""
+    connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies: list[Any] = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as e:  # (read whole: the next reply follows it)
+                replies.append(e)
+        return replies
+    finally:
+        await pool.release(connection)

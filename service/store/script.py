@@ -1,4 +1,7 @@
-"""A store operation's Lua script with its named slots: the one declaration of its KEYS and
+"""What every store operation (``ops/``) is made of: its Lua script with its named slots,
+the store that runs it (``Runner``), and its reply's values read as text or bytes.
+
+A script's named slots are the one declaration of its KEYS and
 ARGV, from which both the script's header and its caller's lists are made.
 
 A key slot is named after the ``ModelKeys`` property it holds (``meta``, ``log``, ...), so the
@@ -15,8 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from service.contract.store_protocol import LUA
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from service.contract.store_protocol import LUA, Status
+from service.contract.store_values import SyncData
+from service.errors import ModelStateLost
 from service.store.keys import ModelKeys
 
 Arg = bytes | str | int | float
@@ -86,3 +95,48 @@ class Script:
 
 def _declared(lua: str) -> list[str]:
     return [line.split()[1] for line in lua.splitlines() if line.startswith("local ")]
+
+
+# -- the store that runs an operation's script ------------------------------------------
+
+Client = Redis | RedisCluster
+
+
+class Runner(Protocol):
+    client: Client
+
+    @property
+    def sharded(self) -> bool:
+        """Under Redis Cluster: the registry lives on another shard than a model's keys."""
+
+    async def run(self, script: Script, keys: list[str], args: list[Arg]) -> Any:
+        """The script's reply."""
+
+    async def run_with_wait(
+        self,
+        script: Script,
+        keys: list[str],
+        args: list[Arg],
+        before: tuple[Arg, ...] | None = None,
+        after: tuple[Arg, ...] | None = None,
+        first: tuple[Arg, ...] | None = None,
+    ) -> tuple[Any, Any]:
+        """The script with a blocking wait sent before or after it in one round trip (and a
+        plain write ``first``)."""
+
+    def check(self, name: str, reply: list[Any]) -> Status:
+        """The reply's status, once it is not NO_MODEL, STALE_EPOCH or STATE_LOST (raised)."""
+
+    async def sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
+        """A sync reply (``parts.SYNC``): its entries, or read from where it says."""
+
+    def state_lost(self, name: str, what: str) -> ModelStateLost:
+        """The error of a model whose keys are incomplete (logged once per model)."""
+
+
+def text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def raw(v: bytes | str) -> bytes:
+    return v if isinstance(v, bytes) else v.encode()

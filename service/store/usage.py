@@ -12,7 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.contract.store_values import MemoryUse, pending_held
 from service.store.keys import ModelKeys
-from service.store.ops.runner import Client, text
+from service.store.script import Client, text
 
 
 def address(client: Redis) -> str:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # Returns {LEASED} when the caller took the lease (no worker held it), else {NOT_WRITER, the
 # ms the holder's has left (1 when it has no limit)}

@@ -6,8 +6,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Meta, Status
 from service.store.keys import ModelKeys
 from service.store.ops import blobs, parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # STAGE holds the packed weights at VERSION, LENGTH bytes in CHUNKS chunks (blobs.py), which
 # become the snapshot. KEEP '1': the entries replaced go to ``past`` (the retained log; the

@@ -10,8 +10,7 @@ from redis.exceptions import RedisError
 from service.contract.store_protocol import Status
 from service.store.keys import REGISTRY, ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner, text
-from service.store.script import Script
+from service.store.script import Runner, Script, text
 
 # KEYS: meta (, the registry when LISTED is "1"). Returns {DONE} when created, {NAME_TAKEN,
 # the existing config JSON} when the name is taken, {STATE_LOST, why} when the name is listed but

@@ -10,8 +10,7 @@ from service.store.keys import REGISTRY, ModelKeys
 from service.store.ops import parts
 from service.store.ops.create import listed, registry
 from service.store.ops.purge import purge
-from service.store.ops.runner import Runner, text
-from service.store.script import Script
+from service.store.script import Runner, Script, text
 
 log = logging.getLogger("perceptron")
 

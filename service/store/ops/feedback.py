@@ -8,8 +8,7 @@ from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
 # same order (NO_CLASS: a label that is none of the model's classes, answered BAD_LABEL if the

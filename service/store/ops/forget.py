@@ -6,8 +6,7 @@ from service.contract.store_protocol import Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
 from service.store.ops.history import HISTORY_KEYS
-from service.store.ops.runner import Runner
-from service.store.script import Arg, Script
+from service.store.script import Arg, Runner, Script
 
 # Let old history go, once the model is still EPOCH with its retained log from BASE (''
 # none): the retained log then starts at checkpoint NEW_BASE, of version NEW_VERSION, and

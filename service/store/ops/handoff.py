@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import QUEUE_KEEP_S, REQUEST_INLINE, Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner, raw
-from service.store.script import Script
+from service.store.script import Runner, Script, raw
 
 # KEYS: ``answer`` is the request's answer key. ME: this worker's id; LEASE: the lease's ms;
 # KEEP_MS: how long the queue's keys must live for the request (to its deadline, and

@@ -19,7 +19,7 @@ from service.contract.store_protocol import Checkpoint, Meta, split_tail
 from service.errors import ModelBusy, ModelNotFound
 from service.store.keys import ModelKeys
 from service.store.ops import blobs
-from service.store.ops.runner import Runner, raw, text
+from service.store.script import Runner, raw, text
 
 HISTORY_KEYS = ("past", "checkpoints", "checkpoint_info", "checkpoint_tails")
 READ_ATTEMPTS = 20

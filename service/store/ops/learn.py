@@ -32,8 +32,7 @@ from service.contract.store_values import (
 from service.errors import NotWriter
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner, text
-from service.store.script import Arg, Script
+from service.store.script import Arg, Runner, Script, text
 
 # KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
 # ARGV: VERSION and SEEN the copy used (SEEN '' when it does not matter); BUCKET, KEEP: the
@@ -183,15 +182,14 @@ async def learn(
         raise ValueError("only a writer's commit answers handed-off requests")
     for token, data in answers:
         rest += [token, data]
-    version, seen = made.guard
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[keys.answer(t) for t, _ in answers]),
         SCRIPT.arg_list(
             rest,
             epoch=epoch,
-            version=version,
-            seen=seen,
+            version=made.version,
+            seen=made.seen,
             bucket=when.bucket,
             keep=when.keep,
             r2=made.r2,

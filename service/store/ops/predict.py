@@ -9,8 +9,7 @@ from service.contract.store_values import Made, SyncData
 from service.errors import TooManyPending
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # KEYS: then each prediction's pending key; ARGV: then each pending record, in the same order.
 # VERSION and SEEN: what the predictions were made with (SEEN '' when it does not matter);
@@ -78,15 +77,14 @@ async def predict(
     hold more than ``max_pending_bytes`` of predictions awaiting their label.
     """
     keys = ModelKeys(name)
-    version, seen = made.guard
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[keys.pending(t) for t in tokens]),
         SCRIPT.arg_list(
             records,
             epoch=epoch,
-            version=version,
-            seen=seen,
+            version=made.version,
+            seen=made.seen,
             force=int(force),
             ttl=ttl_s,
             r2=made.r2,

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from service.store.keys import ModelKeys
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 PURGE_BATCH = 1000  # pending predictions found by SCAN and deleted at once
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # Answers a request the writer took without learning it (an error, or its requester gave up);
 # returns {DONE}, or {REQUESTS_GONE} when it no longer waited (learned meanwhile, or withdrawn)

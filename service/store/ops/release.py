@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # FORCE: '1' to give it up even with requests waiting (the worker stops: what it took goes
 # back to the queue). Gives the lease up unless requests are waiting or taken; returns {DONE}

@@ -10,8 +10,7 @@ from service.store.keys import REGISTRY, ModelKeys
 from service.store.ops import blobs, parts
 from service.store.ops.create import listed, registry
 from service.store.ops.history import HISTORY_KEYS
-from service.store.ops.runner import Runner
-from service.store.script import Arg, Script
+from service.store.script import Arg, Runner, Script
 
 # KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH
 # bytes in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an

@@ -7,8 +7,7 @@ from service.errors import ModelBusy
 from service.store.keys import ModelKeys
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
-from service.store.ops.runner import Runner
-from service.store.script import Script
+from service.store.script import Runner, Script
 
 # Make the model its state at VERSION (packed weights staged at STAGE, LENGTH bytes in CHUNKS
 # chunks, blobs.py;

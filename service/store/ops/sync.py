@@ -9,8 +9,7 @@ from service.contract.store_values import SyncData
 from service.errors import ModelBusy, ModelNotFound, StaleModel
 from service.store.keys import ModelKeys
 from service.store.ops import blobs, parts
-from service.store.ops.runner import Runner, text
-from service.store.script import Script
+from service.store.script import Runner, Script, text
 
 # returns {NO_MODEL} without the model, else the sync reply (parts.SYNC)
 SCRIPT = Script(

@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Status
 from service.store.keys import ModelKeys
 from service.store.ops import parts
-from service.store.ops.runner import Runner, raw
-from service.store.script import Script
+from service.store.script import Runner, Script, raw
 
 # MOST: the most requests to take (0: none, the lease renewed only). Returns {LEASED,
 # requests...} and renews the lease while the caller holds it (or takes it when free);

@@ -8,8 +8,7 @@ from service.errors import ModelBusy
 from service.store.keys import ModelKeys
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
-from service.store.ops.runner import Runner
-from service.store.script import Arg, Script
+from service.store.script import Arg, Runner, Script
 
 # The model was read at version EXPECT, its kept updates starting after version START (the
 # drops count from there). Once it is still EPOCH with its kept updates starting there: first

@@ -5,8 +5,7 @@ from __future__ import annotations
 from service.contract.store_protocol import Status
 from service.errors import OutcomeUnknown, StaleModel
 from service.store.keys import ModelKeys
-from service.store.ops.runner import Runner, raw
-from service.store.script import Script
+from service.store.script import Runner, Script, raw
 
 # EPOCH: of the model the request was made for. Returns {DONE} when the request was not
 # learned (and now never will be), {REPLIED, answer} when it was, or was answered with an
