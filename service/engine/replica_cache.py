@@ -8,8 +8,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
@@ -108,44 +107,49 @@ class Replicas:
         # Another request may have loaded it meanwhile: every request shares one replica.
         return self._kept.get(name) or self.keep(Replica.from_meta(name, meta))
 
-    async def on(self, name: str, op: Callable[[Replica], Any]) -> Any:
-        """Run ``op(replica)``; again on a fresh replica if the model was re-created (or this
-        worker dropped its replica to stay within its memory budget).
+    async def attempts(self, name: str) -> AsyncIterator[Attempt]:
+        """A request's attempts on the model's replica: each loads it (``async with``), and
+        one that finds the replica replaced is given up for the next; the caller's body runs
+        in place, and returns from the first that holds::
 
-        A request this replica's configuration refuses (InvalidInput: a label none of its
-        classes, features of another dimension) is refused only once the store confirms the
-        replica is still the model: one deleted or made anew elsewhere, which this worker has
-        not noticed yet, answers as the model is now (404, or the new one's answer)."""
+            async for attempt in replicas.attempts(name):
+                async with attempt as rep:
+                    return await work_on(rep)
+            raise replicas.busy(name)
+
+        The model was re-created, or this worker dropped its replica to stay within its
+        memory budget: StaleModel gives the attempt up. A request this replica's configuration
+        refuses (InvalidInput: a label none of its classes, features of another dimension) is
+        refused only once the store confirms the replica is still the model: one deleted or
+        made anew elsewhere, which this worker has not noticed yet, answers as the model is
+        now (404, or the new one's answer)."""
         for _ in range(_ATTEMPTS):
-            rep = await self.get(name)
-            try:
-                return await op(rep)
-            except StaleModel:
-                self.drop(name)
-            except InvalidInput:
-                if (await self.store.epochs([name]))[0] == rep.epoch:
-                    raise
-                self.drop(name)
-        raise ModelBusy(
+            yield Attempt(self, name)
+
+    def busy(self, name: str) -> ModelBusy:
+        """The error of a request whose every attempt found the model replaced."""
+        return ModelBusy(
             f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly."
         )
 
     async def current(self, name: str) -> Replica:
         """This worker's replica brought up to the model's latest version."""
-
-        async def run(rep: Replica) -> Replica:
-            data = await self.store.sync(name, rep.weights.version)
-            unpacked = None
-            if rep.needs_snapshot(data) and len(data.snapshot or b"") > UNPACK_IN_THREAD:
-                # (off the event loop: a large model's snapshot takes a while to unpack)
-                unpacked = await asyncio.to_thread(
-                    unpack_weights, rep.config, data.snapshot or b"", data.base, rep.weights.seen
-                )
-            rep.catch_up(data, unpacked)
-            return rep
-
-        result: Replica = await self.on(name, run)
-        return result
+        async for attempt in self.attempts(name):
+            async with attempt as rep:
+                data = await self.store.sync(name, rep.weights.version)
+                unpacked = None
+                if rep.needs_snapshot(data) and len(data.snapshot or b"") > UNPACK_IN_THREAD:
+                    # (off the event loop: a large model's snapshot takes a while to unpack)
+                    unpacked = await asyncio.to_thread(
+                        unpack_weights,
+                        rep.config,
+                        data.snapshot or b"",
+                        data.base,
+                        rep.weights.seen,
+                    )
+                rep.catch_up(data, unpacked)
+                return rep
+        raise self.busy(name)
 
     async def forget_changed(self) -> list[str]:
         """Drop the replicas of models deleted, reset or imported (a new epoch) elsewhere."""
@@ -207,3 +211,32 @@ class Replicas:
                 task.cancel()
             await asyncio.wait(pending, timeout=0.1)
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Attempt:
+    """One attempt of a request on a model's replica (``Replicas.attempts``)."""
+
+    __slots__ = ("_replicas", "_name", "_rep")
+
+    def __init__(self, replicas: Replicas, name: str) -> None:
+        self._replicas, self._name = replicas, name
+        self._rep: Replica | None = None
+
+    async def __aenter__(self) -> Replica:
+        self._rep = await self._replicas.get(self._name)
+        return self._rep
+
+    async def __aexit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        """Whether the attempt is given up for the next (its error swallowed)."""
+        if kind is None or self._rep is None:
+            return False
+        replicas = self._replicas
+        if issubclass(kind, StaleModel):
+            replicas.drop(self._name)
+            return True
+        if issubclass(kind, InvalidInput):
+            if (await replicas.store.epochs([self._name]))[0] == self._rep.epoch:
+                return False  # the replica is the model: the request is refused
+            replicas.drop(self._name)
+            return True
+        return False

@@ -125,12 +125,11 @@ class Learning:
     async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
         """Predict each example with the model's latest weights; keep them for feedback."""
 
-        async def run(rep: Replica) -> tuple[ModelConfig, list[Predicted]]:
-            xs = self.encode_batch(rep.config, batch)
-            return rep.config, await self._coalescer("predict", rep, self._predict).submit(xs)
-
-        result: tuple[ModelConfig, list[Predicted]] = await self.replicas.on(name, run)
-        return result
+        async for attempt in self.replicas.attempts(name):
+            async with attempt as rep:
+                xs = self.encode_batch(rep.config, batch)
+                return rep.config, await self._coalescer("predict", rep, self._predict).submit(xs)
+        raise self.replicas.busy(name)
 
     async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
         self.replicas.check_current(rep)
@@ -180,28 +179,9 @@ class Learning:
                 groups.setdefault(pid.model, []).append((i, pid.token))
         applied = False  # whether a model's items were applied: errors then go per item
         for name, group in groups.items():
-
-            async def run(
-                rep: Replica, group: list[tuple[int, str]] = group
-            ) -> list[Feedback | ServiceError]:
-                # A label that is none of the classes goes to the store too (as NO_CLASS):
-                # only the store knows whether the prediction is of this model at all.
-                labels = [items[i][1] for i, _ in group]
-                labelled = [
-                    (token, _class_of(rep.config, label))
-                    for (_, token), label in zip(group, labels, strict=True)
-                ]
-                # One group commit per key name: a commit records one source.
-                commit = partial(self._feedback, source=source)
-                queue = self._coalescer(f"feedback:{source}", rep, commit, FEEDBACK_IN_FLIGHT)
-                answers = await queue.submit(labelled)
-                return [
-                    _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a
-                    for a, label in zip(answers, labels, strict=True)
-                ]
-
+            tokens, labels = [token for _, token in group], [items[i][1] for i, _ in group]
             try:
-                answers = await self.replicas.on(name, run)
+                answers = await self._feedback_of_model(name, tokens, labels, source)
             except ModelNotFound:
                 continue  # the prediction's model is gone: each of its items stays not found
             except (ServiceError, StoreError) as e:
@@ -214,6 +194,28 @@ class Learning:
             for (i, _), answer in zip(group, answers, strict=True):
                 results[i] = answer
         return results
+
+    async def _feedback_of_model(
+        self, name: str, tokens: list[str], labels: list[Label], source: str
+    ) -> list[Feedback | ServiceError]:
+        """One model's items of a feedback request, in the group commit of its key's feedback."""
+        async for attempt in self.replicas.attempts(name):
+            async with attempt as rep:
+                # A label that is none of the classes goes to the store too (as NO_CLASS):
+                # only the store knows whether the prediction is of this model at all.
+                labelled = [
+                    (token, _class_of(rep.config, label))
+                    for token, label in zip(tokens, labels, strict=True)
+                ]
+                # One group commit per key name: a commit records one source.
+                commit = partial(self._feedback, source=source)
+                queue = self._coalescer(f"feedback:{source}", rep, commit, FEEDBACK_IN_FLIGHT)
+                answers = await queue.submit(labelled)
+                return [
+                    _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a
+                    for a, label in zip(answers, labels, strict=True)
+                ]
+        raise self.replicas.busy(name)
 
     async def _feedback(
         self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span], source: str
@@ -277,18 +279,18 @@ class Learning:
         """Predict then learn each example in order, atomically, as a sequential perceptron;
         ``source``: the name of the key that sends them, which the history records."""
 
-        async def run(rep: Replica) -> list[Learned]:
-            xs = self.encode_batch(rep.config, batch)
-            if len(xs) != len(labels):
-                raise InvalidInput(
-                    f"Got {len(xs)} examples and {len(labels)} labels: each example takes one.",
-                    code="length_mismatch",
-                )
-            ts = _class_indices(rep.config, labels)
-            return await self.writers.learn(rep, list(zip(xs, ts, repeat(source), strict=False)))
-
-        result: list[Learned] = await self.replicas.on(name, run)
-        return result
+        async for attempt in self.replicas.attempts(name):
+            async with attempt as rep:
+                xs = self.encode_batch(rep.config, batch)
+                if len(xs) != len(labels):
+                    raise InvalidInput(
+                        f"Got {len(xs)} examples and {len(labels)} labels: each example takes one.",
+                        code="length_mismatch",
+                    )
+                ts = _class_indices(rep.config, labels)
+                examples = list(zip(xs, ts, repeat(source), strict=False))
+                return await self.writers.learn(rep, examples)
+        raise self.replicas.busy(name)
 
 
 def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
-from service.contract.names import valid_name, valid_token
+from service.contract.names import TOKEN_RE, valid_name
 
 PREFIX = "pcp"
 REGISTRY = f"{PREFIX}:models"
@@ -76,7 +77,7 @@ class ModelKeys:
 
     def stage(self, token: str) -> str:
         """Weights written in chunks for a script to rename into place (``ops/blobs.py``)."""
-        if not valid_token(token):
+        if TOKEN_RE.fullmatch(token) is None:
             raise ValueError("Invalid stage token.")
         return f"{PREFIX}:{{{self.name}}}:stage:{token}"
 
@@ -124,7 +125,7 @@ class ModelKeys:
 
     def answer(self, token: str) -> str:
         """Where the writer pushes the answer to one handed-off request."""
-        if not valid_token(token):
+        if TOKEN_RE.fullmatch(token) is None:
             raise ValueError("Invalid request token.")
         return f"{PREFIX}:{{{self.name}}}:a:{token}"
 
@@ -159,6 +160,12 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:p:*"
 
     def pending(self, token: str) -> str:
-        if not valid_token(token):
+        if TOKEN_RE.fullmatch(token) is None:
             raise ValueError("Invalid prediction token.")
         return f"{PREFIX}:{{{self.name}}}:p:{token}"
+
+
+@lru_cache(maxsize=4096)
+def keys_of(name: str) -> ModelKeys:
+    """The keys of the model ``name``, made (and its name checked) once per name."""
+    return ModelKeys(name)

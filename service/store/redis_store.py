@@ -18,7 +18,7 @@ from service.contract.store_protocol import RECENT_KEPT, Meta, Status
 from service.contract.store_values import MemoryUse, Observations
 from service.errors import ModelNotFound, ModelStateLost, StaleModel
 from service.store import usage
-from service.store.keys import DEFAULT_MADE, REGISTRY, ModelKeys
+from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
 from service.store.ops import (
     SCRIPTS,
     claim,
@@ -165,7 +165,7 @@ class Store:
         """Each model's epoch (None: no such model), read in one round trip."""
         async with self.client.pipeline(transaction=False) as pipe:
             for name in names:
-                pipe.hget(ModelKeys(name).meta, Meta.EPOCH)
+                pipe.hget(keys_of(name).meta, Meta.EPOCH)
             replies = await pipe.execute()
         return [None if e is None else text(e) for e in replies]
 
@@ -200,7 +200,7 @@ class Store:
         """Whether the registry lists the name while its model has no meta (its keys were
         evicted): read together, in one transaction on one Redis, so that a model deleted or
         made anew meanwhile is never taken for a lost one."""
-        keys = ModelKeys(name)
+        keys = keys_of(name)
         if self.sharded:  # (two shards: no transaction spans both)
             listed = await self.client.sismember(REGISTRY, name)
             return bool(listed) and not await self.client.exists(keys.meta)
@@ -216,14 +216,14 @@ class Store:
 
     async def read_meta(self, name: str) -> dict[str, str] | None:
         """The model's meta hash (config JSON, epoch, counters), or None without the model."""
-        raw = await self.client.hgetall(ModelKeys(name).meta)
+        raw = await self.client.hgetall(keys_of(name).meta)
         if not raw:
             return None
         return {text(k): text(v) for k, v in raw.items()}
 
     async def read_observations(self, name: str) -> Observations | None:
         """Everything the metrics are computed from, read in one round trip."""
-        keys = ModelKeys(name)
+        keys = keys_of(name)
         async with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(keys.meta)
             pipe.get(keys.ring)
@@ -299,7 +299,7 @@ class Store:
         raise NoScriptError("the script could not be loaded")
 
     async def wait_answer(self, name: str, token: str, wait_s: float) -> bytes | None:
-        got = await self.client.blpop([ModelKeys(name).answer(token)], timeout=wait_s)
+        got = await self.client.blpop([keys_of(name).answer(token)], timeout=wait_s)
         return None if got is None else raw(got[1])
 
     def check(self, name: str, reply: list[Any]) -> Status:

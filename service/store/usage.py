@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from service.contract.store_values import MemoryUse, pending_held
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.script import Client, text
 
 
@@ -49,7 +49,7 @@ async def read_pending(client: Client, models: Sequence[tuple[str, int]]) -> dic
     now = int(seconds) + int(micros) / 1_000_000
     async with client.pipeline(transaction=False) as pipe:
         for name, _ in models:
-            pipe.hgetall(ModelKeys(name).pend)
+            pipe.hgetall(keys_of(name).pend)
         replies = await pipe.execute()
     return {
         name: pending_held({text(k): int(v) for k, v in pend.items()}, ttl, now)

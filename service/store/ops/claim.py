@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script
 
@@ -27,6 +27,6 @@ async def claim(store: Runner, name: str, me: str, lease_ms: int) -> float:
     """Take the lease if no worker holds it: 0 then; else the seconds until the holder's
     lapses, unless renewed (a requester looks again then)."""
     reply = await store.run(
-        SCRIPT, SCRIPT.key_list(ModelKeys(name)), SCRIPT.arg_list(me=me, lease=lease_ms)
+        SCRIPT, SCRIPT.key_list(keys_of(name)), SCRIPT.arg_list(me=me, lease=lease_ms)
     )
     return 0.0 if int(reply[0]) == Status.LEASED else int(reply[1]) / 1000

@@ -4,7 +4,7 @@ the entries it replaces go to the retained log, and a checkpoint is made when on
 from __future__ import annotations
 
 from service.contract.store_protocol import Meta, Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import blobs, parts
 from service.store.script import Runner, Script
 
@@ -80,7 +80,7 @@ async def compact(
     """Whether the snapshot replaced the log up to ``version``; with ``keep``, the entries
     it replaced are retained, and a checkpoint is made when ``every`` updates or
     ``every_ms`` ms have passed since the last scheduled one."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     due = False
     if keep:
         last_version, last_ms = await store.client.hmget(

@@ -8,7 +8,7 @@ from contextlib import suppress
 from redis.exceptions import RedisError
 
 from service.contract.store_protocol import Status
-from service.store.keys import REGISTRY, ModelKeys
+from service.store.keys import REGISTRY, keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script, text
 
@@ -39,7 +39,7 @@ return {DONE}
 async def create(store: Runner, name: str, config_json: str, epoch: str) -> str | None:
     """Create the model and list it, together; None when created, else the existing config
     JSON."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     sharded = store.sharded
     if sharded:  # listed before and after: a concurrent DELETE cannot unlist it
         await store.client.sadd(REGISTRY, name)

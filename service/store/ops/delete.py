@@ -6,7 +6,7 @@ import logging
 
 from redis.exceptions import RedisError
 
-from service.store.keys import REGISTRY, ModelKeys
+from service.store.keys import REGISTRY, keys_of
 from service.store.ops import parts
 from service.store.ops.create import listed, registry
 from service.store.ops.purge import purge
@@ -49,7 +49,7 @@ return {DONE, gone, epoch}
 async def delete(store: Runner, name: str) -> bool:
     """Delete every key of the model: its state, the requests handed to its writer, and its
     pending predictions (found by SCAN), so that deleting a model frees its memory."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     sharded = store.sharded
     # (the four named first, then the others: the state keys, then the rest)
     named = {keys.meta, keys.snap, keys.checkpoints, keys.checkpoint_info}

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script
 
@@ -175,7 +175,7 @@ async def feedback(
     found it, ``learn.py``), on the same connection in the same round trip: the script runs
     as soon as it is woken, before the writer can hold the model again. ``late``: '1' for
     each prediction whose id tells that its wait ran out, '0' (or nothing) for the others."""
-    k = ModelKeys(name)
+    k = keys_of(name)
     wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
     reply, _ = await store.run_with_wait(
         SCRIPT,

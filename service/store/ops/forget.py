@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Arg, Runner, Script
@@ -48,7 +48,7 @@ async def forget(
     rest: list[Arg] = [str(i) for i in ids]
     reply = await store.run(
         SCRIPT,
-        SCRIPT.key_list(ModelKeys(name)),
+        SCRIPT.key_list(keys_of(name)),
         SCRIPT.arg_list(
             rest,
             epoch=epoch,

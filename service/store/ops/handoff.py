@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import QUEUE_KEEP_S, REQUEST_INLINE, Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script, raw
 
@@ -61,7 +61,7 @@ async def hand_off(
     lease: then ``not_queued`` is its answer, taken at once by the wait, and left once more
     for withdraw to find, should the caller lose this reply. The queue's keys live
     ``wait_ms`` (the request's deadline) and QUEUE_KEEP_S more (``parts.KEEP``)."""
-    k = ModelKeys(name)
+    k = keys_of(name)
     answer = k.answer(token)
     keys = SCRIPT.key_list(k, {"answer": answer})
     long = len(request) > REQUEST_INLINE

@@ -17,7 +17,7 @@ from typing import Any
 
 from service.contract.store_protocol import Checkpoint, Meta, split_tail
 from service.errors import ModelBusy, ModelNotFound
-from service.store.keys import ModelKeys
+from service.store.keys import ModelKeys, keys_of
 from service.store.ops import blobs
 from service.store.script import Runner, raw, text
 
@@ -107,7 +107,7 @@ def _read_entries(pipe: Any, keys: ModelKeys, s: HistoryState, lo: int, hi: int)
 
 
 async def read_history(store: Runner, name: str) -> HistoryState:
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     async with store.client.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.meta, *_FIELDS)
         pipe.hgetall(keys.checkpoint_info)
@@ -121,7 +121,7 @@ async def read_history(store: Runner, name: str) -> HistoryState:
 async def read_sizes(store: Runner, name: str) -> tuple[int, int]:
     """The bytes of the model's snapshot and of its log (a checkpoint of the model as it is
     holds both)."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     async with store.client.pipeline(transaction=False) as pipe:
         pipe.hget(keys.meta, Meta.SNAP_LENGTH)
         pipe.lrange(keys.log, 0, -1)
@@ -138,7 +138,7 @@ async def read_kept(
     at: the snapshot and log when ``upto`` is past the snapshot, else the retained log's
     checkpoint and entries; None when ``upto`` is not kept. ``upto`` None: everything kept,
     from the oldest kept weights through the model's version."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     for _ in range(READ_ATTEMPTS):
         s = _state(name, await store.client.hmget(keys.meta, *_FIELDS))
         hi = s.version if upto is None else upto
@@ -181,7 +181,7 @@ async def _legacy(store: Runner, keys: ModelKeys, checkpoint: int | None) -> byt
 async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | None:
     """What restores checkpoint ``id``: its weights (read in chunks) and tail; None when it is
     not kept."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     weights = await blobs.read(store.client, keys.checkpoint_weights(id))
     if weights is None:  # zeros, or kept before they had a key of their own
         weights = await _legacy(store, keys, id) or b""
@@ -208,7 +208,7 @@ class KeptUpdates:
 
 async def read_updates(store: Runner, name: str, first: int | None, limit: int) -> KeptUpdates:
     """Up to ``limit`` kept updates from version ``first`` on (None: the last ``limit``)."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     for _ in range(READ_ATTEMPTS):
         s = _state(name, await store.client.hmget(keys.meta, *_FIELDS))
         lo = max(s.first_version + 1, s.version - limit + 1 if first is None else first)

@@ -30,7 +30,7 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.errors import NotWriter
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Arg, Runner, Script, text
 
@@ -173,7 +173,7 @@ async def learn(
     copy was not current (NotWriter when another worker holds the lease, or none does);
     ``answers``: (token, answer) of each handed-off request the commit learns, only with a
     ``writer``."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     rest: list[Arg] = []
     for field, count in batch.cells.items():
         rest += [field, count]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from service.contract.store_protocol import Status
 from service.contract.store_values import Made, SyncData
 from service.errors import TooManyPending
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script
 
@@ -76,7 +76,7 @@ async def predict(
     caller's copy lacks; nothing is stored then. Raises TooManyPending when the model would
     hold more than ``max_pending_bytes`` of predictions awaiting their label.
     """
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[keys.pending(t) for t in tokens]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script
 
@@ -24,7 +24,7 @@ return {DONE}
 
 async def refuse(store: Runner, name: str, token: str, data: bytes) -> bool:
     """Answer a taken request without learning it; False when it no longer waited."""
-    k = ModelKeys(name)
+    k = keys_of(name)
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(k, {"answer": k.answer(token)}),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script
 
@@ -30,6 +30,6 @@ return {DONE}
 async def release(store: Runner, name: str, me: str, force: bool = False) -> bool:
     """Give the lease up, unless requests are waiting (or ``force``); whether it was."""
     reply = await store.run(
-        SCRIPT, SCRIPT.key_list(ModelKeys(name)), SCRIPT.arg_list(me=me, force=int(force))
+        SCRIPT, SCRIPT.key_list(keys_of(name)), SCRIPT.arg_list(me=me, force=int(force))
     )
     return int(reply[0]) == Status.DONE

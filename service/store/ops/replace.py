@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from service.contract.store_protocol import Status
 from service.errors import ModelBusy
-from service.store.keys import REGISTRY, ModelKeys
+from service.store.keys import REGISTRY, keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.create import listed, registry
 from service.store.ops.history import HISTORY_KEYS
@@ -95,7 +95,7 @@ async def replace(
     """Make the model exactly this, at once (import and reset); old predictions lapse.
     ``checkpoints``: (record, packed weights) of those an import file carries."""
     sharded = store.sharded
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     stage, *staged = await blobs.stage(
         store.client, keys, weights, *(packed for _, packed in checkpoints)
     )

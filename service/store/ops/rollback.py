@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.contract.store_protocol import Status
 from service.errors import ModelBusy
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Runner, Script
@@ -106,7 +106,7 @@ async def rollback(
     """Make the model this state at once; the id of the checkpoint of what it was before.
     ``snapshot``: the model's snapshot as read, for the retained log to start from when it
     has none yet (None: not read)."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     snapshot = snapshot or b""
     stage, start = await blobs.stage(store.client, keys, weights, snapshot)
     reply = await store.run(

@@ -7,7 +7,7 @@ from typing import Any
 from service.contract.store_protocol import Meta
 from service.contract.store_values import SyncData
 from service.errors import ModelBusy, ModelNotFound, StaleModel
-from service.store.keys import ModelKeys
+from service.store.keys import ModelKeys, keys_of
 from service.store.ops import blobs, parts
 from service.store.script import Runner, Script, text
 
@@ -25,7 +25,7 @@ return sync(META, SNAP, LOG, FROM_VERSION)
 
 
 async def sync(store: Runner, name: str, from_version: int) -> SyncData:
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     reply = await store.run(
         SCRIPT, SCRIPT.key_list(keys), SCRIPT.arg_list(from_version=from_version)
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.contract.store_protocol import Status
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import parts
 from service.store.script import Runner, Script, raw
 
@@ -51,7 +51,7 @@ async def take(
 ) -> list[bytes] | None:
     """Renew the lease and take up to ``most`` queued requests (none: renew it only), after
     waiting up to ``wait_s`` for one (in the same round trip); None: another holds it."""
-    k = ModelKeys(name)
+    k = keys_of(name)
     # (BLMOVE to its own list, from the head to the head: waits, moves nothing)
     wait = ("BLMOVE", k.learns, k.learns, "LEFT", "LEFT", wait_s) if wait_s > 0 else None
     reply, _ = await store.run_with_wait(

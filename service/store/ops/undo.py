@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from service.contract.store_protocol import Status
 from service.errors import ModelBusy
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Arg, Runner, Script
@@ -116,7 +116,7 @@ async def undo(
     ``version``); None when its kept
     updates start elsewhere now (nothing was done). ``snapshot``: the model's snapshot as
     read, for the retained log to start from when it has none yet."""
-    keys = ModelKeys(name)
+    keys = keys_of(name)
     snapshot = snapshot or b""
     stage, copy = await blobs.stage(store.client, keys, weights, snapshot)
     rest: list[Arg] = [str(i) for i in drops]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.contract.store_protocol import Status
 from service.errors import OutcomeUnknown, StaleModel
-from service.store.keys import ModelKeys
+from service.store.keys import keys_of
 from service.store.script import Runner, Script, raw
 
 # EPOCH: of the model the request was made for. Returns {DONE} when the request was not
@@ -35,7 +35,7 @@ async def withdraw(store: Runner, name: str, token: str, epoch: str) -> bytes | 
     """Give a handed-off request (for the model at ``epoch``) up: None when it was not
     learned (and never will be), else its answer; StaleModel when its model was deleted or
     replaced meanwhile (not learned either); OutcomeUnknown when its answer is gone."""
-    k = ModelKeys(name)
+    k = keys_of(name)
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(k, {"answer": k.answer(token)}),
