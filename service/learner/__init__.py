@@ -1,8 +1,9 @@
-"""The perceptron itself: configuration, features and arithmetic, with no I/O."""
+"""The learners themselves: configuration, features and arithmetic, with no I/O."""
 
 from service.learner.config import ConfigError, Label, ModelConfig
 from service.learner.features import Example, FeatureError, encode
 from service.learner.online import Outcome, Perceptron
+from service.learner.passive_aggressive import LearnerConfig, PassiveAggressive
 from service.learner.perceptron import Weights
 
 __all__ = [
@@ -10,8 +11,10 @@ __all__ = [
     "Example",
     "FeatureError",
     "Label",
+    "LearnerConfig",
     "ModelConfig",
     "Outcome",
+    "PassiveAggressive",
     "Perceptron",
     "Weights",
     "encode",

@@ -1,0 +1,219 @@
+"""Passive-aggressive learners (Crammer et al., 2006): PA-I and PA-II beside the perceptron.
+
+Pure numpy, no I/O. The conventions are scikit-learn's ``SGDClassifier(loss="hinge",
+penalty=None, learning_rate="pa1"|"pa2", eta0=C)`` (also in docs/conventions.md):
+
+- score ``p = w.x + b``, each row's dot product summed term by term in feature order (as
+  scikit-learn's learner sums it, so that the scores an update is decided from are its own
+  bit for bit); ``sq = ||x||^2`` summed the same way; the bias is no part of ``sq``;
+- binary, ``y = +1`` for ``classes[1]`` and ``-1`` for ``classes[0]``: hinge loss
+  ``l = max(0, 1 - y p)``; when ``l > 0`` the step is ``tau = min(C, l / sq)`` (PA-I; an example
+  with ``sq = 0`` is skipped) or ``tau = l / (sq + 0.5 / C)`` (PA-II); then ``w += tau * y * x``
+  and ``b += tau * y`` (``b`` stays 0 without ``fit_bias``);
+- ``ovr``: one binary PA per class (that class positive), each with the binary rule;
+- ``ovo``: one binary PA per pair ``i < j`` (``classes[j]`` positive), trained only on the
+  examples of ``i`` or ``j``; predict by majority vote, ties to the first class;
+- ``multiclass`` (Crammer's single-vector multiclass PA, its max-loss update): ``r`` is the
+  highest-scoring class other than the true class ``t`` (ties to the first);
+  ``l = max(0, 1 - (p_t - p_r))``; the step is the binary one with ``sq`` doubled,
+  ``min(C, l / (2 sq))`` (PA-I, skipped when ``sq = 0``) or ``l / (2 sq + 0.5 / C)`` (PA-II);
+  then ``w_t += tau * x``, ``b_t += tau``, ``w_r -= tau * x``, ``b_r -= tau``.
+
+Predictions are those of the perceptron's module (``predict_index``): the argmax, ties to the
+first class, ``classes[1]`` iff ``p > 0`` for a binary model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from service.learner.config import ConfigError, Label, ModelConfig
+from service.learner.features import Example, FeatureError, Features
+from service.learner.online import Outcome, Perceptron, Served
+from service.learner.perceptron import (
+    NO_UPDATE,
+    Plan,
+    Weights,
+    apply,
+    ovo_pairs,
+    predict_index,
+)
+
+Algorithm = Literal["perceptron", "pa1", "pa2"]
+ALGORITHMS: tuple[str, ...] = ("perceptron", "pa1", "pa2")
+MAX_C = 1e6  # the same bound as the perceptron's learning rate: every step stays <= 1e6 * loss
+
+
+def _refused(parameter: str, message: str, got: object) -> ConfigError:
+    return ConfigError(parameter, f"The '{parameter}' parameter {message}. Got {got!r} instead.")
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """A model's configuration with the learning rule that updates it.
+
+    The model's part (classes, features, strategy, ``fit_bias``) is a ``ModelConfig``; the rule
+    is ``algorithm`` with its aggressiveness ``C`` (PA only). A setting the rule does not use
+    is refused rather than ignored: a PA model takes neither ``learning_rate``, ``margin`` nor
+    ``averaged``, and a perceptron takes no ``C``.
+
+    >>> LearnerConfig(ModelConfig(n_features=2), algorithm="pa1", C=0.5).C
+    0.5
+    >>> try:
+    ...     LearnerConfig(algorithm="pa2", C=0.0)
+    ... except ConfigError as e:
+    ...     print(e)
+    The 'C' parameter must be a float in (0, 1e6]. Got 0.0 instead.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: Algorithm = "perceptron"
+    C: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise _refused("algorithm", "must be one of 'perceptron', 'pa1', 'pa2'", self.algorithm)
+        c = self.C
+        real = isinstance(c, int | float) and not isinstance(c, bool)
+        if not real or not math.isfinite(c) or not 0 < c <= MAX_C:
+            raise _refused("C", "must be a float in (0, 1e6]", c)
+        if self.algorithm == "perceptron":
+            if c != 1.0:
+                raise _refused("C", "is for the passive-aggressive algorithms only", c)
+            return
+        m = self.model
+        unused = {"learning_rate": (m.learning_rate, 1.0), "margin": (m.margin, 0.0)}
+        unused["averaged"] = (m.averaged, False)
+        for name, (value, default) in unused.items():
+            if value != default:
+                message = f"is not used by '{self.algorithm}': leave it at {default!r}"
+                raise _refused(name, message, value)
+
+    @property
+    def passive_aggressive(self) -> bool:
+        return self.algorithm != "perceptron"
+
+
+def sq_norm(x: Example) -> float:
+    """``||x||^2``, its terms summed one after another in feature order."""
+    if x.values.size == 0:
+        return 0.0
+    return float(np.cumsum(x.values * x.values)[-1])
+
+
+def scores(weights: Weights, x: Example) -> np.ndarray:
+    """Each row's ``w.x + b``, the dot product summed term by term in feature order."""
+    cols = weights.w if x.index is None else weights.w[:, x.index]
+    if x.values.size == 0:
+        return weights.b.copy()
+    found: np.ndarray = np.cumsum(cols * x.values, axis=1)[:, -1] + weights.b
+    return found
+
+
+def steps(config: LearnerConfig, losses: np.ndarray, sq: float) -> np.ndarray:
+    """The step ``tau`` of each positive loss, with ``sq`` the squared norm the rule divides
+    by; empty when PA-I skips the example (``sq = 0``)."""
+    if config.algorithm == "pa1":
+        if sq == 0:
+            return np.zeros(0)
+        return np.minimum(config.C, losses / sq)
+    return losses / (sq + 0.5 / config.C)
+
+
+def _binary_rows(
+    config: LearnerConfig, rows: np.ndarray, y: np.ndarray, raw: np.ndarray, sq: float
+) -> Plan:
+    """Binary PA on each of ``rows`` (labels ``y``, scores ``raw``), each on its own."""
+    losses = 1.0 - y * raw
+    hit = losses > 0
+    taus = steps(config, losses[hit], sq)
+    if taus.size == 0:
+        return NO_UPDATE
+    coefs = taus * y[hit]
+    moved = coefs != 0  # a step that underflowed to 0 changes nothing, as scikit-learn skips it
+    return Plan(rows[hit][moved], coefs[moved]) if moved.any() else NO_UPDATE
+
+
+def update_plan(config: LearnerConfig, raw: np.ndarray, t: int, sq: float) -> Plan:
+    """What learning the true class index ``t`` changes, given the current raw scores and
+    the example's squared norm ``sq``."""
+    model = config.model
+    if sq == 0 and not model.fit_bias:  # nothing the example could move
+        return NO_UPDATE
+    if model.binary:
+        y = np.array([1.0 if t == 1 else -1.0])
+        return _binary_rows(config, np.zeros(1, dtype=np.int64), y, raw, sq)
+    if model.multiclass == "ovr":
+        y = np.full(model.n_classes, -1.0)
+        y[t] = 1.0
+        return _binary_rows(config, np.arange(model.n_classes), y, raw, sq)
+    if model.multiclass == "ovo":
+        i, j = ovo_pairs(model.n_classes)
+        pairs = np.flatnonzero((i == t) | (j == t))
+        y = np.where(j[pairs] == t, 1.0, -1.0)
+        return _binary_rows(config, pairs, y, raw[pairs], sq)
+    others = raw.copy()
+    others[t] = -np.inf
+    rival = int(np.argmax(others))
+    loss = 1.0 - (raw[t] - raw[rival])
+    if not loss > 0:
+        return NO_UPDATE
+    taus = steps(config, np.array([loss]), 2.0 * sq)
+    if taus.size == 0 or taus[0] == 0:
+        return NO_UPDATE
+    return Plan(np.array([t, rival]), np.array([taus[0], -taus[0]]))
+
+
+def updates_by_label(config: LearnerConfig, raw: np.ndarray, sq: float) -> list[bool]:
+    """For each possible true class, whether learning it would change the weights."""
+    return [bool(update_plan(config, raw, t, sq)) for t in range(config.model.n_classes)]
+
+
+class PassiveAggressive(Perceptron):
+    """An online PA-I or PA-II learner following the protocol: predict, then learn the label.
+
+    >>> pa = PassiveAggressive(LearnerConfig(ModelConfig(n_features=2), algorithm="pa1"))
+    >>> pa.learn([2.0, 0.0], 1)
+    Outcome(label=-1, mistake=True, updated=True)
+    >>> pa.weights.w.tolist(), pa.weights.b.tolist()
+    ([[0.5, 0.0]], [0.25])
+    >>> pa.learn([2.0, 0.0], 1)  # the hinge loss is now 0: passive
+    Outcome(label=1, mistake=False, updated=False)
+    """
+
+    def __init__(self, config: LearnerConfig | None = None, **params: Any) -> None:
+        learner = config if config is not None else LearnerConfig(**params)
+        if not learner.passive_aggressive:
+            raise _refused(
+                "algorithm", "of a PassiveAggressive must be 'pa1' or 'pa2'", "perceptron"
+            )
+        super().__init__(learner.model)
+        self.learner = learner
+
+    def scores(self, x: Example) -> np.ndarray:
+        return scores(self.weights, x)
+
+    def serve(self, features: Features) -> Served:
+        x = self.encode(features)
+        raw = scores(self.weights, x)
+        return Served(x, raw, predict_index(self.config, raw))
+
+    def feedback(self, p: Served, label: Label) -> Outcome:
+        cfg = self.config
+        t = cfg.class_index(label)
+        if t is None:
+            message = f"Label {label!r} is not one of {list(cfg.classes)}."
+            raise FeatureError("unknown_label", message)
+        plan = update_plan(self.learner, p.raw, t, sq_norm(p.x))
+        self.weights.seen += 1
+        apply(cfg, self.weights, p.x, plan, self.weights.seen)
+        return Outcome(cfg.classes[p.served], p.served != t, bool(plan))
+
+
+def learner(config: LearnerConfig) -> Perceptron:
+    """The online learner a configuration names: a ``Perceptron`` or a ``PassiveAggressive``."""
+    return PassiveAggressive(config) if config.passive_aggressive else Perceptron(config.model)
