@@ -104,6 +104,7 @@ class FeedbackItem:
     updated: bool
     version: int  # the model's version after it (DONE, DUPLICATE)
     given: int | None = None  # CONFLICT: the class index given before
+    by_default: bool = False  # DUPLICATE, CONFLICT: the prediction was labelled by default
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from service.store.ops import (
     claim,
     compact,
     create,
+    defaults,
     delete,
     feedback,
     forget,
@@ -93,6 +94,7 @@ class Store:
     sync = sync.sync
     commit_predictions = predict.predict
     commit_feedback = feedback.feedback
+    apply_defaults = defaults.apply_defaults
     commit_learn = learn.learn
     compact = compact.compact
     # history (ops/history.py)
