@@ -14,7 +14,7 @@ import numpy as np
 
 from service.contract.names import PredictionId, issued_ms, new_token
 from service.contract.store_protocol import NO_CLASS, Status, delay_bucket, pending_life_s
-from service.contract.store_values import Held, Made
+from service.contract.store_values import FeedbackBatch, Held, Made
 from service.engine.batcher import Coalescer, Span
 from service.engine.default_labels import DefaultLabels
 from service.engine.learn_commits import GROUP_MOST, Learned, time_bucket
@@ -260,28 +260,7 @@ class Learning:
             if left <= 0:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
-        out: list[Feedback | ServiceError] = []
-        for item, late_by in zip(batch.items, late_s, strict=True):
-            by = LABELLED_BY_DEFAULT if item.by_default else None
-            if item.status == Status.UNKNOWN:
-                out.append(PredictionNotFound())
-            elif item.status == Status.EXPIRED:
-                out.append(PredictionExpired(late_by or 0.0, ttl_s))
-            elif item.status == Status.BAD_LABEL:
-                out.append(_BadLabel())
-            elif item.given is not None:
-                given = rep.config.classes[item.given]
-                how = " (its default label: no label came within its wait)" if by else ""
-                conflict = Conflict(
-                    f"This prediction already has the true label {given!r}{how}; a "
-                    "prediction takes one true label.",
-                    code="feedback_conflict",
-                )
-                conflict.labelled_by = by
-                out.append(conflict)
-            else:
-                duplicate = item.status == Status.DUPLICATE
-                out.append(Feedback(item.mistake, item.updated, item.version, duplicate, by))
+        out = _answers(rep.config, batch, late_s)
         self.replicas.maybe_compact(rep, batch.log_length)
         return out
 
@@ -303,6 +282,36 @@ class Learning:
 
         result: list[Learned] = await self.replicas.on(name, run)
         return result
+
+
+def _answers(
+    config: ModelConfig, batch: FeedbackBatch, late_s: list[float | None]
+) -> list[Feedback | ServiceError]:
+    """Each feedback item's answer, or its error, from the store's."""
+    ttl_s = config.feedback_ttl_s
+    out: list[Feedback | ServiceError] = []
+    for item, late_by in zip(batch.items, late_s, strict=True):
+        by = LABELLED_BY_DEFAULT if item.by_default else None
+        if item.status == Status.UNKNOWN:
+            out.append(PredictionNotFound())
+        elif item.status == Status.EXPIRED:
+            out.append(PredictionExpired(late_by or 0.0, ttl_s))
+        elif item.status == Status.BAD_LABEL:
+            out.append(_BadLabel())
+        elif item.given is not None:
+            given = config.classes[item.given]
+            how = " (its default label: no label came within its wait)" if by else ""
+            conflict = Conflict(
+                f"This prediction already has the true label {given!r}{how}; a "
+                "prediction takes one true label.",
+                code="feedback_conflict",
+            )
+            conflict.labelled_by = by
+            out.append(conflict)
+        else:
+            duplicate = item.status == Status.DUPLICATE
+            out.append(Feedback(item.mistake, item.updated, item.version, duplicate, by))
+    return out
 
 
 def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:

@@ -71,8 +71,9 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local function late(i)
-  return string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1'
+local late = {}
+for i = PENDING_AT, #KEYS do
+  late[i] = string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1'
 end
 local held = redis.call('PTTL', HOLD)
 if held > 0 then
@@ -81,7 +82,7 @@ if held > 0 then
   -- its default), that updates the weights (any such, for an averaged model).
   for i = PENDING_AT, #KEYS do
     local t = ARGV[i + LABELS_AT - PENDING_AT]
-    if DEFAULT ~= NO_CLASS and late(i) then t = tostring(DEFAULT) end
+    if DEFAULT ~= NO_CLASS and late[i] then t = tostring(DEFAULT) end
     local p = redis.call('GET', KEYS[i])
     if p and tonumber(t) ~= NO_CLASS and string.sub(p, EPOCH_AT, EPOCH_END) == epoch
         and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1
@@ -108,7 +109,7 @@ local by_default = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY
 for i = PENDING_AT, #KEYS do
   local t = ARGV[i + LABELS_AT - PENDING_AT]
   local p = redis.call('GET', KEYS[i])
-  if not p and late(i) then
+  if not p and late[i] then
     expired = expired + 1
     answer(EXPIRED, 0, 0, 0, 0)
   elseif not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
@@ -117,7 +118,7 @@ for i = PENDING_AT, #KEYS do
   elseif tonumber(t) == NO_CLASS then
     answer(BAD_LABEL, 0, 0, 0, 0)
   else
-    if DEFAULT ~= NO_CLASS and late(i) and string.sub(p, 1, 1) ~= ANSWERED then
+    if DEFAULT ~= NO_CLASS and late[i] and string.sub(p, 1, 1) ~= ANSWERED then
       -- its wait ran out: labelled by default first, as the sweep would have
       label_one(s, KEYS[i], p, tostring(DEFAULT), by_default, epoch, LIFE, DEFAULTED)
       redis.call('ZREM', DEADLINES, KEYS[i])
