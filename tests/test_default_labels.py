@@ -213,3 +213,24 @@ def test_reset_and_delete_drop_pending_defaults(make_service: MakeService, redis
     assert c.delete("/models/gone").status_code in (200, 204)
     with redis.Redis.from_url(redis_url) as r:
         assert not r.exists(ModelKeys("gone").deadlines)
+
+
+def test_the_delay_from_prediction_to_label_is_measured(make_service: MakeService) -> None:
+    c = make_service()
+    _create(c, "delays", feedback_ttl_s=30)
+    preds = _predict(c, "delays", 4)
+    time.sleep(1.2)  # each label comes past a second: in the bucket (1, 2]
+    for p in preds[:3]:
+        assert c.post(
+            "/feedback", json={"prediction_id": p["prediction_id"], "label": 0}
+        ).is_success
+    labels = c.get("/models/delays/metrics").json()["labels"]
+    assert labels["counted"] == 3 and labels["awaiting_default"] == 1
+    assert 1 < labels["median_s"] <= 2 and 1 < labels["p95_s"] <= 2
+    assert labels["defaulted_share"] == 0
+    text = c.get("/metrics").text
+    assert 'perceptron_model_label_delay_seconds_bucket{le="1.0",model="delays"} 0.0' in text
+    assert 'perceptron_model_label_delay_seconds_bucket{le="2.0",model="delays"} 3.0' in text
+    assert 'perceptron_model_label_delay_seconds_count{model="delays"} 3.0' in text
+    assert 'perceptron_model_awaiting_default{model="delays"} 1.0' in text
+    assert 'perceptron_model_defaulted_total{model="delays"} 0.0' in text
