@@ -196,6 +196,9 @@ def _answer(exc: ServiceError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)}
     elif isinstance(exc, Unauthorized):
         headers = {"WWW-Authenticate": "Bearer"}
+    if exc.labelled_by is not None:
+        body = {"detail": exc.message, "code": exc.code, "labelled_by": exc.labelled_by}
+        return JSONResponse(body, status_code=exc.status, headers=headers)
     return _error(exc.status, exc.code, exc.message, headers)
 
 

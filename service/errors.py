@@ -8,6 +8,8 @@ class ServiceError(Exception):
 
     status = 500
     code = "internal_error"
+    # "default" on a second label for a prediction labelled by its model's default label
+    labelled_by: str | None = None
 
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)

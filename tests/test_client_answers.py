@@ -204,6 +204,7 @@ class StrictMulticlass(BaseModel):
     margin: float
     averaged: bool
     feedback_ttl_s: int
+    default_label: int | str | None = None
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,7 @@ class ErrorResponse(BaseModel):
 
     detail: str
     code: str
+    labelled_by: str | None = None  # "default": a second label for a prediction labelled so
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ class ModelSpec(BaseModel):
     margin: float
     averaged: bool
     feedback_ttl_s: int
+    default_label: Label | None = None
 
 
 class Counters(BaseModel):
@@ -82,6 +84,8 @@ class Counters(BaseModel):
     conflicts: int = 0
     unknown_feedback: int = 0
     expired: int = 0
+    defaulted: int = 0
+    defaulted_mistakes: int = 0
     seen: int = 0
 
 
@@ -175,6 +179,7 @@ class MistakeRates(BaseModel):
     cumulative: float | None
     last_100: float | None
     last_1000: float | None
+    without_defaults: float | None = None
 
 
 class SeriesPoint(BaseModel):
@@ -226,6 +231,16 @@ class MistakeBound(BaseModel):
     separable: bool | None = None
 
 
+class LabelDelays(BaseModel):
+    """How late labels come (seconds), and the share of them that came by default."""
+
+    median_s: float | None
+    p95_s: float | None
+    counted: int
+    defaulted_share: float | None
+    awaiting_default: int
+
+
 class ModelMetrics(BaseModel):
     model: str
     version: int
@@ -238,6 +253,7 @@ class ModelMetrics(BaseModel):
     max_feature_norm: float
     mistake_bound: MistakeBound
     sources: list[SourceCounts]
+    labels: LabelDelays | None = None
 
 
 # --- learning -------------------------------------------------------------------------------
@@ -261,6 +277,7 @@ class FeedbackResponse(BaseModel):
     updated: bool
     version: int
     duplicate: bool = False
+    labelled_by: str | None = None  # "default": the prediction was labelled by default
 
 
 class FeedbackItemResult(BaseModel):
@@ -270,6 +287,7 @@ class FeedbackItemResult(BaseModel):
     updated: bool | None = None
     version: int | None = None
     duplicate: bool | None = None
+    labelled_by: str | None = None
     error: ErrorResponse | None = None
 
 

@@ -71,9 +71,15 @@ async def submit_feedback(body: FeedbackRequest, who: Trainer) -> Response:
     )
     if isinstance(f, ServiceError):
         raise f
-    return json_response(
-        {"mistake": f.mistake, "updated": f.updated, "version": f.version, "duplicate": f.duplicate}
-    )
+    answer: dict[str, object] = {
+        "mistake": f.mistake,
+        "updated": f.updated,
+        "version": f.version,
+        "duplicate": f.duplicate,
+    }
+    if f.labelled_by is not None:
+        answer["labelled_by"] = f.labelled_by
+    return json_response(answer)
 
 
 @router.post("/feedback/batch", responses=feedback_errors)
@@ -85,11 +91,16 @@ async def submit_feedback_batch(body: FeedbackBatchRequest, who: Trainer) -> Fee
     out = []
     for f in results:
         if isinstance(f, ServiceError):
-            out.append(FeedbackItemResult(error=ErrorResponse(detail=f.message, code=f.code)))
+            error = ErrorResponse(detail=f.message, code=f.code, labelled_by=f.labelled_by)
+            out.append(FeedbackItemResult(error=error))
         else:
             out.append(
                 FeedbackItemResult(
-                    mistake=f.mistake, updated=f.updated, version=f.version, duplicate=f.duplicate
+                    mistake=f.mistake,
+                    updated=f.updated,
+                    version=f.version,
+                    duplicate=f.duplicate,
+                    labelled_by=f.labelled_by,
                 )
             )
     return FeedbackBatchResponse(results=out)

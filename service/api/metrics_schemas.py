@@ -17,6 +17,19 @@ class MistakeRates(BaseModel):
     cumulative: float | None = Field(description="Mistakes over all labelled examples.")
     last_100: float | None
     last_1000: float | None
+    without_defaults: float | None = Field(
+        None, description="Mistakes over the labels that came: those by default left out."
+    )
+
+
+class LabelDelays(BaseModel):
+    median_s: float | None = Field(description="Median delay from prediction to label, s.")
+    p95_s: float | None = Field(description="95th percentile of that delay, s.")
+    counted: int = Field(description="Labels counted (feedback applied; not defaults).")
+    defaulted_share: float | None = Field(
+        description="Share of the served predictions' labels that came by default."
+    )
+    awaiting_default: int = Field(description="Predictions whose default is still to come.")
 
 
 class SeriesPoint(BaseModel):
@@ -86,4 +99,7 @@ class ModelMetrics(BaseModel):
     mistake_bound: MistakeBound
     sources: list[SourceCounts] = Field(
         description="Per API key: what it taught the model, most labelled first."
+    )
+    labels: LabelDelays | None = Field(
+        None, description="How late the labels come, and how many came by default."
     )

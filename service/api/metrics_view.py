@@ -8,6 +8,7 @@ from service.api.metrics_schemas import (
     Confusion,
     Curve,
     CurvePoint,
+    LabelDelays,
     MistakeBound,
     MistakeRates,
     ModelMetrics,
@@ -22,11 +23,15 @@ from service.engine.replica import Replica
 from service.metrics.summary import (
     confusion,
     curve_points,
+    defaulted_share,
+    delay_counts,
+    delay_quantile,
     mistake_bound,
     ring_mistakes,
     series_points,
     source_rows,
     weight_norm,
+    without_defaults,
 )
 
 
@@ -48,6 +53,7 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
             cumulative=counters.mistakes / seen if seen else None,
             last_100=rate(100),
             last_1000=rate(1000),
+            without_defaults=without_defaults(counters.model_dump()),
         ),
         series=Series(
             bucket_s=bucket_s,
@@ -66,4 +72,11 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
             SourceCounts(source=s, labelled=n, mistakes=m, updates=u)
             for s, n, m, u in source_rows(obs.meta)
         ],
+        labels=LabelDelays(
+            median_s=delay_quantile(obs.delays, 0.5),
+            p95_s=delay_quantile(obs.delays, 0.95),
+            counted=sum(delay_counts(obs.delays)),
+            defaulted_share=defaulted_share(counters.model_dump()),
+            awaiting_default=obs.awaiting_default,
+        ),
     )

@@ -67,11 +67,18 @@ def with_examples(bodies: list[Any]) -> ConfigDict:
     return ConfigDict(json_schema_extra={"examples": bodies})
 
 
+LABELLED_BY = (
+    "'default' where the prediction was labelled by its model's default_label (no label came "
+    "within its wait): this label came after it (absent otherwise)."
+)
+
+
 class ErrorResponse(BaseModel):
     model_config = with_examples([examples.ERROR])
 
     detail: str
     code: str
+    labelled_by: Literal["default"] | None = Field(None, description=LABELLED_BY)
 
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -135,6 +142,11 @@ class ModelSpec(Body):
     feedback_ttl_s: StrictInt = _config_field(
         "feedback_ttl_s", "An integer: how many seconds a prediction waits for its label"
     )
+    default_label: LabelValue | None = _config_field(
+        "default_label",
+        "One of the classes, or null: the label a prediction is learned with when its wait "
+        "runs out with no label (null: it then takes none)",
+    )
 
 
 class Counters(BaseModel):
@@ -150,6 +162,8 @@ class Counters(BaseModel):
     conflicts: int = 0
     unknown_feedback: int = 0
     expired: int = 0
+    defaulted: int = 0
+    defaulted_mistakes: int = 0
     seen: int = 0
 
 
@@ -204,6 +218,7 @@ class FeedbackResponse(BaseModel):
     updated: bool
     version: int
     duplicate: bool = False
+    labelled_by: Literal["default"] | None = Field(None, description=LABELLED_BY)
 
 
 class LearnRequest(Body):
@@ -291,6 +306,7 @@ class FeedbackItemResult(BaseModel):
     updated: bool | None = None
     version: int | None = None
     duplicate: bool | None = None
+    labelled_by: Literal["default"] | None = Field(None, description=LABELLED_BY)
     error: ErrorResponse | None = None
 
 

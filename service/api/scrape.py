@@ -12,6 +12,7 @@ import asyncio
 import logging
 
 from service.api.auth import Caller
+from service.contract.store_protocol import pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
 from service.learner import ModelConfig
@@ -34,7 +35,10 @@ async def read_exposition(who: Caller) -> bytes:
         try:
             serving.memory.extend(await worker.store.read_memory())
             rows = await _read_models(who)
-            ttls = [(name, config.feedback_ttl_s) for name, config, _ in rows]
+            ttls = [
+                (name, pending_life_s(config.feedback_ttl_s, config.default_label is not None))
+                for name, config, _ in rows
+            ]
             serving.pending.update(await worker.store.read_pending(ttls))
         except ServiceError:  # a store that may evict keys: no model is read from it
             pass

@@ -60,6 +60,18 @@ ANSWER_TTL_S = 60  # an answer to a handed-off learn request that nobody took is
 # them: long after any deadline, and long enough that a volatile-* policy evicts pending
 # predictions (which live a feedback_ttl_s) before a queue that is in use.
 QUEUE_KEEP_S = 86_400
+# A prediction of a model with a default_label is kept this much longer than its wait, so that
+# the sweep that labels it by default (ops/defaults.py) finds it whenever a worker runs it,
+# through restarts of workers and of Redis; it counts as pending (``pend``) until then.
+DEFAULT_GRACE_S = 86_400
+DEFAULTS_PER_SWEEP = 256  # predictions one sweep labels by default at most (bounded work)
+# Provenance of an update by default: no key caused it (a key's name never holds brackets).
+DEFAULT_SOURCE = "(default)"
+DEFAULTED = "|d"  # ends an answered record whose label was its model's default
+# Upper bounds, in seconds, of the buckets of the delay from prediction to label (/metrics);
+# a model's ``delays`` hash counts each label in field "<i>" (i: the first bound it is within,
+# len(...) past the last) and their sum in ms (``Field.DELAY_MS``).
+DELAY_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
 HOLD_MS = 500  # feedback waits at most this long for a writer that holds the model and died
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
@@ -92,10 +104,22 @@ class Field:
     EVERY = "every"  # curve: "<k>" = mistakes among the first k, for k a multiple of this
     BYTES = "bytes"  # pend: the bytes of pending predictions, all buckets together
     OLDEST = "oldest"  # pend: the oldest creation bucket held
+    DELAY_MS = "ms"  # delays: the sum of the delays counted, ms
 
     @staticmethod
     def fields() -> dict[str, str]:
         return {k: v for k, v in vars(Field).items() if k.isupper()}
+
+
+def pending_life_s(ttl_s: int, default_label: bool) -> int:
+    """How long a prediction's record is kept: its wait, and DEFAULT_GRACE_S more when its model
+    labels it by default; its pending bytes are counted over this time (``parts.PENDING``)."""
+    return ttl_s + (DEFAULT_GRACE_S if default_label else 0)
+
+
+def delay_bucket(delay_s: float) -> int:
+    """The bucket of DELAY_BUCKETS_S a delay falls in (len(DELAY_BUCKETS_S): past the last)."""
+    return next((i for i, b in enumerate(DELAY_BUCKETS_S) if delay_s <= b), len(DELAY_BUCKETS_S))
 
 
 def cell_field(served: int, true: int) -> str:
@@ -202,6 +226,16 @@ COUNTERS = (
     Counter("predictions", "Predictions", "Predictions served."),
     Counter("feedback", "Feedback", "Feedback applied (labels of served predictions)."),
     Counter("learned", "Learned", "Examples learned through /learn."),
+    Counter(
+        "defaulted",
+        "Labelled by default",
+        "Predictions learned with the model's default_label: no label came within their wait.",
+    ),
+    Counter(
+        "defaulted_mistakes",
+        "Mistakes by default",
+        "Mistakes among the predictions labelled by default (counted in mistakes too).",
+    ),
     Counter(
         "duplicates",
         "Duplicate feedback",
@@ -311,6 +345,7 @@ _NUMBERS = {
     "PENDING_OVERHEAD": PENDING_OVERHEAD,
     "ANSWER_TTL_S": ANSWER_TTL_S,
     "HOLD_MS": HOLD_MS,
+    "DEFAULT_GRACE_S": DEFAULT_GRACE_S,
     "CURVE_POINTS": CURVE_POINTS,
     "SYNC_INLINE": SYNC_INLINE,
     "REQUEST_INLINE": REQUEST_INLINE,
@@ -328,6 +363,8 @@ _STRINGS = {
     "ANSWERED": ANSWERED.decode(),
     "ENTRY_SEP": ENTRY_SEP.decode(),
     "SOURCE_MARK": SOURCE_MARK.decode(),
+    "DEFAULT_SOURCE": DEFAULT_SOURCE,
+    "DEFAULTED": DEFAULTED,
     "CHECKPOINT_SEP": CHECKPOINT_SEP,
     "TAIL_SEP": TAIL_SEP,
     **{f"REASON_{k}": v for k, v in Reason.fields().items()},

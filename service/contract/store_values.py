@@ -7,7 +7,7 @@ observations and memory, a writer's lease. The constants and layouts they carry 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from service.contract.store_protocol import PENDING_BUCKETS, Status
 
@@ -66,6 +66,8 @@ class Observations:
     series: dict[str, int]  # "<bucket>:n" / "<bucket>:m" counts, and "last"
     recent: list[bytes]  # newest first: log entries (b"k|t|" + payload) of the latest examples
     curve: dict[str, int]  # "<k>": mistakes among the first k labelled examples, and "every"
+    delays: dict[str, int] = field(default_factory=dict)  # labels by delay (DELAY_BUCKETS_S)
+    awaiting_default: int = 0  # predictions whose default label is still to come
 
 
 def pending_width(ttl_s: int) -> int:
@@ -102,6 +104,7 @@ class FeedbackItem:
     updated: bool
     version: int  # the model's version after it (DONE, DUPLICATE)
     given: int | None = None  # CONFLICT: the class index given before
+    by_default: bool = False  # DUPLICATE, CONFLICT: the prediction was labelled by default
 
 
 @dataclass(frozen=True, slots=True)

@@ -177,10 +177,14 @@ class Replicas:
         self.maybe_compact(rep, len(data.entries))
 
     def maybe_compact(self, rep: Replica, log_length: int) -> None:
-        if log_length < self.settings.compact_every or rep.name in self._compacting:
+        self.compact_after(rep.name, log_length)
+
+    def compact_after(self, name: str, log_length: int) -> None:
+        """Compact the model once its log holds ``compact_every`` entries."""
+        if log_length < self.settings.compact_every or name in self._compacting:
             return
-        self._compacting.add(rep.name)
-        task = asyncio.create_task(self._compact(rep.name))
+        self._compacting.add(name)
+        task = asyncio.create_task(self._compact(name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

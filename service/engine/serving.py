@@ -13,9 +13,10 @@ from typing import Any, cast
 import numpy as np
 
 from service.contract.names import PredictionId, issued_ms, new_token
-from service.contract.store_protocol import NO_CLASS, Status
-from service.contract.store_values import Held, Made
+from service.contract.store_protocol import NO_CLASS, Status, delay_bucket, pending_life_s
+from service.contract.store_values import FeedbackBatch, Held, Made
 from service.engine.batcher import Coalescer, Span
+from service.engine.default_labels import DefaultLabels
 from service.engine.learn_commits import GROUP_MOST, Learned, time_bucket
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
@@ -62,6 +63,10 @@ class Feedback:
     updated: bool
     version: int
     duplicate: bool
+    labelled_by: str | None = None  # "default": the prediction was labelled by default first
+
+
+LABELLED_BY_DEFAULT = "default"
 
 
 class Learning:
@@ -79,6 +84,7 @@ class Learning:
         self.replicas = replicas
         self.clock = clock
         self.writers = Writers(store, settings, clock, replicas)
+        self.defaults = DefaultLabels(store, settings, replicas, clock)
 
     async def close(self) -> None:
         await self.writers.close()
@@ -136,6 +142,9 @@ class Learning:
         r2 = max(x.sq_norm for x in xs)
         now_ms = int(1000 * self.clock())
         tokens = [new_token(now_ms) for _ in xs]
+        config = rep.config
+        defaults = config.default_label is not None
+        self.defaults.note(rep.name, rep.epoch, config)
         for force in (False, True):
             if force and rep.weights.version < 0:  # never serve a copy that holds no weights
                 raise ModelBusy(f"Model {rep.name!r} could not be loaded; retry shortly.")
@@ -148,9 +157,10 @@ class Learning:
                 made,
                 tokens,
                 [p.record for p in preds],
-                rep.config.feedback_ttl_s,
+                pending_life_s(config.feedback_ttl_s, defaults),
                 self.settings.max_pending_bytes,
                 force=force,
+                deadline_ms=now_ms + 1000 * config.feedback_ttl_s if defaults else 0,
             )
             if stale is None:
                 classes = rep.config.classes
@@ -227,6 +237,8 @@ class Learning:
         now_ms = int(1000 * self.clock())
         late_s = [_late_s(token, ttl_s, now_ms) for token in tokens]
         late = "".join("0" if s is None else "1" for s in late_s)
+        default = rep.config.default_index
+        delays = ",".join(_delay(token, now_ms) for token in tokens)
         wait_s = 0.0
         while True:
             batch = await self.store.commit_feedback(
@@ -235,12 +247,14 @@ class Learning:
                 tokens,
                 [t for _, t in labelled],
                 time_bucket(self.settings, self.clock()),
-                ttl_s,
+                pending_life_s(ttl_s, default is not None),
                 source,
                 int(1000 * self.clock()),
                 rep.config.averaged,
                 wait_s,
                 late=late,
+                default=NO_CLASS if default is None else default,
+                delays=delays,
             )
             if not isinstance(batch, Held):
                 break
@@ -250,26 +264,7 @@ class Learning:
             if left <= 0:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
-        out: list[Feedback | ServiceError] = []
-        for item, late_by in zip(batch.items, late_s, strict=True):
-            if item.status == Status.UNKNOWN:
-                out.append(PredictionNotFound())
-            elif item.status == Status.EXPIRED:
-                out.append(PredictionExpired(late_by or 0.0, ttl_s))
-            elif item.status == Status.BAD_LABEL:
-                out.append(_BadLabel())
-            elif item.given is not None:
-                given = rep.config.classes[item.given]
-                out.append(
-                    Conflict(
-                        f"This prediction already has the true label {given!r}; a prediction "
-                        "takes one true label.",
-                        code="feedback_conflict",
-                    )
-                )
-            else:
-                duplicate = item.status == Status.DUPLICATE
-                out.append(Feedback(item.mistake, item.updated, item.version, duplicate))
+        out = _answers(rep.config, batch, late_s)
         self.replicas.maybe_compact(rep, batch.log_length)
         return out
 
@@ -293,6 +288,36 @@ class Learning:
         raise self.replicas.busy(name)
 
 
+def _answers(
+    config: ModelConfig, batch: FeedbackBatch, late_s: list[float | None]
+) -> list[Feedback | ServiceError]:
+    """Each feedback item's answer, or its error, from the store's."""
+    ttl_s = config.feedback_ttl_s
+    out: list[Feedback | ServiceError] = []
+    for item, late_by in zip(batch.items, late_s, strict=True):
+        by = LABELLED_BY_DEFAULT if item.by_default else None
+        if item.status == Status.UNKNOWN:
+            out.append(PredictionNotFound())
+        elif item.status == Status.EXPIRED:
+            out.append(PredictionExpired(late_by or 0.0, ttl_s))
+        elif item.status == Status.BAD_LABEL:
+            out.append(_BadLabel())
+        elif item.given is not None:
+            given = config.classes[item.given]
+            how = " (its default label: no label came within its wait)" if by else ""
+            conflict = Conflict(
+                f"This prediction already has the true label {given!r}{how}; a "
+                "prediction takes one true label.",
+                code="feedback_conflict",
+            )
+            conflict.labelled_by = by
+            out.append(conflict)
+        else:
+            duplicate = item.status == Status.DUPLICATE
+            out.append(Feedback(item.mistake, item.updated, item.version, duplicate, by))
+    return out
+
+
 def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:
     """How long ago the wait of the prediction ``token`` names ran out, by the time its id
     tells; None while it runs, or when the id tells no time."""
@@ -300,6 +325,16 @@ def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:
     if issued is None or issued + 1000 * ttl_s > now_ms:
         return None
     return (now_ms - issued) / 1000 - ttl_s
+
+
+def _delay(token: str, now_ms: int) -> str:
+    """The delay from the prediction ``token`` names to its label now, as the feedback script
+    counts it: "<bucket>:<ms>", or "-" when the id tells no time."""
+    issued = issued_ms(token)
+    if issued is None:
+        return "-"
+    ms = max(0, now_ms - issued)
+    return f"{delay_bucket(ms / 1000)}:{ms}"
 
 
 def _check_batch_size(n: int, limit: int, what: str = "examples") -> None:

@@ -4,6 +4,8 @@ shutdown."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -24,13 +26,21 @@ class Worker:
         self.history = History(self.models)
         self.replicas = self.models.replicas
         self.learning = Learning(store, settings, self.replicas, clock)
+        self._sweep: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        """Start watching the store (``Models.watch``)."""
+        """Start watching the store (``Models.watch``) and sweeping defaults
+        (``DefaultLabels``)."""
         self.models.start()
+        self._sweep = asyncio.create_task(self.learning.defaults.run())
 
     async def close(self) -> None:
-        """Stop learning (writers hand their leases back), the watch, and the compactions."""
+        """Stop the sweep, learning (writers hand their leases back), the watch, and the
+        compactions."""
+        if self._sweep is not None:
+            self._sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweep
         await self.learning.close()
         await self.models.close()
         await self.replicas.close()

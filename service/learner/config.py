@@ -65,6 +65,9 @@ class ModelConfig:
     margin: float = 0.0
     averaged: bool = False
     feedback_ttl_s: int = 86_400
+    # The class a prediction is learned with when its wait (feedback_ttl_s) runs out with no
+    # label; None: it then takes no label at all.
+    default_label: Label | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.classes, list):
@@ -82,6 +85,12 @@ class ModelConfig:
     def _check(self) -> None:
         self._check_classes()
         self._check_numbers()
+        if self.default_label is not None and self.class_index(self.default_label) is None:
+            raise _bad(
+                "default_label",
+                f"one of the classes {list(self.classes)} or null",
+                self.default_label,
+            )
 
     def _check_classes(self) -> None:
         classes = self.classes
@@ -127,6 +136,11 @@ class ModelConfig:
         for name in ("fit_bias", "averaged"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, "a boolean", getattr(self, name))
+
+    @property
+    def default_index(self) -> int | None:
+        """The class index of ``default_label`` (None without one)."""
+        return None if self.default_label is None else self.class_index(self.default_label)
 
     @property
     def binary(self) -> bool:

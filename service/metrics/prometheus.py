@@ -19,7 +19,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from service.contract import store_protocol as protocol
@@ -27,7 +32,13 @@ from service.contract.store_protocol import RING_SIZE, Meta
 from service.contract.store_values import Observations
 from service.learner import ModelConfig
 from service.metrics.serving import Serving, ServingCollector
-from service.metrics.summary import confusion_cells, ring_mistakes, source_rows
+from service.metrics.summary import (
+    confusion_cells,
+    delay_counts,
+    ring_mistakes,
+    source_rows,
+    without_defaults,
+)
 
 log = logging.getLogger("perceptron")
 
@@ -95,7 +106,8 @@ class ModelCollector:
         )
         rate = GaugeMetricFamily(
             "perceptron_model_mistake_rate",
-            "Mistake rate over all labelled examples, or the last 100 or 1000.",
+            "Mistake rate over all labelled examples, the last 100 or 1000, or the labels that "
+            "came (without_defaults: those by default left out).",
             labels=["model", "window"],
         )
         radius = GaugeMetricFamily(
@@ -124,6 +136,9 @@ class ModelCollector:
             updates.add_metric([name], values[Meta.VERSION])
             if seen:
                 rate.add_metric([name, "all"], mistakes / seen)
+                came = without_defaults({k: int(values[k]) for k in COUNTERS})
+                if came is not None:
+                    rate.add_metric([name, "without_defaults"], came)
                 for last in (100, 1000):
                     m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
                     rate.add_metric([name, str(last)], m / n)
@@ -136,6 +151,31 @@ class ModelCollector:
         yield from families.values()
         yield from (updates, rate, radius, confusion)
         yield from self.by_source(shown)
+        yield from self.delays(shown)
+
+    @staticmethod
+    def delays(models: list[tuple[str, Observations]]) -> Iterator[Metric]:
+        """How late labels come, and the predictions whose default is still to come."""
+        delay = HistogramMetricFamily(
+            "perceptron_model_label_delay_seconds",
+            "Time from a prediction to its label (feedback applied; defaults left out).",
+            labels=["model"],
+        )
+        awaiting = GaugeMetricFamily(
+            "perceptron_model_awaiting_default",
+            "Predictions of a model with a default_label still waiting for their label.",
+            labels=["model"],
+        )
+        bounds = [*(str(float(b)) for b in protocol.DELAY_BUCKETS_S), "+Inf"]
+        for name, obs in models:
+            cumulative, total = [], 0
+            for bound, n in zip(bounds, delay_counts(obs.delays), strict=True):
+                total += n
+                cumulative.append((bound, float(total)))
+            sum_s = obs.delays.get(protocol.Field.DELAY_MS, 0) / 1000
+            delay.add_metric([name], cumulative, sum_s)
+            awaiting.add_metric([name], float(obs.awaiting_default))
+        yield from (delay, awaiting)
 
     @staticmethod
     def by_source(models: list[tuple[str, Observations]]) -> Iterator[Metric]:

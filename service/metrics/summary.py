@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from service.contract.store_protocol import Field, parse_cell, parse_source
+from service.contract.store_protocol import DELAY_BUCKETS_S, Field, parse_cell, parse_source
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry
 from service.learner.perceptron import raw_scores
@@ -139,3 +139,38 @@ def _norm(*parts: Any) -> float:
 
 def weight_norm(weights: Weights) -> float:
     return _norm(weights.w, weights.b)
+
+
+def delay_counts(delays: dict[str, int]) -> list[int]:
+    """Labels per bucket of DELAY_BUCKETS_S, and past the last, from a model's ``delays``."""
+    return [delays.get(str(i), 0) for i in range(len(DELAY_BUCKETS_S) + 1)]
+
+
+def delay_quantile(delays: dict[str, int], q: float) -> float | None:
+    """The ``q`` quantile of the delay from prediction to label, in seconds, interpolated
+    within its bucket as Prometheus's histogram_quantile does (None: no label counted; past
+    the last bucket: its bound)."""
+    counts = delay_counts(delays)
+    total = sum(counts)
+    if not total:
+        return None
+    rank, below, lower = q * total, 0, 0.0
+    for bound, n in zip(DELAY_BUCKETS_S, counts, strict=False):
+        if n and below + n >= rank:
+            return lower + (bound - lower) * (rank - below) / n
+        below, lower = below + n, float(bound)
+    return float(DELAY_BUCKETS_S[-1])
+
+
+def without_defaults(counters: dict[str, int]) -> float | None:
+    """The mistake rate over the labels that came (the defaulted left out)."""
+    n = counters.get("seen", 0) - counters.get("defaulted", 0)
+    m = counters.get("mistakes", 0) - counters.get("defaulted_mistakes", 0)
+    return m / n if n > 0 else None
+
+
+def defaulted_share(counters: dict[str, int]) -> float | None:
+    """The share of the served predictions' labels that came by default."""
+    d = counters.get("defaulted", 0)
+    n = counters.get("feedback", 0) + d
+    return d / n if n else None

@@ -60,6 +60,17 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:pend"
 
     @property
+    def deadlines(self) -> str:
+        """Pending predictions a default label awaits: their keys, scored by their deadline
+        (unix ms); the sweep labels those past it (ops/defaults.py)."""
+        return f"{PREFIX}:{{{self.name}}}:dl"
+
+    @property
+    def delays(self) -> str:
+        """Labels counted by their delay from prediction (protocol.DELAY_BUCKETS_S)."""
+        return f"{PREFIX}:{{{self.name}}}:delay"
+
+    @property
     def past(self) -> str:
         """The retained log: update entries older than the snapshot (ops/history.py)."""
         return f"{PREFIX}:{{{self.name}}}:past"
@@ -141,6 +152,8 @@ class ModelKeys:
             self.recent,
             self.curve,
             self.pend,
+            self.deadlines,
+            self.delays,
         )
 
     @property

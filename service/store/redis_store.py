@@ -24,6 +24,7 @@ from service.store.ops import (
     claim,
     compact,
     create,
+    defaults,
     delete,
     feedback,
     forget,
@@ -93,6 +94,7 @@ class Store:
     sync = sync.sync
     commit_predictions = predict.predict
     commit_feedback = feedback.feedback
+    apply_defaults = defaults.apply_defaults
     commit_learn = learn.learn
     compact = compact.compact
     # history (ops/history.py)
@@ -230,7 +232,9 @@ class Store:
             pipe.hgetall(keys.series)
             pipe.lrange(keys.recent, 0, RECENT_KEPT - 1)  # it may hold more between trims
             pipe.hgetall(keys.curve)
-            meta, ring, series, recent, curve = await pipe.execute()
+            pipe.hgetall(keys.delays)
+            pipe.zcard(keys.deadlines)
+            meta, ring, series, recent, curve, delays, awaiting = await pipe.execute()
         if not meta:
             return None
         return Observations(
@@ -239,6 +243,8 @@ class Store:
             series={text(k): int(v) for k, v in series.items()},
             recent=list(recent),
             curve={text(k): int(v) for k, v in curve.items()},
+            delays={text(k): int(v) for k, v in delays.items()},
+            awaiting_default=int(awaiting),
         )
 
     async def run_with_wait(

@@ -8,6 +8,8 @@ a property of ``ModelKeys``): ``meta`` (hash: config, epoch, counters, confusion
 ``snap`` (string: packed weights at version ``snapv``), ``log`` (list: update entries for
 versions ``snapv+1 .. version``), one ``pending`` string per prediction awaiting its label,
 ``series``, ``ring``, ``recent`` and ``curve`` (what the metrics read), ``pend`` (pending bytes),
+``deadlines`` (the pending predictions a default label awaits, by deadline: ``defaults.py``),
+``delays`` (labels counted by their delay from prediction),
 and the keys of its writer (``learn.py``). The names of every field are ``protocol.Meta``'s,
 ``protocol.Field``'s and the counters'; the scripts get them, and Status, as Lua locals
 (``protocol.LUA``).
@@ -22,8 +24,9 @@ after that example (``parts.RECORD``).
 A pending prediction is ``learner/codec.py``'s record: ``"P" .. epoch .. served .. bitmap ..
 payload``, where ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates
 the weights; the scripts read it at the offsets ``protocol.LUA`` declares. Once answered it
-becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated .. "|" .. version``
-(written and read by ``feedback.py`` alone). A log entry is ``codec.entry_head`` then the
+becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated .. "|" .. version``, then
+``DEFAULTED`` when its label was the model's default (written by ``parts.LABEL``, read by
+``feedback.py``). A log entry is ``codec.entry_head`` then the
 record.
 
 ``meta`` also keeps ``snaplen``, the length of ``snap`` (0: no snapshot, all zeros), and the log
@@ -36,6 +39,7 @@ from service.store.ops import (
     claim,
     compact,
     create,
+    defaults,
     delete,
     feedback,
     forget,
@@ -63,6 +67,7 @@ OPS = (
     sync,
     predict,
     feedback,
+    defaults,
     learn,
     compact,
     rollback,

@@ -14,14 +14,16 @@ from service.store.script import Runner, Script
 # KEYS: then each prediction's pending key; ARGV: then each pending record, in the same order.
 # VERSION and SEEN: what the predictions were made with (SEEN '' when it does not matter);
 # FORCE '1' stores them whatever the version; R2: the largest squared feature norm among
-# them; CAP: the most bytes the model may hold pending (0: no limit).
+# them; CAP: the most bytes the model may hold pending (0: no limit); TTL: how long each record
+# is kept (``protocol.pending_life_s``); DEADLINE: unix ms when their wait runs out, for a
+# model with a default label (0: none), each key then entered in ``deadlines`` (defaults.py).
 # Returns {DONE} when stored, the sync reply with STALE_COPY when the copy was behind,
 # NO_MODEL, STALE_EPOCH, STATE_LOST, or {PENDING_FULL, seconds until some pending bytes
 # lapse, bytes held, bytes of these predictions}.
 SCRIPT = Script(
     "predict",
-    keys=("meta", "snap", "log", "pend"),
-    args=("epoch", "version", "seen", "force", "ttl#", "r2", "cap#"),
+    keys=("meta", "snap", "log", "pend", "deadlines"),
+    args=("epoch", "version", "seen", "force", "ttl#", "r2", "cap#", "deadline#"),
     rest_keys="pending",
     rest_args="records",
     parts=(parts.SYNC, parts.PENDING),
@@ -47,6 +49,7 @@ if CAP > 0 and held + size > CAP then
 end
 for i = PENDING_AT, #KEYS do
   redis.call('SET', KEYS[i], ARGV[i + shift], 'EX', TTL)
+  if DEADLINE > 0 then redis.call('ZADD', DEADLINES, DEADLINE, KEYS[i]) end
 end
 local bucket = math.floor(now / width)
 redis.call('HINCRBY', PEND, bucket, size)
@@ -69,12 +72,15 @@ async def predict(
     ttl_s: int,
     max_pending_bytes: int = 0,
     force: bool = False,
+    deadline_ms: int = 0,
 ) -> SyncData | None:
     """Store pending predictions made at ``made.version`` (and ``made.seen``).
 
     Returns None when stored, or, when the model has moved on and ``force`` is off, what the
-    caller's copy lacks; nothing is stored then. Raises TooManyPending when the model would
-    hold more than ``max_pending_bytes`` of predictions awaiting their label.
+    caller's copy lacks; nothing is stored then. ``ttl_s``: how long the records are kept;
+    ``deadline_ms``: when their wait runs out, for a model with a default label (0: none).
+    Raises TooManyPending when the model would hold more than ``max_pending_bytes`` of
+    predictions awaiting their label.
     """
     keys = keys_of(name)
     reply = await store.run(
@@ -89,6 +95,7 @@ async def predict(
             ttl=ttl_s,
             r2=made.r2,
             cap=max_pending_bytes,
+            deadline=deadline_ms,
         ),
     )
     if int(reply[0]) == Status.PENDING_FULL:

@@ -20,11 +20,24 @@ from service.store.script import Arg, Runner, Script
 # oldest first, each kept under the next id. A model there already is kept first as a
 # checkpoint (its snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE},
 # or {NOT_STAGED} when a staged key is not whole (nothing done; the staged keys are let go
-# whatever happens); the model's pending predictions become unknown (the epoch changed),
+# whatever happens); the model's pending predictions become unknown (the epoch changed), none
+# awaits a default any more (``deadlines`` goes, with the delays counted),
 # though their keys, and so their count in ``pend``, stay until they expire.
 SCRIPT = Script(
     "replace",
-    keys=("meta", "snap", "log", "series", "ring", "recent", "curve", *HISTORY_KEYS, "stage"),
+    keys=(
+        "meta",
+        "snap",
+        "log",
+        "series",
+        "ring",
+        "recent",
+        "curve",
+        "deadlines",
+        "delays",
+        *HISTORY_KEYS,
+        "stage",
+    ),  # fmt: skip
     args=(
         "config",
         "epoch",
@@ -60,7 +73,7 @@ if st[1] then
   made = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
     weights_bytes(SNAP, st[3]), redis.call('LRANGE', LOG, 0, -1), st[2], st[1], NOW_MS, REASON)
 end
-redis.call('DEL', META, LOG, SERIES, RING, RECENT, CURVE, PAST)
+redis.call('DEL', META, LOG, SERIES, RING, RECENT, CURVE, PAST, DEADLINES, DELAYS)
 let_go(SNAP)
 if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,

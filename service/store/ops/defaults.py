@@ -1,0 +1,103 @@
+"""DEFAULTS: predictions whose wait ran out with no label, learned with the model's default
+label, each once: claimed (taken off ``deadlines``) and applied in the same script, so that a
+worker killed mid-sweep leaves each either applied or still due, never both nor lost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.contract.store_protocol import Status
+from service.contract.store_values import Bucket
+from service.store.keys import keys_of
+from service.store.ops import parts
+from service.store.script import Runner, Script
+
+# EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE:
+# how long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this
+# time bucket and the buckets kept; NOW_MS: recorded with each update (its source is
+# DEFAULT_SOURCE); MOST: predictions labelled at most. The keys in ``deadlines`` whose deadline
+# (Redis's clock) has passed are labelled in deadline order: a record answered already, gone,
+# or of another epoch is only taken off. While the model's writer holds it (``learn.py``),
+# nothing is done: {HELD, ms left}. Returns NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or
+# {DONE, labelled, the log's length (-1: unchanged), 1 when more are due, predictions still
+# awaiting a default}.
+SCRIPT = Script(
+    "defaults",
+    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines"),
+    args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
+    parts=(parts.RECORD, parts.PENDING, parts.LABEL),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+local epoch = st[1]
+if not epoch then return {NO_MODEL} end
+if epoch ~= EPOCH then return {STALE_EPOCH} end
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]))
+s.now = clock()
+local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', math.floor(s.now * 1000),
+  'LIMIT', 0, MOST)
+if #due == 0 then return {DONE, 0, -1, 0, redis.call('ZCARD', DEADLINES)} end
+local held = redis.call('PTTL', HOLD)
+if held > 0 then return {HELD, held} end
+if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
+  return {STATE_LOST, 'its update log is incomplete'}
+end
+local provenance = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
+local t = tostring(DEFAULT)
+for i = 1, #due, UNPACK_CHUNK do
+  redis.call('ZREM', DEADLINES, unpack(due, i, math.min(i + UNPACK_CHUNK - 1, #due)))
+end
+for _, key in ipairs(due) do
+  local p = redis.call('GET', key)
+  if p and string.sub(p, 1, 1) ~= ANSWERED and string.sub(p, EPOCH_AT, EPOCH_END) == epoch then
+    label_one(s, key, p, t, provenance, epoch, LIFE, DEFAULTED)
+  end
+end
+local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP)
+return {DONE, #s.marks, log_length, (#due == MOST) and 1 or 0, redis.call('ZCARD', DEADLINES)}
+""",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Swept:
+    """What one sweep did: predictions labelled by default, the log's length after it (-1:
+    unchanged), whether more are due, and how many still await their default; ``held_ms``:
+    the model's writer held it, nothing was done."""
+
+    labelled: int = 0
+    log_length: int = -1
+    more: bool = False
+    waiting: int = 0
+    held_ms: int = 0
+
+
+async def apply_defaults(
+    store: Runner,
+    name: str,
+    epoch: str,
+    default: int,
+    life_s: int,
+    when: Bucket,
+    now_ms: int,
+    most: int,
+) -> Swept:
+    """Learn up to ``most`` predictions of the model whose wait ran out with its default
+    class index ``default``, each once, whichever worker calls."""
+    keys = keys_of(name)
+    reply = await store.run(
+        SCRIPT,
+        SCRIPT.key_list(keys),
+        SCRIPT.arg_list(
+            epoch=epoch,
+            default=default,
+            life=life_s,
+            bucket=when.bucket,
+            keep=when.keep,
+            now_ms=now_ms,
+            most=most,
+        ),
+    )
+    if int(reply[0]) == Status.HELD:
+        return Swept(held_ms=int(reply[1]))
+    store.check(name, reply)
+    return Swept(int(reply[1]), int(reply[2]), bool(int(reply[3])), int(reply[4]))
