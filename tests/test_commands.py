@@ -131,6 +131,23 @@ def test_classes_may_start_with_a_dash(argv: list[str], classes: list[Any]) -> N
     assert parse_models(argv).classes == classes
 
 
+@pytest.mark.parametrize(
+    ("argv", "label"),
+    [
+        (["create", "d", "--classes", "-1,1", "--default-label", "-1"], -1),
+        (["create", "d", "--classes", "a,b", "--default-label=b"], "b"),
+        (["create", "d", "--default-label", "-no"], "-no"),
+    ],
+)
+def test_the_default_label_may_start_with_a_dash(argv: list[str], label: Any) -> None:
+    assert parse_models(argv).default_label == label
+
+
+def test_the_default_label_is_one_label() -> None:
+    with pytest.raises(SystemExit):
+        parse_models(["create", "d", "--default-label", "a,b"])
+
+
 def test_an_option_after_classes_stays_an_option() -> None:
     assert manage.join_dash_values(["create", "m", "--classes", "--json"]) == [
         "create", "m", "--classes", "--json",

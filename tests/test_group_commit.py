@@ -3,10 +3,44 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
 
-from service.engine.batcher import Coalescer, Span
+from service.engine.batcher import Batcher, Span
+
+Commit = Callable[[list[int], list[Span]], Awaitable[list[int]]]
+
+
+class Committed:
+    """A batcher with its commit loop written as the engine writes its own (serving.py)."""
+
+    def __init__(self, run: Commit, limit: int, concurrency: int = 1) -> None:
+        self.run = run
+        self.batcher: Batcher[int, int] = Batcher(limit, concurrency)
+
+    def enqueue(self, items: list[int], spans: Sequence[Span] = ()) -> asyncio.Future[list[int]]:
+        done = self.batcher.put(items, spans)
+        if self.batcher.needs_committer():
+            self.batcher.add_committer(asyncio.create_task(self._commit_queued()))
+        return done
+
+    async def submit(self, items: list[int], spans: Sequence[Span] = ()) -> list[int]:
+        return await self.enqueue(items, spans)
+
+    async def _commit_queued(self) -> None:
+        with self.batcher.committing():
+            while batch := self.batcher.next_batch():
+                with batch:
+                    batch.results = await self.run(batch.items, batch.spans)
+
+    @property
+    def idle(self) -> bool:
+        return self.batcher.idle
+
+    @property
+    def waiting(self) -> tuple[int, int]:
+        return self.batcher.waiting
 
 
 def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
@@ -18,7 +52,7 @@ def test_requests_arriving_during_a_commit_share_the_next_one() -> None:
         return [i * 10 for i in items]
 
     async def main() -> list[list[int]]:
-        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        c = Committed(run, limit=100)
         first = asyncio.ensure_future(c.submit([0, 100]))
         await asyncio.sleep(0.001)  # its commit is in flight now
         rest = [asyncio.ensure_future(c.submit([i, i + 100])) for i in range(1, 5)]
@@ -39,7 +73,7 @@ def test_a_commit_never_exceeds_the_limit() -> None:
         return items
 
     async def main() -> None:
-        c: Coalescer[int, int] = Coalescer(run, limit=3)
+        c = Committed(run, limit=3)
         out = await asyncio.gather(*(c.submit([i]) for i in range(10)))
         assert [o[0] for o in out] == list(range(10))
 
@@ -55,7 +89,7 @@ def test_an_error_reaches_every_request_of_its_commit_only() -> None:
         return items
 
     async def main() -> None:
-        c: Coalescer[int, int] = Coalescer(run, limit=2)
+        c = Committed(run, limit=2)
         first = asyncio.ensure_future(c.submit([1]))
         await asyncio.sleep(0)
         bad = [asyncio.ensure_future(c.submit([-1])), asyncio.ensure_future(c.submit([2]))]
@@ -79,7 +113,7 @@ def test_a_run_knows_where_each_tagged_request_lies() -> None:
         return items
 
     async def main() -> None:
-        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        c = Committed(run, limit=100)
         first = asyncio.ensure_future(c.submit([0], [("a", 0, 1)]))
         await asyncio.sleep(0.001)
         rest = [
@@ -106,7 +140,7 @@ def test_with_concurrency_several_runs_go_at_once_and_none_is_left_behind() -> N
         return items
 
     async def main() -> None:
-        c: Coalescer[int, int] = Coalescer(run, limit=1, concurrency=3)
+        c = Committed(run, limit=1, concurrency=3)
         for _ in range(3):  # waves: a request that arrives as a run ends starts a new one
             out = await asyncio.gather(*(c.submit([i]) for i in range(10)))
             assert [o[0] for o in out] == list(range(10))
@@ -126,7 +160,7 @@ def test_waiting_counts_what_queues_behind_the_run_in_flight() -> None:
         return items
 
     async def main() -> None:
-        c: Coalescer[int, int] = Coalescer(run, limit=100)
+        c = Committed(run, limit=100)
         assert c.waiting == (0, 0)
         first = c.enqueue([1, 2, 3])
         await asyncio.sleep(0)  # its run starts with it
@@ -137,5 +171,31 @@ def test_waiting_counts_what_queues_behind_the_run_in_flight() -> None:
         assert await first == [1, 2, 3]
         assert [await f for f in later] == [[4, 5], [6]]
         assert c.waiting == (0, 0)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_committer_leaves_no_request_waiting_and_the_next_starts_anew() -> None:
+    """A committer cancelled mid-commit: its requests and those queued behind it are cancelled
+    (nothing would commit them), and a request queued after that starts a new committer."""
+    started = asyncio.Event()
+
+    async def run(items: list[int], _: list[Span]) -> list[int]:
+        started.set()
+        await asyncio.sleep(10 if items == [1] else 0)
+        return items
+
+    async def main() -> None:
+        c = Committed(run, limit=1)
+        first = c.enqueue([1])
+        behind = c.enqueue([2])
+        await started.wait()
+        (committer,) = c.batcher._committers
+        committer.cancel()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert first.cancelled() and behind.cancelled()
+        assert c.idle
+        assert await c.submit([3]) == [3]
 
     asyncio.run(main())

@@ -156,6 +156,10 @@ WALKS["a string class label"] = configuration("classes", ["a", "s" * 256], ["a",
 WALKS["`learning_rate`"] = configuration("learning_rate", 1e6, 1.000001e6, n_features=1)
 WALKS["`margin`"] = configuration("margin", 1e12, 1.000001e12, n_features=1)
 WALKS["`feedback_ttl_s`"] = configuration("feedback_ttl_s", 2_592_000, 2_592_001, n_features=1)
+# The last of many classes is one of them; a label beside them (of the type of the others) not
+WALKS["`default_label`"] = configuration(
+    "default_label", 999, 1000, classes=list(range(1000)), n_features=1, multiclass="ovr"
+)
 WALKS["`classes`"] = configuration(
     "classes", list(range(1000)), list(range(1001)), n_features=1, multiclass="ovr"
 )

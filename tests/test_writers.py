@@ -284,7 +284,8 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     as soon as it is woken."""
     from service.contract.names import PredictionId
     from service.contract.store_values import Held, SyncData
-    from service.engine.serving import HOLD_WAIT_S, Feedback
+    from service.engine.feedback_answers import Feedback
+    from service.engine.serving import HOLD_WAIT_S
 
     async def main() -> None:
         a, b = _worker(redis_url), _worker(redis_url)
@@ -350,7 +351,8 @@ def test_feedback_arriving_while_a_call_is_held_waits_in_redis_too(
     queued behind it: both are applied at the one wake-up of the commit that lets go."""
     from service.contract.names import PredictionId
     from service.engine import serving as learning
-    from service.engine.serving import FEEDBACK_IN_FLIGHT, Feedback
+    from service.engine.feedback_answers import Feedback
+    from service.engine.serving import FEEDBACK_IN_FLIGHT
 
     assert FEEDBACK_IN_FLIGHT == 2
     # A held call waits 1.5 s (under the 2 s of a Redis call) before it looks again: the
@@ -400,8 +402,8 @@ def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hol
     from service.contract.names import PredictionId
     from service.contract.store_protocol import Status
     from service.contract.store_values import FeedbackBatch, Held
+    from service.engine.feedback_answers import Feedback
     from service.engine.learn_commits import time_bucket
-    from service.engine.serving import Feedback
 
     async def main() -> None:
         b = _worker(redis_url)

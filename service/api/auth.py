@@ -1,14 +1,5 @@
-"""Who is calling: API keys with roles, and the routes' dependencies that resolve them.
-
-Keys are kept only as SHA-256 digests and compared in constant time.
-
-Each route takes one dependency (``Reader``, ``Trainer`` or ``Admin``): resolving a
-dependency is a noticeable part of a request's cost, so the caller's key and this worker come
-together. The key is resolved once per request and kept in ``request.state``: routes of
-``FastJSONRoute`` resolve it, and check the route's role, before reading the body (a caller
-without a valid key must not get a large body read and parsed); the dependency then finds it
-there and checks the model, which only the body names.
-"""
+"""API keys with roles. Keys are kept only as SHA-256 digests and compared in constant time.
+(The routes' dependencies that resolve them per request: ``routing.py``.)"""
 
 from __future__ import annotations
 
@@ -18,12 +9,8 @@ import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
-
-from fastapi import Depends, Request
 
 from service.contract.names import KEY_NAME_RE
-from service.engine.worker import Worker
 from service.errors import ServiceError
 
 
@@ -146,83 +133,3 @@ def key_from_headers(authorizations: list[str], api_keys: list[str]) -> str | No
             "differ, or a header is repeated): send one."
         )
     return next(iter(keys), None)
-
-
-# -- the routes' dependencies -----------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """This worker, and who is calling."""
-
-    worker: Worker
-    principal: Principal
-
-    def check(self, role: Role, model: str | None = None) -> None:
-        self.principal.check(role, model)
-
-    def allows(self, model: str) -> bool:
-        return self.principal.allows(model)
-
-    @property
-    def source(self) -> str:
-        """The key's name, which the model's history records for the updates it causes."""
-        return self.principal.name
-
-
-def principal_of(request: Request) -> Principal:
-    """Who is calling: the principal ``authenticate`` kept, or else the key's, looked up now."""
-    known: Principal | None = getattr(request.state, "principal", None)
-    return known if known is not None else authenticate(request)
-
-
-def authenticate(request: Request) -> Principal:
-    """Who is calling, by the request's key (401 without a valid one); kept in
-    ``request.state`` for the request's dependencies."""
-    keys: KeyRing | None = request.app.state.keys
-    if keys is None:
-        principal = NOBODY_NEEDED
-    else:
-        key = key_from_headers(
-            request.headers.getlist("authorization"), request.headers.getlist("x-api-key")
-        )
-        if key is None:
-            raise Unauthorized("An API key is needed: send 'Authorization: Bearer <key>'.")
-        found = keys.find(key)
-        if found is None:
-            raise Unauthorized("The API key is not valid.")
-        principal = found
-    request.state.principal = principal
-    return principal
-
-
-class CallerOf:
-    """The dependency of a route that needs a key with ``role``: its ``Caller``.
-
-    A class rather than a closure so that a route can see which role it needs
-    (``FastJSONRoute`` checks it before reading the body).
-    """
-
-    __slots__ = ("role",)
-
-    def __init__(self, role: Role) -> None:
-        self.role = role
-
-    # A coroutine: a plain function would cost a trip to a worker thread.
-    async def __call__(self, request: Request) -> Caller:
-        return Caller(request.app.state.worker, principal_of(request).check(self.role))
-
-
-def caller(role: Role) -> CallerOf:
-    return CallerOf(role)
-
-
-async def get_worker(request: Request) -> Worker:
-    worker: Worker = request.app.state.worker
-    return worker
-
-
-WorkerDep = Annotated[Worker, Depends(get_worker)]
-Reader = Annotated[Caller, Depends(caller(Role.predict))]
-Trainer = Annotated[Caller, Depends(caller(Role.train))]
-Admin = Annotated[Caller, Depends(caller(Role.admin))]

@@ -41,7 +41,6 @@ from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from service.errors import TooLarge
-from service.metrics.prometheus import LATENCY, REQUESTS
 from service.settings import Settings
 
 # -- the HTTP protocol's bounds --------------------------------------------------------
@@ -211,8 +210,13 @@ class Edge:
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        # Imported here, in a worker: ``perceptron serve`` imports this module for its HTTP
+        # protocol before it sets the metrics' folder, where importing them makes their files.
+        from service.metrics.prometheus import LATENCY, REQUESTS
+
         self.app = app
         self.max_bytes = max_bytes
+        self._requests, self._latency = REQUESTS, LATENCY
         # Labelled children looked up once: ``labels(...)`` is a locked dict lookup per call.
         self._counts: dict[tuple[str, str, int], Any] = {}
         self._times: dict[tuple[str, str], Any] = {}
@@ -263,12 +267,12 @@ class Edge:
         method = scope["method"]
         count = self._counts.get((route, method, status))
         if count is None:
-            count = self._counts[route, method, status] = REQUESTS.labels(
+            count = self._counts[route, method, status] = self._requests.labels(
                 route, method, str(status)
             )
         timer = self._times.get((route, method))
         if timer is None:
-            timer = self._times[route, method] = LATENCY.labels(route, method)
+            timer = self._times[route, method] = self._latency.labels(route, method)
         count.inc()
         timer.observe(seconds)
 

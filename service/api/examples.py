@@ -1,5 +1,5 @@
 """Example bodies of the OpenAPI document: what /docs and /redoc show for each request and
-answer, instead of placeholders.
+answer, instead of placeholders (a model's history has its own: ``history_examples.py``).
 
 They are answers the service gave (a three-class dense model ``iris`` and the binary
 ``default``), rounded; ``tests/test_docs.py`` checks that each one validates against the schema
@@ -229,61 +229,6 @@ LEARN_BATCH_RESPONSE: list[dict[str, Any]] = [
 ]
 MODEL_INFO_EXAMPLES: list[dict[str, Any]] = [MODEL_INFO]
 
-CHECKPOINTS: dict[str, Any] = {
-    "name": "iris",
-    "version": 1250,
-    "restorable_from": 0,
-    "bytes": 1_071_204,
-    "checkpoints": [
-        {
-            "id": 1,
-            "version": 0,
-            "seen": 0,
-            "time": 1764028800.123,
-            "reason": "start",
-            "mistake_rate": None,
-            "window": 0,
-            "bytes": 0,
-        },
-        {
-            "id": 2,
-            "version": 1000,
-            "seen": 8412,
-            "time": 1764030012.5,
-            "reason": "scheduled",
-            "mistake_rate": 0.082,
-            "window": 1000,
-            "bytes": 120,
-        },
-    ],
-}
-UPDATES: dict[str, Any] = {
-    "name": "iris",
-    "version": 1250,
-    "restorable_from": 0,
-    "updates": [
-        {"version": 1249, "source": "labeller", "time": 1764031012.25, "label": "setosa"},
-        {"version": 1250, "source": "batch-job", "time": 1764031013.5, "label": "virginica"},
-    ],
-    "sources": {"labeller": 1, "batch-job": 1},
-}
-UNDO_REQUEST: dict[str, Any] = {"source": "labeller", "from_time": 1764028800.0}
-UNDO_RESPONSE: dict[str, Any] = {
-    "name": "iris",
-    "version": 1180,
-    "removed": 70,
-    "undo_checkpoint": 4,
-    "before": 4,
-}
-ROLLBACK_REQUEST: dict[str, Any] = {"version": 1000}
-ROLLBACK_RESPONSE: dict[str, Any] = {
-    "name": "iris",
-    "version": 1000,
-    "restored_checkpoint": None,
-    "undo_checkpoint": 3,
-    "checkpoint": None,
-    "before": 3,
-}
 MODEL_LIST: list[dict[str, Any]] = [
     {
         "models": [
@@ -364,6 +309,13 @@ METRICS: list[dict[str, Any]] = [
             "separable": None,
         },
         "sources": [{"source": "labeller", "labelled": 7, "mistakes": 6, "updates": 6}],
+        "labels": {
+            "median_s": 42.0,
+            "p95_s": 310.0,
+            "counted": 7,
+            "defaulted_share": 0.0,
+            "awaiting_default": 0,
+        },
     }
 ]
 HEALTH: list[dict[str, Any]] = [{"status": "ok", "store": "up"}, {"status": "ok", "store": None}]

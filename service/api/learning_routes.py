@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 from fastapi import APIRouter, Response
 
-from service.api.auth import Caller, Reader, Role, Trainer
-from service.api.routing import FastJSONRoute, json_response
+from service.api.auth import Role
+from service.api.routing import Caller, FastJSONRoute, Reader, Trainer, json_response
 from service.api.schemas import (
     ErrorResponse,
     FeedbackBatchRequest,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
 from service.api import examples
-from service.api.auth import Admin, Reader, Role
+from service.api.auth import Role
 from service.api.history_schemas import (
     CheckpointInfo,
     Checkpoints,
@@ -22,7 +22,7 @@ from service.api.history_schemas import (
 )
 from service.api.metrics_schemas import ModelMetrics
 from service.api.metrics_view import model_metrics
-from service.api.routing import FastJSONRoute
+from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
 from service.api.views import WeightsStream, model_info
 from service.contract.store_protocol import MAX_COUNT

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api import examples
-from service.api.auth import Reader
+from service.api.routing import Reader
 from service.api.scrape import read_exposition
 
 router = APIRouter(tags=["metrics"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from service.api.auth import Caller
+from service.api.routing import Caller
 from service.contract.store_protocol import pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError

@@ -133,12 +133,18 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
     )
     spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
     spec.add_argument(
+        "--default-label",
+        metavar="L",
+        type=_label,
+        help="learned when no label came within the wait (one of the classes)",
+    )
+    spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
     )
 
 
 # Options whose value may start with '-' (a negative label), which argparse takes for an option
-DASH_VALUES = ("--classes",)
+DASH_VALUES = ("--classes", "--default-label")
 
 
 def join_dash_values(argv: list[str]) -> list[str]:
@@ -321,6 +327,13 @@ def _classes(text: str) -> list[int | str]:
     if any(not t for t in labels):
         raise argparse.ArgumentTypeError(f"empty label in {text!r}")
     return [int(t) if re.fullmatch(r"[+-]?\d+", t) else t for t in labels]
+
+
+def _label(text: str) -> int | str:
+    """One label; an integer stays an integer."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"one label, not several: {text!r}")
+    return _classes(text)[0]
 
 
 def _object(text: str) -> dict[str, Any]:

@@ -1,111 +1,163 @@
 """Group commit: requests for one model that arrive while its commit is in flight share the next.
 
-A worker runs at most one commit per model and operation at a time. Whatever arrives in the
-meantime waits and goes, in arrival order, into the next commit: one Redis round trip for
-many requests when busy, no added delay when idle. Every item keeps its own place in the
-sequence, so the result is the one the same requests would get one after another. A request
-may hold tagged requests (handed-off learns, by their tokens; several queued as one by a
-writer's take): the run gets, beside the items, where each tagged request's items lie.
+A worker runs at most one commit per model and operation at a time (or a few, where an
+operation's commits may overlap). Whatever arrives in the meantime waits and goes, in arrival
+order, into the next commit: one Redis round trip for many requests when busy, no added delay
+when idle. Every item keeps its own place in the sequence, so the result is the one the same
+requests would get one after another. A request may hold tagged requests (handed-off learns,
+by their tokens; several queued as one by a writer's take): a batch tells, beside its items,
+where each tagged request's items lie.
+
+A ``Batcher`` holds the queue only; each operation writes its own commit loop, where a reader
+sees what runs::
+
+    done = batcher.put(items)                     # queued at once, in this turn of the loop
+    if batcher.needs_committer():                 # none running: start one
+        batcher.add_committer(asyncio.create_task(commit_queued(batcher)))
+    return await done
+
+    async def commit_queued(batcher):
+        with batcher.committing():                # while requests are queued
+            while batch := batcher.next_batch():  # the oldest, and those that fit after it
+                with batch:                       # each request gets its results, or the error
+                    batch.results = await commit(batch.items, batch.spans)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-# A tagged request in one run: (its tag, where its items start, where they stop).
+# A tagged request in one batch: (its tag, where its items start, where they stop).
 Span = tuple[str, int, int]
 
 
-class Coalescer(Generic[Item, Result]):
-    """Runs ``run(items, spans)`` for queued requests, at most ``limit`` items a call and
-    ``concurrency`` calls at a time (one, for a commit)."""
+class Batcher(Generic[Item, Result]):
+    """Requests queued for the next commit: at most ``limit`` items a commit (one request
+    alone may exceed it) and ``committers`` commits at a time (one, for a commit that must
+    see the one before)."""
 
-    def __init__(
-        self,
-        run: Callable[[list[Item], list[Span]], Awaitable[list[Result]]],
-        limit: int,
-        concurrency: int = 1,
-    ) -> None:
-        self._run = run
+    def __init__(self, limit: int, committers: int = 1) -> None:
         self._limit = limit
-        self._concurrency = concurrency
+        self._most = committers
         # (items, where its tagged requests lie in them, its future)
         self._queue: list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]] = []
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._committers: set[asyncio.Task[None]] = set()
 
     @property
     def idle(self) -> bool:
-        return not self._tasks and not self._queue
+        return not self._committers and not self._queue
 
     @property
     def waiting(self) -> tuple[int, int]:
-        """Requests queued for a later run (not those of the runs in flight), and their items;
-        several queued as one count one each."""
+        """Requests queued for a later commit (not those of the commits in flight), and their
+        items; several queued as one count one each."""
         return (
             sum(max(1, len(spans)) for _, spans, _ in self._queue),
             sum(len(items) for items, _, _ in self._queue),
         )
 
-    async def submit(self, items: list[Item], spans: Sequence[Span] = ()) -> list[Result]:
-        return await self.enqueue(items, spans)
-
-    def enqueue(
-        self, items: list[Item], spans: Sequence[Span] = ()
-    ) -> asyncio.Future[list[Result]]:
-        """Queue a request at once (in the caller's turn of the event loop); its results
-        come in the future returned. ``spans``: the tagged requests it holds (tag, start,
-        stop in ``items``), queued as one: they go in one run, and its error reaches them
-        all."""
+    def put(self, items: list[Item], spans: Sequence[Span] = ()) -> asyncio.Future[list[Result]]:
+        """Queue a request at once (in the caller's turn of the event loop); its results come
+        in the future returned. ``spans``: the tagged requests it holds (tag, start, stop in
+        ``items``), queued as one: they go in one commit, and its error reaches them all."""
         future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
         self._queue.append((items, spans, future))
-        if len(self._tasks) < self._concurrency:
-            self._tasks.add(asyncio.create_task(self._drain()))
         return future
 
-    def _take(self) -> list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]]:
+    def needs_committer(self) -> bool:
+        """Whether a request just queued needs another committer started for it."""
+        return len(self._committers) < self._most
+
+    def add_committer(self, task: asyncio.Task[None]) -> None:
+        """Count ``task`` among the committers from now on (it runs ``committing()``)."""
+        self._committers.add(task)
+
+    def committing(self) -> _Committing:
+        """The span of a committer's loop: once it ends, a request queued starts a new
+        committer; a committer cancelled leaves none behind (their requests are cancelled)."""
+        return _Committing(self)
+
+    def next_batch(self) -> Batch[Item, Result] | None:
         """The requests of the next commit, off the queue: the oldest, and those after it that
-        keep the commit within the limit of items (one request alone may exceed it)."""
+        keep the commit within the limit of items; None when none waits."""
+        if not self._queue:
+            return None
         taken, size = 0, 0
         while taken < len(self._queue) and (
             taken == 0 or size + len(self._queue[taken][0]) <= self._limit
         ):
             size += len(self._queue[taken][0])
             taken += 1
-        batch, self._queue = self._queue[:taken], self._queue[taken:]
-        return batch
+        requests, self._queue = self._queue[:taken], self._queue[taken:]
+        return Batch(requests)
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                batch = self._take()
-                flat = [item for items, _, _ in batch for item in items]
-                spans: list[Span] = []
-                start = 0
-                for items, tagged, _ in batch:
-                    spans += [(tag, start + a, start + b) for tag, a, b in tagged]
-                    start += len(items)
-                try:
-                    results = await self._run(flat, spans)
-                except BaseException as e:  # every request of the commit gets its error
-                    for _, _, future in batch:
-                        if not future.done():
-                            future.set_exception(e)
-                    if isinstance(e, asyncio.CancelledError):
-                        raise
+
+class _Committing:
+    def __init__(self, batcher: Batcher[Any, Any]) -> None:
+        self._batcher = batcher
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        b = self._batcher
+        # At once, as the loop ends: a request queued from now on starts a new committer.
+        task = asyncio.current_task()
+        if task is not None:
+            b._committers.discard(task)
+        if kind is not None:  # cancelled: nothing will commit the requests still queued
+            for _items, _spans, future in b._queue:
+                future.cancel()
+            b._queue.clear()
+
+
+class Batch(Generic[Item, Result]):
+    """The requests of one commit: ``items`` end to end, ``spans`` where the tagged requests
+    lie in them. Used as ``with batch:``, around the commit that sets ``results`` (one per
+    item): each request gets its own, or the commit's error (which the block then swallows,
+    so that the committer goes on to the next batch; not a cancellation)."""
+
+    __slots__ = ("_requests", "items", "spans", "results")
+
+    def __init__(
+        self, requests: list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]]
+    ) -> None:
+        self._requests = requests
+        self.items: list[Item] = [item for items, _, _ in requests for item in items]
+        self.spans: list[Span] = []
+        start = 0
+        for items, tagged, _ in requests:
+            self.spans += [(tag, start + a, start + b) for tag, a, b in tagged]
+            start += len(items)
+        self.results: list[Result] = []
+
+    def __enter__(self) -> Batch[Item, Result]:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> bool:
+        if error is not None:  # every request of the commit gets its error
+            cancelled = isinstance(error, asyncio.CancelledError)
+            for _items, _spans, future in self._requests:
+                if future.done():
                     continue
-                start = 0
-                for items, _, future in batch:
-                    if not future.done():  # a client may have gone away meanwhile
-                        future.set_result(results[start : start + len(items)])
-                    start += len(items)
-        finally:
-            # At once, not in a done callback: a request queued from now on starts a new run.
-            self._tasks.discard(asyncio.current_task())
-            for _, _, future in self._queue:  # only when cancelled: nothing will run them now
-                if not future.done():
+                if cancelled:
                     future.cancel()
-            self._queue.clear()
+                else:
+                    future.set_exception(error)
+            return not cancelled
+        start = 0
+        for items, _spans, future in self._requests:
+            if not future.done():  # a client may have gone away meanwhile
+                future.set_result(self.results[start : start + len(items)])
+            start += len(items)
+        return False

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Sequence
-from functools import partial
 from itertools import accumulate, islice
+from typing import Any
 
 from service.contract.learn_wire import pack_answer
 from service.contract.store_protocol import one_source_counts, source_counts
 from service.contract.store_values import Bucket, Lease, Made, RequestsGone, SyncData
-from service.engine.batcher import Coalescer, Span
+from service.engine.batcher import Batcher, Span
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.sequence import run_sequence
@@ -33,7 +33,8 @@ from service.store import Store, StoreError, reply_lost
 Learned = tuple[Label, bool, bool, int]
 # Examples with their true class index and the name of the key that sent them (the history
 # records it with each update).
-Examples = list[tuple[Example, int, str]]
+Example3 = tuple[Example, int, str]
+Examples = list[Example3]
 # In a group commit's results, what stands for the examples of a handed-off request that the
 # commit left out (another writer learned it, or its requester withdrew it): never read.
 NOT_LEARNED: Learned = ("", False, False, -1)
@@ -41,6 +42,15 @@ NOT_LEARNED: Learned = ("", False, False, -1)
 # PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
 GROUP_MOST = 10_000
 QUEUE = "learn"  # the replica's group-commit queue of learns
+
+
+def batcher_of(rep: Replica, op: str, settings: Settings, committers: int = 1) -> Batcher[Any, Any]:
+    """The group-commit queue of one operation on one replica (made at its first use)."""
+    queue: Batcher[Any, Any] | None = rep.queues.get(op)
+    if queue is None:
+        most = max(settings.max_batch, GROUP_MOST)
+        queue = rep.queues[op] = Batcher(most, committers)
+    return queue
 
 
 def time_bucket(settings: Settings, now: float) -> Bucket:
@@ -76,11 +86,18 @@ class LearnCommits:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
         at once; ``handed``: where each request handed over by another worker lies in
         ``examples`` (its token, start, stop; ``writer.py``)."""
-        c = rep.queues.get(QUEUE)
-        if c is None:
-            most = max(self.settings.max_batch, GROUP_MOST)
-            c = rep.queues[QUEUE] = Coalescer(partial(self._learn, rep), most)
-        return c.enqueue(examples, handed)
+        queue = batcher_of(rep, QUEUE, self.settings)
+        learned = queue.put(examples, handed)
+        if queue.needs_committer():
+            queue.add_committer(asyncio.create_task(self._commit_learns(rep, queue)))
+        return learned
+
+    async def _commit_learns(self, rep: Replica, queue: Batcher[Example3, Learned]) -> None:
+        """The replica's group commits of learns, while any are queued."""
+        with queue.committing():
+            while batch := queue.next_batch():
+                with batch:
+                    batch.results = await self._learn(rep, batch.items, batch.spans)
 
     def learning(self, name: str) -> bool:
         """Whether this worker has learns of the model in flight."""
@@ -92,7 +109,7 @@ class LearnCommits:
         queue = self._queue_of(name)
         return (0, 0) if queue is None else queue.waiting
 
-    def _queue_of(self, name: str) -> Coalescer[tuple[Example, int, str], Learned] | None:
+    def _queue_of(self, name: str) -> Batcher[Example3, Learned] | None:
         rep = self.replicas.peek(name)
         return rep.queues.get(QUEUE) if rep is not None else None
 

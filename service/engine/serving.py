@@ -2,31 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import repeat
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 
-from service.contract.names import PredictionId, issued_ms, new_token
-from service.contract.store_protocol import NO_CLASS, Status, delay_bucket, pending_life_s
-from service.contract.store_values import FeedbackBatch, Held, Made
-from service.engine.batcher import Coalescer, Span
+from service.contract.names import PredictionId, new_token
+from service.contract.store_protocol import NO_CLASS, pending_life_s
+from service.contract.store_values import Held, Made
+from service.engine.batcher import Batcher
 from service.engine.default_labels import DefaultLabels
-from service.engine.learn_commits import GROUP_MOST, Learned, time_bucket
+from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
+from service.engine.feedback_answers import late_s as late_of
+from service.engine.learn_commits import Learned, batcher_of, time_bucket
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.writer import Writers
 from service.errors import (
-    Conflict,
     InvalidInput,
     ModelBusy,
     ModelNotFound,
-    PredictionExpired,
     PredictionNotFound,
     ServiceError,
     TooLarge,
@@ -55,18 +55,6 @@ class Predicted:
     label: Label
     scores: np.ndarray
     version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Feedback:
-    mistake: bool
-    updated: bool
-    version: int
-    duplicate: bool
-    labelled_by: str | None = None  # "default": the prediction was labelled by default first
-
-
-LABELLED_BY_DEFAULT = "default"
 
 
 class Learning:
@@ -118,26 +106,26 @@ class Learning:
 
     # -- learning ----------------------------------------------------------------------
 
-    def _coalescer(
-        self, op: str, rep: Replica, run: Callable[..., Any], concurrency: int = 1
-    ) -> Coalescer[Any, Any]:
-        """The group-commit queue of one operation on one replica."""
-        c = rep.queues.get(op)
-        if c is None:
-            most = max(self.settings.max_batch, GROUP_MOST)
-            c = rep.queues[op] = Coalescer(partial(run, rep), most, concurrency)
-        return c
-
     async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
         """Predict each example with the model's latest weights; keep them for feedback."""
-
         async for attempt in self.replicas.attempts(name):
             async with attempt as rep:
                 xs = self.encode_batch(rep.config, batch)
-                return rep.config, await self._coalescer("predict", rep, self._predict).submit(xs)
+                queue = batcher_of(rep, "predict", self.settings)
+                predicted = queue.put(xs)
+                if queue.needs_committer():
+                    queue.add_committer(asyncio.create_task(self._commit_predictions(rep, queue)))
+                return rep.config, await predicted
         raise self.replicas.busy(name)
 
-    async def _predict(self, rep: Replica, xs: list[Example], _: list[Span]) -> list[Predicted]:
+    async def _commit_predictions(self, rep: Replica, queue: Batcher[Example, Predicted]) -> None:
+        """The replica's group commits of predictions, while any are queued."""
+        with queue.committing():
+            while batch := queue.next_batch():
+                with batch:
+                    batch.results = await self._predict(rep, batch.items)
+
+    async def _predict(self, rep: Replica, xs: list[Example]) -> list[Predicted]:
         self.replicas.check_current(rep)
         r2 = max(x.sq_norm for x in xs)
         now_ms = int(1000 * self.clock())
@@ -218,27 +206,39 @@ class Learning:
                     for token, label in zip(tokens, labels, strict=True)
                 ]
                 # One group commit per key name: a commit records one source.
-                commit = partial(self._feedback, source=source)
-                queue = self._coalescer(f"feedback:{source}", rep, commit, FEEDBACK_IN_FLIGHT)
-                answers = await queue.submit(labelled)
+                queue = batcher_of(rep, f"feedback:{source}", self.settings, FEEDBACK_IN_FLIGHT)
+                applied = queue.put(labelled)
+                if queue.needs_committer():
+                    commits = self._commit_feedback(rep, queue, source)
+                    queue.add_committer(asyncio.create_task(commits))
+                answers = await applied
                 return [
-                    _unknown_label(rep.config, label) if isinstance(a, _BadLabel) else a
+                    _unknown_label(rep.config, label) if isinstance(a, BadLabel) else a
                     for a, label in zip(answers, labels, strict=True)
                 ]
         raise self.replicas.busy(name)
 
+    async def _commit_feedback(
+        self, rep: Replica, queue: Batcher[tuple[str, int], Feedback | ServiceError], source: str
+    ) -> None:
+        """The replica's group commits of one key's feedback, while any is queued."""
+        with queue.committing():
+            while batch := queue.next_batch():
+                with batch:
+                    batch.results = await self._feedback(rep, batch.items, source)
+
     async def _feedback(
-        self, rep: Replica, labelled: list[tuple[str, int]], _: list[Span], source: str
+        self, rep: Replica, labelled: list[tuple[str, int]], source: str
     ) -> list[Feedback | ServiceError]:
         self.replicas.check_current(rep)
         deadline = self.clock() + self.settings.learn_wait_s
         ttl_s = rep.config.feedback_ttl_s
         tokens = [token for token, _ in labelled]
         now_ms = int(1000 * self.clock())
-        late_s = [_late_s(token, ttl_s, now_ms) for token in tokens]
+        late_s = [late_of(token, ttl_s, now_ms) for token in tokens]
         late = "".join("0" if s is None else "1" for s in late_s)
         default = rep.config.default_index
-        delays = ",".join(_delay(token, now_ms) for token in tokens)
+        delays = ",".join(delay(token, now_ms) for token in tokens)
         wait_s = 0.0
         while True:
             batch = await self.store.commit_feedback(
@@ -264,7 +264,7 @@ class Learning:
             if left <= 0:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
-        out = _answers(rep.config, batch, late_s)
+        out = answers(rep.config, batch, late_s)
         self.replicas.maybe_compact(rep, batch.log_length)
         return out
 
@@ -286,55 +286,6 @@ class Learning:
                 examples = list(zip(xs, ts, repeat(source), strict=False))
                 return await self.writers.learn(rep, examples)
         raise self.replicas.busy(name)
-
-
-def _answers(
-    config: ModelConfig, batch: FeedbackBatch, late_s: list[float | None]
-) -> list[Feedback | ServiceError]:
-    """Each feedback item's answer, or its error, from the store's."""
-    ttl_s = config.feedback_ttl_s
-    out: list[Feedback | ServiceError] = []
-    for item, late_by in zip(batch.items, late_s, strict=True):
-        by = LABELLED_BY_DEFAULT if item.by_default else None
-        if item.status == Status.UNKNOWN:
-            out.append(PredictionNotFound())
-        elif item.status == Status.EXPIRED:
-            out.append(PredictionExpired(late_by or 0.0, ttl_s))
-        elif item.status == Status.BAD_LABEL:
-            out.append(_BadLabel())
-        elif item.given is not None:
-            given = config.classes[item.given]
-            how = " (its default label: no label came within its wait)" if by else ""
-            conflict = Conflict(
-                f"This prediction already has the true label {given!r}{how}; a "
-                "prediction takes one true label.",
-                code="feedback_conflict",
-            )
-            conflict.labelled_by = by
-            out.append(conflict)
-        else:
-            duplicate = item.status == Status.DUPLICATE
-            out.append(Feedback(item.mistake, item.updated, item.version, duplicate, by))
-    return out
-
-
-def _late_s(token: str, ttl_s: int, now_ms: int) -> float | None:
-    """How long ago the wait of the prediction ``token`` names ran out, by the time its id
-    tells; None while it runs, or when the id tells no time."""
-    issued = issued_ms(token)
-    if issued is None or issued + 1000 * ttl_s > now_ms:
-        return None
-    return (now_ms - issued) / 1000 - ttl_s
-
-
-def _delay(token: str, now_ms: int) -> str:
-    """The delay from the prediction ``token`` names to its label now, as the feedback script
-    counts it: "<bucket>:<ms>", or "-" when the id tells no time."""
-    issued = issued_ms(token)
-    if issued is None:
-        return "-"
-    ms = max(0, now_ms - issued)
-    return f"{delay_bucket(ms / 1000)}:{ms}"
 
 
 def _check_batch_size(n: int, limit: int, what: str = "examples") -> None:
@@ -386,10 +337,3 @@ def _unknown_label(config: ModelConfig, label: Label) -> InvalidInput:
         f"Label {label!r} is not one of this model's classes {list(config.classes)}.",
         code="unknown_label",
     )
-
-
-class _BadLabel(InvalidInput):
-    """A feedback item the store answered BAD_LABEL: its label, named by the caller."""
-
-    def __init__(self) -> None:
-        super().__init__("The label is none of the model's classes.", code="unknown_label")

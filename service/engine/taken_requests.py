@@ -8,7 +8,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import suppress
-from functools import partial
 from typing import Any
 
 from service.contract.learn_wire import (
@@ -43,15 +42,14 @@ class TakenRequests:
         self.replicas = replicas
         self.commits = commits
         self.clock = clock
-        self.refusing: set[asyncio.Future[None]] = set()
 
     def serve_all(self, name: str, taken: list[bytes], in_flight: set[asyncio.Future[Any]]) -> int:
-        """Learn the handed-off requests taken: each commit answers those it learns
-        (ops/learn.py); or answer each with the error that kept it from being learned. Those
-        made for this worker's replica of the model and still awaited are queued for its next
-        commit at once, in this turn of the event loop, as one (their examples end to end,
-        up to a commit's worth); ``_serve`` looks at the others first. Returns the number of
-        examples queued at once."""
+        """Learn the handed-off requests taken (each served by a task added to ``in_flight``):
+        each commit answers those it learns (ops/learn.py); or answer each with the error that
+        kept it from being learned. Those made for this worker's replica of the model and still
+        awaited are queued for its next commit at once, in this turn of the event loop, as one
+        (their examples end to end, up to a commit's worth); ``_serve`` looks at the others
+        first. Returns the number of examples queued at once."""
         rep = self.replicas.peek(name)
         now_ms = self.clock() * 1000
         queued = 0
@@ -66,12 +64,12 @@ class TakenRequests:
                 log.error("model %r's queue held something that is not a learn request", name)
                 continue
             if rep is None or head.epoch != rep.epoch or head.deadline_ms < now_ms:
-                self._track(in_flight, asyncio.ensure_future(self._serve(name, data, head)))
+                in_flight.add(asyncio.ensure_future(self._serve(name, data, head)))
                 continue
             try:
                 request = unpack_examples(data, head, rep.config.n_features)
             except Exception as e:
-                self._track(in_flight, asyncio.ensure_future(self._refuse(name, head.token, e)))
+                in_flight.add(asyncio.ensure_future(self._refuse(name, head.token, e)))
                 continue
             if spans and len(examples) + len(request) > cap:
                 self._queue(rep, examples, spans, in_flight)
@@ -86,21 +84,18 @@ class TakenRequests:
     def _queue(
         self, rep: Replica, examples: Examples, spans: list[Span], in_flight: set[Any]
     ) -> None:
-        learned = self.commits.queue(rep, examples, spans)
-        tokens = [token for token, _, _ in spans]
-        learned.add_done_callback(partial(self._refuse_failed, rep.name, tokens))
-        self._track(in_flight, learned)
+        learned = self.commits.queue(rep, examples, spans)  # (queued now, in this turn)
+        in_flight.add(asyncio.ensure_future(self._refuse_unless_learned(rep.name, spans, learned)))
 
-    @staticmethod
-    def _track(in_flight: set[asyncio.Future[Any]], served: asyncio.Future[Any]) -> None:
-        in_flight.add(served)
-        served.add_done_callback(in_flight.discard)
-
-    def _refuse_failed(self, name: str, tokens: list[str], learned: asyncio.Future[Any]) -> None:
-        error = None if learned.cancelled() else learned.exception()
-        if error is not None:
-            for token in tokens:
-                self._track(self.refusing, asyncio.ensure_future(self._refuse(name, token, error)))
+    async def _refuse_unless_learned(
+        self, name: str, spans: list[Span], learned: asyncio.Future[Any]
+    ) -> None:
+        """Once the commit of requests queued as one ends: each that it did not learn is
+        answered with the error that kept it from being learned."""
+        try:
+            await learned
+        except Exception as error:
+            await asyncio.gather(*(self._refuse(name, token, error) for token, _, _ in spans))
 
     async def _serve(self, name: str, data: bytes, head: RequestHead) -> None:
         """``_serve_all``'s way for a request it cannot queue at once."""

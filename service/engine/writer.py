@@ -30,7 +30,6 @@ import secrets
 from asyncio import FIRST_COMPLETED
 from collections.abc import Callable
 from contextlib import suppress
-from functools import partial
 from typing import Any
 
 from service.contract.learn_wire import (
@@ -42,8 +41,15 @@ from service.contract.learn_wire import (
     unpack_answer,
 )
 from service.contract.store_values import Lease
-from service.engine.batcher import Coalescer, Span
-from service.engine.learn_commits import GROUP_MOST, Examples, LearnCommits, Learned
+from service.engine.batcher import Batcher
+from service.engine.learn_commits import (
+    GROUP_MOST,
+    Example3,
+    Examples,
+    LearnCommits,
+    Learned,
+    batcher_of,
+)
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.taken_requests import TakenRequests
@@ -124,16 +130,20 @@ class Writers:
                 return await self.commits.queue(rep, examples)
             except NotWriter:
                 pass  # its lease moved on: hand them over, as any other worker does
-        group = rep.queues.get("hand-over")
-        if group is None:
-            most = max(self.settings.max_batch, GROUP_MOST)
-            group = rep.queues["hand-over"] = Coalescer(
-                partial(self._hand_over, rep), most, HAND_OVERS_IN_FLIGHT
-            )
-        result: list[Learned] = await group.submit(examples)
-        return result
+        queue = batcher_of(rep, "hand-over", self.settings, HAND_OVERS_IN_FLIGHT)
+        learned: asyncio.Future[list[Learned]] = queue.put(examples)
+        if queue.needs_committer():
+            queue.add_committer(asyncio.create_task(self._hand_over_queued(rep, queue)))
+        return await learned
 
-    async def _hand_over(self, rep: Replica, examples: Examples, _: list[Span]) -> list[Learned]:
+    async def _hand_over_queued(self, rep: Replica, queue: Batcher[Example3, Learned]) -> None:
+        """This worker's hand-overs of the model's learns, while any are queued."""
+        with queue.committing():
+            while batch := queue.next_batch():
+                with batch:
+                    batch.results = await self._hand_over(rep, batch.items)
+
+    async def _hand_over(self, rep: Replica, examples: Examples) -> list[Learned]:
         # A lease that moves between the hand-over and this worker's commit (it lapsed while
         # the worker was slow) makes the commit NotWriter: the examples are handed over again.
         for _attempt in range(LEASE_MOVES):
@@ -272,6 +282,7 @@ class Writers:
             while not self._closing:
                 # Taken while the commit before runs, until the next ones are full: the next
                 # starts as soon as that one ends. (Each commit renews the lease meanwhile.)
+                _prune(in_flight)
                 room = self._room(name, size)
                 if room < 1:
                     if in_flight:
@@ -289,7 +300,7 @@ class Writers:
                     break  # another worker writes the model now
                 self._note_fed(name, taken, waited=room > 0)
                 if not taken:
-                    idle = not in_flight and not self.commits.learning(name)
+                    idle = not _prune(in_flight) and not self.commits.learning(name)
                     if idle and self.clock() - idle_since > IDLE_S:
                         if await self.store.release_writer(name, self.me):
                             break
@@ -337,3 +348,9 @@ class Writers:
         for name in self._leased:  # waiting requesters need not wait for the leases to lapse
             with suppress(Exception):
                 await self.store.release_writer(name, self.me, force=True)
+
+
+def _prune(in_flight: set[asyncio.Future[Any]]) -> set[asyncio.Future[Any]]:
+    """The writer's work still in flight: those done taken out (the set itself)."""
+    in_flight.difference_update([f for f in in_flight if f.done()])
+    return in_flight
