@@ -133,12 +133,19 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
     )
     spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
     spec.add_argument(
+        "--default-label", metavar="LABEL", type=_label, help="label of a prediction's lapsed wait"
+    )
+    spec.add_argument(
+        "--algorithm", choices=["perceptron", "pa1", "pa2"], help="learning rule (PA-I, PA-II)"
+    )
+    spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
+    spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
     )
 
 
 # Options whose value may start with '-' (a negative label), which argparse takes for an option
-DASH_VALUES = ("--classes",)
+DASH_VALUES = ("--classes", "--default-label")
 
 
 def join_dash_values(argv: list[str]) -> list[str]:
@@ -321,6 +328,12 @@ def _classes(text: str) -> list[int | str]:
     if any(not t for t in labels):
         raise argparse.ArgumentTypeError(f"empty label in {text!r}")
     return [int(t) if re.fullmatch(r"[+-]?\d+", t) else t for t in labels]
+
+
+def _label(text: str) -> int | str:
+    """One label, an integer if it is one."""
+    (label,) = _classes(text) if "," not in text else (text.strip(),)
+    return label
 
 
 def _object(text: str) -> dict[str, Any]:
