@@ -200,3 +200,19 @@ def test_an_undo_replays_the_pa_updates_that_stay_with_their_own_steps(
         plan = update_plan(config, raw_scores(config, relearned, x), t, x)
         apply(config, relearned, x, plan, 0)
     assert packed(relearned.w, relearned.b) != got
+
+
+def test_a_pa_models_mistake_bound_says_the_perceptrons_does_not_apply(
+    client: httpx.Client,
+) -> None:
+    """The dashboard's card shows the reason the metrics give: for a PA model, that R²/γ² is
+    the perceptron's bound; a binary perceptron learning the same examples gets one."""
+    for name, extra in (("pa", {"algorithm": "pa1"}), ("plain", {})):
+        client.put(f"/models/{name}", json={"n_features": 2, **extra})
+        for x, y in (([1.0, 2.0], 1), ([-1.0, -1.5], -1), ([2.0, 1.0], 1)):
+            client.post("/learn", json={"model": name, "features": x, "label": y})
+    bound = client.get("/models/pa/metrics").json()["mistake_bound"]
+    assert bound["applies"] is False
+    assert "R²/γ² is not a PA-I or PA-II model's" in bound["reason"]
+    plain = client.get("/models/plain/metrics").json()["mistake_bound"]
+    assert plain["applies"] is True and plain["bound"] is not None

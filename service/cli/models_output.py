@@ -46,8 +46,7 @@ def print_model(info: ModelInfo, as_json: bool) -> None:
         ("created", created),
         *((name, str(value)) for name, value in info.counters.model_dump().items()),
     ]
-    width = max(len(k) for k, _ in lines) + 2
-    out("\n".join(f"{k:<{width}}{v}" for k, v in lines))
+    out("\n".join(f"{k:<17} {v}" for k, v in lines))  # (a space after the longest too)
 
 
 def out(text: str) -> None:
