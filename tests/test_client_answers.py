@@ -205,6 +205,8 @@ class StrictMulticlass(BaseModel):
     averaged: bool
     feedback_ttl_s: int
     default_label: int | str | None = None
+    algorithm: Literal["perceptron", "pa1", "pa2"] = "perceptron"
+    C: float = 1.0
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,14 @@ HISTORY: dict[str, Any] = {"default_model": False, "compact_every": 7, "checkpoi
 SPECS: dict[str, dict[str, Any]] = {
     "binary": {"n_features": 4},
     "multiclass averaged, named": {"classes": ["a", "b", "c"], "averaged": True, "hash_bits": 6},
+    # PA: each update's step decided from the scores it logged, replayed so on a rollback
+    "pa1 binary": {"n_features": 4, "algorithm": "pa1", "C": 0.3},
+    "pa2 ovr, named": {
+        "classes": ["a", "b", "c"],
+        "multiclass": "ovr",
+        "algorithm": "pa2",
+        "hash_bits": 6,
+    },
 }
 
 

@@ -476,8 +476,21 @@ def test_the_learner_a_configuration_names() -> None:
     assert PassiveAggressive(algorithm="pa1", C=0.5).learner.C == 0.5
 
 
-def test_a_stored_model_configuration_names_no_algorithm_yet() -> None:
-    """The service's configuration (what it stores and answers) has no learning rule: every
-    model it holds is a perceptron until the rule is carried through every path."""
-    assert "algorithm" not in ModelConfig().to_dict()
-    assert "C" not in ModelConfig().to_dict()
+def test_a_stored_configuration_names_the_rule_of_a_pa_model_only() -> None:
+    """A perceptron's configuration (what the service stores, exports and compares) is what
+    it was before the rule was a setting: byte for byte, no algorithm nor C; a PA model's
+    names both, and reads back equal."""
+    plain = ModelConfig(classes=(0, 1), n_features=3)
+    assert "algorithm" not in plain.to_dict()
+    assert "C" not in plain.to_dict()
+    assert plain.to_json() == (
+        '{"classes": [0, 1], "multiclass": "multiclass", "n_features": 3, "hash_bits": 18, '
+        '"fit_bias": true, "learning_rate": 1.0, "margin": 0.0, "averaged": false, '
+        '"feedback_ttl_s": 86400, "default_label": null}'
+    )
+    pa = ModelConfig(classes=(0, 1), n_features=3, algorithm="pa2", C=2)
+    assert pa.to_dict()["algorithm"] == "pa2"
+    assert pa.to_dict()["C"] == 2.0 and isinstance(pa.C, float)
+    assert ModelConfig.from_json(pa.to_json()) == pa
+    assert ModelConfig.from_json(plain.to_json()) == plain
+    assert LearnerConfig(pa).algorithm == "pa2" and LearnerConfig(pa).C == 2.0

@@ -11,13 +11,8 @@ import pytest
 
 from service.cli.loopback import wait_until
 from service.learner import ModelConfig, Weights, encode
-from service.learner.perceptron import (
-    apply,
-    predict_index,
-    raw_scores,
-    served_scores,
-    update_plan,
-)
+from service.learner.perceptron import apply, predict_index
+from service.learner.rules import raw_scores, served_scores, update_plan
 
 from .conftest import MakeService
 
@@ -39,6 +34,23 @@ CONFIGS = [
         {"classes": [0, 1, 2], "n_features": 4, "multiclass": "ovr", "averaged": True},
         id="ovr-averaged",
     ),
+    # passive-aggressive: the step from each example's loss and norm, decided where the
+    # perceptron's is (from the scores kept with a prediction), on every path
+    pytest.param({"n_features": 6, "algorithm": "pa1", "C": 0.05}, id="pa1-binary-dense"),
+    pytest.param({"hash_bits": 5, "algorithm": "pa2", "C": 0.3}, id="pa2-binary-named"),
+    pytest.param({"n_features": 6, "algorithm": "pa2", "fit_bias": False}, id="pa2-binary-no-bias"),
+    pytest.param(
+        {"classes": ["a", "b", "c", "d"], "n_features": 5, "algorithm": "pa1", "C": 0.5},
+        id="pa1-multiclass",
+    ),
+    pytest.param(
+        {"classes": [0, 1, 2, 3], "n_features": 5, "multiclass": "ovr", "algorithm": "pa2"},
+        id="pa2-ovr",
+    ),
+    pytest.param(
+        {"classes": [0, 1, 2, 3], "hash_bits": 6, "multiclass": "ovo", "algorithm": "pa1"},
+        id="pa1-ovo-named",
+    ),
 ]
 
 
@@ -52,10 +64,10 @@ class Reference:
     def predict(self, features: Any) -> tuple[int, np.ndarray, Any]:
         x = encode(self.config, features)
         served = predict_index(self.config, served_scores(self.config, self.weights, x))
-        return served, raw_scores(self.weights, x), x
+        return served, raw_scores(self.config, self.weights, x), x
 
     def learn(self, served: int, raw: np.ndarray, x: Any, t: int) -> tuple[bool, bool]:
-        plan = update_plan(self.config, raw, t)
+        plan = update_plan(self.config, raw, t, x)
         self.weights.seen += 1
         apply(self.config, self.weights, x, plan, self.weights.seen)
         return served != t, bool(plan)

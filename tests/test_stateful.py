@@ -63,13 +63,9 @@ from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.codec import pack_weights
 from service.learner.features import Example, encode
-from service.learner.perceptron import (
-    apply,
-    predict_index,
-    raw_scores,
-    served_scores,
-    update_plan,
-)
+from service.learner.passive_aggressive import learner
+from service.learner.perceptron import apply, predict_index
+from service.learner.rules import raw_scores, served_scores, update_plan
 from service.models.retention import KEEP_LAST
 
 from .servers import ServiceProcess
@@ -81,14 +77,21 @@ STEPS = int(os.environ.get("STATEFUL_STEPS", "25"))
 
 NAMES = ("a", "b")
 # The configurations a name may be made with: dense and named features, two and three
-# classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin.
+# classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin; and
+# passive-aggressive models (PA-I and PA-II) of each kind of classes.
 CONFIGS: list[dict[str, Any]] = [
     {"n_features": 2},
     {"n_features": 2, "classes": ["x", "y", "z"], "multiclass": "ovr", "averaged": True},
     {"n_features": 2, "classes": [0, 1, 2], "multiclass": "ovo", "fit_bias": False},
     {"classes": ["no", "yes"], "hash_bits": 3, "margin": 0.5},
     {"n_features": 2, "classes": ["x", "y", "z"], "learning_rate": 0.25},
+    {"n_features": 2, "algorithm": "pa1", "C": 0.5},
+    {"classes": ["x", "y", "z"], "hash_bits": 3, "multiclass": "ovr", "algorithm": "pa2"},
+    {"n_features": 2, "classes": [0, 1, 2], "algorithm": "pa1", "C": 1e-3},
 ]
+# The PA models' updates the service made and the reference checked, over every sequence: the
+# test requires some (a PA model made and learned on both workers).
+PA_UPDATES: list[int] = [0]
 COUNTERS = [c.name for c in protocol.COUNTERS]
 # Every answer a step may get, by status: the documented codes, and never a 500
 ALLOWED = {200, 201, 204, 404, 409, 410, 422}
@@ -132,7 +135,7 @@ class Ref:
     weights at ``start`` and the updates after, replayed exactly) and the checkpoints."""
 
     config: ModelConfig
-    learner: Perceptron
+    learner: Perceptron  # or a PassiveAggressive (its subclass): the rule the model names
     generation: int
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     sources: dict[str, list[int]] = field(default_factory=dict)  # labelled, mistakes, updates
@@ -146,7 +149,7 @@ class Ref:
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
         config = ModelConfig.from_dict(params)
-        ref = cls(config, Perceptron(config), generation)
+        ref = cls(config, learner(config), generation)
         ref.start_weights = ref.weights.copy()
         return ref
 
@@ -167,15 +170,16 @@ class Ref:
         cfg, w = self.config, self.weights
         x = encode(cfg, features)
         served = predict_index(cfg, served_scores(cfg, w, x))
-        return self.labelled(x, raw_scores(w, x).copy(), served, t, source)
+        return self.labelled(x, raw_scores(cfg, w, x).copy(), served, t, source)
 
     def labelled(
         self, x: Example, raw: np.ndarray, served: int, t: int, source: str
     ) -> tuple[bool, bool]:
         """A labelled example, served ``served`` with scores ``raw``: counted, learned, kept."""
         cfg, w = self.config, self.weights
-        plan = update_plan(cfg, raw, t)
+        plan = update_plan(cfg, raw, t, x)
         mistake, updated = served != t, bool(plan)
+        PA_UPDATES[0] += updated and cfg.passive_aggressive
         w.seen += 1
         self.counters["seen"] += 1
         self.counters["mistakes"] += mistake
@@ -195,7 +199,7 @@ class Ref:
         assert self.start_weights is not None
         w = self.start_weights.copy()
         for u in self.kept[:n]:
-            apply(self.config, w, u.x, update_plan(self.config, u.raw, u.t), u.k)
+            apply(self.config, w, u.x, update_plan(self.config, u.raw, u.t, u.x), u.k)
         w.seen = self.counters["seen"]
         return w
 
@@ -402,7 +406,7 @@ class Service(RuleBasedStateMachine):
         carried = [ref.checkpoints[i] for i in sorted(ref.checkpoints)] if carry else []
         what = (ref.weights, ref.counters, ref.sources, next(self.generations))
         if there is None:
-            there = self.models[into] = Ref(ref.config, Perceptron(ref.config), 0)
+            there = self.models[into] = Ref(ref.config, learner(ref.config), 0)
             there.made_from(*what, carried)
         else:
             there.replaced(*what, IMPORT, carried)
@@ -593,7 +597,7 @@ class Service(RuleBasedStateMachine):
         assert answer["version"] == ref.version
         ref.counters["predictions"] += 1
         pid: str = answer["prediction_id"]
-        raw = raw_scores(w, encoded).copy()
+        raw = raw_scores(cfg, w, encoded).copy()
         self.pending[pid] = Pending(name, ref.generation, encoded, raw, served)
         return pid
 
@@ -871,3 +875,4 @@ def test_random_sequences_of_what_users_do_match_the_reference(service_url: str)
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
             ),
         )
+    assert PA_UPDATES[0] > 0, "no passive-aggressive model learned in any sequence"

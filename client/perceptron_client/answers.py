@@ -8,6 +8,8 @@ Fields the service may leave out or send as null default to ``None``, as there.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel
 
 __all__ = [
@@ -70,6 +72,8 @@ class ModelSpec(BaseModel):
     averaged: bool
     feedback_ttl_s: int
     default_label: Label | None = None
+    algorithm: Literal["perceptron", "pa1", "pa2"] = "perceptron"
+    C: float = 1.0
 
 
 class Counters(BaseModel):

@@ -124,13 +124,15 @@ class Client:
         """Create model ``name`` (or overwrite one of the same configuration) from a fitted
         scikit-learn linear classifier: it predicts what the estimator predicts and learns on
         from there. ``options``: ``multiclass``, ``learning_rate``, ``margin``, ``averaged``,
-        ``feedback_ttl_s``. Needs the extra ``sklearn``."""
+        ``feedback_ttl_s``, ``algorithm``, ``C`` (an ``SGDClassifier`` with ``learning_rate``
+        ``"pa1"`` or ``"pa2"`` makes a PA model of its ``eta0``). Needs the extra ``sklearn``."""
         return self._send(calls.from_sklearn(name, estimator, options))
 
     def to_sklearn(self, name: str) -> Any:
-        """The model as a fitted ``sklearn.linear_model.Perceptron`` that predicts what the
-        service predicts (a dense binary, ``ovr`` or ``multiclass`` model). Needs the extra
-        ``sklearn``."""
+        """The model as a fitted ``sklearn.linear_model.Perceptron`` (a PA model: an
+        ``SGDClassifier(loss="hinge", penalty=None, learning_rate=algorithm, eta0=C)``) that
+        predicts what the service predicts (a dense binary, ``ovr`` or ``multiclass`` model).
+        Needs the extra ``sklearn``."""
         return self._send(calls.to_sklearn(name))
 
     def checkpoints(self, name: str) -> Checkpoints:
@@ -268,13 +270,15 @@ class AsyncClient:
         """Create model ``name`` (or overwrite one of the same configuration) from a fitted
         scikit-learn linear classifier: it predicts what the estimator predicts and learns on
         from there. ``options``: ``multiclass``, ``learning_rate``, ``margin``, ``averaged``,
-        ``feedback_ttl_s``. Needs the extra ``sklearn``."""
+        ``feedback_ttl_s``, ``algorithm``, ``C`` (an ``SGDClassifier`` with ``learning_rate``
+        ``"pa1"`` or ``"pa2"`` makes a PA model of its ``eta0``). Needs the extra ``sklearn``."""
         return await self._send(calls.from_sklearn(name, estimator, options))
 
     async def to_sklearn(self, name: str) -> Any:
-        """The model as a fitted ``sklearn.linear_model.Perceptron`` that predicts what the
-        service predicts (a dense binary, ``ovr`` or ``multiclass`` model). Needs the extra
-        ``sklearn``."""
+        """The model as a fitted ``sklearn.linear_model.Perceptron`` (a PA model: an
+        ``SGDClassifier(loss="hinge", penalty=None, learning_rate=algorithm, eta0=C)``) that
+        predicts what the service predicts (a dense binary, ``ovr`` or ``multiclass`` model).
+        Needs the extra ``sklearn``."""
         return await self._send(calls.to_sklearn(name))
 
     async def checkpoints(self, name: str) -> Checkpoints:

@@ -3,8 +3,11 @@
 ``estimator_document`` writes a fitted linear classifier (``coef_``, ``intercept_``,
 ``classes_``: ``Perceptron``, ``SGDClassifier``, ``LinearSVC``, ``LogisticRegression``, ...) as
 an export document of a dense model: imported, the service predicts what the estimator
-predicts, and learns on from those weights with its own rule. ``estimator_of`` reads an export
-document into a fitted ``sklearn.linear_model.Perceptron`` that predicts what the service
+predicts, and learns on from those weights with its own rule (passive-aggressive for an
+``SGDClassifier`` with ``learning_rate="pa1"`` or ``"pa2"``, or a ``PassiveAggressiveClassifier``;
+the perceptron's for any other). ``estimator_of`` reads an export document into a fitted
+``sklearn.linear_model.Perceptron`` (a perceptron model) or ``SGDClassifier(loss="hinge",
+penalty=None, learning_rate="pa1"|"pa2", eta0=C)`` (a PA model) that predicts what the service
 predicts. ``deploy/CLIENT.md`` has the mapping (modes, labels, ties, what each direction
 refuses).
 
@@ -20,7 +23,7 @@ from typing import Any
 
 try:
     import numpy as np
-    from sklearn.linear_model import LogisticRegression, Perceptron
+    from sklearn.linear_model import LogisticRegression, Perceptron, SGDClassifier
     from sklearn.utils.validation import check_is_fitted
 
     from . import model_document  # (it needs numpy)
@@ -29,10 +32,17 @@ except ImportError as e:  # the extra is not installed
         "The scikit-learn bridge needs scikit-learn: pip install 'perceptron-client[sklearn]'"
     ) from e
 
-__all__ = ["OPTIONS", "SklearnBridgeError", "default_mode", "estimator_document", "estimator_of"]
+__all__ = [
+    "OPTIONS",
+    "SklearnBridgeError",
+    "default_mode",
+    "estimator_document",
+    "estimator_of",
+    "passive_aggressive_rule",
+]
 
 # What a caller may choose of the model a warm start makes; the rest comes from the estimator.
-OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s")
+OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s", "algorithm", "C")
 _LIMIT = 2**53  # the service's integer labels (they survive a round trip through a double)
 
 
@@ -83,13 +93,34 @@ def estimator_document(name: str, estimator: Any, options: Mapping[str, Any]) ->
         "classes": classes,
         "n_features": int(coef.shape[1]),
         "fit_bias": bool(getattr(estimator, "fit_intercept", True)) or bool(intercept.any()),
-        # a Perceptron learns on with its own step; any other with the perceptron's classic 1
-        "learning_rate": float(estimator.eta0) if isinstance(estimator, Perceptron) else 1.0,
     }
+    rule = passive_aggressive_rule(estimator)
+    if rule is not None:  # it learns on with the estimator's own PA rule and C
+        config["algorithm"], config["C"] = rule
+    else:  # a Perceptron learns on with its own step; any other with the perceptron's classic 1
+        config["learning_rate"] = (
+            float(estimator.eta0) if isinstance(estimator, Perceptron) else 1.0
+        )
     if len(classes) > 2:
         config["multiclass"] = default_mode(estimator)
     config.update(options)
+    # A rule chosen in options drops what the estimator's rule brought and the other refuses.
+    if config.get("algorithm", "perceptron") == "perceptron" and "C" not in options:
+        config.pop("C", None)
+    if config.get("algorithm", "perceptron") != "perceptron" and "learning_rate" not in options:
+        config.pop("learning_rate", None)
     return model_document.write(name, config, coef, intercept)
+
+
+def passive_aggressive_rule(estimator: Any) -> tuple[str, float] | None:
+    """The PA rule and ``C`` an estimator learns with: an ``SGDClassifier`` with
+    ``learning_rate`` ``"pa1"`` or ``"pa2"`` (``eta0`` its ``C``), or a (deprecated)
+    ``PassiveAggressiveClassifier`` (``loss="hinge"``: PA-I, else PA-II); None for any other."""
+    if type(estimator).__name__ == "PassiveAggressiveClassifier":
+        return ("pa1" if estimator.loss == "hinge" else "pa2"), float(estimator.C)
+    if isinstance(estimator, SGDClassifier) and estimator.learning_rate in ("pa1", "pa2"):
+        return str(estimator.learning_rate), float(estimator.eta0)
+    return None
 
 
 def _linear_parts(estimator: Any) -> tuple[np.ndarray, np.ndarray, list[int | str]]:
@@ -149,10 +180,13 @@ def _label(c: Any) -> int | str:
 # --- the service -> scikit-learn ---------------------------------------------------------------
 
 
-def estimator_of(document: Mapping[str, Any]) -> Perceptron:
-    """A fitted ``Perceptron`` that predicts what the document's model predicts: its served
+def estimator_of(document: Mapping[str, Any]) -> Perceptron | SGDClassifier:
+    """A fitted estimator that predicts what the document's model predicts: its served
     weights (the mean, for an averaged model) as ``coef_`` and ``intercept_``, its classes as
-    ``classes_``, its learning rate as ``eta0`` and its bias as ``fit_intercept``."""
+    ``classes_`` and its bias as ``fit_intercept``. A perceptron model gives a ``Perceptron``
+    (its learning rate as ``eta0``); a PA model an ``SGDClassifier(loss="hinge",
+    penalty=None, learning_rate=algorithm, eta0=C)``, which learns on as the model does
+    (binary and 'ovr': one ``partial_fit`` an example gives the service's weights)."""
     config = document["config"]
     name = document.get("name")
     if config.get("n_features") is None:
@@ -168,7 +202,19 @@ def estimator_of(document: Mapping[str, Any]) -> Perceptron:
             "summed confidences). Only binary, 'ovr' and 'multiclass' models can be exported."
         )
     scores = model_document.served(document)
-    estimator = Perceptron(fit_intercept=bool(config["fit_bias"]), eta0=config["learning_rate"])
+    fit_bias = bool(config["fit_bias"])
+    algorithm = config.get("algorithm", "perceptron")
+    estimator: Perceptron | SGDClassifier
+    if algorithm == "perceptron":
+        estimator = Perceptron(fit_intercept=fit_bias, eta0=config["learning_rate"])
+    else:
+        estimator = SGDClassifier(
+            loss="hinge",
+            penalty=None,
+            learning_rate=algorithm,
+            eta0=config["C"],
+            fit_intercept=fit_bias,
+        )
     estimator.coef_ = scores.coef
     estimator.intercept_ = scores.intercept
     estimator.classes_ = _classes(config["classes"])

@@ -147,6 +147,14 @@ class ModelSpec(Body):
         "One of the classes, or null: the label a prediction is learned with when its wait "
         "runs out with no label (null: it then takes none)",
     )
+    algorithm: Literal["perceptron", "pa1", "pa2"] = _config_field(
+        "algorithm",
+        "'perceptron', 'pa1' or 'pa2': the learning rule, the perceptron's or passive-aggressive "
+        "PA-I or PA-II (these take neither learning_rate, margin nor averaged)",
+    )
+    C: FiniteFloat = _config_field(
+        "C", "A number in (0, 1e6]: PA-I's and PA-II's aggressiveness (pa1 and pa2 only)"
+    )
 
 
 class Counters(BaseModel):

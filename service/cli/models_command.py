@@ -139,6 +139,10 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         help="learned when no label came within the wait (one of the classes)",
     )
     spec.add_argument(
+        "--algorithm", choices=["perceptron", "pa1", "pa2"], help="learning rule (PA-I, PA-II)"
+    )
+    spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
+    spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
     )
 

@@ -30,15 +30,23 @@ def print_model(info: ModelInfo, as_json: bool) -> None:
         ("features", features_of(info)),
         ("multiclass", c.multiclass),
         ("fit_bias", str(c.fit_bias).lower()),
-        ("learning_rate", str(c.learning_rate)),
-        ("margin", str(c.margin)),
-        ("averaged", str(c.averaged).lower()),
+        ("algorithm", c.algorithm),
+        # a PA model's step is its own: C, and none of the perceptron's settings
+        *(
+            [("C", str(c.C))]
+            if c.algorithm != "perceptron"
+            else [
+                ("learning_rate", str(c.learning_rate)),
+                ("margin", str(c.margin)),
+                ("averaged", str(c.averaged).lower()),
+            ]
+        ),
         ("feedback_ttl_s", str(c.feedback_ttl_s)),
         ("version", str(info.version)),
         ("created", created),
         *((name, str(value)) for name, value in info.counters.model_dump().items()),
     ]
-    out("\n".join(f"{k:<18}{v}" for k, v in lines))
+    out("\n".join(f"{k:<17} {v}" for k, v in lines))  # (a space after the longest too)
 
 
 def out(text: str) -> None:

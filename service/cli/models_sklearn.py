@@ -1,5 +1,6 @@
 """``perceptron models from-sklearn`` and ``to-sklearn``: a model from a fitted scikit-learn
-linear classifier saved with joblib, and a model saved as a fitted scikit-learn ``Perceptron``,
+linear classifier saved with joblib, and a model saved as a fitted scikit-learn ``Perceptron``
+(or ``SGDClassifier``, a passive-aggressive model),
 through ``Client.from_sklearn`` and ``Client.to_sklearn`` (``perceptron_client.sklearn_bridge``
 has the mapping).
 
@@ -23,19 +24,22 @@ Action = Callable[[Client, argparse.Namespace], None]
 T = TypeVar("T")
 
 # What from-sklearn may choose of the model; the rest comes from the estimator.
-OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s")
+OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s", "algorithm", "C")
 
 FROM_SKLEARN = """\
 Create a model (or overwrite one of the same configuration) from a fitted scikit-learn linear
 classifier (Perceptron, SGDClassifier, LinearSVC, LogisticRegression, ...) saved with
 joblib.dump: it predicts what the estimator predicts, and learns on from there with the
-perceptron's rule. Its classes, features and bias are the estimator's.
+perceptron's rule, or PA-I / PA-II's for an SGDClassifier with learning_rate 'pa1' or 'pa2'
+(its eta0 the model's C). Its classes, features and bias are the estimator's.
 
 Loading FILE runs code from it, as any pickle does: load only files you made or trust.
 """
 TO_SKLEARN = """\
-Write a model as a fitted sklearn.linear_model.Perceptron (joblib.dump; joblib.load reads it)
-that predicts what the service predicts: a dense model, binary, 'ovr' or 'multiclass'.
+Write a model as a fitted sklearn.linear_model.Perceptron, or for a passive-aggressive model
+an SGDClassifier(loss='hinge', penalty=None, learning_rate='pa1'|'pa2', eta0=C) (joblib.dump;
+joblib.load reads it), that predicts what the service predicts: a dense model, binary, 'ovr'
+or 'multiclass'.
 """
 
 
@@ -54,9 +58,11 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
     spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
     spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
+    spec.add_argument("--algorithm", choices=["perceptron", "pa1", "pa2"], help="learning rule")
+    spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
     cold = action(
         "to-sklearn",
-        "write a model as a fitted scikit-learn Perceptron (a joblib file)",
+        "write a model as a fitted scikit-learn Perceptron or SGDClassifier (a joblib file)",
         to_sklearn,
     )
     _describe(cold, TO_SKLEARN)
@@ -81,12 +87,13 @@ def to_sklearn(client: Client, args: argparse.Namespace) -> None:
     estimator = _refused_as_usage(client.to_sklearn, args.name)
     _refused_as_usage(dump_estimator, estimator, args.file)
     classes, n_features = estimator.classes_.tolist(), int(estimator.n_features_in_)
+    kind = type(estimator).__name__
     if args.json:
-        said = {"exported": args.name, "file": args.file, "estimator": "Perceptron"}
+        said = {"exported": args.name, "file": args.file, "estimator": kind}
         out(json.dumps({**said, "classes": classes, "n_features": n_features}))
         return
     out(
-        f"wrote {args.name!r} to {args.file}: a fitted sklearn.linear_model.Perceptron "
+        f"wrote {args.name!r} to {args.file}: a fitted sklearn.linear_model.{kind} "
         f"({len(classes)} classes, {n_features} features)"
     )
 

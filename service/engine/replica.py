@@ -12,14 +12,8 @@ from service.contract.store_values import SyncData
 from service.errors import ModelStateLost, StaleModel
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
-from service.learner.perceptron import (
-    apply,
-    predict_index,
-    raw_scores,
-    served_scores,
-    update_plan,
-    updates_by_label,
-)
+from service.learner.perceptron import apply, predict_index
+from service.learner.rules import raw_scores, served_scores, update_plan, updates_by_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +66,7 @@ class Replica:
             if data.base + offset < w.version:
                 continue
             k, t, raw, x = unpack_entry(self.config, entry)
-            apply(self.config, w, x, update_plan(self.config, raw, t), k)
+            apply(self.config, w, x, update_plan(self.config, raw, t, x), k)
         if w.version < data.version:  # the store said more updates than it sent
             w.version = -1
             raise ModelStateLost(self.name, "its update log does not add up to its version")
@@ -82,7 +76,7 @@ class Replica:
         cfg, w = self.config, self.weights
         scores = served_scores(cfg, w, x)
         served = predict_index(cfg, scores)
-        raw = scores if not cfg.averaged else raw_scores(w, x)
-        updates = updates_by_label(cfg, raw)
+        raw = scores if not cfg.averaged else raw_scores(cfg, w, x)
+        updates = updates_by_label(cfg, raw, x)
         record = pack_record(self.epoch, served, updates, pack_payload(raw, x))
         return Prediction(served, scores, record, w.version, w.seen)

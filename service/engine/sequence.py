@@ -3,8 +3,9 @@
 ``run_sequence`` is what ``/learn`` commits: for each example in order, the prediction made
 before learning it, whether it updated the weights, and the log entries of the updates. The
 weights it starts from are never changed, so a commit the store refuses costs nothing but the
-work. Binary models that are not averaged, the common case of high-rate streams, take a loop
-of their own that skips the general update plans; it makes the same floating-point operations
+work. Binary perceptrons that are not averaged, the common case of high-rate streams, take a
+loop of their own that skips the general update plans (a PA model's step depends on each
+example's loss and norm: it takes the general one); it makes the same floating-point operations
 in the same order, so both give the same weights bit for bit (the tests compare them).
 """
 
@@ -23,15 +24,8 @@ from service.contract.store_protocol import cell_field
 from service.contract.store_values import LearnBatch
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
-from service.learner.perceptron import (
-    Plan,
-    apply,
-    binary_plan,
-    predict_index,
-    raw_scores,
-    served_scores,
-    update_plan,
-)
+from service.learner.perceptron import Plan, apply, binary_plan, predict_index
+from service.learner.rules import raw_scores, served_scores, update_plan
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 
@@ -65,7 +59,7 @@ def run_sequence(
     """
     if provs is None:
         provs = [b""] * len(xs)
-    if cfg.binary and not cfg.averaged:
+    if cfg.binary and not cfg.averaged and not cfg.passive_aggressive:
         return _run_binary(cfg, epoch, base, xs, ts, provs)
     return _run_general(cfg, epoch, base, xs, ts, provs)
 
@@ -91,8 +85,8 @@ def _run_general(
     for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
         scores = served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
-        raw = raw_scores(work, x) if cfg.averaged else scores
-        plan = update_plan(cfg, raw, t)
+        raw = raw_scores(cfg, work, x) if cfg.averaged else scores
+        plan = update_plan(cfg, raw, t, x)
         served_all.append(served)
         updated.append(bool(plan))
         if plan or i >= n - RECENT:

@@ -13,6 +13,9 @@ from typing import Any, Literal
 Label = int | str
 Strategy = Literal["multiclass", "ovr", "ovo"]
 STRATEGIES: tuple[str, ...] = ("multiclass", "ovr", "ovo")
+Algorithm = Literal["perceptron", "pa1", "pa2"]
+ALGORITHMS: tuple[str, ...] = ("perceptron", "pa1", "pa2")
+MAX_C = 1e6  # the same bound as the learning rate: every PA step stays <= 1e6 * loss
 # Upper bounds of every number a configuration holds: what the store, Redis's expiry and the
 # answers' JSON can carry without overflow or loss.
 MAX_FEEDBACK_TTL_S = 30 * 86_400
@@ -48,7 +51,12 @@ def _bad(parameter: str, accepted: str, got: object) -> ConfigError:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Everything that defines a perceptron model; immutable once the model exists.
+    """Everything that defines a model; immutable once the model exists.
+
+    ``algorithm`` is its learning rule: the perceptron (the default), or passive-aggressive
+    PA-I / PA-II (``"pa1"``, ``"pa2"``) with their aggressiveness ``C``. A perceptron's
+    configuration names neither (``to_dict`` leaves them out), as every one made before they
+    existed; a PA model takes neither ``learning_rate``, ``margin`` nor ``averaged``.
 
     >>> ModelConfig().n_rows
     1
@@ -68,11 +76,15 @@ class ModelConfig:
     # The class a prediction is learned with when its wait (feedback_ttl_s) runs out with no
     # label; None: it then takes no label at all.
     default_label: Label | None = None
+    algorithm: Algorithm = "perceptron"
+    C: float = 1.0
 
     def __post_init__(self) -> None:
         if isinstance(self.classes, list):
             object.__setattr__(self, "classes", tuple(self.classes))
         self._check()
+        if isinstance(self.C, int):  # a whole number given: kept as the float it stands for
+            object.__setattr__(self, "C", float(self.C))
 
     @cached_property
     def _index(self) -> dict[Label, int]:
@@ -85,6 +97,7 @@ class ModelConfig:
     def _check(self) -> None:
         self._check_classes()
         self._check_numbers()
+        self._check_rule()
         if self.default_label is not None and self.class_index(self.default_label) is None:
             raise _bad(
                 "default_label",
@@ -136,6 +149,37 @@ class ModelConfig:
         for name in ("fit_bias", "averaged"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, "a boolean", getattr(self, name))
+
+    def _check_rule(self) -> None:
+        """The learning rule and its settings: a setting the rule does not use is refused,
+        not ignored."""
+        if self.algorithm not in ALGORITHMS:
+            raise _bad("algorithm", "one of 'perceptron', 'pa1', 'pa2'", self.algorithm)
+        c = self.C
+        if not _is_real(c) or not _finite(c) or not 0 < c <= MAX_C:
+            raise _bad("C", "a float in (0, 1e6]", c)
+        if self.algorithm == "perceptron":
+            if c != 1.0:
+                raise ConfigError(
+                    "C",
+                    f"The 'C' parameter is for the passive-aggressive algorithms only. Got "
+                    f"{c!r} instead.",
+                )
+            return
+        unused = {"learning_rate": 1.0, "margin": 0.0, "averaged": False}
+        for name, default in unused.items():
+            value = getattr(self, name)
+            if value != default:
+                raise ConfigError(
+                    name,
+                    f"The '{name}' parameter is not used by '{self.algorithm}': leave it at "
+                    f"{json.dumps(default)}. Got {value!r} instead.",
+                )
+
+    @property
+    def passive_aggressive(self) -> bool:
+        """Whether the model learns by PA-I or PA-II rather than the perceptron's rule."""
+        return self.algorithm != "perceptron"
 
     @property
     def default_index(self) -> int | None:
@@ -196,8 +240,12 @@ class ModelConfig:
         return [self.class_index(label) for label in labels]
 
     def to_dict(self) -> dict[str, Any]:
+        """The configuration as stored, exported and answered; a perceptron's names no
+        ``algorithm`` nor ``C``, so that it is what it was before they existed."""
         d = asdict(self)
         d["classes"] = list(self.classes)
+        if not self.passive_aggressive:
+            del d["algorithm"], d["C"]
         return d
 
     @classmethod

@@ -25,13 +25,12 @@ first class, ``classes[1]`` iff ``p > 0`` for a binary model.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from service.learner.config import ConfigError, Label, ModelConfig
+from service.learner.config import ALGORITHMS, MAX_C, Algorithm, ConfigError, Label, ModelConfig
 from service.learner.features import Example, FeatureError, Features
 from service.learner.online import Outcome, Perceptron, Served
 from service.learner.perceptron import (
@@ -43,23 +42,20 @@ from service.learner.perceptron import (
     predict_index,
 )
 
-Algorithm = Literal["perceptron", "pa1", "pa2"]
-ALGORITHMS: tuple[str, ...] = ("perceptron", "pa1", "pa2")
-MAX_C = 1e6  # the same bound as the perceptron's learning rate: every step stays <= 1e6 * loss
+__all__ = ["ALGORITHMS", "MAX_C", "LearnerConfig", "PassiveAggressive", "learner"]
 
 
-def _refused(parameter: str, message: str, got: object) -> ConfigError:
-    return ConfigError(parameter, f"The '{parameter}' parameter {message}. Got {got!r} instead.")
+_THE_MODELS: Any = None  # a rule's setting left out: the model's own
 
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """A model's configuration with the learning rule that updates it.
+    """A model's configuration with the learning rule that updates it, named apart.
 
-    The model's part (classes, features, strategy, ``fit_bias``) is a ``ModelConfig``; the rule
-    is ``algorithm`` with its aggressiveness ``C`` (PA only). A setting the rule does not use
-    is refused rather than ignored: a PA model takes neither ``learning_rate``, ``margin`` nor
-    ``averaged``, and a perceptron takes no ``C``.
+    The rule is ``algorithm`` with its aggressiveness ``C`` (PA only); each left out is the
+    model's own. ``model`` is the whole configuration, rule included (``ModelConfig`` checks
+    it): a setting the rule does not use is refused rather than ignored, a PA model taking
+    neither ``learning_rate``, ``margin`` nor ``averaged``, and a perceptron no ``C``.
 
     >>> LearnerConfig(ModelConfig(n_features=2), algorithm="pa1", C=0.5).C
     0.5
@@ -71,31 +67,20 @@ class LearnerConfig:
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    algorithm: Algorithm = "perceptron"
-    C: float = 1.0
+    algorithm: Algorithm = _THE_MODELS
+    C: float = _THE_MODELS
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise _refused("algorithm", "must be one of 'perceptron', 'pa1', 'pa2'", self.algorithm)
-        c = self.C
-        real = isinstance(c, int | float) and not isinstance(c, bool)
-        if not real or not math.isfinite(c) or not 0 < c <= MAX_C:
-            raise _refused("C", "must be a float in (0, 1e6]", c)
-        if self.algorithm == "perceptron":
-            if c != 1.0:
-                raise _refused("C", "is for the passive-aggressive algorithms only", c)
-            return
-        m = self.model
-        unused = {"learning_rate": (m.learning_rate, 1.0), "margin": (m.margin, 0.0)}
-        unused["averaged"] = (m.averaged, False)
-        for name, (value, default) in unused.items():
-            if value != default:
-                message = f"is not used by '{self.algorithm}': leave it at {default!r}"
-                raise _refused(name, message, value)
+        algorithm = self.model.algorithm if self.algorithm is None else self.algorithm
+        c = self.model.C if self.C is None else self.C
+        model = replace(self.model, algorithm=algorithm, C=c)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "algorithm", model.algorithm)
+        object.__setattr__(self, "C", model.C)
 
     @property
     def passive_aggressive(self) -> bool:
-        return self.algorithm != "perceptron"
+        return self.model.passive_aggressive
 
 
 def sq_norm(x: Example) -> float:
@@ -114,7 +99,7 @@ def scores(weights: Weights, x: Example) -> np.ndarray:
     return found
 
 
-def steps(config: LearnerConfig, losses: np.ndarray, sq: float) -> np.ndarray:
+def steps(config: ModelConfig, losses: np.ndarray, sq: float) -> np.ndarray:
     """The step ``tau`` of each positive loss, with ``sq`` the squared norm the rule divides
     by; empty when PA-I skips the example (``sq = 0``)."""
     if config.algorithm == "pa1":
@@ -125,7 +110,7 @@ def steps(config: LearnerConfig, losses: np.ndarray, sq: float) -> np.ndarray:
 
 
 def _binary_rows(
-    config: LearnerConfig, rows: np.ndarray, y: np.ndarray, raw: np.ndarray, sq: float
+    config: ModelConfig, rows: np.ndarray, y: np.ndarray, raw: np.ndarray, sq: float
 ) -> Plan:
     """Binary PA on each of ``rows`` (labels ``y``, scores ``raw``), each on its own."""
     losses = 1.0 - y * raw
@@ -138,10 +123,10 @@ def _binary_rows(
     return Plan(rows[hit][moved], coefs[moved]) if moved.any() else NO_UPDATE
 
 
-def update_plan(config: LearnerConfig, raw: np.ndarray, t: int, sq: float) -> Plan:
+def update_plan(config: ModelConfig, raw: np.ndarray, t: int, sq: float) -> Plan:
     """What learning the true class index ``t`` changes, given the current raw scores and
-    the example's squared norm ``sq``."""
-    model = config.model
+    the example's squared norm ``sq`` (``config`` a PA model's)."""
+    model = config
     if sq == 0 and not model.fit_bias:  # nothing the example could move
         return NO_UPDATE
     if model.binary:
@@ -168,9 +153,9 @@ def update_plan(config: LearnerConfig, raw: np.ndarray, t: int, sq: float) -> Pl
     return Plan(np.array([t, rival]), np.array([taus[0], -taus[0]]))
 
 
-def updates_by_label(config: LearnerConfig, raw: np.ndarray, sq: float) -> list[bool]:
+def updates_by_label(config: ModelConfig, raw: np.ndarray, sq: float) -> list[bool]:
     """For each possible true class, whether learning it would change the weights."""
-    return [bool(update_plan(config, raw, t, sq)) for t in range(config.model.n_classes)]
+    return [bool(update_plan(config, raw, t, sq)) for t in range(config.n_classes)]
 
 
 class PassiveAggressive(Perceptron):
@@ -185,11 +170,15 @@ class PassiveAggressive(Perceptron):
     Outcome(label=1, mistake=False, updated=False)
     """
 
-    def __init__(self, config: LearnerConfig | None = None, **params: Any) -> None:
+    def __init__(self, config: LearnerConfig | ModelConfig | None = None, **params: Any) -> None:
+        if isinstance(config, ModelConfig):
+            config = LearnerConfig(config)
         learner = config if config is not None else LearnerConfig(**params)
         if not learner.passive_aggressive:
-            raise _refused(
-                "algorithm", "of a PassiveAggressive must be 'pa1' or 'pa2'", "perceptron"
+            raise ConfigError(
+                "algorithm",
+                "The 'algorithm' parameter of a PassiveAggressive must be 'pa1' or 'pa2'. "
+                "Got 'perceptron' instead.",
             )
         super().__init__(learner.model)
         self.learner = learner
@@ -208,12 +197,13 @@ class PassiveAggressive(Perceptron):
         if t is None:
             message = f"Label {label!r} is not one of {list(cfg.classes)}."
             raise FeatureError("unknown_label", message)
-        plan = update_plan(self.learner, p.raw, t, sq_norm(p.x))
+        plan = update_plan(cfg, p.raw, t, sq_norm(p.x))
         self.weights.seen += 1
         apply(cfg, self.weights, p.x, plan, self.weights.seen)
         return Outcome(cfg.classes[p.served], p.served != t, bool(plan))
 
 
-def learner(config: LearnerConfig) -> Perceptron:
+def learner(config: LearnerConfig | ModelConfig) -> Perceptron:
     """The online learner a configuration names: a ``Perceptron`` or a ``PassiveAggressive``."""
-    return PassiveAggressive(config) if config.passive_aggressive else Perceptron(config.model)
+    model = config if isinstance(config, ModelConfig) else config.model
+    return PassiveAggressive(model) if model.passive_aggressive else Perceptron(model)

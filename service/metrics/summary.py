@@ -95,16 +95,27 @@ def source_rows(meta: dict[str, str]) -> list[tuple[str, int, int, int]]:
     return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
+# What the mistake-bound card says of a PA model, whose steps the perceptron's bound knows not.
+PA_BOUND = (
+    "the perceptron's bound R²/γ² is not a PA-I or PA-II model's: its steps are sized by "
+    "the hinge loss, and its bound (Crammer et al., 2006) is on the cumulative squared hinge "
+    "loss of the best separator, which the service does not know"
+)
+
+
 def mistake_bound(
     config: ModelConfig, weights: Weights, recent: list[bytes], r2: float, mistakes: int
 ) -> dict[str, Any]:
     """The seeds' bound R^2 / gamma^2, for the margin the current weights get on ``recent``.
 
     An estimate: gamma is measured on the latest labelled examples only, with the current
-    weights, not the best separator. It applies to binary models (without averaging, whose
-    served predictions are not the learning perceptron's).
+    weights, not the best separator. It applies to binary perceptrons (without averaging,
+    whose served predictions are not the learning perceptron's; a PA model's is not this
+    bound: ``PA_BOUND`` says why).
     """
     out: dict[str, Any] = {"estimate": True, "mistakes": mistakes, "window": len(recent)}
+    if config.passive_aggressive:
+        return {**out, "applies": False, "reason": PA_BOUND}
     if not config.binary or config.averaged:
         return {**out, "applies": False, "reason": "binary, non-averaged models only"}
     bias = 1.0 if config.fit_bias else 0.0

@@ -28,7 +28,8 @@ from service.contract.store_protocol import Checkpoint, Reason
 from service.errors import ModelBusy, ServiceError
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry, unpack_weights
-from service.learner.perceptron import apply, update_plan
+from service.learner.perceptron import apply
+from service.learner.rules import update_plan
 from service.settings import Settings
 from service.store import Store, StoreError
 from service.store.ops.history import HistoryState, Restorable
@@ -163,7 +164,7 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
     weights = unpack_weights(config, restorable.weights, restorable.base, 0)
     for entry in restorable.entries:
         k, t, raw, x = unpack_entry(config, entry)
-        apply(config, weights, x, update_plan(config, raw, t), k)
+        apply(config, weights, x, update_plan(config, raw, t, x), k)
     return config, weights
 
 
