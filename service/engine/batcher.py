@@ -34,6 +34,9 @@ Item = TypeVar("Item")
 Result = TypeVar("Result")
 # A tagged request in one batch: (its tag, where its items start, where they stop).
 Span = tuple[str, int, int]
+# Items (examples) one group commit (or one hand-over) may hold: several requests of up to
+# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
+GROUP_MOST = 10_000
 
 
 class Batcher(Generic[Item, Result]):
@@ -161,3 +164,14 @@ class Batch(Generic[Item, Result]):
                 future.set_result(self.results[start : start + len(items)])
             start += len(items)
         return False
+
+
+def batcher_of(
+    queues: dict[str, Any], op: str, max_batch: int, committers: int = 1
+) -> Batcher[Any, Any]:
+    """The group-commit queue of one operation in ``queues`` (a replica's), made at its first
+    use: a commit holds GROUP_MOST items, or one request of up to ``max_batch``."""
+    queue: Batcher[Any, Any] | None = queues.get(op)
+    if queue is None:
+        queue = queues[op] = Batcher(max(max_batch, GROUP_MOST), committers)
+    return queue

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 
 from service.contract.store_protocol import DEFAULTS_PER_SWEEP, Meta, pending_life_s
@@ -58,12 +59,14 @@ class DefaultLabels:
         self.clock = clock
         self.models: dict[str, Defaulting] = {}
         self._listed_at = -REFRESH_S
+        self._noted = asyncio.Event()  # a model with a default label newly noted
 
     def note(self, name: str, epoch: str, config: ModelConfig) -> None:
         """A model this worker just predicted with: swept from now on, if it has a default."""
         known = defaulting(epoch, config)
         if known is not None and self.models.get(name) != known:
             self.models[name] = known
+            self._noted.set()
 
     async def refresh(self) -> None:
         names = await self.store.model_names()
@@ -120,6 +123,8 @@ class DefaultLabels:
         return labelled
 
     async def run(self) -> None:
+        """Sweep every SWEEP_S while some model has a default label; else only list the
+        models every REFRESH_S, or sweep at once when this worker predicts with one."""
         while True:
             try:
                 await self.sweep_all()
@@ -127,4 +132,6 @@ class DefaultLabels:
                 raise
             except Exception as e:  # the store away: look again later
                 log.debug("the default-label sweep failed: %s", e)
-            await asyncio.sleep(SWEEP_S)
+            self._noted.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._noted.wait(), SWEEP_S if self.models else REFRESH_S)

@@ -11,12 +11,11 @@ import asyncio
 import operator
 from collections.abc import Callable, Sequence
 from itertools import accumulate, islice
-from typing import Any
 
 from service.contract.learn_wire import pack_answer
 from service.contract.store_protocol import one_source_counts, source_counts
 from service.contract.store_values import Bucket, Lease, Made, RequestsGone, SyncData
-from service.engine.batcher import Batcher, Span
+from service.engine.batcher import Batcher, Span, batcher_of
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.sequence import run_sequence
@@ -38,19 +37,7 @@ Examples = list[Example3]
 # In a group commit's results, what stands for the examples of a handed-off request that the
 # commit left out (another writer learned it, or its requester withdrew it): never read.
 NOT_LEARNED: Learned = ("", False, False, -1)
-# Examples one group commit (or one hand-over) may hold: several requests of up to
-# PERCEPTRON_MAX_BATCH each, while a commit stays a few milliseconds of Redis time.
-GROUP_MOST = 10_000
 QUEUE = "learn"  # the replica's group-commit queue of learns
-
-
-def batcher_of(rep: Replica, op: str, settings: Settings, committers: int = 1) -> Batcher[Any, Any]:
-    """The group-commit queue of one operation on one replica (made at its first use)."""
-    queue: Batcher[Any, Any] | None = rep.queues.get(op)
-    if queue is None:
-        most = max(settings.max_batch, GROUP_MOST)
-        queue = rep.queues[op] = Batcher(most, committers)
-    return queue
 
 
 def time_bucket(settings: Settings, now: float) -> Bucket:
@@ -86,7 +73,7 @@ class LearnCommits:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
         at once; ``handed``: where each request handed over by another worker lies in
         ``examples`` (its token, start, stop; ``writer.py``)."""
-        queue = batcher_of(rep, QUEUE, self.settings)
+        queue = batcher_of(rep.queues, QUEUE, self.settings.max_batch)
         learned = queue.put(examples, handed)
         if queue.needs_committer():
             queue.add_committer(asyncio.create_task(self._commit_learns(rep, queue)))

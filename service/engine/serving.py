@@ -15,11 +15,11 @@ import numpy as np
 from service.contract.names import PredictionId, new_token
 from service.contract.store_protocol import NO_CLASS, pending_life_s
 from service.contract.store_values import Held, Made
-from service.engine.batcher import Batcher
+from service.engine.batcher import Batcher, batcher_of
 from service.engine.default_labels import DefaultLabels
 from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
 from service.engine.feedback_answers import late_s as late_of
-from service.engine.learn_commits import Learned, batcher_of, time_bucket
+from service.engine.learn_commits import Learned, time_bucket
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.writer import Writers
@@ -111,7 +111,7 @@ class Learning:
         async for attempt in self.replicas.attempts(name):
             async with attempt as rep:
                 xs = self.encode_batch(rep.config, batch)
-                queue = batcher_of(rep, "predict", self.settings)
+                queue = batcher_of(rep.queues, "predict", self.settings.max_batch)
                 predicted = queue.put(xs)
                 if queue.needs_committer():
                     queue.add_committer(asyncio.create_task(self._commit_predictions(rep, queue)))
@@ -132,7 +132,8 @@ class Learning:
         tokens = [new_token(now_ms) for _ in xs]
         config = rep.config
         defaults = config.default_label is not None
-        self.defaults.note(rep.name, rep.epoch, config)
+        if defaults:
+            self.defaults.note(rep.name, rep.epoch, config)
         for force in (False, True):
             if force and rep.weights.version < 0:  # never serve a copy that holds no weights
                 raise ModelBusy(f"Model {rep.name!r} could not be loaded; retry shortly.")
@@ -206,7 +207,9 @@ class Learning:
                     for token, label in zip(tokens, labels, strict=True)
                 ]
                 # One group commit per key name: a commit records one source.
-                queue = batcher_of(rep, f"feedback:{source}", self.settings, FEEDBACK_IN_FLIGHT)
+                queue = batcher_of(
+                    rep.queues, f"feedback:{source}", self.settings.max_batch, FEEDBACK_IN_FLIGHT
+                )
                 applied = queue.put(labelled)
                 if queue.needs_committer():
                     commits = self._commit_feedback(rep, queue, source)

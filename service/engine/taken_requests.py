@@ -18,8 +18,8 @@ from service.contract.learn_wire import (
     request_head,
     unpack_examples,
 )
-from service.engine.batcher import Span
-from service.engine.learn_commits import GROUP_MOST, Examples, LearnCommits
+from service.engine.batcher import GROUP_MOST, Span
+from service.engine.learn_commits import Examples, LearnCommits
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.errors import NotWriter, OutcomeUnknown, ServiceError, StaleModel, Unavailable

@@ -41,14 +41,12 @@ from service.contract.learn_wire import (
     unpack_answer,
 )
 from service.contract.store_values import Lease
-from service.engine.batcher import Batcher
+from service.engine.batcher import GROUP_MOST, Batcher, batcher_of
 from service.engine.learn_commits import (
-    GROUP_MOST,
     Example3,
     Examples,
     LearnCommits,
     Learned,
-    batcher_of,
 )
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
@@ -130,7 +128,7 @@ class Writers:
                 return await self.commits.queue(rep, examples)
             except NotWriter:
                 pass  # its lease moved on: hand them over, as any other worker does
-        queue = batcher_of(rep, "hand-over", self.settings, HAND_OVERS_IN_FLIGHT)
+        queue = batcher_of(rep.queues, "hand-over", self.settings.max_batch, HAND_OVERS_IN_FLIGHT)
         learned: asyncio.Future[list[Learned]] = queue.put(examples)
         if queue.needs_committer():
             queue.add_committer(asyncio.create_task(self._hand_over_queued(rep, queue)))
