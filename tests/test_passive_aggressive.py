@@ -31,6 +31,7 @@ from service.learner.passive_aggressive import (
 
 from .test_learner import dense_stream
 from .test_sklearn_parity import Dataset, Replay, breast_cancer, digits, phishing
+from .test_sklearn_parity import replay_sklearn as replay_estimator
 
 # ---------------------------------------------------------------------------------------------
 # Parity with scikit-learn on real data: binary and one-vs-rest.
@@ -51,19 +52,8 @@ CASES = [
 
 
 def replay_sklearn(data: Dataset, algorithm: str, c: float) -> Replay:
-    clf = SGDClassifier(loss="hinge", penalty=None, learning_rate=algorithm, eta0=c)
-    classes = np.array(data.classes)
-    predictions = np.empty(len(data.y), dtype=np.int64)
-    for i, (x, y) in enumerate(zip(data.X, data.y, strict=True)):
-        row = x.reshape(1, -1)
-        predictions[i] = classes[0] if i == 0 else clf.predict(row)[0]
-        clf.partial_fit(row, [y], classes=classes)
-    return Replay(
-        predictions=predictions,
-        mistakes=int(np.sum(predictions != data.y)),
-        coef=clf.coef_,
-        intercept=clf.intercept_,
-    )
+    sgd = SGDClassifier(loss="hinge", penalty=None, learning_rate=algorithm, eta0=c)
+    return replay_estimator(data, sgd)
 
 
 def replay_learner(data: Dataset, algorithm: Any, c: float) -> Replay:

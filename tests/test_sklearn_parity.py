@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import numpy as np
@@ -56,8 +57,10 @@ class Replay:
     intercept: np.ndarray  # (weight rows,)
 
 
-def replay_sklearn(data: Dataset) -> Replay:
-    clf = Perceptron()
+def replay_sklearn(data: Dataset, clf: Any = None) -> Replay:
+    """``clf`` (a Perceptron by default) fed one example at a time, in order (partial_fit),
+    each predicted just before it learns it (the first: the first class)."""
+    clf = Perceptron() if clf is None else clf
     classes = np.array(data.classes)
     predictions = np.empty(len(data.y), dtype=np.int64)
     for i, (x, y) in enumerate(zip(data.X, data.y, strict=True)):

@@ -14,9 +14,8 @@ from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.contract.store_protocol import RECENT_KEPT, Meta, Status
+from service.contract.store_protocol import RECENT_KEPT, Meta
 from service.contract.store_values import MemoryUse, Observations
-from service.errors import ModelNotFound, ModelStateLost, StaleModel
 from service.store import usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
 from service.store.ops import (
@@ -117,7 +116,7 @@ class Store:
     def __init__(self, client: Client, embedded: bool = False) -> None:
         self.client = client
         self.embedded = embedded
-        self._said_lost: set[str] = set()
+        self.said_lost: set[str] = set()
         self._scripts = {s.name: client.register_script(s.lua) for s in SCRIPTS}
         # Scripts go straight on a pooled connection (send_straight), but under a cluster, whose
         # client routes each command to its shard.
@@ -307,25 +306,6 @@ class Store:
     async def wait_answer(self, name: str, token: str, wait_s: float) -> bytes | None:
         got = await self.client.blpop([keys_of(name).answer(token)], timeout=wait_s)
         return None if got is None else raw(got[1])
-
-    def check(self, name: str, reply: list[Any]) -> Status:
-        """A script's status, once the model is known to exist at the caller's epoch."""
-        status = int(reply[0])
-        if status == Status.NO_MODEL:
-            raise ModelNotFound(name)
-        if status == Status.STALE_EPOCH:
-            raise StaleModel(name)
-        if status == Status.STATE_LOST:
-            raise self.state_lost(name, text(reply[1]))
-        return Status(status)
-
-    def state_lost(self, name: str, what: str) -> ModelStateLost:
-        """The error of a model that is not served; logged once per model by this store (a
-        worker answers every request for it so, and would log each)."""
-        if name not in self._said_lost:
-            self._said_lost.add(name)
-            log.error("model %r is not served: %s", name, what)
-        return ModelStateLost(name, what)
 
 
 # Commands sent straight on a connection of the pool, in one write, their replies read back.

@@ -16,6 +16,7 @@ shared functions it uses (``ops/parts.py``), then its body.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -25,10 +26,11 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.contract.store_protocol import LUA, Status
 from service.contract.store_values import SyncData
-from service.errors import ModelStateLost
+from service.errors import ModelNotFound, ModelStateLost, StaleModel
 from service.store.keys import ModelKeys
 
 Arg = bytes | str | int | float
+log = logging.getLogger("perceptron")
 NUMBER = "#"
 
 
@@ -104,6 +106,7 @@ Client = Redis | RedisCluster
 
 class Runner(Protocol):
     client: Client
+    said_lost: set[str]  # the models this store logged as not served (``state_lost``)
 
     @property
     def sharded(self) -> bool:
@@ -124,14 +127,30 @@ class Runner(Protocol):
         """The script with a blocking wait sent before or after it in one round trip (and a
         plain write ``first``)."""
 
-    def check(self, name: str, reply: list[Any]) -> Status:
-        """The reply's status, once it is not NO_MODEL, STALE_EPOCH or STATE_LOST (raised)."""
-
     async def sync_data(self, keys: ModelKeys, reply: list[Any], from_version: int) -> SyncData:
         """A sync reply (``parts.SYNC``): its entries, or read from where it says."""
 
-    def state_lost(self, name: str, what: str) -> ModelStateLost:
-        """The error of a model whose keys are incomplete (logged once per model)."""
+
+def status_of(store: Runner, name: str, reply: list[Any]) -> Status:
+    """The status every script's reply starts with, once the model is known to exist at the
+    caller's epoch: NO_MODEL, STALE_EPOCH and STATE_LOST (with its reason next) are raised."""
+    status = int(reply[0])
+    if status == Status.NO_MODEL:
+        raise ModelNotFound(name)
+    if status == Status.STALE_EPOCH:
+        raise StaleModel(name)
+    if status == Status.STATE_LOST:
+        raise state_lost(store, name, text(reply[1]))
+    return Status(status)
+
+
+def state_lost(store: Runner, name: str, what: str) -> ModelStateLost:
+    """The error of a model that is not served as its keys are incomplete; logged once per
+    model by a store (a worker answers every request for it so, and would log each)."""
+    if name not in store.said_lost:
+        store.said_lost.add(name)
+        log.error("model %r is not served: %s", name, what)
+    return ModelStateLost(name, what)
 
 
 def text(v: bytes | str) -> str:

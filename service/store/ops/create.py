@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 from service.contract.store_protocol import Status
 from service.store.keys import REGISTRY, keys_of
 from service.store.ops import parts
-from service.store.script import Runner, Script, text
+from service.store.script import Runner, Script, status_of, text
 
 # KEYS: meta (, the registry when LISTED is "1"). Returns {DONE} when created, {NAME_TAKEN,
 # the existing config JSON} when the name is taken, {STATE_LOST, why} when the name is listed but
@@ -61,7 +61,7 @@ async def create(store: Runner, name: str, config_json: str, epoch: str) -> str 
                 if not await store.client.exists(keys.meta):
                     await store.client.srem(REGISTRY, name)
         raise
-    status = store.check(name, reply)
+    status = status_of(store, name, reply)
     if status == Status.DONE:
         if sharded:
             await store.client.sadd(REGISTRY, name)

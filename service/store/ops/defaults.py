@@ -10,7 +10,7 @@ from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket
 from service.store.keys import keys_of
 from service.store.ops import parts
-from service.store.script import Runner, Script
+from service.store.script import Runner, Script, status_of
 
 # EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE:
 # how long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this
@@ -99,5 +99,5 @@ async def apply_defaults(
     )
     if int(reply[0]) == Status.HELD:
         return Swept(held_ms=int(reply[1]))
-    store.check(name, reply)
+    status_of(store, name, reply)
     return Swept(int(reply[1]), int(reply[2]), bool(int(reply[3])), int(reply[4]))

@@ -8,7 +8,7 @@ from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.store.keys import keys_of
 from service.store.ops import parts
-from service.store.script import Runner, Script
+from service.store.script import Runner, Script, status_of
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
 # same order (NO_CLASS: a label that is none of the model's classes, answered BAD_LABEL if the
@@ -216,7 +216,7 @@ async def feedback(
     )
     if int(reply[0]) == Status.HELD:
         return Held(int(reply[1]))  # (sent again with wait_s, it waits for the writer to let go)
-    store.check(name, reply)
+    status_of(store, name, reply)
     flat = [int(v) for v in reply[3:]]
     items = [_item(*flat[i : i + 5]) for i in range(0, len(flat), 5)]
     return FeedbackBatch(version=int(reply[1]), log_length=int(reply[2]), items=items)

@@ -32,7 +32,7 @@ from service.contract.store_values import (
 from service.errors import NotWriter
 from service.store.keys import keys_of
 from service.store.ops import parts
-from service.store.script import Arg, Runner, Script, text
+from service.store.script import Arg, Runner, Script, status_of, text
 
 # KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
 # ARGV: VERSION and SEEN the copy used (SEEN '' when it does not matter); BUCKET, KEEP: the
@@ -208,6 +208,6 @@ async def learn(
         raise NotWriter(name)
     if status == Status.REQUESTS_GONE:
         return RequestsGone(frozenset(text(t) for t in reply[1:]))
-    if store.check(name, reply) == Status.DONE:
+    if status_of(store, name, reply) == Status.DONE:
         return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
     return await store.sync_data(keys, reply, made.version)

@@ -9,7 +9,7 @@ from service.contract.store_values import Made, SyncData
 from service.errors import TooManyPending
 from service.store.keys import keys_of
 from service.store.ops import parts
-from service.store.script import Runner, Script
+from service.store.script import Runner, Script, status_of
 
 # KEYS: then each prediction's pending key; ARGV: then each pending record, in the same order.
 # VERSION and SEEN: what the predictions were made with (SEEN '' when it does not matter);
@@ -108,6 +108,6 @@ async def predict(
             f"{wait} s, when the oldest lapse.",
             retry_after_s=wait,
         )
-    if store.check(name, reply) == Status.STALE_COPY:
+    if status_of(store, name, reply) == Status.STALE_COPY:
         return await store.sync_data(keys, reply, made.version)
     return None

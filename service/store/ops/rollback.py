@@ -7,7 +7,7 @@ from service.errors import ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
-from service.store.script import Runner, Script
+from service.store.script import Runner, Script, status_of
 
 # Make the model its state at VERSION (packed weights staged at STAGE, LENGTH bytes in CHUNKS
 # chunks, blobs.py;
@@ -126,6 +126,6 @@ async def rollback(
             kept_bytes=kept_bytes,
         ),
     )
-    if store.check(name, reply) == Status.NOT_STAGED:
+    if status_of(store, name, reply) == Status.NOT_STAGED:
         raise ModelBusy(f"Model {name!r}'s restored weights were not all written; retry.")
     return int(reply[1])

@@ -9,7 +9,7 @@ from service.contract.store_values import SyncData
 from service.errors import ModelBusy, ModelNotFound, StaleModel
 from service.store.keys import ModelKeys, keys_of
 from service.store.ops import blobs, parts
-from service.store.script import Runner, Script, text
+from service.store.script import Runner, Script, state_lost, status_of, text
 
 # returns {NO_MODEL} without the model, else the sync reply (parts.SYNC)
 SCRIPT = Script(
@@ -29,7 +29,7 @@ async def sync(store: Runner, name: str, from_version: int) -> SyncData:
     reply = await store.run(
         SCRIPT, SCRIPT.key_list(keys), SCRIPT.arg_list(from_version=from_version)
     )
-    store.check(name, reply)
+    status_of(store, name, reply)
     return await store.sync_data(keys, reply, from_version)
 
 
@@ -85,13 +85,13 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
             entries = list(replies[-2])
             # Entries appended meanwhile may come too, never fewer than the version says.
             if len(entries) < int(version) - base:
-                raise store.state_lost(keys.name, "its update log is incomplete")
+                raise state_lost(store, keys.name, "its update log is incomplete")
             if snapshot is not None and (
                 len(snapshot) != int(snaplen)
                 if snaplen is not None
                 else base > 0 and not snapshot  # written before snaplen was kept
             ):
-                raise store.state_lost(keys.name, "its weights snapshot is missing")
+                raise state_lost(store, keys.name, "its weights snapshot is missing")
             return SyncData(
                 epoch=text(epoch),
                 version=int(version),

@@ -8,7 +8,7 @@ from service.errors import ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.history import HISTORY_KEYS
-from service.store.script import Arg, Runner, Script
+from service.store.script import Arg, Runner, Script, status_of
 
 # The model was read at version EXPECT, its kept updates starting after version START (the
 # drops count from there). Once it is still EPOCH with its kept updates starting there: first
@@ -139,7 +139,7 @@ async def undo(
             left_from=left_from,
         ),
     )
-    status = store.check(name, reply)
+    status = status_of(store, name, reply)
     if status == Status.UNCHANGED:
         return None
     if status == Status.NOT_STAGED:
