@@ -343,6 +343,7 @@ class Pending:
     deadline_ms: int | None = None  # when its wait runs out, for a model with a default label
     key: str = ""  # its pending key: the sweep's order among equal deadlines
     by_default: bool = False  # labelled by its model's default
+    purged: bool = False  # its model was deleted since: its record is gone
 
 
 class Service(RuleBasedStateMachine):
@@ -518,6 +519,8 @@ class Service(RuleBasedStateMachine):
             self.expect(r, 404, "model_not_found")
         else:
             self.expect(r, 204)
+            for p in self.pending.values():
+                p.purged = p.purged or p.name == name
 
     @rule(name=st.sampled_from(NAMES))
     def reset(self, name: str) -> None:
@@ -794,6 +797,15 @@ class Service(RuleBasedStateMachine):
         if ref is None:
             return 404, "prediction_not_found", {}
         if p is None or p.generation != ref.generation:
+            # A record a delete purged: its id tells its time, past the wait of the model of
+            # that name now, 410 (counted as expired); else unknown, 404.
+            issued = issued_ms(pid.split(":", 1)[1])
+            if p is not None and p.purged and issued is not None:
+                late_ms = time.time() * 1000 - issued - 1000 * ref.config.feedback_ttl_s
+                assume(abs(late_ms) > 250)  # (at the edge, the service's clock decides)
+                if late_ms > 0:
+                    ref.counters["expired"] += 1
+                    return 410, "prediction_expired", {}
             ref.counters["unknown_feedback"] += 1
             return 404, "prediction_not_found", {}
         t = ref.config.class_index(label)
