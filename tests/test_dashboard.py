@@ -663,3 +663,105 @@ def test_the_page_shows_who_taught_the_model_and_its_checkpoints_on_the_timeline
     expect(named.filter(has_text=f"checkpoint #{before['id']} · ")).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
     assert aborted == []
+
+
+def duration(seconds: float | None) -> str:
+    """The page's delay in en-US: seconds, minutes, hours or days, whichever it reaches;
+    one decimal under 10 of the unit (none when it is 0), none above."""
+    if seconds is None:
+        return "—"
+    size, unit = next(
+        ((s, u) for s, u in [(86400, "day"), (3600, "hr"), (60, "min")] if seconds >= s),
+        (1, "sec"),
+    )
+    v = Decimal(repr(seconds / size))
+    v = v.quantize(Decimal("0.1") if v < 10 else Decimal("1"), rounding=ROUND_HALF_UP)
+    text = f"{v.normalize():f}"
+    if unit == "day":
+        unit = "day" if v == 1 else "days"
+    return f"{text} {unit}"
+
+
+def test_the_labels_card_shows_the_delay_and_the_defaults(
+    make_service: MakeService, page: Page
+) -> None:
+    """For the model shown: the median and 95th percentile delay from prediction to label,
+    the share of labels that came by default and the predictions awaiting theirs, as the
+    metrics report them; a model without a default label says it has none."""
+    client = make_service(default_model=False)
+    spec = {"classes": [0, 1], "n_features": 2, "feedback_ttl_s": 1, "default_label": 0}
+    assert client.put("/models/clicks", json=spec).status_code == 201
+    aborted = only_the_service(page, client)
+    page.goto(f"{base(client)}/dashboard#model=clicks")
+    expect(page.locator("#labels")).to_have_attribute("data-default", "0")
+    expect(page.locator("#delay-median")).to_have_text("—")
+    expect(page.locator("#defaulted-share")).to_have_text("—")
+    expect(page.locator("#labels-text")).to_have_text(
+        "No label has come as feedback yet. A prediction with no label after 1 sec is "
+        "learned as “0”: 0 so far."
+    )
+    expect(page.locator("#model-config")).to_contain_text("default label 0 after 1 sec")
+
+    # 8 predictions, 3 labelled at once: 5 await their default, then get it.
+    xs = [[i - 4, 1] for i in range(8)]
+    got = client.post("/predict/batch", json={"model": "clicks", "features": xs}).json()
+    ids = [p["prediction_id"] for p in got["predictions"]]
+    labels = [{"prediction_id": i, "label": 1} for i in ids[:3]]
+    assert client.post("/feedback/batch", json={"feedback": labels}).status_code == 200
+    wait_until(
+        lambda: client.get("/models/clicks").json()["counters"]["defaulted"] == 5,
+        timeout=20,
+        what="the defaults",
+    )
+    m = client.get("/models/clicks/metrics").json()
+    delays = m["labels"]
+    assert delays["counted"] == 3 and delays["awaiting_default"] == 0
+    assert delays["defaulted_share"] == 5 / 8
+    expect(page.locator("#defaulted-share")).to_have_text(pct(5 / 8))
+    expect(page.locator("#awaiting-default")).to_have_text("0")
+    for element, key in [("#delay-median", "median_s"), ("#delay-p95", "p95_s")]:
+        expect(page.locator(element)).to_have_text(duration(delays[key]))
+        assert float(page.locator(element).get_attribute("data-value") or "nan") == delays[key]
+    expect(page.locator("#labels-text")).to_have_text(
+        "Delays of 3 labels that came as feedback. A prediction with no label after "
+        "1 sec is learned as “0”: 5 so far."
+    )
+    expect(page.locator("#counter-defaulted")).to_have_text("5")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-labels.png"), full_page=True)
+    # Longer delays read in the unit they reach.
+    shown = page.evaluate(
+        "async (vs) => { const f = await import('./dashboard/static/format.js');"
+        " return vs.map(f.fmtDuration); }",
+        [0.5, 0.95, 42, 210, 7560, 86400, 3 * 86400],
+    )
+    assert shown == ["0.5 sec", "1 sec", "42 sec", "3.5 min", "2.1 hr", "1 day", "3 days"]
+
+    # A model whose predictions wait an hour: 3 of 4 await their default.
+    spec = {**spec, "feedback_ttl_s": 3600, "default_label": 1}
+    assert client.put("/models/later", json=spec).status_code == 201
+    got = client.post("/predict/batch", json={"model": "later", "features": xs[:4]}).json()
+    first = {"prediction_id": got["predictions"][0]["prediction_id"], "label": 0}
+    assert client.post("/feedback", json=first).status_code == 200
+    assert client.get("/models/later/metrics").json()["labels"]["awaiting_default"] == 3
+    page.locator("#model-select").select_option("later")
+    expect(page.locator("#labels")).to_have_attribute("data-default", "1")
+    expect(page.locator("#awaiting-default")).to_have_text("3")
+    expect(page.locator("#defaulted-share")).to_have_text("0%")
+    expect(page.locator("#labels-text")).to_have_text(
+        "Delays of 1 label that came as feedback. A prediction with no label after "
+        "1 hr is learned as “1”: 0 so far."
+    )
+
+    # A model without a default label: the default's figures say so.
+    assert client.put("/models/plain", json={"n_features": 2}).status_code == 201
+    page.locator("#model-select").select_option("plain")
+    expect(page.locator("#labels")).to_have_attribute("data-default", "none")
+    expect(page.locator("#defaulted-share")).to_have_text("no default label")
+    expect(page.locator("#awaiting-default")).to_have_text("no default label")
+    expect(page.locator("#delay-p95")).to_have_text("—")
+    expect(page.locator("#labels-text")).to_have_text(
+        "No label has come as feedback yet. No default label: a label that comes more than "
+        "1 day after its prediction is refused (410)."
+    )
+    assert aborted == []

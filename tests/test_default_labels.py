@@ -234,3 +234,20 @@ def test_the_delay_from_prediction_to_label_is_measured(make_service: MakeServic
     assert 'perceptron_model_label_delay_seconds_count{model="delays"} 3.0' in text
     assert 'perceptron_model_awaiting_default{model="delays"} 1.0' in text
     assert 'perceptron_model_defaulted_total{model="delays"} 0.0' in text
+
+
+def test_a_rollback_or_an_undo_drops_the_defaults_still_to_come(make_service: MakeService) -> None:
+    """A rollback or an undo makes the model's pending predictions unknown: none awaits its
+    default any more (the deadline index goes, as with a reset)."""
+    c = make_service()
+    _create(c, "back", feedback_ttl_s=3600)
+    for step in ("rollback", "undo"):
+        _predict(c, "back", 3)
+        assert c.get("/models/back/metrics").json()["labels"]["awaiting_default"] == 3
+        body = {"version": 0} if step == "rollback" else {"from_time": 0}
+        if step == "undo":  # (an update to leave out: an undo of none changes nothing)
+            learned = {"model": "back", "features": [1.0, 1.0], "label": 1}
+            assert c.post("/learn", json=learned).json()["updated"] is True
+        r = c.post(f"/models/back/{step}", json=body)
+        assert r.status_code == 200 and r.json().get("removed", 1) == 1, r.text
+        assert c.get("/models/back/metrics").json()["labels"]["awaiting_default"] == 0, step

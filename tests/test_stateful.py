@@ -8,7 +8,10 @@ a rollback or an undo made unknown); learns (one, a batch, a packed batch); expo
 (an export as it is, with or without its checkpoints, into its own or another name, and one
 tampered at and past every limit), resets; rolls back to a version and to a checkpoint, undoes
 one key's updates or a time range's, lists checkpoints and kept updates; and runs two
-operations at once. Two trainer keys, ``alice`` and ``bob``, send the labels: each update
+operations at once; lets the wait of models with a default label run out (each prediction
+left unlabelled gets the default once, in deadline order, and a label after it is a duplicate or
+409 told "labelled_by": "default"; the predictions awaiting their default and the delays counted
+are compared too). Two trainer keys, ``alice`` and ``bob``, send the labels: each update
 records its source. The reference is the learner core itself (``service/learner``), with no
 store behind it, and the history the service keeps (README "Model history"): the versions
 ``restorable_from .. version`` (the weights at the first and the updates after, replayed
@@ -33,17 +36,18 @@ import hashlib
 import itertools
 import math
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -52,13 +56,14 @@ from hypothesis.stateful import (
     initialize,
     invariant,
     multiple,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
 
 from service.api.model_routes import MAX_UPDATES_LISTED
 from service.contract import store_protocol as protocol
-from service.contract.names import ISSUED_BYTES, new_token
+from service.contract.names import ISSUED_BYTES, issued_ms, new_token
 from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.codec import pack_weights
@@ -67,6 +72,7 @@ from service.learner.passive_aggressive import learner
 from service.learner.perceptron import apply, predict_index
 from service.learner.rules import raw_scores, served_scores, update_plan
 from service.models.retention import KEEP_LAST
+from service.store.keys import keys_of
 
 from .servers import ServiceProcess
 
@@ -76,11 +82,28 @@ EXAMPLES = int(os.environ.get("STATEFUL_EXAMPLES", "100"))
 STEPS = int(os.environ.get("STATEFUL_STEPS", "25"))
 
 NAMES = ("a", "b")
+# A default label's wait: short, so that defaults come within a sequence. Every check of the
+# service first settles the defaults due within HORIZON_S (it waits until the service has
+# applied them, and the reference applies them, in deadline order); a request made while an
+# unsettled default was due (a step that outlasted the horizon, on a busy machine) could race
+# the sweep, and discards the sequence (assume) rather than guess which came first.
+WAIT_S = 1
+HORIZON_S = 0.5
 # The configurations a name may be made with: dense and named features, two and three
-# classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin; and
-# passive-aggressive models (PA-I and PA-II) of each kind of classes.
+# classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin, a default
+# label (binary; three classes, averaged, whose updates depend on the order of every label);
+# and passive-aggressive models (PA-I and PA-II) of each kind of classes.
 CONFIGS: list[dict[str, Any]] = [
     {"n_features": 2},
+    {"n_features": 2, "feedback_ttl_s": WAIT_S, "default_label": 1},
+    {
+        "n_features": 2,
+        "classes": ["x", "y", "z"],
+        "multiclass": "ovr",
+        "averaged": True,
+        "feedback_ttl_s": WAIT_S,
+        "default_label": "z",
+    },
     {"n_features": 2, "classes": ["x", "y", "z"], "multiclass": "ovr", "averaged": True},
     {"n_features": 2, "classes": [0, 1, 2], "multiclass": "ovo", "fit_bias": False},
     {"classes": ["no", "yes"], "hash_bits": 3, "margin": 0.5},
@@ -145,6 +168,7 @@ class Ref:
     base: int | None = None  # the checkpoint the kept updates start from (none yet)
     checkpoints: dict[int, Kept] = field(default_factory=dict)
     last_id: int = 0  # the id of the last checkpoint made
+    delays: int = 0  # labels whose delay the service counted (feedback applied)
 
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
@@ -175,7 +199,8 @@ class Ref:
     def labelled(
         self, x: Example, raw: np.ndarray, served: int, t: int, source: str
     ) -> tuple[bool, bool]:
-        """A labelled example, served ``served`` with scores ``raw``: counted, learned, kept."""
+        """A labelled example, served ``served`` with scores ``raw``: counted, learned, kept;
+        one labelled by default (DEFAULT_SOURCE) is counted apart, under no key's name."""
         cfg, w = self.config, self.weights
         plan = update_plan(cfg, raw, t, x)
         mistake, updated = served != t, bool(plan)
@@ -184,9 +209,13 @@ class Ref:
         self.counters["seen"] += 1
         self.counters["mistakes"] += mistake
         self.counters["updates"] += updated
-        mine = self.sources.setdefault(source, [0, 0, 0])
-        for i, happened in enumerate((True, mistake, updated)):
-            mine[i] += happened
+        if source == protocol.DEFAULT_SOURCE:
+            self.counters["defaulted"] += 1
+            self.counters["defaulted_mistakes"] += mistake
+        else:
+            mine = self.sources.setdefault(source, [0, 0, 0])
+            for i, happened in enumerate((True, mistake, updated)):
+                mine[i] += happened
         apply(cfg, w, x, plan, w.seen)
         if updated:
             self.kept.append(Update(x, raw, t, w.seen, source))
@@ -302,6 +331,7 @@ class Ref:
             )
         self.counters, self.generation = dict(counters), generation
         self.sources = {s: list(c) for s, c in sources.items()}
+        self.delays = 0  # (a reset or an import drops the delays counted)
         self.restart(weights.copy())
         self.prune()
 
@@ -314,6 +344,10 @@ class Pending:
     raw: np.ndarray  # the scores the prediction was served with: its update is theirs
     served: int
     answer: tuple[int, dict[str, Any]] | None = None  # (class index, the answer) once labelled
+    deadline_ms: int | None = None  # when its wait runs out, for a model with a default label
+    key: str = ""  # its pending key: the sweep's order among equal deadlines
+    by_default: bool = False  # labelled by its model's default
+    purged: bool = False  # its model was deleted since: its record is gone
 
 
 class Service(RuleBasedStateMachine):
@@ -331,7 +365,9 @@ class Service(RuleBasedStateMachine):
     # -- talking to the service ------------------------------------------------------------
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
+        self.on_time()  # (a default due, not settled, may race this request)
         r = self.http.request(method, path, json=body, **kw)
+        self.on_time()
         assert r.status_code in ALLOWED, (method, path, body, r.status_code, r.text)
         if r.status_code >= 400:
             assert r.json()["code"], r.text
@@ -343,6 +379,121 @@ class Service(RuleBasedStateMachine):
         if code is not None:
             assert body["code"] == code, body
         return body
+
+    # -- default labels ------------------------------------------------------------------------
+
+    def awaiting(self, name: str | None = None) -> list[Pending]:
+        """The predictions (of ``name``, else of every model) whose default is still to come,
+        in the order the sweep takes them: by deadline, then by pending key."""
+        waiting = [
+            p
+            for p in self.pending.values()
+            if p.deadline_ms is not None
+            and p.answer is None
+            and (name is None or p.name == name)
+            and p.name in self.models
+            and self.models[p.name].generation == p.generation
+        ]
+        return sorted(waiting, key=lambda p: (p.deadline_ms or 0, p.key))
+
+    def overdue(self) -> bool:
+        """Whether a default is due that the reference has not applied yet."""
+        now_ms = time.time() * 1000
+        return any((p.deadline_ms or 0) <= now_ms + 20 for p in self.awaiting())
+
+    def on_time(self) -> None:
+        """Go on only while no default is due that the reference has not applied: else the
+        sequence is discarded (assume; from another thread, ``joined`` does it)."""
+        if self.overdue():
+            if threading.current_thread() is threading.main_thread():
+                assume(False)
+            raise Raced
+
+    def settle_defaults(self) -> None:
+        """Wait out every default due within HORIZON_S; once the service has applied them
+        (its count of defaulted labels says so), the reference applies them, in its order."""
+        while True:
+            horizon_ms = (time.time() + HORIZON_S) * 1000
+            due = [p for p in self.awaiting() if (p.deadline_ms or 0) <= horizon_ms]
+            last = max((p.deadline_ms or 0 for p in due), default=0) / 1000
+            if not due:
+                return
+            time.sleep(max(0.0, last - time.time()) + 0.05)
+            for name in sorted({p.name for p in due}):
+                ref, mine = self.models[name], [p for p in due if p.name == name]
+                expected = ref.counters["defaulted"] + len(mine)
+                deadline = time.monotonic() + 15
+                while self.http.get(f"/models/{name}").json()["counters"]["defaulted"] < expected:
+                    assert time.monotonic() < deadline, (name, "the defaults never came")
+                    time.sleep(0.05)
+                for p in mine:  # (each due a while ago: the sweep took them, in this order)
+                    self.default_applied(ref, p)
+
+    @precondition(lambda self: bool(self.awaiting()))
+    @rule(pick=st.integers(0, 7))
+    def time_passes(self, pick: int) -> None:
+        """Time passes until one of the predictions awaiting their default is due (a sequence
+        lasts less than a wait otherwise): it, and those due before or soon after it, get
+        their default (the next check settles them); the others still wait."""
+        waiting = self.awaiting()
+        due = (waiting[pick % len(waiting)].deadline_ms or 0) / 1000
+        time.sleep(max(0.0, due - time.time()) + 0.01)
+
+    @precondition(
+        lambda self: any(r.config.default_label is not None for r in self.models.values())
+    )
+    @rule(
+        target=predictions,
+        pick=st.integers(0, 1),
+        xs=st.lists(st.lists(values, min_size=2, max_size=2), min_size=1, max_size=4),
+        labelled=st.integers(0, 4),
+        choice=st.integers(0, 3),
+        who=st.sampled_from(TRAINERS),
+    )
+    def some_labels_never_come(
+        self, pick: int, xs: list[list[float]], labelled: int, choice: int, who: str
+    ) -> MultipleResults[str]:
+        """Predictions of a model with a default label, some labelled at once, the others
+        left to their wait: each of those gets the default, once, in deadline order (the
+        service's counters, weights and kept updates checked against the reference's)."""
+        names = sorted(n for n, r in self.models.items() if r.config.default_label is not None)
+        name = names[pick % len(names)]
+        pids = list(self.predict_batch(name, xs).values)
+        if labelled:
+            self.feedback_batch(pids[:labelled], choice, who)
+        last = max(self.pending[pid].deadline_ms or 0 for pid in pids) / 1000
+        time.sleep(max(0.0, last - time.time()) + 0.01)
+        self.settle_defaults()
+        return multiple(*pids)
+
+    @precondition(lambda self: any(p.by_default for p in self.pending.values()))
+    @rule(
+        pick=st.integers(0, 40),
+        choice=st.integers(0, 3),
+        same=st.booleans(),
+        batched=st.booleans(),
+        who=st.sampled_from(TRAINERS),
+    )
+    def late_label(self, pick: int, choice: int, same: bool, batched: bool, who: str) -> None:
+        """A label for a prediction its default labelled: a duplicate when it is the default
+        (``same``), else 409, each told "labelled_by": "default" (404 once its model moved
+        on)."""
+        late = [pid for pid, p in self.pending.items() if p.by_default]
+        pid = late[pick % len(late)]
+        ref = self.models.get(pid.split(":")[0])
+        if same and ref is not None and ref.config.default_index is not None:
+            choice = ref.config.default_index
+        if batched:
+            self.feedback_batch([pid], choice, who)
+        else:
+            self.feedback(pid, choice, who)
+
+    def default_applied(self, ref: Ref, p: Pending) -> None:
+        t = ref.config.default_index
+        assert t is not None
+        mistake, updated = ref.labelled(p.x, p.raw, p.served, t, protocol.DEFAULT_SOURCE)
+        answer = {"mistake": mistake, "updated": updated, "version": ref.version}
+        p.answer, p.by_default = (t, {**answer, "duplicate": False}), True
 
     # -- models --------------------------------------------------------------------------------
 
@@ -372,6 +523,8 @@ class Service(RuleBasedStateMachine):
             self.expect(r, 404, "model_not_found")
         else:
             self.expect(r, 204)
+            for p in self.pending.values():
+                p.purged = p.purged or p.name == name
 
     @rule(name=st.sampled_from(NAMES))
     def reset(self, name: str) -> None:
@@ -598,7 +751,11 @@ class Service(RuleBasedStateMachine):
         ref.counters["predictions"] += 1
         pid: str = answer["prediction_id"]
         raw = raw_scores(cfg, w, encoded).copy()
-        self.pending[pid] = Pending(name, ref.generation, encoded, raw, served)
+        p = self.pending[pid] = Pending(name, ref.generation, encoded, raw, served)
+        if cfg.default_label is not None:
+            token = pid.split(":", 1)[1]
+            p.deadline_ms = (issued_ms(token) or 0) + 1000 * cfg.feedback_ttl_s
+            p.key = keys_of(name).pending(token)
         return pid
 
     @rule(
@@ -644,20 +801,31 @@ class Service(RuleBasedStateMachine):
         if ref is None:
             return 404, "prediction_not_found", {}
         if p is None or p.generation != ref.generation:
+            # A record a delete purged: its id tells its time, past the wait of the model of
+            # that name now, 410 (counted as expired); else unknown, 404.
+            issued = issued_ms(pid.split(":", 1)[1])
+            if p is not None and p.purged and issued is not None:
+                late_ms = time.time() * 1000 - issued - 1000 * ref.config.feedback_ttl_s
+                assume(abs(late_ms) > 250)  # (at the edge, the service's clock decides)
+                if late_ms > 0:
+                    ref.counters["expired"] += 1
+                    return 410, "prediction_expired", {}
             ref.counters["unknown_feedback"] += 1
             return 404, "prediction_not_found", {}
         t = ref.config.class_index(label)
         if t is None:
             return 422, "unknown_label", {}
-        if p.answer is not None:
+        if p.answer is not None:  # a second label: told when the first came by default
             given, first = p.answer
+            by = {"labelled_by": "default"} if p.by_default else {}
             if given != t:
                 ref.counters["conflicts"] += 1
-                return 409, "feedback_conflict", {}
+                return 409, "feedback_conflict", by
             ref.counters["duplicates"] += 1
-            return 200, None, {**first, "duplicate": True}
+            return 200, None, {**first, "duplicate": True, **by}
         mistake, updated = ref.labelled(p.x, p.raw, p.served, t, who)
         ref.counters["feedback"] += 1
+        ref.delays += 1
         answer = {"mistake": mistake, "updated": updated, "version": ref.version}
         answer["duplicate"] = False
         p.answer = (t, answer)
@@ -678,6 +846,8 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, status, code)
         if status == 200:
             assert got == answer, (got, answer)
+        elif status == 409:
+            assert got.get("labelled_by") == answer.get("labelled_by"), (got, answer)
 
     @rule(
         name=st.sampled_from(NAMES),
@@ -730,10 +900,13 @@ class Service(RuleBasedStateMachine):
         results = self.expect(r, 200)["results"]
         for item, result in zip(items, results, strict=True):
             status, code, answer = self.expected_feedback(item["prediction_id"], item["label"], who)
+            by = answer.get("labelled_by")
             if status == 200:
                 assert result["error"] is None and {k: result[k] for k in answer} == answer
+                assert result.get("labelled_by") == by, (item, result)
             else:
                 assert result["error"]["code"] == code, (item, result)
+                assert result["error"].get("labelled_by") == by, (item, result)
 
     # -- learn -------------------------------------------------------------------------------
 
@@ -795,8 +968,7 @@ class Service(RuleBasedStateMachine):
                 pool.submit(self.learned, n, [v], [choice], False, who)
                 for n, v, who in zip(NAMES, (x, y), TRAINERS, strict=True)
             ]
-            for job in jobs:
-                job.result()
+            joined(jobs)
 
     @rule(
         x=st.lists(values, min_size=2, max_size=2),
@@ -815,13 +987,13 @@ class Service(RuleBasedStateMachine):
             else:
                 first = pool.submit(self.rolled_back_to_version, NAMES[0], pick)
             other = pool.submit(self.learned, NAMES[1], [x], [choice], False, TRAINERS[1])
-            first.result()
-            other.result()
+            joined([first, other])
 
     # -- after every step ------------------------------------------------------------------
 
     @invariant()
     def the_service_holds_what_the_reference_holds(self) -> None:
+        self.settle_defaults()
         listed = sorted(m["name"] for m in self.call("GET", "/models").json()["models"])
         assert listed == sorted(self.models)
         for name, ref in self.models.items():
@@ -836,7 +1008,30 @@ class Service(RuleBasedStateMachine):
                 for s in metrics["sources"]
             }
             assert sources == ref.sources, (name, sources, ref.sources)
+            labels = metrics["labels"]
+            waiting = len(self.awaiting(name))
+            assert (labels["awaiting_default"], labels["counted"]) == (waiting, ref.delays), (
+                name,
+                labels,
+                waiting,
+                ref.delays,
+            )
             self.checkpoints_listed(name)
+
+
+class Raced(Exception):
+    """A request made in a thread while a default was due that the reference had not applied."""
+
+
+def joined(jobs: list[Future[None]]) -> None:
+    """Each job's end; the sequence discarded when one raced a default (``Service.on_time``)."""
+    raced = False
+    for job in jobs:
+        try:
+            job.result()
+        except Raced:
+            raced = True
+    assume(not raced)
 
 
 def as_key(who: str) -> dict[str, str]:

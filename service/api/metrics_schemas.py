@@ -29,7 +29,12 @@ class LabelDelays(BaseModel):
     defaulted_share: float | None = Field(
         description="Share of the served predictions' labels that came by default."
     )
-    awaiting_default: int = Field(description="Predictions whose default is still to come.")
+    awaiting_default: int = Field(
+        description="Predictions whose default is still to come: made since the model's last "
+        "reset, import, rollback or undo, not labelled, the default not applied yet (those just "
+        "past their deadline included until a sweep takes them). 0 without a default_label: "
+        "the predictions awaiting a label are not counted then."
+    )
 
 
 class SeriesPoint(BaseModel):

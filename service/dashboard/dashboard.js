@@ -2,7 +2,7 @@
 // (so strict, its names its own), no dependencies.
 
 import {
-  fmtAxisPct, fmtClock, fmtCount, fmtDate, fmtInt, fmtNum, fmtPct, nCount, nounFor,
+  fmtAxisPct, fmtClock, fmtCount, fmtDate, fmtDuration, fmtInt, fmtNum, fmtPct, nCount, nounFor,
 } from './format.js';
 
 const KEY_STORAGE = 'perceptron-api-key';
@@ -180,6 +180,9 @@ function configLine(info) {
   if (c.learning_rate !== 1) parts.push(`lr ${fmtNum(c.learning_rate)}`);
   if (c.margin) parts.push(`margin ${fmtNum(c.margin)}`);
   if (c.averaged) parts.push('averaged');
+  if (c.default_label !== null && c.default_label !== undefined) {
+    parts.push(`default label ${c.default_label} after ${fmtDuration(c.feedback_ttl_s)}`);
+  }
   parts.push(`created ${fmtDate(info.created)}`);
   return parts.join(' · ');
 }
@@ -760,6 +763,33 @@ function renderSources(m) {
   }
 }
 
+// How late the labels come (the labels that came: feedback), and how many came by default:
+// the metrics' labels, as the service measures them.
+function renderLabels(m) {
+  const l = m.labels;
+  const info = state.models.find((x) => x.name === m.model);
+  const fallback = info ? info.config.default_label : null;
+  const hasDefault = fallback !== null && fallback !== undefined;
+  $('labels').dataset.default = hasDefault ? String(fallback) : 'none';
+  setText('delay-median', fmtDuration(l.median_s), l.median_s);
+  setText('delay-p95', fmtDuration(l.p95_s), l.p95_s);
+  if (hasDefault) {
+    setText('defaulted-share', fmtPct(l.defaulted_share), l.defaulted_share);
+    setText('awaiting-default', fmtInt(l.awaiting_default), l.awaiting_default);
+  } else {
+    setText('defaulted-share', 'no default label', null);
+    setText('awaiting-default', 'no default label', null);
+  }
+  const came = l.counted ? `Delays of ${nCount(l.counted, 'label')} that came as feedback.`
+    : 'No label has come as feedback yet.';
+  const wait = info ? fmtDuration(info.config.feedback_ttl_s) : '';
+  $('labels-text').textContent = hasDefault
+    ? `${came} A prediction with no label after ${wait} is learned as “${fallback}”: ` +
+      `${fmtInt(m.counters.defaulted)} so far.`
+    : `${came} No default label: a label that comes more than ${wait} after its prediction ` +
+      'is refused (410).';
+}
+
 // The newest checkpoints, newest first.
 function renderCheckpoints() {
   const list = $('checkpoints');
@@ -808,6 +838,7 @@ function render(m) {
   renderConfusion(m);
   renderWeights(m);
   renderCounters(m);
+  renderLabels(m);
   renderSources(m);
   renderCheckpoints();
   document.title = `${m.model}: ${fmtPct(m.mistake_rate.last_100)} mistakes · Perceptron`;

@@ -90,3 +90,20 @@ export function fmtClock(unixS, withSeconds = true) {
 export function fmtDate(unixS) {
   return DATE.format(unixS * 1000);
 }
+
+// A delay in the unit that reads best: "0.5 sec", "42 sec", "3.5 min", "2.1 hr", "1.3 days" (en-US;
+// the words and digits of the browser's locale); one decimal under 10 of its unit, none above.
+const DURATION_UNITS = [[86400, 'day'], [3600, 'hour'], [60, 'minute'], [1, 'second']];
+const DURATIONS = new Map();
+export function fmtDuration(seconds) {
+  if (missing(seconds)) return MISSING;
+  const [size, unit] = DURATION_UNITS.find(([s]) => Math.abs(seconds) >= s) || [1, 'second'];
+  const v = seconds / size;
+  const digits = Math.abs(v) < 10 ? 1 : 0;
+  const key = unit + digits;
+  if (!DURATIONS.has(key)) {
+    DURATIONS.set(key, new Intl.NumberFormat(undefined,
+      { style: 'unit', unit, unitDisplay: 'short', maximumFractionDigits: digits }));
+  }
+  return DURATIONS.get(key).format(v);
+}

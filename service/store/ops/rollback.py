@@ -13,7 +13,8 @@ from service.store.script import Runner, Script, status_of
 # chunks, blobs.py;
 # CONFIG), once its epoch is still EPOCH: first a checkpoint of the model as it is (its
 # snapshot, moved, and its whole log), then a new epoch, so that every worker reloads it and
-# pending predictions lapse. With KEEP '1' (a version of this line, restored by its number)
+# pending predictions lapse (none awaits a default any more: ``deadlines`` goes). With
+# KEEP '1' (a version of this line, restored by its number)
 # the retained log stays up to VERSION (a model with none yet starts one at its snapshot, as a
 # compaction would, from the copy of it staged at STAGE_START, START_LENGTH bytes in
 # START_CHUNKS chunks), its bytes then KEPT_BYTES when
@@ -24,7 +25,7 @@ from service.store.script import Runner, Script, status_of
 # whatever happens.
 SCRIPT = Script(
     "rollback",
-    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "stage", "stage_start"),
+    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "deadlines", "stage", "stage_start"),
     args=(
         "epoch",
         "new_epoch",
@@ -83,6 +84,7 @@ end
 redis.call('DEL', LOG)
 move_weights(STAGE, SNAP)
 let_go(STAGE_START)
+redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 return {DONE, before}

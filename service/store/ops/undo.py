@@ -17,7 +17,8 @@ from service.store.script import Arg, Runner, Script, status_of
 # ascending, all of versions up to EXPECT) go, the rest up to EXPECT become the retained log,
 # and the packed weights staged at STAGE (LENGTH bytes in CHUNKS chunks, blobs.py: the oldest
 # kept weights with every other kept update up to EXPECT applied, at VERSION) the snapshot,
-# under a new epoch. The updates learned since EXPECT stay, in order, as the log after that
+# under a new epoch (its pending predictions lapse; ``deadlines`` goes). The updates learned
+# since EXPECT stay, in order, as the log after that
 # snapshot: every worker applies them to it as logged, so that learning during an undo is
 # never lost nor starves it. A model with no retained log yet starts one at its snapshot, from
 # the copy of it staged at STAGE_START (START_LENGTH bytes in START_CHUNKS chunks).
@@ -27,7 +28,7 @@ from service.store.script import Arg, Runner, Script, status_of
 # elsewhere now (nothing done), or {NOT_STAGED}. The staged keys are let go whatever happens.
 SCRIPT = Script(
     "undo",
-    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "stage", "stage_start"),
+    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "deadlines", "stage", "stage_start"),
     args=(
         "epoch",
         "new_epoch",
@@ -87,6 +88,7 @@ retain(META, LOG, PAST, redis.call('LLEN', LOG) - later)
 move_weights(STAGE, SNAP)
 let_go(STAGE_START)
 local start_in = tonumber(record_field(redis.call('HGET', CHECKPOINT_INFO, base), CK_PAST_IN))
+redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_VERSION, VERSION + later,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_PAST_IN, start_in + KEPT_BYTES)
 left_behind(CHECKPOINT_INFO, base, before, LEFT_FROM)
