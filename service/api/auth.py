@@ -42,16 +42,6 @@ class Principal:
     models: frozenset[str] | None = None
     name: str = ""
 
-    def allows(self, model: str) -> bool:
-        return self.models is None or model in self.models
-
-    def check(self, role: Role, model: str | None = None) -> Principal:
-        if self.role < role:
-            raise Forbidden(f"This key has the '{self.role.name}' role; '{role.name}' is needed.")
-        if model is not None and not self.allows(model):
-            raise Forbidden(f"This key is not allowed to use model {model[:64]!r}.")
-        return self
-
 
 NOBODY_NEEDED = Principal(Role.admin)  # when auth is off
 

@@ -27,7 +27,15 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
+from service.api.auth import (
+    NOBODY_NEEDED,
+    Forbidden,
+    KeyRing,
+    Principal,
+    Role,
+    Unauthorized,
+    key_from_headers,
+)
 from service.engine.worker import Worker
 from service.errors import ServiceError
 
@@ -159,7 +167,7 @@ class FastJSONRoute(APIRoute):
 
         async def route(request: Request) -> Response:
             if role is not None:
-                authenticate(request).check(role)
+                checked(authenticate(request), role)
             if reads_body:
                 body = await request.body()
                 if body:
@@ -263,15 +271,25 @@ class Caller:
     principal: Principal
 
     def check(self, role: Role, model: str | None = None) -> None:
-        self.principal.check(role, model)
+        checked(self.principal, role, model)
 
     def allows(self, model: str) -> bool:
-        return self.principal.allows(model)
+        models = self.principal.models
+        return models is None or model in models
 
     @property
     def source(self) -> str:
         """The key's name, which the model's history records for the updates it causes."""
         return self.principal.name
+
+
+def checked(principal: Principal, role: Role, model: str | None = None) -> Principal:
+    """``principal``, once it may act in ``role`` (on ``model``, when one is named): else 403."""
+    if principal.role < role:
+        raise Forbidden(f"This key has the '{principal.role.name}' role; '{role.name}' is needed.")
+    if model is not None and principal.models is not None and model not in principal.models:
+        raise Forbidden(f"This key is not allowed to use model {model[:64]!r}.")
+    return principal
 
 
 def principal_of(request: Request) -> Principal:
@@ -314,7 +332,7 @@ class CallerOf:
 
     # A coroutine: a plain function would cost a trip to a worker thread.
     async def __call__(self, request: Request) -> Caller:
-        return Caller(request.app.state.worker, principal_of(request).check(self.role))
+        return Caller(request.app.state.worker, checked(principal_of(request), self.role))
 
 
 def caller(role: Role) -> CallerOf:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
 
 from service.learner.codec import (
     ANSWERED,
@@ -122,6 +123,7 @@ def delay_bucket(delay_s: float) -> int:
     return next((i for i, b in enumerate(DELAY_BUCKETS_S) if delay_s <= b), len(DELAY_BUCKETS_S))
 
 
+@lru_cache(maxsize=1 << 16)  # (the cells of every commit: made once each)
 def cell_field(served: int, true: int) -> str:
     return f"{Field.CELL}{served}:{true}"
 
@@ -137,6 +139,7 @@ def parse_cell(field: str) -> tuple[int, int] | None:
     return served, true
 
 
+@lru_cache(maxsize=1 << 12)  # (a key's fields, at every commit: made once each)
 def source_fields(source: str) -> tuple[str, str, str]:
     """The meta fields that count a key's labelled examples, mistakes and updates."""
     head = f"{Field.SOURCE}{source}"
