@@ -70,7 +70,7 @@ router = APIRouter(prefix="/models", tags=["models"])
             "description": "Server-Sent Events: `metrics` and `checkpoints` as they change",
             "content": {EVENT_STREAM: {"example": EXAMPLE}},
         },
-        **error_responses(401, 403, 404, 503),
+        **error_responses(401, 403, 404, 422, 503),
     },
 )
 async def model_events(name: str, request: Request) -> Response:
