@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException
 from service.api import (
     dashboard,
     docs,
+    events,
     health,
     home,
     learning_routes,
@@ -34,6 +35,7 @@ from service.api.auth import Unauthorized
 from service.api.connections import RecycleConnections, ShedWhileWriting
 from service.api.edge import Edge
 from service.api.startup import load_keys
+from service.api.streams import Streams
 from service.engine.worker import Worker
 from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
 from service.metrics.prometheus import forget_worker
@@ -76,6 +78,7 @@ def create_app(
         try:
             yield
         finally:
+            app.state.streams.stop()  # (served in-process: no server told them)
             if starter is not None:
                 starter.cancel()
                 with suppress(asyncio.CancelledError):
@@ -96,6 +99,7 @@ def create_app(
     )
     _add_routes(app)
     app.state.keys = keys
+    app.state.streams = Streams(settings.max_streams)
     _add_middleware(app, settings, workers)
     _add_error_handlers(app)
     return app
@@ -104,6 +108,7 @@ def create_app(
 def _add_routes(app: FastAPI) -> None:
     app.include_router(learning_routes.router)  # first: the hot routes match soonest
     app.include_router(model_routes.router)
+    app.include_router(events.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.include_router(prometheus.router)

@@ -149,6 +149,27 @@ class Settings(BaseSettings):
         le=100_000,
         description="Connections one worker process serves at once (503 past it).",
     )
+    max_streams: int = Field(
+        default=32,
+        ge=1,
+        le=10_000,
+        description="Event streams (GET /models/{name}/events) one worker process holds open "
+        "at once (503 too_many_streams past it).",
+    )
+    stream_poll_s: float = Field(
+        default=0.25,
+        ge=0.05,
+        le=5.0,
+        description="How often an open event stream reads its model's version and counters "
+        "(one HMGET) to push what changed.",
+    )
+    stream_keepalive_s: float = Field(
+        default=15.0,
+        gt=0,
+        le=300,
+        description="An event stream with nothing new sends a comment this often, so that "
+        "proxies keep it open.",
+    )
     max_features: int = Field(default=100_000, ge=1, description="Most features in one example.")
     max_name_length: int = Field(default=256, ge=1, description="Longest feature name.")
     max_hash_bits: int = Field(default=24, ge=1, le=30, description="Largest hash_bits.")

@@ -361,6 +361,37 @@ def test_a_key_in_the_address_fragment_is_sent_and_kept(client: httpx.Client, pa
     assert aborted == []
 
 
+def test_a_label_shows_by_push_without_a_reload(make_service: MakeService, page: Page) -> None:
+    """The page follows its model by push (an EventSource on /models/{name}/events): a label
+    sent through the API shows within a second, and the page reads no figures itself
+    meanwhile. With keys on, the stream's key goes in a cookie, never in its URL."""
+    reader, admin = "reader-key-0123456789", "admin-key-0123456789"
+    client = make_service(auth=True, api_keys=f"predict:{reader},admin:{admin}")
+    client.headers["authorization"] = f"Bearer {admin}"
+    assert client.put("/models/live", json={"n_features": 2}).status_code == 201
+    aborted = only_the_service(page, client)
+    streams: list[Request] = []
+    fetches: list[str] = []
+    page.on("request", lambda r: streams.append(r) if r.resource_type == "eventsource" else None)
+    page.on("request", lambda r: fetches.append(r.url) if r.resource_type == "fetch" else None)
+    page.goto(f"{base(client)}/dashboard#key={reader}&model=live")
+    expect(page.locator("#counter-seen")).to_have_text("0")
+    expect(page.locator("#status")).to_have_attribute("data-push", "true")
+    assert [r.url for r in streams] == [f"{base(client)}/models/live/events"]
+    headers = streams[0].all_headers()
+    assert "authorization" not in headers
+    assert f"perceptron_key={reader}" in headers.get("cookie", "")
+    fetches.clear()
+    for n in (1, 2, 3):
+        body = {"model": "live", "features": [n, -1], "label": 1 if n % 2 else -1}
+        assert client.post("/learn", json=body).status_code == 200
+        expect(page.locator("#counter-seen")).to_have_text(str(n), timeout=1000)
+    expect(page.locator("#status-text")).to_have_text(re.compile(r"^live · pushed "))
+    assert [u for u in fetches if "/metrics" in u or "/checkpoints" in u] == []
+    assert len(streams) == 1  # one stream all along
+    assert aborted == []
+
+
 def test_a_refused_request_asks_for_a_key(client: httpx.Client, page: Page) -> None:
     def guard(route: Route) -> None:
         key = route.request.headers.get("authorization")
@@ -514,7 +545,7 @@ def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> N
     when = f"{created:%b} {created.day}, {created:%Y, %H:%M}"
     expect(page.locator("#version-sub")).to_have_text(f"model “one”, created {when}")
     expect(page.locator("#status-text")).to_have_text(
-        re.compile(r"^live · updated \d\d:\d\d:\d\d$")
+        re.compile(r"^live · (updated|pushed) \d\d:\d\d:\d\d$")
     )
     ticks = page.locator("#chart-time text.tick-x").all_text_contents()
     assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks

@@ -40,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service.api.streams import stop_all
 from service.errors import TooLarge
 from service.settings import Settings
 
@@ -70,6 +71,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        # The server is shutting down (and asks each connection to): every event stream of
+        # this process ends now, or the server would wait for them (api/streams.py).
+        stop_all()
+        super().shutdown()
 
     def data_received(self, data: bytes) -> None:
         # The head is counted before it is parsed, up to the blank line that ends it: a head

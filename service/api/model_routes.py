@@ -26,6 +26,7 @@ from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
 from service.api.views import WeightsStream, model_info
 from service.contract.store_protocol import MAX_COUNT
+from service.engine.worker import Worker
 
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
@@ -132,7 +133,12 @@ async def reset_model(name: str, who: Admin) -> ModelInfo:
 async def list_checkpoints(name: str, who: Reader) -> Checkpoints:
     """List the model's checkpoints, and the versions it can be rolled back to."""
     who.check(Role.predict, name)
-    h = await who.worker.history.checkpoints(name)
+    return await read_checkpoints(who.worker, name)
+
+
+async def read_checkpoints(worker: Worker, name: str) -> Checkpoints:
+    """The answer of GET /models/{name}/checkpoints (its event stream pushes it too)."""
+    h = await worker.history.checkpoints(name)
     return Checkpoints(
         name=name,
         version=h.version,

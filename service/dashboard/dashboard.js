@@ -1,12 +1,18 @@
-// The perceptron dashboard: reads the JSON API every 2 s and draws it. Plain JS, an ES module
-// (so strict, its names its own), no dependencies.
+// The perceptron dashboard: reads the JSON API and draws it. The model shown is followed by
+// push (Server-Sent Events from GET /models/{name}/events: its metrics and checkpoints as they
+// change); the list of models is read every 15 s. Should the stream fail, the page reads the
+// API every 2 s instead, and tries the stream again 30 s later. Plain JS, an ES module (so
+// strict, its names its own), no dependencies.
 
 import {
   fmtAxisPct, fmtClock, fmtCount, fmtDate, fmtDuration, fmtInt, fmtNum, fmtPct, nCount, nounFor,
 } from './format.js';
 
 const KEY_STORAGE = 'perceptron-api-key';
-const REFRESH_MS = 2000;
+const REFRESH_MS = 2000; // reading the API, without a stream
+const LIST_MS = 15000; // reading the list of models, while the stream brings the figures
+const STREAM_RETRY_MS = 30000; // after a stream failed, polling until this long has passed
+const KEY_COOKIE = 'perceptron_key'; // the key, for the stream alone (api/events.py)
 const BASE = new URL('.', location.href); // the API sits beside /dashboard
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = (id) => document.getElementById(id);
@@ -26,6 +32,8 @@ const state = {
   gen: 0,
   timer: null,
   lastOk: 0,
+  stream: null, // { es, name, live }: the model followed by push
+  streamAfter: 0, // no stream before this time (one failed)
 };
 
 // ---------------------------------------------------------------- page
@@ -110,6 +118,8 @@ $('auth-form').addEventListener('submit', (ev) => {
   state.key = key;
   storeKey(key);
   $('auth-key').value = '';
+  closeStream();
+  state.streamAfter = 0;
   refresh();
 });
 
@@ -122,7 +132,7 @@ function setStatus(kind, text) {
 }
 
 setInterval(() => {
-  if (state.lastOk && $('status').dataset.state === 'live') {
+  if (state.lastOk && $('status').dataset.state === 'live' && !streaming(state.model)) {
     const age = (Date.now() - state.lastOk) / 1000;
     if (age > 3 * REFRESH_MS / 1000) setStatus('stale', `no update for ${fmtInt(age)} s`);
   }
@@ -218,6 +228,7 @@ async function refresh() {
     renderPicker(models);
     const info = models.find((m) => m.name === name);
     $('model-config').textContent = configLine(info);
+    if (streaming(name)) return; // the stream brings the figures
     const path = 'models/' + encodeURIComponent(name);
     // (the checkpoints are drawn where the key may read them; the metrics decide the rest)
     const [metrics, history] = await Promise.all([
@@ -229,6 +240,7 @@ async function refresh() {
     state.checkpoints = history ? history.checkpoints : [];
     render(metrics);
     ok();
+    if (!state.stream || state.stream.name !== name) openStream(name);
   } catch (err) {
     if (gen !== state.gen) return;
     if (err instanceof ApiError && (err.status === 401 || err.status === 403)) {
@@ -246,13 +258,88 @@ async function refresh() {
       }
     }
   } finally {
-    if (gen === state.gen && again) state.timer = setTimeout(refresh, REFRESH_MS);
+    if (gen === state.gen && again) {
+      state.timer = setTimeout(refresh, streaming(state.model) ? LIST_MS : REFRESH_MS);
+    }
   }
 }
 
-function ok() {
+function ok(pushed) {
   state.lastOk = Date.now();
-  setStatus('live', 'live · updated ' + fmtClock(Date.now() / 1000));
+  const how = pushed ? 'live · pushed ' : 'live · updated ';
+  setStatus('live', how + fmtClock(Date.now() / 1000));
+  $('status').dataset.push = String(streaming(state.model));
+}
+
+// ---------------------------------------------------------------- push
+
+function streaming(name) {
+  return Boolean(state.stream && state.stream.live && state.stream.name === name);
+}
+
+// An EventSource sends no Authorization header: the key goes in a cookie sent to the stream's
+// path alone, never in its URL (so never in a log).
+function keyCookie(path) {
+  const secure = location.protocol === 'https:' ? '; Secure' : '';
+  const value = state.key ? encodeURIComponent(state.key) : '';
+  const age = state.key ? '' : '; Max-Age=0';
+  document.cookie = `${KEY_COOKIE}=${value}; Path=${path}; SameSite=Strict${secure}${age}`;
+}
+
+function closeStream() {
+  if (state.stream) state.stream.es.close();
+  state.stream = null;
+}
+
+// Poll again, and try the stream later: it was refused (a key, too many streams) or broke.
+function streamFailed() {
+  closeStream();
+  state.streamAfter = Date.now() + STREAM_RETRY_MS;
+  clearTimeout(state.timer);
+  state.timer = setTimeout(refresh, 50);
+}
+
+function openStream(name) {
+  closeStream();
+  if (!window.EventSource || Date.now() < state.streamAfter) return;
+  const url = new URL('models/' + encodeURIComponent(name) + '/events', BASE);
+  keyCookie(url.pathname);
+  const es = new EventSource(url);
+  const stream = { es, name, live: false, lost: null };
+  state.stream = stream;
+  const mine = () => state.stream === stream;
+  es.addEventListener('metrics', (ev) => {
+    if (!mine()) return;
+    stream.live = true;
+    clearTimeout(stream.lost);
+    stream.lost = null;
+    state.metrics = JSON.parse(ev.data);
+    render(state.metrics);
+    ok(true);
+  });
+  es.addEventListener('checkpoints', (ev) => {
+    if (!mine()) return;
+    state.checkpoints = JSON.parse(ev.data).checkpoints;
+    if (state.metrics) render(state.metrics);
+  });
+  es.addEventListener('gone', () => {
+    if (!mine()) return;
+    closeStream();
+    state.model = null; // deleted: pick another at once
+    clearTimeout(state.timer);
+    state.timer = setTimeout(refresh, 50);
+  });
+  es.onerror = () => {
+    if (!mine()) return;
+    // Closed: refused (not an event stream). Else it connects again by itself; should that
+    // take more than a few seconds, the page polls meanwhile.
+    if (es.readyState === EventSource.CLOSED) {
+      streamFailed();
+    } else if (stream.lost === null) {
+      stream.lost = setTimeout(() => mine() && !stream.live && streamFailed(), 3 * REFRESH_MS);
+    }
+    stream.live = false;
+  };
 }
 
 // ---------------------------------------------------------------- headline

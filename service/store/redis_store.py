@@ -14,7 +14,7 @@ from redis.exceptions import BusyLoadingError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.contract.store_protocol import RECENT_KEPT, Meta
+from service.contract.store_protocol import COUNTERS, RECENT_KEPT, Meta
 from service.contract.store_values import MemoryUse, Observations
 from service.store import usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
@@ -79,6 +79,20 @@ class Condition:
     @property
     def ok(self) -> bool:
         return self.code is None
+
+
+# The fields of a model's meta hash that its metrics and checkpoints follow (the epoch first:
+# without it there is no model).
+STAMP_FIELDS = [
+    Meta.EPOCH,
+    Meta.VERSION,
+    Meta.SNAP_VERSION,
+    Meta.CHECKPOINTS,
+    Meta.PAST_BASE,
+    Meta.PAST_VERSION,
+    *(c.name for c in COUNTERS if c.name not in (Meta.VERSION, Meta.SEEN, "updates")),
+    Meta.SEEN,
+]
 
 
 class Store:
@@ -221,6 +235,13 @@ class Store:
         if not raw:
             return None
         return {text(k): text(v) for k, v in raw.items()}
+
+    async def read_stamp(self, name: str) -> tuple[bytes | str | None, ...] | None:
+        """What changes whenever the model's figures do (its epoch, version, counters, and
+        its history's checkpoints and start), in one HMGET; None without the model. An event
+        stream reads it every ``PERCEPTRON_STREAM_POLL_S`` (api/events.py)."""
+        got = await self.client.hmget(keys_of(name).meta, STAMP_FIELDS)
+        return None if got[0] is None else tuple(got)
 
     async def read_observations(self, name: str) -> Observations | None:
         """Everything the metrics are computed from, read in one round trip."""
