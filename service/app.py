@@ -29,7 +29,7 @@ from service.api import (
     model_routes,
     overview,
     problems,
-    prometheus,
+    scrape,
 )
 from service.api.auth import Unauthorized
 from service.api.connections import RecycleConnections, ShedWhileWriting
@@ -111,7 +111,7 @@ def _add_routes(app: FastAPI) -> None:
     app.include_router(events.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)
-    app.include_router(prometheus.router)
+    app.include_router(scrape.router)
     app.include_router(docs.router)
     app.include_router(home.router)
     app.mount("/dashboard/static", dashboard.static, name="dashboard-static")

@@ -1,5 +1,6 @@
-"""What one scrape of /metrics reads: this replica's readiness, Redis's memory, and every
-model the caller's key may see, with the bytes of its pending predictions.
+"""GET /metrics, in the Prometheus text format, and what one scrape reads: this replica's
+readiness, Redis's memory, and every model the caller's key may see, with the bytes of its
+pending predictions.
 
 A scrape answers whatever the store does: while Redis is down it carries the HTTP figures and
 ``perceptron_ready 0`` (nothing read from Redis), so Prometheus still sees the replica (``up``
@@ -11,7 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from service.api.routing import Caller
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.api import examples
+from service.api.routing import Caller, Reader
 from service.contract.store_protocol import pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
@@ -23,6 +28,18 @@ from service.store import StoreError
 log = logging.getLogger("perceptron")
 
 Row = tuple[str, ModelConfig, Observations]
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"example": examples.PROMETHEUS}}}},
+)
+async def read_prometheus_metrics(who: Reader) -> Response:
+    """Per-model and per-endpoint figures in the Prometheus text format."""
+    return Response(await read_exposition(who), media_type=CONTENT_TYPE_LATEST)
 
 
 async def read_exposition(who: Caller) -> bytes:

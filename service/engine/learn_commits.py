@@ -162,14 +162,14 @@ class LearnCommits:
             if isinstance(res, RequestsGone):
                 return res
             if isinstance(res, SyncData):
-                self.replicas.catch_up(rep, res)
+                self.replicas.apply_sync(rep, res)
                 continue
             if rep.weights is base and base.version == made.version:
                 rep.weights = seq.work
                 if seq.last is not None:
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
-            self.replicas.maybe_compact(rep, res.log_length)
+            self.replicas.compact_after(rep.name, res.log_length)
             labels = map(cfg.classes.__getitem__, seq.served)
             mistakes = map(operator.ne, seq.served, ts)
             versions = islice(accumulate(seq.updated, initial=made.version), 1, None)

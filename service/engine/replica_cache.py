@@ -172,12 +172,10 @@ class Replicas:
 
     # -- upkeep --------------------------------------------------------------------------
 
-    def catch_up(self, rep: Replica, data: SyncData) -> None:
+    def apply_sync(self, rep: Replica, data: SyncData) -> None:
+        """Bring ``rep`` up to what the store sent; compact the model once its log is long."""
         rep.catch_up(data)
-        self.maybe_compact(rep, len(data.entries))
-
-    def maybe_compact(self, rep: Replica, log_length: int) -> None:
-        self.compact_after(rep.name, log_length)
+        self.compact_after(rep.name, len(data.entries))
 
     def compact_after(self, name: str, log_length: int) -> None:
         """Compact the model once its log holds ``compact_every`` entries."""

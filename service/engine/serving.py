@@ -159,7 +159,7 @@ class Learning:
                     )
                     for tok, p in zip(tokens, preds, strict=True)
                 ]
-            self.replicas.catch_up(rep, stale)
+            self.replicas.apply_sync(rep, stale)
         raise AssertionError("a forced commit always stores")
 
     async def submit_feedback(
@@ -268,7 +268,7 @@ class Learning:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
         out = answers(rep.config, batch, late_s)
-        self.replicas.maybe_compact(rep, batch.log_length)
+        self.replicas.compact_after(rep.name, batch.log_length)
         return out
 
     async def learn(
