@@ -160,6 +160,11 @@ WALKS["`feedback_ttl_s`"] = configuration("feedback_ttl_s", 2_592_000, 2_592_001
 WALKS["`default_label`"] = configuration(
     "default_label", 999, 1000, classes=list(range(1000)), n_features=1, multiclass="ovr"
 )
+WALKS["`algorithm`"] = configuration("algorithm", "pa2", "pa3", n_features=1)
+WALKS["`C`"] = configuration("C", 1e6, 1.000001e6, n_features=1, algorithm="pa1")
+WALKS["`learning_rate`, `margin`, `averaged` of a PA model"] = configuration(
+    "learning_rate", 1.0, 0.5, n_features=1, algorithm="pa1"
+)
 WALKS["`classes`"] = configuration(
     "classes", list(range(1000)), list(range(1001)), n_features=1, multiclass="ovr"
 )
