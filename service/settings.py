@@ -170,6 +170,13 @@ class Settings(BaseSettings):
         description="An event stream with nothing new sends a comment this often, so that "
         "proxies keep it open.",
     )
+    stream_max_s: float = Field(
+        default=3600.0,
+        gt=0,
+        le=86_400,
+        description="An event stream ends after this long; an EventSource connects again at "
+        "once (its retry) and gets the figures anew: no connection is held for ever.",
+    )
     max_features: int = Field(default=100_000, ge=1, description="Most features in one example.")
     max_name_length: int = Field(default=256, ge=1, description="Longest feature name.")
     max_hash_bits: int = Field(default=24, ge=1, le=30, description="Largest hash_bits.")

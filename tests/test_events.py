@@ -34,7 +34,7 @@ import pytest
 
 from service.settings import Settings
 
-from .servers import RedisServer, ServiceProcess
+from .servers import RedisServer, ServiceProcess, running
 
 pytestmark = pytest.mark.servers
 
@@ -254,6 +254,22 @@ def test_streams_past_the_workers_limit_are_refused(keyed: ServiceProcess) -> No
     finally:
         for s in opened:
             s.close()
+
+
+def test_a_stream_ends_after_its_longest_life(redis_url: str) -> None:
+    """PERCEPTRON_STREAM_MAX_S (3 s here): the stream ends, its events sent; a client connects
+    again (an EventSource does by itself)."""
+    with running(ServiceProcess(redis_url, workers=1, PERCEPTRON_STREAM_MAX_S="3")) as service:
+        with httpx.Client(base_url=service.url, timeout=10) as c:
+            assert c.put("/models/brief", json=MODEL).status_code in (200, 201)
+        stream = Stream(service.port, "/models/brief/events")
+        try:
+            assert stream.status == 200
+            stream.wait_for(lambda k, b: k == "metrics", 5)
+            assert not stream.ended.wait(2.0)  # still open before its time
+            assert stream.ended.wait(5.0), "the stream outlived PERCEPTRON_STREAM_MAX_S"
+        finally:
+            stream.close()
 
 
 def test_serve_stops_promptly_with_a_stream_open(redis_url: str) -> None:

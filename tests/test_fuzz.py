@@ -71,6 +71,7 @@ SETTINGS = Settings(
     max_models=40,
     max_body_bytes=64 * 1024,
     redis_timeout_s=5.0,
+    stream_max_s=0.5,  # (an event stream ends soon: the fuzz reads each whole)
 )
 # The document the live service serves at /openapi.json (test_schema_is_the_served_one checks
 # it); loaded at import so that each operation is a test of its own.

@@ -8,7 +8,8 @@ The stream sends, as they change, the bodies a client would otherwise poll for:
   whenever its checkpoints or the versions it keeps change;
 - ``event: gone``, ``{"detail", "code": "model_not_found"}``, when the model is deleted; the
   stream ends;
-- a comment (``: keep-alive``) after ``PERCEPTRON_STREAM_KEEPALIVE_S`` without an event.
+- a comment (``: keep-alive``) after ``PERCEPTRON_STREAM_KEEPALIVE_S`` without an event;
+- its end after ``PERCEPTRON_STREAM_MAX_S``: an EventSource connects again by itself.
 
 How a change is seen: any worker may serve the stream, and any other apply the label, so the
 stream reads the model's stamp from Redis (``Store.read_stamp``: one HMGET of a few fields of
@@ -43,6 +44,7 @@ from service.api.model_routes import read_checkpoints
 from service.api.routing import checked
 from service.api.schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
+from service.contract.names import check_name
 from service.engine.worker import Worker
 from service.errors import ModelNotFound
 
@@ -77,7 +79,7 @@ router = APIRouter(prefix="/models", tags=["models"])
 async def model_events(name: str, request: Request) -> Response:
     """Follow a model: its metrics and checkpoints pushed as they change (Server-Sent Events).
     A browser's `EventSource` may send its key in the cookie `perceptron_key`."""
-    checked(stream_caller(request), Role.predict, name)
+    checked(stream_caller(request), Role.predict, check_name(name))
     worker: Worker = request.app.state.worker
     streams: Streams = request.app.state.streams
     streams.enter()  # (503 too_many_streams past the limit, before any work)
@@ -135,8 +137,8 @@ async def _follow(
     read before the figures, so a change made meanwhile is sent again, never missed."""
     s = worker.settings
     yield b"retry: %d\n\n" % RETRY_MS + first
-    sent = time.monotonic()
-    while True:
+    sent = opened = time.monotonic()
+    while time.monotonic() - opened < s.stream_max_s:  # (then the client connects again)
         await asyncio.sleep(s.stream_poll_s)
         now = await worker.store.read_stamp(name)
         chunk = b""

@@ -59,7 +59,8 @@ class DefaultLabels:
         self.clock = clock
         self.models: dict[str, Defaulting] = {}
         self._listed_at = -REFRESH_S
-        self._noted = asyncio.Event()  # a model with a default label newly noted
+        self._noted = asyncio.Event()  # a model with a default label newly noted, or stop()
+        self._stopped = False
 
     def note(self, name: str, epoch: str, config: ModelConfig) -> None:
         """A model this worker just predicted with: swept from now on, if it has a default."""
@@ -125,7 +126,7 @@ class DefaultLabels:
     async def run(self) -> None:
         """Sweep every SWEEP_S while some model has a default label; else only list the
         models every REFRESH_S, or sweep at once when this worker predicts with one."""
-        while True:
+        while not self._stopped:
             try:
                 await self.sweep_all()
             except asyncio.CancelledError:
@@ -133,5 +134,14 @@ class DefaultLabels:
             except Exception as e:  # the store away: look again later
                 log.debug("the default-label sweep failed: %s", e)
             self._noted.clear()
+            if self._stopped:
+                break
             with suppress(TimeoutError):
-                await asyncio.wait_for(self._noted.wait(), SWEEP_S if self.models else REFRESH_S)
+                async with asyncio.timeout(SWEEP_S if self.models else REFRESH_S):
+                    await self._noted.wait()
+
+    def stop(self) -> None:
+        """End ``run`` once its sweep in flight ends (a cancellation could be lost in a store
+        call that swallows it, and leave it waiting)."""
+        self._stopped = True
+        self._noted.set()

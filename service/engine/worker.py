@@ -15,6 +15,8 @@ from service.models.history_ops import History
 from service.settings import Settings
 from service.store import Store
 
+SWEEP_STOP_S = 5.0  # the longest the default-label sweep's last round is waited for
+
 
 class Worker:
     def __init__(
@@ -38,7 +40,9 @@ class Worker:
         """Stop the sweep, learning (writers hand their leases back), the watch, and the
         compactions."""
         if self._sweep is not None:
-            self._sweep.cancel()
+            self.learning.defaults.stop()
+            await asyncio.wait({self._sweep}, timeout=SWEEP_STOP_S)
+            self._sweep.cancel()  # (done by now, but for a store call that hangs)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweep
         await self.learning.close()
