@@ -117,23 +117,18 @@ def _run_binary(
     ts: Sequence[int],
     provs: Sequence[bytes],
 ) -> LearnedSequence:
-    """``run_sequence`` for a binary model that is not averaged.
-
-    Per example: the score ``w.x + b`` (``ndarray.dot`` of the one weight row, the product
-    ``_dot`` computes for a one-row matrix), the binary rule of ``update_plan``, and the
-    in-place ``w += (learning_rate * y) * x``, ``b += learning_rate * y`` of ``apply``.
-    """
+    """``run_sequence`` for a binary perceptron not averaged. Per example: the score ``w.x + b``
+    (``ndarray.dot`` of the one weight row, as ``_dot`` for a one-row matrix), the binary rule
+    of ``update_plan``, and ``apply``'s in-place ``w += (lr * y) * x``, ``b += lr * y``."""
     n = len(xs)
     lr, margin, fit_bias = cfg.learning_rate, cfg.margin, cfg.fit_bias
-    work, copied = base, False
-    w = work.w[0]
+    work, copied, w = base, False, base.w[0]
     b = float(work.b[0])  # Python floats from here: the same IEEE operations, less overhead
     # Log entry heads ("k|t|" and the pending record's header) by served and true class;
     # the payload that follows is pack_payload's: the raw score, then the example.
     records = tuple(pack_record(epoch, p, [False, False], b"") for p in (0, 1))
     tags = tuple(entry_head(0, t) for t in (0, 1))
-    served = [0] * n
-    updated = [False] * n
+    served, updated = [0] * n, [False] * n
     entries: list[bytes] = []
     recent: list[bytes] = []
     first_recent = n - RECENT
@@ -144,16 +139,10 @@ def _run_binary(
         score = float(w.dot(values) if index is None else w[index].dot(values)) + b
         t = ts[i]
         sign = 1.0 if t == 1 else -1.0
-        p = 1 if score > 0 else 0
-        served[i] = p
+        served[i] = p = 1 if score > 0 else 0
         update = sign * score <= margin
         if update or i >= first_recent:
-            example = (
-                values.tobytes()
-                if index is None
-                else index.astype(np.int32).tobytes() + values.tobytes()
-            )
-            entry = tags[t] + provs[i] + records[p] + _pack_f64(score) + example
+            entry = _entry(x, tags[t] + provs[i] + records[p], score)
             if update:
                 entries.append(entry)
             if i >= first_recent:
@@ -179,6 +168,15 @@ def _run_binary(
         work.seen = base.seen + n - 1
     batch = _batch(served, ts, entries, recent)
     return LearnedSequence(work, batch, served, updated, last)
+
+
+def _entry(x: Example, head: bytes, score: float) -> bytes:
+    """A log entry: its head (tag, provenance, record header), the raw score, the example."""
+    values, index = x.values, x.index
+    example = (
+        values.tobytes() if index is None else index.astype(np.int32).tobytes() + values.tobytes()
+    )
+    return head + _pack_f64(score) + example
 
 
 def _batch(
