@@ -125,12 +125,7 @@ def _add_middleware(app: FastAPI, settings: Settings, workers: int) -> None:
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     shed_from = settings.writer_sheds_from_workers
     if shed_from and workers >= shed_from:  # (with fewer, the others lack the cores to take them)
-
-        def fed() -> bool:
-            worker: Worker | None = getattr(app.state, "worker", None)
-            return worker is not None and worker.learning.writers.fed()
-
-        app.add_middleware(ShedWhileWriting, fed=fed)
+        app.add_middleware(ShedWhileWriting)
 
 
 class _Every:

@@ -9,6 +9,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -38,7 +39,9 @@ async def app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def respond(mw: RecycleConnections | ShedWhileWriting, port: int) -> list[tuple[bytes, bytes]]:
+def respond(
+    mw: RecycleConnections | ShedWhileWriting, port: int, state: Any = None
+) -> list[tuple[bytes, bytes]]:
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -48,6 +51,7 @@ def respond(mw: RecycleConnections | ShedWhileWriting, port: int) -> list[tuple[
         sent.append(message)
 
     scope: dict[str, Any] = {"type": "http", "client": ("127.0.0.1", port), "headers": []}
+    scope["app"] = SimpleNamespace(state=state or SimpleNamespace())
     asyncio.run(mw(scope, receive, send))
     headers: list[tuple[bytes, bytes]] = sent[0]["headers"]
     return headers
@@ -133,13 +137,16 @@ def test_clients_reconnect_and_lose_nothing(redis_url: str, workers: int) -> Non
 
 def test_a_fed_writer_sheds_each_connection() -> None:
     fed = [False]
-    mw = ShedWhileWriting(app, fed=lambda: fed[0])
-    assert not closes(respond(mw, 5000))
+    writers = SimpleNamespace(fed=lambda: fed[0])
+    state = SimpleNamespace(worker=SimpleNamespace(learning=SimpleNamespace(writers=writers)))
+    mw = ShedWhileWriting(app)
+    assert not closes(respond(mw, 5000, state))
+    assert not closes(respond(mw, 5000))  # (no worker yet: starting up)
     fed[0] = True
-    assert closes(respond(mw, 5000))
-    assert closes(respond(mw, 5001))  # every client, each answer
+    assert closes(respond(mw, 5000, state))
+    assert closes(respond(mw, 5001, state))  # every client, each answer
     fed[0] = False  # no other worker hands it requests now: it keeps its connections again
-    assert not closes(respond(mw, 5000))
+    assert not closes(respond(mw, 5000, state))
 
 
 @pytest.mark.parametrize(

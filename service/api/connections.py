@@ -57,8 +57,9 @@ class RecycleConnections:
 
 
 class ShedWhileWriting:
-    """While ``fed()`` (this worker writes a model that other workers hand requests to), ask
-    each client to reconnect after its answer (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS).
+    """While this worker writes a model that other workers hand requests to (its writers are
+    fed: ``Writers.fed``), ask each client to reconnect after its answer
+    (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS).
 
     A model's writer learns every /learn of the model: those of its own connections, each a
     whole HTTP request to serve, and those the other workers hand over, each a small part of
@@ -68,25 +69,36 @@ class ShedWhileWriting:
     worker accepts first, and a busy writer is the last to. Its core then goes to learning.
     """
 
-    def __init__(self, app: ASGIApp, fed: Callable[[], bool]) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self.fed = fed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
             # (asked as the answer starts: the request itself may have made it the writer)
-            send = closing(send, when=self.fed)
-        await self.app(scope, receive, send)
+            if message["type"] == "http.response.start":
+                worker = getattr(scope["app"].state, "worker", None)
+                if worker is not None and worker.learning.writers.fed():
+                    message = _closed(message)
+            await send(message)
+
+        await self.app(scope, receive, sending)
 
 
-def closing(send: Send, when: Callable[[], bool] = lambda: True) -> Send:
-    """``send`` with the answer's headers saying ``Connection: close`` (and only that), if
-    ``when()`` as the answer starts."""
+def closing(send: Send) -> Send:
+    """``send`` with the answer's headers saying ``Connection: close`` (and only that)."""
 
     async def closing_send(message: Message) -> None:
-        if message["type"] == "http.response.start" and when():
-            headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
-            message = {**message, "headers": [*headers, (b"connection", b"close")]}
+        if message["type"] == "http.response.start":
+            message = _closed(message)
         await send(message)
 
     return closing_send
+
+
+def _closed(start: Message) -> Message:
+    headers = [(k, v) for k, v in start.get("headers", []) if k != b"connection"]
+    return {**start, "headers": [*headers, (b"connection", b"close")]}
