@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Iterator
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
@@ -107,12 +107,12 @@ class Replicas:
         # Another request may have loaded it meanwhile: every request shares one replica.
         return self._kept.get(name) or self.keep(Replica.from_meta(name, meta))
 
-    async def attempts(self, name: str) -> AsyncIterator[Attempt]:
+    def attempts(self, name: str) -> Iterator[Attempt]:
         """A request's attempts on the model's replica: each loads it (``async with``), and
         one that finds the replica replaced is given up for the next; the caller's body runs
         in place, and returns from the first that holds::
 
-            async for attempt in replicas.attempts(name):
+            for attempt in replicas.attempts(name):
                 async with attempt as rep:
                     return await work_on(rep)
             raise replicas.busy(name)
@@ -134,7 +134,7 @@ class Replicas:
 
     async def current(self, name: str) -> Replica:
         """This worker's replica brought up to the model's latest version."""
-        async for attempt in self.attempts(name):
+        for attempt in self.attempts(name):
             async with attempt as rep:
                 data = await self.store.sync(name, rep.weights.version)
                 unpacked = None

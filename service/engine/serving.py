@@ -108,7 +108,7 @@ class Learning:
 
     async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
         """Predict each example with the model's latest weights; keep them for feedback."""
-        async for attempt in self.replicas.attempts(name):
+        for attempt in self.replicas.attempts(name):
             async with attempt as rep:
                 xs = self.encode_batch(rep.config, batch)
                 queue = batcher_of(rep.queues, "predict", self.settings.max_batch)
@@ -198,7 +198,7 @@ class Learning:
         self, name: str, tokens: list[str], labels: list[Label], source: str
     ) -> list[Feedback | ServiceError]:
         """One model's items of a feedback request, in the group commit of its key's feedback."""
-        async for attempt in self.replicas.attempts(name):
+        for attempt in self.replicas.attempts(name):
             async with attempt as rep:
                 # A label that is none of the classes goes to the store too (as NO_CLASS):
                 # only the store knows whether the prediction is of this model at all.
@@ -277,7 +277,7 @@ class Learning:
         """Predict then learn each example in order, atomically, as a sequential perceptron;
         ``source``: the name of the key that sends them, which the history records."""
 
-        async for attempt in self.replicas.attempts(name):
+        for attempt in self.replicas.attempts(name):
             async with attempt as rep:
                 xs = self.encode_batch(rep.config, batch)
                 if len(xs) != len(labels):
