@@ -1,5 +1,5 @@
 """What ``perceptron models`` and its scikit-learn actions print, and the error that says a
-command's input is unusable: shared by ``manage.py`` and ``manage_sklearn.py``."""
+command's input is unusable: shared by ``models_command.py`` and ``models_sklearn.py``."""
 
 from __future__ import annotations
 

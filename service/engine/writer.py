@@ -5,13 +5,13 @@ Every /learn must be computed on the model's latest weights. When workers each c
 commit their own, a commit often finds the model changed by another worker's, catches up and
 computes again: the more workers, the more work thrown away, and requests can fail. Here one
 worker at a time, the writer, learns for the model: it holds a lease in Redis, renewed while it
-works; the other workers hand the examples they have checked (``handoff.py``) to the model's
-queue in Redis and wait for the answer. The writer takes the queue in order and learns
-everything waiting in one group commit (``group_commit.py``), so its replica is always current: no
-catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
+works; the other workers hand the examples they have checked (``store/ops/handoff.py``) to the
+model's queue in Redis and wait for the answer. The writer takes the queue in order and learns
+everything waiting in one group commit (``learn_commits.py``), so its replica is always current:
+no catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
 (in the same script that would queue its request); a writer with nothing left to do gives the
-lease up; a writer that dies leaves the lease to lapse, and a waiting worker takes it over,
-with the requests the dead writer had taken (``store/ops/parts.py``, ACQUIRE).
+lease up; a writer that dies leaves the lease to lapse, and a waiting worker takes it over, with
+the requests the dead writer had taken (``store/ops/parts.py``, ACQUIRE).
 
 A handed-off request is learned once or not at all: the commit that learns it also takes it
 off the queue's keys and pushes its answer, and refuses to learn it if it no longer waits
@@ -19,7 +19,7 @@ off the queue's keys and pushes its answer, and refuses to learn it if it no lon
 holder commits (the commit checks it, ops/learn.py): a writer that stalled past its lease and
 wakes up commits nothing (NotWriter), hands its own examples over like any other worker, and
 leaves the requests it had taken to the new holder, which took them back. And a commit is still
-guarded by the version it was computed on (``learn_commit.LearnCommits``).
+guarded by the version it was computed on (``learn_commits.LearnCommits``).
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class Writers:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
 
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
-        hand-overs are in flight share the next one (``group_commit.py``).
+        hand-overs are in flight share the next one (``batcher.py``).
         """
         if not self.one_writer:
             return await self.commits.queue(rep, examples)
