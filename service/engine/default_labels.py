@@ -11,7 +11,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from service.contract.store_protocol import DEFAULTS_PER_SWEEP, Meta, pending_life_s
+from service.contract.store_protocol import DEFAULTS_PER_SWEEP, pending_life_s
 from service.engine.learn_commits import time_bucket
 from service.engine.replica_cache import Replicas
 from service.errors import ServiceError
@@ -59,6 +59,7 @@ class DefaultLabels:
         self.clock = clock
         self.models: dict[str, Defaulting] = {}
         self._listed_at = -REFRESH_S
+        self._read: dict[str, tuple[str, Defaulting | None]] = {}  # by model: at which epoch
         self._noted = asyncio.Event()  # a model with a default label newly noted, or stop()
         self._stopped = False
 
@@ -70,19 +71,25 @@ class DefaultLabels:
             self._noted.set()
 
     async def refresh(self) -> None:
+        """The models with a default label, listed anew: each model's epoch and configuration
+        in one round trip, a configuration read again only when its epoch moved."""
         names = await self.store.model_names()
-        metas = await asyncio.gather(*(self.store.read_meta(n) for n in names))
         found: dict[str, Defaulting] = {}
-        for name, meta in zip(names, metas, strict=True):
-            try:
-                known = meta and defaulting(
-                    meta[Meta.EPOCH], ModelConfig.from_json(meta[Meta.CONFIG])
-                )
-            except (KeyError, ValueError, TypeError):
-                continue  # an unreadable model: Models.list_models logs it
-            if known:
-                found[name] = known
-        self.models = found
+        read: dict[str, tuple[str, Defaulting | None]] = {}
+        for name, got in zip(names, await self.store.configs(names), strict=True):
+            if got is None:
+                continue
+            epoch, config = got
+            known = self._read.get(name)
+            if known is None or known[0] != epoch:
+                try:
+                    known = (epoch, defaulting(epoch, ModelConfig.from_json(config)))
+                except (ValueError, TypeError):
+                    continue  # an unreadable model: Models.list_models logs it
+            read[name] = known
+            if known[1] is not None:
+                found[name] = known[1]
+        self._read, self.models = read, found
 
     async def sweep(self, name: str, known: Defaulting) -> int:
         """Sweep one model until none is due (or MOST_ROUNDS); how many it labelled."""

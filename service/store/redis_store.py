@@ -184,6 +184,17 @@ class Store:
             replies = await pipe.execute()
         return [None if e is None else text(e) for e in replies]
 
+    async def configs(self, names: Sequence[str]) -> list[tuple[str, str] | None]:
+        """Each model's epoch and configuration (None: no such model), in one round trip."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hmget(keys_of(name).meta, [Meta.EPOCH, Meta.CONFIG])
+            replies = await pipe.execute()
+        return [
+            None if epoch is None or config is None else (text(epoch), text(config))
+            for epoch, config in replies
+        ]
+
     async def default_made(self) -> bool:
         return bool(await self.client.exists(DEFAULT_MADE))
 
