@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import redis
@@ -177,3 +179,13 @@ def running(server: ServiceProcess) -> Iterator[ServiceProcess]:
         yield server
     finally:
         server.stop()
+
+
+def load_topology() -> ModuleType:
+    """``deploy/topology.py`` (nginx in front of replicas of the service), as a module."""
+    path = Path(__file__).resolve().parents[1] / "deploy" / "topology.py"
+    spec = importlib.util.spec_from_file_location("deploy_topology", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -15,7 +15,6 @@ two workers on a real redis-server, and nginx in front as deploy/ ships it.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -34,7 +33,7 @@ import pytest
 
 from service.settings import Settings
 
-from .servers import RedisServer, ServiceProcess, running
+from .servers import RedisServer, ServiceProcess, load_topology, running
 
 pytestmark = pytest.mark.servers
 
@@ -315,16 +314,8 @@ def test_nginx_passes_the_streams_unbuffered_and_holds_them_open() -> None:
     assert re.fullmatch(r"/models/[^/]+/events", "/models/m.1/events")
 
 
-def _load_topology() -> Any:
-    spec = importlib.util.spec_from_file_location("deploy_topology", ROOT / "deploy/topology.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_through_nginx_a_label_arrives_within_a_second() -> None:
-    topology = _load_topology()
+    topology = load_topology()
     t = topology.Topology(apis=1, workers=1, env={"PERCEPTRON_DEFAULT_MODEL": "false"}).start()
     try:
         with httpx.Client(base_url=t.url, headers=t.headers, timeout=10) as c:

@@ -19,7 +19,6 @@ What a client may see, and what must hold:
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import re
 import shutil
@@ -37,6 +36,8 @@ import numpy as np
 import psutil
 import pytest
 
+from .servers import load_topology
+
 pytestmark = pytest.mark.servers  # nginx, Redis and API processes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,15 +49,7 @@ WORKERS = 2
 # dead socket before use), so that many requests after the restart still get a quick 503.
 
 
-def _load_topology() -> Any:
-    spec = importlib.util.spec_from_file_location("deploy_topology", ROOT / "deploy/topology.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-topology = _load_topology()
+topology = load_topology()
 
 
 @pytest.fixture(scope="module")

@@ -274,8 +274,7 @@ class Caller:
         checked(self.principal, role, model)
 
     def allows(self, model: str) -> bool:
-        models = self.principal.models
-        return models is None or model in models
+        return allowed(self.principal, model)
 
     @property
     def source(self) -> str:
@@ -283,11 +282,16 @@ class Caller:
         return self.principal.name
 
 
+def allowed(principal: Principal, model: str) -> bool:
+    """Whether ``principal``'s key may use ``model`` (a key limited to some models)."""
+    return principal.models is None or model in principal.models
+
+
 def checked(principal: Principal, role: Role, model: str | None = None) -> Principal:
     """``principal``, once it may act in ``role`` (on ``model``, when one is named): else 403."""
     if principal.role < role:
         raise Forbidden(f"This key has the '{principal.role.name}' role; '{role.name}' is needed.")
-    if model is not None and principal.models is not None and model not in principal.models:
+    if model is not None and not allowed(principal, model):
         raise Forbidden(f"This key is not allowed to use model {model[:64]!r}.")
     return principal
 
