@@ -5,10 +5,12 @@ either worker may take it. A profile hook in each process (``request_probe/``) n
 
 What runs in the background within the window counts too (a compaction, a replica loaded by
 a worker that had not served the model yet): each kind is measured three times and the
-fewest files it ran is held to its limit, every run to the limit and a few more."""
+fewest files it ran is held to its limit, every run to the limit and a few more
+(``--log-cli-level=INFO`` shows the counts)."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from pathlib import Path
@@ -79,6 +81,7 @@ def test_each_request_runs_few_of_the_projects_files(redis_url: str, tmp_path: P
                 one.post("/feedback", json={"prediction_id": p["prediction_id"], "label": 1})
         runs = {r: [_files_run(service, tmp_path, r) for _ in range(RUNS)] for r in MOST}
     counts = {r: sorted(len(files) for files in runs[r]) for r in MOST}
+    logging.getLogger(__name__).info("files each request ran, per run: %s", counts)
     for route, most in MOST.items():
         files = min(runs[route], key=len)
         assert "service/api/learning_routes.py" in files  # the probe saw the request
