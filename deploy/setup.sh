@@ -84,3 +84,12 @@ if [ ! -f "$stamp" ] || [ "$lock" -nt "$stamp" ] || [ pyproject.toml -nt "$stamp
   touch "$stamp"
   say "installed in $((SECONDS - started)) s"
 fi
+
+# A copy of the client installed into .venv (the README's `pip install ./client`, run in this
+# venv) would shadow this checkout's client/, which the service and the tests import: removed.
+if ! .venv/bin/python -c 'import pathlib, perceptron_client as c, sys
+sys.exit(pathlib.Path("client").resolve() not in pathlib.Path(c.__file__).resolve().parents)' 2>/dev/null; then
+  say "removing the copy of perceptron-client installed into .venv: this checkout's client/ is used"
+  UV_PYTHON=.venv/bin/python VIRTUAL_ENV=.venv "$uv" pip uninstall --quiet perceptron-client \
+    || fail "uv could not remove the copy of perceptron-client installed into .venv"
+fi

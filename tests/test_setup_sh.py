@@ -96,6 +96,16 @@ def test_a_fresh_clone_installs_the_lock_exactly_beside_the_stock_pip(tmp_path: 
     # Set up once, it installs nothing the second time.
     again = setup(checkout, "test")
     assert again.returncode == 0 and "installing" not in again.stderr, again.stderr
+    # The README's `pip install ./client`, run in .venv, installs a copy that shadowed the
+    # clone's client/ (the doctests of client/ then failed to collect): setup removes it.
+    uv = checkout / ".venv" / "bin" / "uv"
+    subprocess.run([uv, "pip", "install", "--quiet", "--python", venv_python, "./client"],
+                   cwd=checkout, capture_output=True, timeout=300, check=True)  # fmt: skip
+    client = "import perceptron_client; print(perceptron_client.__file__)"
+    assert not run(venv_python, client).startswith(str(checkout / "client"))
+    mended = setup(checkout, "test")
+    assert mended.returncode == 0 and "removing the copy" in mended.stderr, mended.stderr
+    assert run(venv_python, client).startswith(str(checkout / "client")), run(venv_python, client)
 
 
 def test_an_install_that_fails_says_why(tmp_path: Path) -> None:
