@@ -20,10 +20,10 @@ from service.store.script import Runner, Script, status_of
 # or of another epoch is only taken off. While the model's writer holds it (``learn.py``),
 # nothing is done: {HELD, ms left}. Returns NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or
 # {DONE, labelled, the log's length (-1: unchanged), 1 when more are due, predictions still
-# awaiting a default}.
+# awaiting a default}. A model with challengers logs each label for them too (``clog``).
 SCRIPT = Script(
     "defaults",
-    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines"),
+    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
     parts=(parts.RECORD, parts.PENDING, parts.LABEL),
     body="""
@@ -52,7 +52,7 @@ for _, key in ipairs(due) do
     label_one(s, key, p, t, provenance, epoch, LIFE, DEFAULTED)
   end
 end
-local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP)
+local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP, CLOG)
 return {DONE, #s.marks, log_length, (#due == MOST) and 1 or 0, redis.call('ZCARD', DEADLINES)}
 """,
 )
