@@ -4,7 +4,9 @@ Keys (``ModelKeys.challengers``): ``chal`` (hash: id -> the challenger's configu
 ``cstate`` (hash: id -> its packed state, ``learner/challenger.py``, behind ``b"<position> "``:
 how many of the model's labels it had been given then) and ``clog`` (list: the entry of every
 labelled example since, in the order the model learned them; the first is label number
-``cbase`` of the model's stream). Meta's ``chn`` counts the challengers: while it is above 0,
+``cbase`` of the model's stream, as the model's ``seen`` counts them: while a model has
+challengers every label it counts is logged there, so ``cbase`` plus the log's length is its
+``seen``). Meta's ``chn`` counts the challengers: while it is above 0,
 every script that learns labels appends their entries to ``clog`` in the same step
 (``parts.LABEL``, ``learn.py``), so a challenger's state is its packed state replayed through
 the entries from its position on, the same on every worker. ``cgen`` moves with each add and
@@ -32,14 +34,19 @@ ADD = Script(
     args=("epoch", "id", "config", "tail", "version", "most#"),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_CHALLENGERS,
-  META_CHALLENGER_BASE)
+  META_CHALLENGER_BASE, META_SEEN)
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= EPOCH then return {STALE_EPOCH} end
 if redis.call('HEXISTS', CHAL, ID) == 1 then return {NAME_TAKEN} end
 local n = tonumber(st[3] or '0')
 if n >= MOST then return {TOO_MANY} end
 if VERSION ~= '' and st[2] ~= VERSION then return {STALE_COPY} end
-local position = tonumber(st[4] or '0') + redis.call('LLEN', CLOG)
+if n == 0 then  -- the labels' log starts here: labels are numbered as the model counts them
+  redis.call('DEL', CLOG)
+  st[4] = st[5] or '0'
+  redis.call('HSET', META, META_CHALLENGER_BASE, st[4])
+end
+local position = tonumber(st[4]) + redis.call('LLEN', CLOG)
 redis.call('HSET', CHAL, ID, CONFIG)
 redis.call('HSET', CSTATE, ID, string.format('%d', position) .. ' ' .. TAIL)
 redis.call('HSET', META, META_CHALLENGERS, n + 1)
