@@ -23,6 +23,23 @@ from service.errors import Conflict, NotFound
 from service.store.keys import keys_of
 from service.store.script import Arg, Runner, Script, raw, status_of, text
 
+# Shared by the scripts that label pending predictions (feedback.py, defaults.py): the entries
+# of the labels a script learned (``s.recent`` of parts.LABEL), appended to ``clog`` when the
+# model has challengers. Returns the log's length then (-1: nothing appended).
+LOG_LABELS = """
+local function log_labels(meta, clog, entries)
+  local length = -1
+  if #entries == 0 or tonumber(redis.call('HGET', meta, META_CHALLENGERS) or '0') <= 0 then
+    return length
+  end
+  for i = 1, #entries, UNPACK_CHUNK do
+    length = redis.call('RPUSH', clog, unpack(entries, i, math.min(i + UNPACK_CHUNK - 1,
+      #entries)))
+  end
+  return length
+end
+"""
+
 # ID: the challenger's id, CONFIG its configuration's JSON, TAIL its packed state but the
 # position (the script puts the model's labels so far in front); VERSION: the served version
 # the state was copied from ('' when it starts from zeros), MOST: challengers a model may

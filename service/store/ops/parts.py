@@ -331,12 +331,11 @@ end
 # uses RECORD and PENDING). A state ``s`` from labels_begin gathers what each label adds;
 # label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``
 # (a string) and answers it, ``by`` '' or DEFAULTED (counted apart); labels_end writes it all
-# and returns the log's length (-1: no entry added). A model with challengers has every label's
-# entry appended to ``clog`` too (``challengers.py``), its length then in ``s.clog`` (else -1).
+# and returns the log's length (-1: no entry added).
 LABEL = """
 local function labels_begin(version, seen)
   return {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
-    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0, clog = -1}
+    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0}
 end
 local function label_one(s, key, p, t, provenance, epoch, life, by)
   local served, ti = tonumber(string.sub(p, SERVED_AT, SERVED_END)), tonumber(t)
@@ -365,15 +364,7 @@ local function label_one(s, key, p, t, provenance, epoch, life, by)
     'EX', life)
   return m, updated, s.version
 end
-local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bucket, keep,
-    clog)
-  s.clog = -1
-  if #s.recent > 0 and tonumber(redis.call('HGET', meta, META_CHALLENGERS) or '0') > 0 then
-    for i = 1, #s.recent, UNPACK_CHUNK do
-      s.clog = redis.call('RPUSH', clog, unpack(s.recent, i, math.min(i + UNPACK_CHUNK - 1,
-        #s.recent)))
-    end
-  end
+local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bucket, keep)
   -- Answered predictions no longer count as pending: their bytes leave their buckets.
   for b, size in pairs(s.answered) do
     local held = tonumber(redis.call('HGET', pend, b))
