@@ -113,7 +113,8 @@ class Challengers:
         now = await self.standing(name)
         return {
             "model": name,
-            "labels": now.position,
+            # (while it has challengers, every label the model counts is in their log)
+            "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
             "served": served_figures(now),
             "challengers": [figures(id, s, weights) for id, s in now.states.items()],
         }
