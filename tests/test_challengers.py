@@ -184,6 +184,15 @@ def test_challengers_learn_every_label_as_the_reference_does(service: ServicePro
     got = check(url, name, refs)
     assert got["labels"] == 360 and got["served"]["seen"] == 360
     assert served_mistakes <= got["served"]["mistakes"]
+    # /metrics: each challenger's figures, labelled with its id
+    text = call(url, "GET", "/metrics").text
+    for id, ref in refs.items():
+        where = f'learner="{id}",model="{name}"'
+        assert f"perceptron_challenger_mistakes_total{{{where}}} {float(ref.mistakes)}" in text
+        assert f"perceptron_challenger_seen_total{{{where}}} {float(ref.seen)}" in text
+        assert f"perceptron_challenger_updates_total{{{where}}} {float(ref.updates)}" in text
+        rate = ref.figures()["mistake_rate"]["last_100"]
+        assert f'perceptron_challenger_mistake_rate{{{where},window="100"}} {rate}' in text
     # the log was folded into the states on the way (it never holds COMPACT_EVERY long)
     db = redis.Redis.from_url(service_redis(service))
     assert db.llen(f"pcp:{{{name}}}:clog") < COMPACT_EVERY + 25
