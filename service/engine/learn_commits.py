@@ -153,6 +153,8 @@ class LearnCommits:
             if isinstance(res, RequestsGone):
                 return res
             if isinstance(res, Challenged):  # nothing written: not an attempt on the model
+                if rep.challenged:  # (sent with its labels: the store would refuse it again)
+                    raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")
                 rep.challenged = True
                 continue
             attempts += 1
