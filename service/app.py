@@ -20,6 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
 from service.api import (
+    challenger_routes,
     dashboard,
     docs,
     events,
@@ -108,6 +109,7 @@ def create_app(
 def _add_routes(app: FastAPI) -> None:
     app.include_router(learning_routes.router)  # first: the hot routes match soonest
     app.include_router(model_routes.router)
+    app.include_router(challenger_routes.router)
     app.include_router(events.router)
     app.include_router(health.router)
     app.include_router(dashboard.router)

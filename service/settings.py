@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     compact_every: int = Field(
         default=1000, ge=1, description="Fold the update log into a snapshot past this length."
     )
+    max_challengers: int = Field(
+        default=8, ge=0, le=64, description="Challengers a model may have at most."
+    )
     history_keep_s: int = Field(
         default=3600,
         ge=0,

@@ -66,6 +66,7 @@ from service.contract import store_protocol as protocol
 from service.contract.names import ISSUED_BYTES, issued_ms, new_token
 from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
+from service.learner.challenger import ChallengerState, challenger_config, start_state
 from service.learner.codec import pack_weights
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
@@ -125,6 +126,16 @@ TRAINERS = ("alice", "bob")
 ADMIN = "root"
 RESET, IMPORT = Reason.BEFORE_RESET, Reason.BEFORE_IMPORT
 
+# Challengers (two ids a model, so never more than it may have), each setting valid for every
+# configuration above; "from": "served" too, refused where the rows differ.
+CHALLENGER_IDS = ("c1", "c2")
+CHALLENGERS: list[dict[str, Any]] = [
+    {"averaged": True},
+    {"algorithm": "pa1", "C": 0.1},
+    {"multiclass": "ovo", "learning_rate": 0.5, "margin": 0.25},
+    {"algorithm": "pa2", "multiclass": "ovr"},
+]
+
 values = st.integers(-3, 3).map(float) | st.sampled_from([0.5, -1e-3, 1e3])
 
 
@@ -169,6 +180,7 @@ class Ref:
     checkpoints: dict[int, Kept] = field(default_factory=dict)
     last_id: int = 0  # the id of the last checkpoint made
     delays: int = 0  # labels whose delay the service counted (feedback applied)
+    challengers: dict[str, ChallengerState] = field(default_factory=dict)
 
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
@@ -219,6 +231,8 @@ class Ref:
         apply(cfg, w, x, plan, w.seen)
         if updated:
             self.kept.append(Update(x, raw, t, w.seen, source))
+        for challenger in self.challengers.values():  # every label, in the model's order
+            challenger.learn(x, t)
         return mistake, updated
 
     # -- history -------------------------------------------------------------------------
@@ -534,6 +548,9 @@ class Service(RuleBasedStateMachine):
         if ref is None:
             self.expect(r, 404, "model_not_found")
             return
+        if ref.challengers:
+            self.expect(r, 409, "model_has_challengers")
+            return
         self.expect(r, 200)
         zeros = Weights.zeros(ref.config)
         ref.replaced(zeros, dict.fromkeys(COUNTERS, 0), {}, next(self.generations), RESET, [])
@@ -554,6 +571,9 @@ class Service(RuleBasedStateMachine):
         there = self.models.get(into)
         if there is not None and there.config != ref.config:
             self.expect(imported, 409, "model_exists")  # delete it first
+            return
+        if there is not None and there.challengers:
+            self.expect(imported, 409, "model_has_challengers")
             return
         self.expect(imported, 200)
         carried = [ref.checkpoints[i] for i in sorted(ref.checkpoints)] if carry else []
@@ -599,6 +619,60 @@ class Service(RuleBasedStateMachine):
             doc["counters"] = {**doc["counters"], "mistakes": doc["seen"] + 1}
         self.expect(self.call("POST", f"/models/{name}/import", doc), 422, "invalid_import")
 
+    # -- challengers -----------------------------------------------------------------------
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        id=st.sampled_from(CHALLENGER_IDS),
+        pick=st.sampled_from(range(len(CHALLENGERS))),
+        served=st.booleans(),
+    )
+    def add_challenger(self, name: str, id: str, pick: int, served: bool) -> None:
+        """A challenger from zeros or from the served weights as they are: it learns every
+        label from here on, counted by progressive validation."""
+        body = {**CHALLENGERS[pick], **({"from": "served"} if served else {})}
+        r = self.call("PUT", f"/models/{name}/challengers/{id}", body)
+        ref = self.models.get(name)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return
+        if id in ref.challengers:
+            self.expect(r, 409, "challenger_exists")
+            return
+        config = challenger_config(ref.config, CHALLENGERS[pick])
+        if served and config.n_rows != ref.config.n_rows:
+            self.expect(r, 422, "invalid_challenger")
+            return
+        got = self.expect(r, 201)
+        state = start_state(config, ref.weights if served else None)
+        state.position = ref.counters["seen"]
+        ref.challengers[id] = state
+        assert (got["since"], got["seen"]) == (state.position, 0), got
+
+    @rule(name=st.sampled_from(NAMES), id=st.sampled_from(CHALLENGER_IDS))
+    def delete_challenger(self, name: str, id: str) -> None:
+        r = self.call("DELETE", f"/models/{name}/challengers/{id}")
+        ref = self.models.get(name)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+        elif ref.challengers.pop(id, None) is None:
+            self.expect(r, 404, "challenger_not_found")
+        else:
+            self.expect(r, 204)
+
+    def challengers_hold(self, name: str, ref: Ref) -> None:
+        """Each challenger's figures and weights, bit for bit, beside the served counters."""
+        got = self.expect(self.call("GET", f"/models/{name}/challengers?weights=true"), 200)
+        assert got["labels"] == got["served"]["seen"] == ref.counters["seen"], got
+        assert [c["id"] for c in got["challengers"]] == sorted(ref.challengers)
+        for c in got["challengers"]:
+            want = ref.challengers[c["id"]]
+            assert (c["seen"], c["mistakes"], c["updates"]) == (
+                want.seen, want.mistakes, want.updates,
+            ), (name, c)  # fmt: skip
+            assert c["mistake_rate"] == want.rates(), (name, c)
+            assert c["weights"] == {"w": want.weights.w.tolist(), "b": want.weights.b.tolist()}
+
     # -- history -------------------------------------------------------------------------
 
     def rolled_back_to_version(self, name: str, pick: int) -> None:
@@ -614,6 +688,9 @@ class Service(RuleBasedStateMachine):
         r = self.call("POST", f"/models/{name}/rollback", {"version": v})
         if not ref.start <= v <= ref.version:
             self.expect(r, 409, "version_not_kept")
+            return
+        if ref.challengers:
+            self.expect(r, 409, "model_has_challengers")
             return
         got = self.expect(r, 200)
         before = ref.rollback_to_version(v)
@@ -639,6 +716,9 @@ class Service(RuleBasedStateMachine):
             return
         if id not in ref.checkpoints:
             self.expect(r, 404, "checkpoint_not_found")
+            return
+        if ref.challengers:
+            self.expect(r, 409, "model_has_challengers")
             return
         got = self.expect(r, 200)
         version = ref.checkpoints[id].version
@@ -731,6 +811,11 @@ class Service(RuleBasedStateMachine):
         r = self.call("POST", f"/models/{name}/undo", body)
         if ref is None:
             self.expect(r, 404, "model_not_found")
+            return
+        if ref.challengers and any(
+            (source is None or u.source == source) and start <= (u.ms or 0) < stop for u in ref.kept
+        ):
+            self.expect(r, 409, "model_has_challengers")
             return
         got = self.expect(r, 200)
         removed, before = ref.undo(source, start, stop)
@@ -1017,6 +1102,7 @@ class Service(RuleBasedStateMachine):
                 ref.delays,
             )
             self.checkpoints_listed(name)
+            self.challengers_hold(name, ref)
 
 
 class Raced(Exception):

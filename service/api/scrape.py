@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api import examples
 from service.api.routing import Caller, Reader
-from service.contract.store_protocol import pending_life_s
+from service.contract.store_protocol import Meta, pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
 from service.learner import ModelConfig
@@ -48,10 +49,15 @@ async def read_exposition(who: Caller) -> bytes:
     condition = await worker.models.readiness()
     serving = Serving(ready=condition.ok, pending_max=worker.settings.max_pending_bytes)
     rows: list[Row] = []
+    challengers: list[tuple[str, list[dict[str, Any]]]] = []
     if condition.code != STORE_UNAVAILABLE:
         try:
             serving.memory.extend(await worker.store.read_memory())
             rows = await _read_models(who)
+            for name, _, obs in rows:  # only the models that have challengers: replayed
+                if int(obs.meta.get(Meta.CHALLENGERS, 0) or 0) > 0:
+                    shown = await worker.challengers.show(name)
+                    challengers.append((name, shown["challengers"]))
             ttls = [
                 (name, pending_life_s(config.feedback_ttl_s, config.default_label is not None))
                 for name, config, _ in rows
@@ -61,7 +67,7 @@ async def read_exposition(who: Caller) -> bytes:
             pass
         except StoreError as e:  # Redis went away since the readiness check
             log.warning("/metrics without the figures read from Redis: %s", e)
-    return exposition(rows, serving)
+    return exposition(rows, serving, challengers)
 
 
 async def _read_models(who: Caller) -> list[Row]:

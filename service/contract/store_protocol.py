@@ -48,6 +48,9 @@ class Status(IntEnum):
     LEASED = 6  # the caller holds the model's lease (HANDOFF, CLAIM, TAKE {6, requests...})
     REPLIED = 7  # WITHDRAW: the request was answered meanwhile, {7, answer}
     NOT_STAGED = 8  # weights staged for the script are missing or not whole: nothing done
+    HAS_CHALLENGERS = 9  # REPLACE, ROLLBACK, UNDO: refused while the model has challengers
+    CHALLENGED = 10  # LEARN: the model has challengers and the commit carried no labels
+    TOO_MANY = 11  # a challenger added to a model that has as many as it may
 
 
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
@@ -203,6 +206,12 @@ class Meta:
     PAST_BASE = "pastck"
     PAST_VERSION = "pastv"
     PAST_IN = "pastin"
+    # Challengers (store/ops/challengers.py): how many the model has (0 or absent: none, and
+    # no label is logged for them), a count bumped by each add and removal, and the position
+    # in the labels' stream of the first entry ``clog`` holds.
+    CHALLENGERS = "chn"
+    CHALLENGER_GEN = "cgen"
+    CHALLENGER_BASE = "cbase"
 
     @classmethod
     def fields(cls) -> dict[str, str]:

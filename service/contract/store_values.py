@@ -55,6 +55,7 @@ class LearnBatch:
     cells: dict[str, int]
     entries: list[bytes]  # the log entries of the examples that updated, in order
     recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
+    labels: list[bytes] | None = None  # every example's entry, for the model's challengers
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class FeedbackBatch:
     version: int
     log_length: int
     items: list[FeedbackItem]
+    label_log: int = -1  # the challengers' labels' log length after it (-1: none added)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +121,13 @@ class LearnResult:
     version: int
     seen: int
     log_length: int
+    label_log: int = -1  # the challengers' labels' log length after it (-1: none added)
+
+
+@dataclass(frozen=True, slots=True)
+class Challenged:
+    """A learn commit refused: the model has challengers, and the commit carried no labels for
+    them (the worker learns that the model has some, and commits again)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,8 +106,8 @@ class DefaultLabels:
                 DEFAULTS_PER_SWEEP,
             )
             labelled += swept.labelled
-            if swept.log_length >= 0:
-                self.replicas.compact_after(name, swept.log_length)
+            if swept.log_length >= 0 or swept.label_log >= 0:
+                self.replicas.compact_after(name, swept.log_length, swept.label_log)
             if not swept.more:
                 break
         return labelled

@@ -10,19 +10,21 @@ from __future__ import annotations
 import asyncio
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from itertools import accumulate, islice
 
 from service.contract.learn_wire import pack_answer
 from service.contract.store_protocol import one_source_counts, source_counts
-from service.contract.store_values import Bucket, Lease, Made, RequestsGone, SyncData
+from service.contract.store_values import Bucket, Challenged, Lease, Made, RequestsGone, SyncData
 from service.engine.batcher import Batcher, Span, batcher_of
+from service.engine.challengers import label_entries
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
-from service.engine.sequence import run_sequence
+from service.engine.sequence import LearnedSequence, run_sequence
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance
-from service.learner.perceptron import apply, seen_depended
+from service.learner.perceptron import Weights, apply, seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
@@ -126,25 +128,14 @@ class LearnCommits:
         now_ms = int(1000 * self.clock())
         heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
         provs = [heads[src] for _, _, src in examples]
-        only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
-        sources = [src for _, _, src in examples] if only is None else []
+        sources = [src for _, _, src in examples] if len(heads) > 1 else []
         r2 = max(x.sq_norm for x in xs)
-        for _ in range(self.settings.learn_attempts):
+        attempts = 0
+        while attempts < self.settings.learn_attempts:
             base = rep.weights
             seen = seen_depended(cfg, base)
             made = Made(base.version, "" if seen is None else seen, r2)
-            seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
-            b = seq.batch
-            b.cells.update(
-                source_counts(sources, seq.served, ts, seq.updated)
-                if only is None
-                else one_source_counts(only, b.n, b.mistakes, len(b.entries))
-            )
-            before = list(accumulate(seq.updated, initial=made.version))  # version before each
-            answers = [
-                (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b]))
-                for tag, a, b in spans
-            ]
+            seq, answers = self._sequence(rep, base, (xs, ts, provs), sources, heads, spans)
             try:
                 res = await self.store.commit_learn(
                     rep.name,
@@ -161,6 +152,12 @@ class LearnCommits:
                 raise  # it did not run: not sent, or refused (a 503 that says to retry)
             if isinstance(res, RequestsGone):
                 return res
+            if isinstance(res, Challenged):  # nothing written: not an attempt on the model
+                if rep.challenged:  # (sent with its labels: the store would refuse it again)
+                    raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")
+                rep.challenged = True
+                continue
+            attempts += 1
             if isinstance(res, SyncData):
                 self.replicas.apply_sync(rep, res)
                 continue
@@ -169,7 +166,8 @@ class LearnCommits:
                 if seq.last is not None:
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
-            self.replicas.compact_after(rep.name, res.log_length)
+            self.replicas.compact_after(rep.name, res.log_length, res.label_log)
+            rep.challenged = res.label_log >= 0
             labels = map(cfg.classes.__getitem__, seq.served)
             mistakes = map(operator.ne, seq.served, ts)
             versions = islice(accumulate(seq.updated, initial=made.version), 1, None)
@@ -178,3 +176,33 @@ class LearnCommits:
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
             "attempts to learn; retry shortly."
         )
+
+    @staticmethod
+    def _sequence(
+        rep: Replica,
+        base: Weights,
+        learned: tuple[list[Example], list[int], list[bytes]],
+        sources: list[str],
+        heads: dict[str, bytes],
+        spans: list[Span],
+    ) -> tuple[LearnedSequence, list[tuple[str, bytes]]]:
+        """The examples learned on ``base``, as the commit sends them, and the answer of each
+        handed-off request in it; with every example's entry for the model's challengers
+        when it has some."""
+        xs, ts, provs = learned
+        cfg = rep.config
+        seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
+        b = seq.batch
+        only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
+        b.cells.update(
+            source_counts(sources, seq.served, ts, seq.updated)
+            if only is None
+            else one_source_counts(only, b.n, b.mistakes, len(b.entries))
+        )
+        if rep.challenged:
+            seq.batch = replace(b, labels=label_entries(cfg, rep.epoch, xs, ts, seq.served, provs))
+        before = list(accumulate(seq.updated, initial=base.version))  # version before each
+        answers = [
+            (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b])) for tag, a, b in spans
+        ]
+        return seq, answers

@@ -32,10 +32,15 @@ class Replica:
     log entries goes through :meth:`catch_up`, which applies each entry once, in log order.
     """
 
-    def __init__(self, name: str, config: ModelConfig, epoch: str) -> None:
+    def __init__(
+        self, name: str, config: ModelConfig, epoch: str, challenged: bool = False
+    ) -> None:
         self.name = name
         self.config = config
         self.epoch = epoch
+        # Whether the model has challengers, as last seen: its learn commits then carry every
+        # example's entry for them (a commit without, when it has some, is refused: learn.py)
+        self.challenged = challenged
         self.weights = Weights.zeros(config)
         self.weights.version = -1
         w = self.weights  # every later copy of the weights has the same arrays' sizes
@@ -44,7 +49,8 @@ class Replica:
 
     @classmethod
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
-        return cls(name, ModelConfig.from_json(meta[Meta.CONFIG]), meta[Meta.EPOCH])
+        config, epoch = ModelConfig.from_json(meta[Meta.CONFIG]), meta[Meta.EPOCH]
+        return cls(name, config, epoch, int(meta.get(Meta.CHALLENGERS, 0)) > 0)
 
     def needs_snapshot(self, data: SyncData) -> bool:
         """Whether ``catch_up`` would load the snapshot ``data`` carries."""

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
+from service.engine.challengers import fold_quietly
 from service.engine.replica import Replica
 from service.errors import (
     InvalidInput,
@@ -177,14 +178,27 @@ class Replicas:
         rep.catch_up(data)
         self.compact_after(rep.name, len(data.entries))
 
-    def compact_after(self, name: str, log_length: int) -> None:
-        """Compact the model once its log holds ``compact_every`` entries."""
+    def compact_after(self, name: str, log_length: int, label_log: int = -1) -> None:
+        """Compact the model once its log holds ``compact_every`` entries; fold its
+        challengers' states forward once their labels' log (``label_log`` long) does."""
+        if label_log >= self.settings.compact_every:
+            self._fold(name)
         if log_length < self.settings.compact_every or name in self._compacting:
             return
         self._compacting.add(name)
         task = asyncio.create_task(self._compact(name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _fold(self, name: str) -> None:
+        key = "challengers:" + name
+        if key in self._compacting:
+            return
+        self._compacting.add(key)
+        task = asyncio.create_task(fold_quietly(self.store, name))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: self._compacting.discard(key))
 
     async def _compact(self, name: str) -> None:
         try:

@@ -268,7 +268,7 @@ class Learning:
                 raise ModelBusy(f"Model {rep.name!r} stayed held by its writer; retry shortly.")
             wait_s = min(batch.ms / 1000, HOLD_WAIT_S, left)
         out = answers(rep.config, batch, late_s)
-        self.replicas.compact_after(rep.name, batch.log_length)
+        self.replicas.compact_after(rep.name, batch.log_length, batch.label_log)
         return out
 
     async def learn(

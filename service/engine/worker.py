@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from service.engine.serving import Learning
 from service.models.admin import Models
+from service.models.challengers import Challengers
 from service.models.history_ops import History
 from service.settings import Settings
 from service.store import Store
@@ -28,6 +29,7 @@ class Worker:
         self.history = History(self.models)
         self.replicas = self.models.replicas
         self.learning = Learning(store, settings, self.replicas, clock)
+        self.challengers = Challengers(store, settings, self.replicas)
         self._sweep: asyncio.Task[None] | None = None
 
     def start(self) -> None:

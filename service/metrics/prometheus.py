@@ -11,6 +11,7 @@ import logging
 import math
 import os
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -200,8 +201,45 @@ class ModelCollector:
         yield from families
 
 
+class ChallengerCollector:
+    """Each challenger's figures (``models/challengers.py``'s, by model), labelled ``learner``
+    with its id."""
+
+    def __init__(self, shown: list[tuple[str, list[dict[str, Any]]]]) -> None:
+        self.shown = shown
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["model", "learner"]
+        counts = {
+            "seen": "Labelled examples a challenger learned since it was added.",
+            "mistakes": "A challenger's mistakes, by progressive validation.",
+            "updates": "Labelled examples that changed a challenger's weights.",
+        }
+        families = {
+            k: CounterMetricFamily(f"perceptron_challenger_{k}", help_, labels=labels)
+            for k, help_ in counts.items()
+        }
+        rate = GaugeMetricFamily(
+            "perceptron_challenger_mistake_rate",
+            "A challenger's mistake rate over all it learned, or the last 100 or 1000.",
+            labels=[*labels, "window"],
+        )
+        windows = {"all": "all", "last_100": "100", "last_1000": "1000"}
+        for model, challengers in self.shown:
+            for c in challengers:
+                for k, family in families.items():
+                    family.add_metric([model, c["id"]], float(c[k]))
+                for key, window in windows.items():
+                    if c["mistake_rate"][key] is not None:
+                        rate.add_metric([model, c["id"], window], c["mistake_rate"][key])
+        yield from families.values()
+        yield rate
+
+
 def exposition(
-    models: Iterable[tuple[str, ModelConfig, Observations]], serving: Serving | None = None
+    models: Iterable[tuple[str, ModelConfig, Observations]],
+    serving: Serving | None = None,
+    challengers: list[tuple[str, list[dict[str, Any]]]] | None = None,
 ) -> bytes:
     """The text format of the HTTP figures (every worker's), the models' figures, and the
     replica's serving state (``serving.py``) when given."""
@@ -217,4 +255,6 @@ def exposition(
     models_registry.register(ModelCollector(list(models)))
     if serving is not None:
         models_registry.register(ServingCollector(serving))
+    if challengers:
+        models_registry.register(ChallengerCollector(challengers))
     return data + generate_latest(models_registry)

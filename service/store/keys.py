@@ -141,6 +141,20 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:a:{token}"
 
     @property
+    def challengers(self) -> tuple[str, str, str]:
+        """The challengers' keys (``ops/challengers.py``): id -> configuration JSON; id ->
+        packed state; the labels' log (every labelled example since their states)."""
+        return (
+            f"{PREFIX}:{{{self.name}}}:chal",
+            f"{PREFIX}:{{{self.name}}}:cstate",
+            f"{PREFIX}:{{{self.name}}}:clog",
+        )
+
+    @property
+    def clog(self) -> str:
+        return self.challengers[2]
+
+    @property
     def all(self) -> tuple[str, ...]:
         """Every key of the model but its pending predictions (those expire on their own)."""
         return (

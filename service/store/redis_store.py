@@ -20,6 +20,7 @@ from service.store import usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
 from service.store.ops import (
     SCRIPTS,
+    challengers,
     claim,
     compact,
     create,
@@ -119,6 +120,11 @@ class Store:
     rollback = rollback.rollback
     undo_updates = undo.undo
     forget_history = forget.forget
+    # challengers (ops/challengers.py)
+    read_challengers = challengers.read
+    add_challenger = challengers.add
+    remove_challenger = challengers.remove
+    fold_challengers = challengers.fold
     # one writer per model (ops/learn.py)
     hand_off = handoff.hand_off
     claim_writer = claim.claim

@@ -26,7 +26,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from service.contract.store_protocol import LUA, Status
 from service.contract.store_values import SyncData
-from service.errors import ModelNotFound, ModelStateLost, StaleModel
+from service.errors import Conflict, ModelNotFound, ModelStateLost, StaleModel
 from service.store.keys import ModelKeys
 
 Arg = bytes | str | int | float
@@ -141,7 +141,20 @@ def status_of(store: Runner, name: str, reply: list[Any]) -> Status:
         raise StaleModel(name)
     if status == Status.STATE_LOST:
         raise state_lost(store, name, text(reply[1]))
+    if status == Status.HAS_CHALLENGERS:
+        raise has_challengers(name)
     return Status(status)
+
+
+def has_challengers(name: str) -> Conflict:
+    """A rollback, an undo, an import or a reset refused: the model has challengers, whose
+    states follow its stream of labels and would not follow such a change exactly."""
+    return Conflict(
+        f"Model {name!r} has challengers: delete them first (DELETE "
+        f"/models/{name}/challengers/<id>); a rollback, an undo, an import or a reset would "
+        "leave them learning a stream the model no longer has.",
+        code="model_has_challengers",
+    )
 
 
 def state_lost(store: Runner, name: str, what: str) -> ModelStateLost:

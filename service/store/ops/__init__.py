@@ -36,6 +36,7 @@ served from zeros.
 """
 
 from service.store.ops import (
+    challengers,
     claim,
     compact,
     create,
@@ -80,6 +81,6 @@ OPS = (
     refuse,
     withdraw,
 )
-SCRIPTS: tuple[Script, ...] = tuple(op.SCRIPT for op in OPS)
+SCRIPTS: tuple[Script, ...] = (*(op.SCRIPT for op in OPS), *challengers.SCRIPTS)
 # Those sent behind a blocking wait, loaded on each new connection (store/connect.py).
 WAITED: tuple[Script, ...] = tuple(s for s in SCRIPTS if s.waited)

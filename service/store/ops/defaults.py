@@ -9,23 +9,23 @@ from dataclasses import dataclass
 from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket
 from service.store.keys import keys_of
-from service.store.ops import parts
+from service.store.ops import challengers, parts
 from service.store.script import Runner, Script, status_of
 
-# EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE:
-# how long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this
-# time bucket and the buckets kept; NOW_MS: recorded with each update (its source is
-# DEFAULT_SOURCE); MOST: predictions labelled at most. The keys in ``deadlines`` whose deadline
-# (Redis's clock) has passed are labelled in deadline order: a record answered already, gone,
-# or of another epoch is only taken off. While the model's writer holds it (``learn.py``),
-# nothing is done: {HELD, ms left}. Returns NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or
-# {DONE, labelled, the log's length (-1: unchanged), 1 when more are due, predictions still
-# awaiting a default}.
+# EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE: how
+# long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this time bucket
+# and the buckets kept; NOW_MS: recorded with each update (its source is DEFAULT_SOURCE); MOST:
+# predictions labelled at most. The keys in ``deadlines`` whose deadline (Redis's clock) has passed
+# are labelled in deadline order: a record answered already, gone, or of another epoch is only taken
+# off. While the model's writer holds it (``learn.py``), nothing is done: {HELD, ms left}. Returns
+# NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or {DONE, labelled, the log's length (-1: unchanged), 1
+# when more are due, predictions still awaiting a default, the labels' log length (-1: none added)}.
+# A model with challengers logs each label for them too (``clog``).
 SCRIPT = Script(
     "defaults",
-    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines"),
+    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
-    parts=(parts.RECORD, parts.PENDING, parts.LABEL),
+    parts=(parts.RECORD, parts.PENDING, parts.LABEL, challengers.LOG_LABELS),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
 local epoch = st[1]
@@ -53,7 +53,9 @@ for _, key in ipairs(due) do
   end
 end
 local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP)
-return {DONE, #s.marks, log_length, (#due == MOST) and 1 or 0, redis.call('ZCARD', DEADLINES)}
+local label_log = log_labels(META, CLOG, s.recent)
+return {DONE, #s.marks, log_length, (#due == MOST) and 1 or 0, redis.call('ZCARD', DEADLINES),
+  label_log}
 """,
 )
 
@@ -69,6 +71,7 @@ class Swept:
     more: bool = False
     waiting: int = 0
     held_ms: int = 0
+    label_log: int = -1  # the challengers' labels' log length after it (-1: none added)
 
 
 async def apply_defaults(
@@ -100,4 +103,5 @@ async def apply_defaults(
     if int(reply[0]) == Status.HELD:
         return Swept(held_ms=int(reply[1]))
     status_of(store, name, reply)
-    return Swept(int(reply[1]), int(reply[2]), bool(int(reply[3])), int(reply[4]))
+    more, label_log = bool(int(reply[3])), int(reply[5]) if len(reply) > 5 else -1
+    return Swept(int(reply[1]), int(reply[2]), more, int(reply[4]), label_log=label_log)

@@ -53,7 +53,8 @@ async def delete(store: Runner, name: str) -> bool:
     sharded = store.sharded
     # (the four named first, then the others: the state keys, then the rest)
     named = {keys.meta, keys.snap, keys.checkpoints, keys.checkpoint_info}
-    others = [k for k in (*keys.all, *keys.handover, *keys.history) if k not in named]
+    kinds = (*keys.all, *keys.handover, *keys.history, *keys.challengers)
+    others = [k for k in kinds if k not in named]
     reply = await store.run(
         SCRIPT,
         SCRIPT.key_list(keys, rest=[*others, *registry(sharded)]),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.store.keys import keys_of
-from service.store.ops import parts
+from service.store.ops import challengers, parts
 from service.store.script import Runner, Script, status_of
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
@@ -31,10 +31,11 @@ from service.store.script import Runner, Script, status_of
 # duplicate, unknown, expired, a conflict) goes through, as it cannot make that commit stale.
 # An answer is kept LIFE seconds after it was given, so that the same feedback sent again
 # within that time is a duplicate; its prediction's bytes no longer count as pending.
-# Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version,
-# log length, then per prediction: status (DONE, DUPLICATE, UNKNOWN, EXPIRED, CONFLICT,
-# BAD_LABEL), mistake, updated, version (for CONFLICT: the class index given before), 1 when
-# the prediction was labelled by default (DUPLICATE, CONFLICT) else 0}
+# A model with challengers logs each label applied for them too (``clog``, challengers.LOG_LABELS).
+# Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version, log
+# length, labels' log length (-1: none added), then per prediction: status (DONE, DUPLICATE,
+# UNKNOWN, EXPIRED, CONFLICT, BAD_LABEL), mistake, updated, version (for CONFLICT: the class index
+# given before), 1 when the prediction was labelled by default (DUPLICATE, CONFLICT) else 0}
 SCRIPT = Script(
     "feedback",
     keys=(
@@ -48,6 +49,7 @@ SCRIPT = Script(
         "hold",
         "deadlines",
         "delays",
+        "clog",
     ),  # fmt: skip
     args=(
         "epoch",
@@ -63,7 +65,7 @@ SCRIPT = Script(
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(parts.RECORD, parts.PENDING, parts.LABEL),
+    parts=(parts.RECORD, parts.PENDING, parts.LABEL, challengers.LOG_LABELS),
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
@@ -161,6 +163,8 @@ end
 for b, c in pairs(delayed) do redis.call('HINCRBY', DELAYS, b, c) end
 if delay_ms > 0 then redis.call('HINCRBY', DELAYS, FIELD_DELAY_MS, delay_ms) end
 local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP)
+local label_log = log_labels(META, CLOG, s.recent)
+table.insert(out, 1, label_log)
 table.insert(out, 1, log_length)
 table.insert(out, 1, s.version)
 table.insert(out, 1, DONE)
@@ -217,9 +221,9 @@ async def feedback(
     if int(reply[0]) == Status.HELD:
         return Held(int(reply[1]))  # (sent again with wait_s, it waits for the writer to let go)
     status_of(store, name, reply)
-    flat = [int(v) for v in reply[3:]]
+    flat = [int(v) for v in reply[4:]]
     items = [_item(*flat[i : i + 5]) for i in range(0, len(flat), 5)]
-    return FeedbackBatch(version=int(reply[1]), log_length=int(reply[2]), items=items)
+    return FeedbackBatch(int(reply[1]), int(reply[2]), items, label_log=int(reply[3]))
 
 
 def _item(status: int, mistake: int, updated: int, version: int, by: int) -> FeedbackItem:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from service.contract.store_protocol import Status
 from service.contract.store_values import (
     Bucket,
+    Challenged,
     LearnBatch,
     LearnResult,
     Lease,
@@ -40,7 +41,10 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # MARKS ('0'/'1' per example, all N of them); HOLDER: the writer's id ('' when each worker
 # commits its own), LEASE: the lease's ms; then N_CELLS (field, count) confusion pairs,
 # N_UPDATES log entries, N_RECENT recent examples' entries (oldest first), and each handed-off
-# request's (token, answer). The caller formats the entries.
+# request's (token, answer). The caller formats the entries. N_LABELS: every example's entry,
+# in order, for the model's challengers (``challengers.py``): a model with challengers takes a
+# commit only with all N of them ({CHALLENGED} otherwise, nothing written) and appends them to
+# ``clog``; a model without ignores them.
 # A writer's commit (HOLDER set) runs only while HOLDER holds the lease (else {NOT_WRITER},
 # nothing written), and renews it after its first write (a script's first write is the one
 # refused when Redis is full, and a renewal is not refused, so it must not come first). It
@@ -51,9 +55,9 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # commit, which is then sure to find its copy current once caught up (or until HOLD_MS pass,
 # should the writer die). The hold counts the feedback calls that found it (one each, after
 # its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
-# Returns {DONE, version, seen, log length}, the sync reply with STALE_COPY when stale,
-# NO_MODEL, STALE_EPOCH, STATE_LOST, {REQUESTS_GONE, tokens} naming the handed-off requests
-# that no longer wait, or {NOT_WRITER} (nothing written with these last two).
+# Returns {DONE, version, seen, log length, labels' log length (-1: none added)}, the sync reply
+# with STALE_COPY when stale, NO_MODEL, STALE_EPOCH, STATE_LOST, {REQUESTS_GONE, tokens} naming the
+# handed-off requests that no longer wait, or {NOT_WRITER} (nothing written with these last two).
 SCRIPT = Script(
     "learn",
     keys=(
@@ -69,6 +73,7 @@ SCRIPT = Script(
         "reqs",
         "writer",
         "wake",
+        "clog",
     ),
     args=(
         "epoch",
@@ -85,6 +90,7 @@ SCRIPT = Script(
         "n_cells#",
         "n_updates#",
         "n_recent#",
+        "n_labels#",
     ),
     rest_keys="answers",
     rest_args="cells",
@@ -111,7 +117,10 @@ local why = lost(META, SNAP, LOG)  -- never extend a log that lost entries
 if why then return {STATE_LOST, why} end
 local entries_at = CELLS_AT + 2 * N_CELLS
 local recent_at = entries_at + N_UPDATES
-local replies_at = recent_at + N_RECENT
+local labels_at = recent_at + N_RECENT
+local replies_at = labels_at + N_LABELS
+local challengers = tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0')
+if challengers > 0 and N_LABELS ~= N then return {CHALLENGED} end
 local answers = #KEYS - ANSWERS_AT + 1
 if answers > 0 then
   local gone = {}
@@ -126,13 +135,20 @@ local seen, version = tonumber(st[3]), tonumber(st[2])
 local cells = {}
 for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local recent = {}
-for j = recent_at, replies_at - 1 do recent[#recent + 1] = ARGV[j] end
+for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
 record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent)
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
 local log_length, stop = -1, recent_at - 1
 for j = entries_at, stop, UNPACK_CHUNK do
   local upto = math.min(j + UNPACK_CHUNK - 1, stop)
   log_length = redis.call('RPUSH', LOG, unpack(ARGV, j, upto))
+end
+local label_log = -1
+if challengers > 0 then
+  for j = labels_at, replies_at - 1, UNPACK_CHUNK do
+    label_log = redis.call('RPUSH', CLOG, unpack(ARGV, j, math.min(j + UNPACK_CHUNK - 1,
+      replies_at - 1)))
+  end
 end
 if N_UPDATES > 0 then version = redis.call('HINCRBY', META, META_VERSION, N_UPDATES) end
 if tonumber(R2) > tonumber(st[4] or 0) then redis.call('HSET', META, META_R2, R2) end
@@ -153,7 +169,7 @@ if writer then
     redis.call('PEXPIRE', WAKE, HOLD_MS)
   end
 end
-return {DONE, version, seen + N, log_length}
+return {DONE, version, seen + N, log_length, label_log}
 """,
 )
 
@@ -167,7 +183,7 @@ async def learn(
     batch: LearnBatch,
     answers: Sequence[tuple[str, bytes]] = (),
     writer: Lease | None = None,
-) -> LearnResult | SyncData | RequestsGone:
+) -> LearnResult | SyncData | RequestsGone | Challenged:
     """Count and log learned examples, if the caller's copy was current. A model's
     ``writer`` commits only while it holds the lease, renews it, and holds the model when its
     copy was not current (NotWriter when another worker holds the lease, or none does);
@@ -177,7 +193,8 @@ async def learn(
     rest: list[Arg] = []
     for field, count in batch.cells.items():
         rest += [field, count]
-    rest += [*batch.entries, *batch.recent]
+    labels = batch.labels or []
+    rest += [*batch.entries, *batch.recent, *labels]
     if answers and writer is None:
         raise ValueError("only a writer's commit answers handed-off requests")
     for token, data in answers:
@@ -201,13 +218,16 @@ async def learn(
             n_cells=len(batch.cells),
             n_updates=len(batch.entries),
             n_recent=len(batch.recent),
+            n_labels=len(labels),
         ),
     )
     status = int(reply[0])
     if status == Status.NOT_WRITER:
         raise NotWriter(name)
+    if status == Status.CHALLENGED:
+        return Challenged()
     if status == Status.REQUESTS_GONE:
         return RequestsGone(frozenset(text(t) for t in reply[1:]))
     if status_of(store, name, reply) == Status.DONE:
-        return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]))
+        return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
     return await store.sync_data(keys, reply, made.version)

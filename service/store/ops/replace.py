@@ -10,19 +10,19 @@ from service.store.keys import REGISTRY, keys_of
 from service.store.ops import blobs, parts
 from service.store.ops.create import listed, registry
 from service.store.ops.history import HISTORY_KEYS
-from service.store.script import Arg, Runner, Script
+from service.store.script import Arg, Runner, Script, has_challengers
 
-# KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH
-# bytes in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an
-# import file carries (, the registry when LISTED is '1'); after the fixed arguments,
-# N_COUNTERS counter field / value pairs, then the (record, chunks of its staged weights) of
-# each of those checkpoints,
-# oldest first, each kept under the next id. A model there already is kept first as a
-# checkpoint (its snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE},
-# or {NOT_STAGED} when a staged key is not whole (nothing done; the staged keys are let go
-# whatever happens); the model's pending predictions become unknown (the epoch changed), none
-# awaits a default any more (``deadlines`` goes, with the delays counted),
-# though their keys, and so their count in ``pend``, stay until they expire.
+# KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH bytes
+# in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an import file
+# carries (, the registry when LISTED is '1'); after the fixed arguments, N_COUNTERS counter field /
+# value pairs, then the (record, chunks of its staged weights) of each of those checkpoints, oldest
+# first, each kept under the next id. A model there already is kept first as a checkpoint (its
+# snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE}, or {NOT_STAGED} when
+# a staged key is not whole (nothing done; the staged keys are let go whatever happens), or
+# {HAS_CHALLENGERS} while the model has challengers (nothing done: ``challengers.py``); the model's
+# pending predictions become unknown (the epoch changed), none awaits a default any more
+# (``deadlines`` goes, with the delays counted), though their keys, and so their count in ``pend``,
+# stay until they expire.
 SCRIPT = Script(
     "replace",
     keys=(
@@ -59,12 +59,16 @@ SCRIPT = Script(
 local checkpoints_at = COUNTERS_AT + 2 * N_COUNTERS
 local carried = (#ARGV - checkpoints_at + 1) / 2
 local whole = staged(STAGE, CHUNKS)
+if tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0') > 0 then whole = false end
 for c = 0, carried - 1 do
   whole = whole and staged(KEYS[STAGED_AT + c], tonumber(ARGV[checkpoints_at + 2 * c + 1]))
 end
 if not whole then
   let_go(STAGE)
   for c = 0, carried - 1 do let_go(KEYS[STAGED_AT + c]) end
+  if tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0') > 0 then
+    return {HAS_CHALLENGERS}
+  end
   return {NOT_STAGED}
 end
 local made = false
@@ -136,6 +140,8 @@ async def replace(
             n_counters=len(counters),
         ),
     )
+    if int(reply[0]) == Status.HAS_CHALLENGERS:
+        raise has_challengers(name)
     if int(reply[0]) == Status.NOT_STAGED:
         raise ModelBusy(f"Model {name!r}'s weights were not all written; retry.")
     if sharded:

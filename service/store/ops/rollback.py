@@ -48,6 +48,8 @@ local starts = KEEP == '1' and not st[4] and VERSION >= (snapv or 0)
 local refused = nil
 if not st[1] then refused = NO_MODEL
 elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+elseif tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0') > 0 then
+  refused = HAS_CHALLENGERS
 elseif not restore_staged(STAGE, CHUNKS, starts, STAGE_START, START_CHUNKS, START_LENGTH, SNAP,
     st[6]) then
   refused = NOT_STAGED

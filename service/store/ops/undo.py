@@ -51,6 +51,8 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION
 local refused = nil
 if not st[1] then refused = NO_MODEL
 elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+elseif tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0') > 0 then
+  refused = HAS_CHALLENGERS
 elseif (st[4] and tonumber(st[5]) or tonumber(st[3])) ~= START
     or tonumber(st[2]) < EXPECT then refused = UNCHANGED
 elseif not restore_staged(STAGE, CHUNKS, not st[4], STAGE_START, START_CHUNKS, START_LENGTH,

@@ -1,0 +1,95 @@
+"""A model's challengers as a worker sees them: every one's state replayed from what the store
+holds (``store/ops/challengers.py``), the same bits on every worker, and folded forward once
+the labels' log is long; and the entries a learn commit logs for them.
+
+The store keeps, per challenger, a packed state at some position of the model's stream of
+labels, and the entries of every label since (``clog``), appended by the same scripts that
+learn them for the served model. A challenger's figures are its state replayed through the
+entries from its position on (``learner/challenger.py``): a worker reads them all in one
+transaction, so it sees every label committed before the read and none after, and two workers
+that read the same entries compute the same weights and counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.learner import Example, ModelConfig
+from service.learner.challenger import ChallengerState, pack_state, unpack_state
+from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
+from service.store import Store
+from service.store.ops.challengers import ChallengerData
+
+log = logging.getLogger("perceptron")
+
+
+def label_entries(
+    cfg: ModelConfig,
+    epoch: str,
+    xs: Sequence[Example],
+    ts: Sequence[int],
+    served: Sequence[int],
+    provs: Sequence[bytes],
+) -> list[bytes]:
+    """Every example's entry for the challengers, as a log entry (``codec.unpack_entry`` reads
+    it): its true class and the example; the raw scores, which a challenger never reads,
+    zeros."""
+    zeros = np.zeros(cfg.n_scores)
+    no_updates = [False] * cfg.n_classes
+    return [
+        entry_head(0, t) + prov + pack_record(epoch, s, no_updates, pack_payload(zeros, x))
+        for x, t, s, prov in zip(xs, ts, served, provs, strict=True)
+    ]
+
+
+@dataclass
+class Standing:
+    """The model's challengers replayed up to the end of the labels' log that was read."""
+
+    data: ChallengerData
+    states: dict[str, ChallengerState]  # by id, in id order
+    position: int  # labels of the model's stream the log reached
+
+
+def replay(data: ChallengerData) -> Standing:
+    """Each challenger's state, replayed from its packed one through the entries since."""
+    model = ModelConfig.from_json(data.config)
+    examples = [unpack_entry(model, e) for e in data.entries]
+    end = data.base + len(examples)
+    states = {}
+    for id in sorted(data.configs):
+        state = unpack_state(ModelConfig.from_json(data.configs[id]), data.states[id])
+        for _, t, _, x in examples[state.position - data.base :]:
+            state.learn(x, t)
+        if state.position != end:
+            raise ValueError(f"challenger {id!r} stands at label {state.position}, not {end}")
+        states[id] = state
+    return Standing(data, states, end)
+
+
+async def standing(store: Store, name: str) -> Standing | None:
+    """The model's challengers as they stand now (None: no such model)."""
+    data = await store.read_challengers(name)
+    return None if data is None else replay(data)
+
+
+async def fold(store: Store, name: str, now: Standing | None = None) -> bool:
+    """Fold the labels' log into the challengers' states, at the position read (``now``: as
+    read already)."""
+    now = now or await standing(store, name)
+    if now is None or not now.states or now.position == now.data.base:
+        return False
+    tails = [(id, pack_state(s)) for id, s in now.states.items()]
+    return await store.fold_challengers(name, now.data.gen, now.data.base, now.position, tails)
+
+
+async def fold_quietly(store: Store, name: str) -> None:
+    """``fold``, whose failure only leaves the log longer until the next."""
+    try:
+        await fold(store, name)
+    except Exception as e:  # an optimisation: never let it hurt a request
+        log.warning("folding model %r's challengers failed (%s); it will be tried again", name, e)

@@ -1,0 +1,115 @@
+"""A challenger: a learner that learns every labelled example of a model beside the served one,
+counted by progressive validation (its prediction on each example made with its weights as
+they were just before it learns that example). Pure numpy, no I/O.
+
+Its state is its configuration's weights, the labelled examples it has seen, its mistakes and
+updates, and the outcomes of its last ``WINDOW`` examples (``b"1"`` a mistake, ``b"0"`` not),
+packed by ``pack_state`` behind a header that says where in the model's stream of labels it
+stands (``position``: the labels it has been given, counted from the model's first).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.learner.codec import pack_weights, unpack_weights
+from service.learner.config import ModelConfig
+from service.learner.features import Example
+from service.learner.perceptron import Weights, apply, predict_index
+from service.learner.rules import raw_scores, served_scores, update_plan
+
+WINDOW = 1000  # outcomes kept: the mistake rate over the last 100 and 1000 examples
+SETTINGS = ("algorithm", "C", "learning_rate", "margin", "averaged", "multiclass")
+
+
+@dataclass
+class ChallengerState:
+    """One challenger as it stands after ``position`` labels of the model's stream."""
+
+    config: ModelConfig
+    weights: Weights
+    position: int
+    mistakes: int = 0
+    updates: int = 0
+    window: bytes = b""  # the last outcomes, oldest first, at most WINDOW
+
+    @property
+    def seen(self) -> int:
+        return self.weights.seen
+
+    def learn(self, x: Example, t: int) -> None:
+        """Predict ``x`` with the weights as they are, count the outcome, then learn class
+        index ``t`` (the ``seen``-th example for the average), as a sequential learner does."""
+        cfg, w = self.config, self.weights
+        scores = served_scores(cfg, w, x)
+        wrong = predict_index(cfg, scores) != t
+        raw = raw_scores(cfg, w, x) if cfg.averaged else scores
+        plan = update_plan(cfg, raw, t, x)
+        w.seen += 1
+        apply(cfg, w, x, plan, w.seen)
+        self.position += 1
+        self.mistakes += int(wrong)
+        self.updates += int(bool(plan))
+        self.window = (self.window + (b"1" if wrong else b"0"))[-WINDOW:]
+
+    def rates(self) -> dict[str, float | None]:
+        """Mistake rates over every example seen and over the last 100 and 1000 (None: none
+        seen yet)."""
+
+        def rate(marks: bytes) -> float | None:
+            return marks.count(b"1") / len(marks) if marks else None
+
+        return {
+            "all": self.mistakes / self.seen if self.seen else None,
+            "last_100": rate(self.window[-100:]),
+            "last_1000": rate(self.window[-WINDOW:]),
+        }
+
+
+def challenger_config(model: ModelConfig, settings: dict[str, object]) -> ModelConfig:
+    """The configuration of a challenger of ``model`` with a learner's ``settings`` (those of
+    ``SETTINGS`` it names; the rest are the defaults): the model's classes and features.
+    Raises ConfigError for settings a configuration refuses."""
+    data = model.to_dict()
+    for key in SETTINGS:
+        data.pop(key, None)
+    data.update(settings)
+    return ModelConfig.from_dict(data)
+
+
+def start_state(config: ModelConfig, served: Weights | None) -> ChallengerState:
+    """A new challenger: zero weights, or a copy of the served weights and biases (its average,
+    if it keeps one, starts from its own first example). Its position is set by the store."""
+    weights = Weights.zeros(config)
+    if served is not None:
+        if served.w.shape != weights.w.shape:
+            raise ValueError("the served weights have another shape")
+        weights.w[:] = served.w
+        weights.b[:] = served.b
+    return ChallengerState(config, weights, 0)
+
+
+def pack_state(state: ChallengerState) -> bytes:
+    """The state's counters after its position (the store writes the position in front:
+    ``b"<position> "``), its window, then its packed weights."""
+    head = b"%d %d %d %d\n" % (state.seen, state.mistakes, state.updates, len(state.window))
+    return head + state.window + pack_weights(state.weights)
+
+
+def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
+    """A state as ``pack_state`` wrote it, behind the position the store put in front."""
+    head, rest = data.split(b"\n", 1)
+    position, seen, mistakes, updates, n = (int(v) for v in head.split(b" "))
+    weights = unpack_weights(config, rest[n:], 0, seen)
+    return ChallengerState(config, weights, position, mistakes, updates, bytes(rest[:n]))
+
+
+def equal_states(a: ChallengerState, b: ChallengerState) -> bool:
+    """Whether two states are the same, bit for bit (the tests compare workers' so)."""
+    return (
+        pack_state(a) == pack_state(b)
+        and a.position == b.position
+        and bool(np.array_equal(a.weights.w, b.weights.w))
+    )

@@ -1,0 +1,160 @@
+"""A model's challengers administered: added (from zeros or a copy of the served weights),
+removed, and shown beside the served learner (``engine/challengers.py`` replays them)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from service.contract.names import check_name
+from service.contract.store_protocol import RING_SIZE, Meta
+from service.engine.challengers import Standing, fold, standing
+from service.engine.replica_cache import Replicas
+from service.errors import InvalidInput, ModelBusy, ModelNotFound
+from service.learner import ModelConfig
+from service.learner.challenger import (
+    SETTINGS,
+    ChallengerState,
+    challenger_config,
+    pack_state,
+    start_state,
+)
+from service.learner.config import ConfigError
+from service.settings import Settings
+from service.store import Store
+
+ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SERVED = "served"  # the id the served learner is shown under; no challenger takes it
+FROM = ("zeros", "served")
+ATTEMPTS = 3  # copies of the served weights tried, should the model move under each
+
+
+def check_id(id: str) -> str:
+    if not ID_RE.fullmatch(id) or id == SERVED:
+        raise InvalidInput(
+            f"A challenger's id is 1 to 64 letters, digits, '_', '-' or '.', starting with a "
+            f"letter or digit, and not {SERVED!r}. Got {id[:80]!r}.",
+            code="invalid_challenger_id",
+        )
+    return id
+
+
+def parse_body(model: ModelConfig, body: Any) -> tuple[ModelConfig, bool]:
+    """The challenger's configuration and whether it starts from the served weights."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise InvalidInput("A challenger's body is a JSON object.", code="invalid_challenger")
+    unknown = sorted(set(body) - {*SETTINGS, "from"})
+    if unknown:
+        raise InvalidInput(
+            f"A challenger takes {', '.join(SETTINGS)} and 'from' (its classes and features "
+            f"are the model's); got {unknown}.",
+            code="invalid_challenger",
+        )
+    start = body.get("from", "zeros")
+    if start not in FROM:
+        raise InvalidInput(
+            f"'from' is 'zeros' (the default) or 'served'. Got {start!r}.",
+            code="invalid_challenger",
+        )
+    try:
+        config = challenger_config(model, {k: v for k, v in body.items() if k != "from"})
+    except (ConfigError, TypeError) as e:
+        raise InvalidInput(str(e), code="invalid_config") from e
+    if start == "served" and config.n_rows != model.n_rows:
+        raise InvalidInput(
+            f"'from': 'served' copies the served weights, {model.n_rows} rows ('multiclass': "
+            f"{model.multiclass!r}); this challenger has {config.n_rows}.",
+            code="invalid_challenger",
+        )
+    return config, start == "served"
+
+
+class Challengers:
+    """The challengers of every model, for the routes."""
+
+    def __init__(self, store: Store, settings: Settings, replicas: Replicas) -> None:
+        self.store = store
+        self.settings = settings
+        self.replicas = replicas
+
+    async def add(self, name: str, id: str, body: Any) -> dict[str, Any]:
+        """Add challenger ``id``; what ``show`` answers for it."""
+        check_id(id)
+        for _ in range(ATTEMPTS):
+            rep = await self.replicas.current(check_name(name))
+            config, copied = parse_body(rep.config, body)
+            state = start_state(config, rep.weights if copied else None)
+            version = rep.weights.version if copied else None
+            position = await self.store.add_challenger(
+                name, rep.epoch, id, config.to_json(), pack_state(state), version,
+                self.settings.max_challengers,
+            )  # fmt: skip
+            if position is not None:
+                state.position = position
+                return figures(id, state)
+        raise ModelBusy(f"Model {name!r} moved under every copy of its weights; retry shortly.")
+
+    async def remove(self, name: str, id: str) -> None:
+        await self.store.remove_challenger(check_name(name), check_id(id))
+
+    async def standing(self, name: str) -> Standing:
+        now = await standing(self.store, check_name(name))
+        if now is None:
+            raise ModelNotFound(name)
+        if len(now.data.entries) >= self.settings.compact_every:
+            await fold(self.store, name, now)
+        return now
+
+    async def show(self, name: str, weights: bool = False) -> dict[str, Any]:
+        """The served learner and each challenger, side by side (``weights``: with each
+        challenger's weights and biases)."""
+        now = await self.standing(name)
+        return {
+            "model": name,
+            # (while it has challengers, every label the model counts is in their log)
+            "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
+            "served": served_figures(now),
+            "challengers": [figures(id, s, weights) for id, s in now.states.items()],
+        }
+
+
+def figures(id: str, state: ChallengerState, weights: bool = False) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    if weights:
+        w = state.weights
+        shown["weights"] = {"w": w.w.tolist(), "b": w.b.tolist()}
+    return shown | {
+        "id": id,
+        "config": state.config.to_dict(),
+        "since": state.position - state.seen,
+        "seen": state.seen,
+        "mistakes": state.mistakes,
+        "updates": state.updates,
+        "mistake_rate": state.rates(),
+    }
+
+
+def served_figures(now: Standing) -> dict[str, Any]:
+    """The served learner's counters: every label it was given, its mistakes at prediction."""
+    served = now.data.served
+    seen, mistakes = int(served[Meta.SEEN]), int(served["mistakes"])
+    ring = now.data.ring.ljust(RING_SIZE, b"0")
+    marks = bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
+
+    def rate(m: bytes) -> float | None:
+        return m.count(b"1") / len(m) if m else None
+
+    return {
+        "id": SERVED,
+        "config": ModelConfig.from_json(now.data.config).to_dict(),
+        "seen": seen,
+        "mistakes": mistakes,
+        "updates": int(served[Meta.VERSION]),
+        "mistake_rate": {
+            "all": mistakes / seen if seen else None,
+            "last_100": rate(marks[-100:]),
+            "last_1000": rate(marks),
+        },
+    }

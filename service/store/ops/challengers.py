@@ -1,0 +1,234 @@
+"""A model's challengers: added, removed, their states folded forward; read in one transaction.
+
+Keys (``ModelKeys.challengers``): ``chal`` (hash: id -> the challenger's configuration JSON),
+``cstate`` (hash: id -> its packed state, ``learner/challenger.py``, behind ``b"<position> "``:
+how many of the model's labels it had been given then) and ``clog`` (list: the entry of every
+labelled example since, in the order the model learned them; the first is label number
+``cbase`` of the model's stream, as the model's ``seen`` counts them: while a model has
+challengers every label it counts is logged there, so ``cbase`` plus the log's length is its
+``seen``). Meta's ``chn`` counts the challengers: while it is above 0,
+every script that learns labels appends their entries to ``clog`` in the same step
+(``parts.LABEL``, ``learn.py``), so a challenger's state is its packed state replayed through
+the entries from its position on, the same on every worker. ``cgen`` moves with each add and
+removal, so that a fold computed before one is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.contract.store_protocol import Meta, Status
+from service.errors import Conflict, NotFound
+from service.store.keys import keys_of
+from service.store.script import Arg, Runner, Script, raw, status_of, text
+
+# Shared by the scripts that label pending predictions (feedback.py, defaults.py): the entries
+# of the labels a script learned (``s.recent`` of parts.LABEL), appended to ``clog`` when the
+# model has challengers. Returns the log's length then (-1: nothing appended).
+LOG_LABELS = """
+local function log_labels(meta, clog, entries)
+  local length = -1
+  if #entries == 0 or tonumber(redis.call('HGET', meta, META_CHALLENGERS) or '0') <= 0 then
+    return length
+  end
+  for i = 1, #entries, UNPACK_CHUNK do
+    length = redis.call('RPUSH', clog, unpack(entries, i, math.min(i + UNPACK_CHUNK - 1,
+      #entries)))
+  end
+  return length
+end
+"""
+
+# ID: the challenger's id, CONFIG its configuration's JSON, TAIL its packed state but the
+# position (the script puts the model's labels so far in front); VERSION: the served version
+# the state was copied from ('' when it starts from zeros), MOST: challengers a model may
+# have. Returns {DONE, position}, {NAME_TAKEN}, {TOO_MANY}, {STALE_COPY} (the model moved
+# since the copy), NO_MODEL or STALE_EPOCH.
+ADD = Script(
+    "challenger_add",
+    keys=("meta", "chal", "cstate", "clog"),
+    args=("epoch", "id", "config", "tail", "version", "most#"),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_CHALLENGERS,
+  META_CHALLENGER_BASE, META_SEEN)
+if not st[1] then return {NO_MODEL} end
+if st[1] ~= EPOCH then return {STALE_EPOCH} end
+if redis.call('HEXISTS', CHAL, ID) == 1 then return {NAME_TAKEN} end
+local n = tonumber(st[3] or '0')
+if n >= MOST then return {TOO_MANY} end
+if VERSION ~= '' and st[2] ~= VERSION then return {STALE_COPY} end
+if n == 0 then  -- the labels' log starts here: labels are numbered as the model counts them
+  redis.call('DEL', CLOG)
+  st[4] = st[5] or '0'
+  redis.call('HSET', META, META_CHALLENGER_BASE, st[4])
+end
+local position = tonumber(st[4]) + redis.call('LLEN', CLOG)
+redis.call('HSET', CHAL, ID, CONFIG)
+redis.call('HSET', CSTATE, ID, string.format('%d', position) .. ' ' .. TAIL)
+redis.call('HSET', META, META_CHALLENGERS, n + 1)
+redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
+return {DONE, position}
+""",
+)
+
+# Removes challenger ID; the last one removed takes the labels' log with it. Returns {DONE},
+# {UNKNOWN} (no such challenger) or NO_MODEL.
+REMOVE = Script(
+    "challenger_remove",
+    keys=("meta", "chal", "cstate", "clog"),
+    args=("id",),
+    body="""
+if redis.call('HEXISTS', META, META_EPOCH) == 0 then return {NO_MODEL} end
+if redis.call('HDEL', CHAL, ID) == 0 then return {UNKNOWN} end
+redis.call('HDEL', CSTATE, ID)
+redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
+if redis.call('HINCRBY', META, META_CHALLENGERS, -1) <= 0 then
+  redis.call('HDEL', META, META_CHALLENGERS, META_CHALLENGER_BASE)
+  redis.call('DEL', CHAL, CSTATE, CLOG)
+end
+return {DONE}
+""",
+)
+
+# Every challenger's state at label POSITION (then (id, tail) pairs), read when the log
+# started at BASE and the challengers were GEN's: the states replace theirs and the log's
+# entries before POSITION go. Returns {DONE}, or {UNCHANGED} when the challengers or the log's
+# start moved since (nothing done).
+FOLD = Script(
+    "challenger_fold",
+    keys=("meta", "cstate", "clog"),
+    args=("gen", "base#", "position#"),
+    rest_args="states",
+    body="""
+local st = redis.call('HMGET', META, META_CHALLENGER_GEN, META_CHALLENGER_BASE)
+if (st[1] or '0') ~= GEN or tonumber(st[2] or '0') ~= BASE
+    or POSITION - BASE > redis.call('LLEN', CLOG) then
+  return {UNCHANGED}
+end
+for i = STATES_AT, #ARGV, 2 do
+  redis.call('HSET', CSTATE, ARGV[i], string.format('%d', POSITION) .. ' ' .. ARGV[i + 1])
+end
+redis.call('LTRIM', CLOG, POSITION - BASE, -1)
+redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
+return {DONE}
+""",
+)
+SCRIPTS = (ADD, REMOVE, FOLD)
+
+
+@dataclass(frozen=True)
+class ChallengerData:
+    """What a model's challengers are made of, read at one instant."""
+
+    epoch: str
+    config: str  # the model's configuration JSON
+    gen: str
+    base: int  # the label number of ``entries[0]``
+    configs: dict[str, str]  # id -> configuration JSON
+    states: dict[str, bytes]  # id -> packed state with its position
+    entries: list[bytes]
+    served: dict[str, str]  # the model's meta fields read: version, seen, mistakes
+    ring: bytes  # the served model's ring of outcomes
+
+
+async def read(store: Runner, name: str) -> ChallengerData | None:
+    """The model's challengers, its labels' log and the served model's counters, in one
+    transaction (None: no such model)."""
+    keys = keys_of(name)
+    chal, cstate, clog = keys.challengers
+    fields = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
+    counted = (Meta.VERSION, Meta.SEEN, "mistakes")
+    async with store.client.pipeline(transaction=True) as pipe:
+        pipe.hmget(keys.meta, [*fields, *counted])
+        pipe.hgetall(chal)
+        pipe.hgetall(cstate)
+        pipe.lrange(clog, 0, -1)
+        pipe.get(keys.ring)
+        meta, configs, states, entries, ring = await pipe.execute()
+    if meta[0] is None:
+        return None
+    return ChallengerData(
+        epoch=text(meta[0]),
+        config=text(meta[1]),
+        gen=text(meta[2] or "0"),
+        base=int(meta[3] or 0),
+        configs={text(k): text(v) for k, v in configs.items()},
+        states={text(k): raw(v) for k, v in states.items()},
+        entries=[raw(e) for e in entries],
+        served={f: text(v or "0") for f, v in zip(counted, meta[len(fields) :], strict=True)},
+        ring=raw(ring or b""),
+    )
+
+
+async def add(
+    store: Runner,
+    name: str,
+    epoch: str,
+    id: str,
+    config: str,
+    tail: bytes,
+    version: int | None,
+    most: int,
+) -> int | None:
+    """Add challenger ``id``; its position in the model's labels. None: the model moved
+    since the served weights ``tail`` copies (at ``version``) were read."""
+    k = keys_of(name)
+    reply = await store.run(
+        ADD,
+        ADD.key_list(k, {"chal": k.challengers[0], "cstate": k.challengers[1]}),
+        ADD.arg_list(
+            epoch=epoch,
+            id=id,
+            config=config,
+            tail=tail,
+            version="" if version is None else version,
+            most=most,
+        ),
+    )
+    status = status_of(store, name, reply)
+    if status == Status.NAME_TAKEN:
+        raise Conflict(
+            f"Model {name!r} has a challenger {id!r} already; DELETE it first to add another "
+            "under that id.",
+            code="challenger_exists",
+        )
+    if status == Status.TOO_MANY:
+        raise Conflict(
+            f"Model {name!r} has {most} challengers, as many as it may "
+            "(PERCEPTRON_MAX_CHALLENGERS); delete one first.",
+            code="too_many_challengers",
+        )
+    return None if status == Status.STALE_COPY else int(reply[1])
+
+
+async def remove(store: Runner, name: str, id: str) -> None:
+    k = keys_of(name)
+    reply = await store.run(
+        REMOVE,
+        REMOVE.key_list(k, {"chal": k.challengers[0], "cstate": k.challengers[1]}),
+        REMOVE.arg_list(id=id),
+    )
+    if status_of(store, name, reply) == Status.UNKNOWN:
+        raise NotFound(f"Model {name!r} has no challenger {id!r}.", code="challenger_not_found")
+
+
+async def fold(
+    store: Runner,
+    name: str,
+    gen: str,
+    base: int,
+    position: int,
+    states: Sequence[tuple[str, bytes]],
+) -> bool:
+    """Whether the states at ``position`` replaced the challengers' and the log before it."""
+    k = keys_of(name)
+    rest: list[Arg] = []
+    for id, tail in states:
+        rest += [id, tail]
+    reply = await store.run(
+        FOLD,
+        FOLD.key_list(k, {"cstate": k.challengers[1]}),
+        FOLD.arg_list(rest, gen=gen, base=base, position=position),
+    )
+    return int(reply[0]) == Status.DONE
