@@ -70,8 +70,14 @@ from service.learner.challenger import ChallengerState, challenger_config, start
 from service.learner.codec import pack_weights
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
-from service.learner.perceptron import apply, predict_index
-from service.learner.rules import raw_scores, served_scores, update_plan
+from service.learner.perceptron import predict_index
+from service.learner.rules import (
+    apply_logged,
+    raw_scores,
+    served_scores,
+    update_plan,
+    updates_by_label,
+)
 from service.models.retention import KEEP_LAST
 from service.store.keys import keys_of
 
@@ -116,6 +122,7 @@ CONFIGS: list[dict[str, Any]] = [
 # The PA models' updates the service made and the reference checked, over every sequence: the
 # test requires some (a PA model made and learned on both workers).
 PA_UPDATES: list[int] = [0]
+PROMOTIONS: list[int] = [0, 0]  # promotions made, and labels of a prediction made before one
 COUNTERS = [c.name for c in protocol.COUNTERS]
 # Every answer a step may get, by status: the documented codes, and never a 500
 ALLOWED = {200, 201, 204, 404, 409, 410, 422}
@@ -160,6 +167,7 @@ class Kept:
     reason: str
     seen: int
     ms: float = math.inf  # when, once listed (one just made is the newest)
+    config: ModelConfig | None = None  # the model's then (an export carries those of its own)
 
 
 @dataclass
@@ -181,6 +189,13 @@ class Ref:
     last_id: int = 0  # the id of the last checkpoint made
     delays: int = 0  # labels whose delay the service counted (feedback applied)
     challengers: dict[str, ChallengerState] = field(default_factory=dict)
+    labels: int = 0  # the challengers' count of the model's labels (their positions)
+    marks: bytearray = field(default_factory=bytearray)  # the served outcomes, '0'/'1'
+    previous: int | None = None  # the generation before the last promotion: its predictions
+
+    def ours(self, generation: int) -> bool:
+        """Whether a prediction of that generation is this model's to label."""
+        return generation in (self.generation, self.previous)
 
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
@@ -209,13 +224,16 @@ class Ref:
         return self.labelled(x, raw_scores(cfg, w, x).copy(), served, t, source)
 
     def labelled(
-        self, x: Example, raw: np.ndarray, served: int, t: int, source: str
-    ) -> tuple[bool, bool]:
+        self, x: Example, raw: np.ndarray, served: int, t: int, source: str,
+        decided: bool | None = None,
+    ) -> tuple[bool, bool]:  # fmt: skip
         """A labelled example, served ``served`` with scores ``raw``: counted, learned, kept;
-        one labelled by default (DEFAULT_SOURCE) is counted apart, under no key's name."""
+        one labelled by default (DEFAULT_SOURCE) is counted apart, under no key's name.
+        ``decided``: whether the learner that served it would update (it logs an update or
+        not; the learner that serves now makes it, from those scores)."""
         cfg, w = self.config, self.weights
         plan = update_plan(cfg, raw, t, x)
-        mistake, updated = served != t, bool(plan)
+        mistake, updated = served != t, bool(plan) if decided is None else decided
         PA_UPDATES[0] += updated and cfg.passive_aggressive
         w.seen += 1
         self.counters["seen"] += 1
@@ -228,11 +246,13 @@ class Ref:
             mine = self.sources.setdefault(source, [0, 0, 0])
             for i, happened in enumerate((True, mistake, updated)):
                 mine[i] += happened
-        apply(cfg, w, x, plan, w.seen)
         if updated:
+            apply_logged(cfg, w, x, raw, t, w.seen)
             self.kept.append(Update(x, raw, t, w.seen, source))
+        self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
+        self.labels += 1
         for challenger in self.challengers.values():  # every label, in the model's order
-            challenger.learn(x, t)
+            challenger.learn(x, t, source == protocol.DEFAULT_SOURCE)
         return mistake, updated
 
     # -- history -------------------------------------------------------------------------
@@ -242,7 +262,7 @@ class Ref:
         assert self.start_weights is not None
         w = self.start_weights.copy()
         for u in self.kept[:n]:
-            apply(self.config, w, u.x, update_plan(self.config, u.raw, u.t, u.x), u.k)
+            apply_logged(self.config, w, u.x, u.raw, u.t, u.k)
         w.seen = self.counters["seen"]
         return w
 
@@ -250,7 +270,9 @@ class Ref:
         self.last_id += 1
         kept = weights.copy()
         kept.version = version
-        self.checkpoints[self.last_id] = Kept(version, kept, reason, self.counters["seen"])
+        self.checkpoints[self.last_id] = Kept(
+            version, kept, reason, self.counters["seen"], config=self.config
+        )
         return self.last_id
 
     def become(self, weights: Weights) -> None:
@@ -293,6 +315,8 @@ class Ref:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
         restored = c.weights.copy()
         restored.version = c.version
+        if c.config is not None and c.config != self.config:  # (one before a promotion)
+            self.config, self.learner = c.config, learner(c.config)
         self.restart(restored)
         self.prune()
         return before
@@ -341,11 +365,13 @@ class Ref:
         for c in carried:
             self.last_id += 1
             self.checkpoints[self.last_id] = Kept(
-                c.version, c.weights.copy(), c.reason, c.seen, c.ms
+                c.version, c.weights.copy(), c.reason, c.seen, c.ms, self.config
             )
-        self.counters, self.generation = dict(counters), generation
+        self.counters, self.generation, self.previous = dict(counters), generation, None
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
+        # (and the ring of outcomes: the window reads as that many examples, none wrong)
+        self.marks = bytearray(b"0" * min(self.counters["seen"], protocol.RING_SIZE))
         self.restart(weights.copy())
         self.prune()
 
@@ -357,6 +383,7 @@ class Pending:
     x: Example
     raw: np.ndarray  # the scores the prediction was served with: its update is theirs
     served: int
+    decided: list[bool]  # per class: whether the learner that served it would update
     answer: tuple[int, dict[str, Any]] | None = None  # (class index, the answer) once labelled
     deadline_ms: int | None = None  # when its wait runs out, for a model with a default label
     key: str = ""  # its pending key: the sweep's order among equal deadlines
@@ -406,7 +433,7 @@ class Service(RuleBasedStateMachine):
             and p.answer is None
             and (name is None or p.name == name)
             and p.name in self.models
-            and self.models[p.name].generation == p.generation
+            and self.models[p.name].ours(p.generation)
         ]
         return sorted(waiting, key=lambda p: (p.deadline_ms or 0, p.key))
 
@@ -505,7 +532,9 @@ class Service(RuleBasedStateMachine):
     def default_applied(self, ref: Ref, p: Pending) -> None:
         t = ref.config.default_index
         assert t is not None
-        mistake, updated = ref.labelled(p.x, p.raw, p.served, t, protocol.DEFAULT_SOURCE)
+        mistake, updated = ref.labelled(
+            p.x, p.raw, p.served, t, protocol.DEFAULT_SOURCE, p.decided[t]
+        )
         answer = {"mistake": mistake, "updated": updated, "version": ref.version}
         p.answer, p.by_default = (t, {**answer, "duplicate": False}), True
 
@@ -566,7 +595,8 @@ class Service(RuleBasedStateMachine):
             self.expect(r, 404, "model_not_found")
             return
         doc = self.expect(r, 200)
-        assert len(doc.get("checkpoints") or []) == (len(ref.checkpoints) if carry else 0)
+        own = [i for i in sorted(ref.checkpoints) if ref.checkpoints[i].config == ref.config]
+        assert len(doc.get("checkpoints") or []) == (len(own) if carry else 0)
         imported = self.call("POST", f"/models/{into}/import", doc)
         there = self.models.get(into)
         if there is not None and there.config != ref.config:
@@ -576,7 +606,7 @@ class Service(RuleBasedStateMachine):
             self.expect(imported, 409, "model_has_challengers")
             return
         self.expect(imported, 200)
-        carried = [ref.checkpoints[i] for i in sorted(ref.checkpoints)] if carry else []
+        carried = [ref.checkpoints[i] for i in own] if carry else []
         what = (ref.weights, ref.counters, ref.sources, next(self.generations))
         if there is None:
             there = self.models[into] = Ref(ref.config, learner(ref.config), 0)
@@ -645,7 +675,9 @@ class Service(RuleBasedStateMachine):
             return
         got = self.expect(r, 201)
         state = start_state(config, ref.weights if served else None)
-        state.position = ref.counters["seen"]
+        if not ref.challengers:  # (the labels are counted from the model's own count then)
+            ref.labels = ref.counters["seen"]
+        state.position = ref.labels
         ref.challengers[id] = state
         assert (got["since"], got["seen"]) == (state.position, 0), got
 
@@ -660,10 +692,104 @@ class Service(RuleBasedStateMachine):
         else:
             self.expect(r, 204)
 
+    @rule(
+        name=st.sampled_from(NAMES),
+        id=st.sampled_from(CHALLENGER_IDS),
+        demote=st.sampled_from(("", *CHALLENGER_IDS)),
+    )
+    def promote(self, name: str, id: str, demote: str) -> None:
+        self.promoted(name, id, demote)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        pick=st.integers(0, 15),
+        demote=st.sampled_from(("", "c1", "c2", "was")),
+        x=st.none() | st.lists(values, min_size=2, max_size=2),
+        choice=st.integers(0, 3),
+    )
+    def promote_one(
+        self, name: str, pick: int, demote: str, x: list[float] | None, choice: int
+    ) -> None:
+        """One of the model's challengers is promoted (or refused): one added first when it
+        has none; with ``x``, around a prediction made just before and labelled just after."""
+        ref = self.models.get(name)
+        if ref is None:
+            return
+        if not ref.challengers:
+            self.add_challenger(name, CHALLENGER_IDS[pick % 2], pick % len(CHALLENGERS), False)
+        there = sorted(ref.challengers)
+        if not there:
+            return
+        pid = None if x is None else self.predict(name, x)
+        self.promoted(name, there[pick % len(there)], demote)
+        if pid is not None:
+            self.feedback(pid, choice, TRAINERS[0])
+
+    def from_before(self) -> list[str]:
+        """The predictions made before their model's last promotion, not labelled yet."""
+        return [
+            pid
+            for pid, p in self.pending.items()
+            if p.answer is None and p.name in self.models
+            and p.generation == self.models[p.name].previous
+        ]  # fmt: skip
+
+    @precondition(lambda self: bool(self.from_before()))
+    @rule(pick=st.integers(0, 15), choice=st.integers(0, 3), who=st.sampled_from(TRAINERS))
+    def label_from_before(self, pick: int, choice: int, who: str) -> None:
+        """A label for a prediction the learner that served before made: the promoted learner
+        learns it from the scores it was served with, as that learner decided."""
+        before = self.from_before()
+        self.feedback(before[pick % len(before)], choice, who)
+
+    def promoted(self, name: str, id: str, demote: str) -> None:
+        """A challenger serves, its weights and counts exactly as they are; the learner that
+        served becomes a challenger; the predictions made before stay labelable."""
+        body = {"challenger": id, **({"demote_as": demote} if demote else {})}
+        r = self.call("POST", f"/models/{name}/promote", body)
+        ref = self.models.get(name)
+        if ref is None:
+            self.expect(r, 404, "model_not_found")
+            return
+        state = ref.challengers.get(id)
+        if state is None:
+            self.expect(r, 404, "challenger_not_found")
+            return
+        if ref.config.n_classes > 2 and state.config.multiclass != ref.config.multiclass:
+            self.expect(r, 409, "promotion_layout")
+            return
+        demoted = demote or f"served-{ref.last_id + 1}"
+        if demoted != id and demoted in ref.challengers:
+            self.expect(r, 409, "challenger_exists")
+            return
+        got = self.expect(r, 200)
+        PROMOTIONS[0] += 1
+        before = ref.checkpoint(Reason.BEFORE_PROMOTION, ref.weights, ref.version)
+        assert (got["promoted"], got["demoted"], got["checkpoint"]) == (id, demoted, before)
+        c = ref.counters
+        was = ChallengerState(
+            ref.config, ref.weights.copy(), ref.labels, c["mistakes"], ref.version,
+            bytes(ref.marks), c["defaulted"], c["defaulted_mistakes"],
+        )  # fmt: skip
+        del ref.challengers[id]
+        ref.challengers[demoted] = was
+        for s in ref.challengers.values():
+            s.position = ref.labels
+        weights = state.weights.copy()
+        weights.version = state.updates
+        ref.config, ref.learner = state.config, learner(state.config)
+        c.update(seen=state.seen, mistakes=state.mistakes, defaulted=state.defaulted,
+                 defaulted_mistakes=state.defaulted_mistakes)  # fmt: skip
+        ref.marks = bytearray(state.window)
+        ref.restart(weights)
+        ref.previous, ref.generation = ref.generation, next(self.generations)
+        ref.prune()
+
     def challengers_hold(self, name: str, ref: Ref) -> None:
         """Each challenger's figures and weights, bit for bit, beside the served counters."""
         got = self.expect(self.call("GET", f"/models/{name}/challengers?weights=true"), 200)
-        assert got["labels"] == got["served"]["seen"] == ref.counters["seen"], got
+        assert got["served"]["seen"] == ref.counters["seen"], got
+        assert got["labels"] == (ref.labels if ref.challengers else ref.counters["seen"]), got
         assert [c["id"] for c in got["challengers"]] == sorted(ref.challengers)
         for c in got["challengers"]:
             want = ref.challengers[c["id"]]
@@ -694,7 +820,7 @@ class Service(RuleBasedStateMachine):
             return
         got = self.expect(r, 200)
         before = ref.rollback_to_version(v)
-        ref.generation = next(self.generations)
+        ref.generation, ref.previous = next(self.generations), None
         assert (got["version"], got["restored_checkpoint"]) == (v, None), got
         assert got["undo_checkpoint"] == got["before"] == before, (got, before)
 
@@ -723,7 +849,7 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, 200)
         version = ref.checkpoints[id].version
         before = ref.rollback_to_checkpoint(id)
-        ref.generation = next(self.generations)
+        ref.generation, ref.previous = next(self.generations), None
         assert (got["version"], got["restored_checkpoint"]) == (version, id), got
         assert got["undo_checkpoint"] == got["before"] == before, (got, before)
 
@@ -820,7 +946,7 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, 200)
         removed, before = ref.undo(source, start, stop)
         if removed:
-            ref.generation = next(self.generations)
+            ref.generation, ref.previous = next(self.generations), None
         expected = {"version": ref.version, "removed": removed, "undo_checkpoint": before}
         assert {k: got[k] for k in expected} == expected, (body, got, expected)
         assert got["before"] == before
@@ -836,7 +962,8 @@ class Service(RuleBasedStateMachine):
         ref.counters["predictions"] += 1
         pid: str = answer["prediction_id"]
         raw = raw_scores(cfg, w, encoded).copy()
-        p = self.pending[pid] = Pending(name, ref.generation, encoded, raw, served)
+        decided = updates_by_label(cfg, raw, encoded)
+        p = self.pending[pid] = Pending(name, ref.generation, encoded, raw, served, decided)
         if cfg.default_label is not None:
             token = pid.split(":", 1)[1]
             p.deadline_ms = (issued_ms(token) or 0) + 1000 * cfg.feedback_ttl_s
@@ -885,7 +1012,7 @@ class Service(RuleBasedStateMachine):
         ref = self.models.get(name)
         if ref is None:
             return 404, "prediction_not_found", {}
-        if p is None or p.generation != ref.generation:
+        if p is None or not ref.ours(p.generation):
             # A record a delete purged: its id tells its time, past the wait of the model of
             # that name now, 410 (counted as expired); else unknown, 404.
             issued = issued_ms(pid.split(":", 1)[1])
@@ -908,7 +1035,8 @@ class Service(RuleBasedStateMachine):
                 return 409, "feedback_conflict", by
             ref.counters["duplicates"] += 1
             return 200, None, {**first, "duplicate": True, **by}
-        mistake, updated = ref.labelled(p.x, p.raw, p.served, t, who)
+        PROMOTIONS[1] += p.generation == ref.previous
+        mistake, updated = ref.labelled(p.x, p.raw, p.served, t, who, p.decided[t])
         ref.counters["feedback"] += 1
         ref.delays += 1
         answer = {"mistake": mistake, "updated": updated, "version": ref.version}
@@ -1157,3 +1285,5 @@ def test_random_sequences_of_what_users_do_match_the_reference(service_url: str)
             ),
         )
     assert PA_UPDATES[0] > 0, "no passive-aggressive model learned in any sequence"
+    assert PROMOTIONS[0] > 0, ("no challenger was promoted in any sequence", PROMOTIONS)
+    assert PROMOTIONS[1] > 0, "no prediction made before a promotion was labelled after it"

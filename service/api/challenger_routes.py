@@ -1,4 +1,5 @@
-"""Routes of a model's challengers: add, remove, and show them beside the served learner."""
+"""Routes of a model's challengers: add, remove, show them beside the served learner, promote
+one."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ CHALLENGER = {"id": "pa", "config": CONFIG, "since": 40, "seen": 200, "mistakes"
 SERVED = {"id": "served", "config": {"classes": [-1, 1], "n_features": 2}, "seen": 240,
           "mistakes": 36, "updates": 36, "mistake_rate": {**RATES, "all": 0.15}}  # fmt: skip
 STANDING = {"model": "default", "labels": 240, "served": SERVED, "challengers": [CHALLENGER]}
+PROMOTE_EXAMPLES: dict[str, Any] = {"pa": {"value": {"challenger": "pa"}}}
+PROMOTED = {"model": "default", "promoted": "pa", "demoted": "served-3", "checkpoint": 3,
+            "config": CONFIG}  # fmt: skip
 
 
 def answers(status: int, example: dict[str, Any], what: str) -> dict[int | str, Any]:
@@ -66,3 +70,27 @@ async def remove_challenger(name: str, id: str, who: Admin) -> Response:
     who.check(Role.admin, name)
     await who.worker.challengers.remove(name, id)
     return Response(status_code=204)
+
+
+@router.post(
+    "/{name}/promote",
+    responses={**with_body, **answers(200, PROMOTED, "Promoted")},
+)
+async def promote(
+    name: str,
+    who: Admin,
+    body: Annotated[dict[str, Any], Body(openapi_examples=PROMOTE_EXAMPLES)],
+) -> dict[str, Any]:
+    """Serve a challenger from the next request on, on every worker, its weights exactly as
+    they are; the learner that served stays as a challenger ("demote_as" names it, else
+    served-<checkpoint>). A checkpoint of the model is made first, and no label is lost or
+    learned twice around the switch."""
+    who.check(Role.admin, name)
+    done = await who.worker.promotions.promote(name, body)
+    return {
+        "model": name,
+        "promoted": done.promoted,
+        "demoted": done.demoted,
+        "checkpoint": done.checkpoint,
+        "config": done.config,
+    }

@@ -21,7 +21,7 @@ class CheckpointInfo(BaseModel):
     time: float = Field(description="When it was made, Unix seconds.")
     reason: str = Field(
         description="Why: 'scheduled', 'start' (where the kept updates start), 'before reset', "
-        "'before import' or 'before rollback'."
+        "'before import', 'before rollback', 'before undo', 'before promotion' or 'left'."
     )
     mistake_rate: float | None = Field(
         None,

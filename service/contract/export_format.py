@@ -146,7 +146,9 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
             raise _bad(f"counter {key!r} must be {_COUNT_RANGE}; got {str(value)[:40]}.")
-        if (key in ("mistakes", "feedback", "learned") or source) and value > seen:
+        # (the stream's counts, feedback, learned and per key, may pass it: since a
+        # promotion, 'seen' counts what the promoted learner has seen)
+        if key == "mistakes" and value > seen:
             raise _bad(f"counter {key!r} ({value}) exceeds the labelled examples 'seen' ({seen}).")
         out[key] = str(value)
     return out

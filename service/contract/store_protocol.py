@@ -77,6 +77,10 @@ DEFAULTED = "|d"  # ends an answered record whose label was its model's default
 # len(...) past the last) and their sum in ms (``Field.DELAY_MS``).
 DELAY_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 43200, 86400)
 HOLD_MS = 500  # feedback waits at most this long for a writer that holds the model and died
+# A promotion (store/ops/promote.py) holds the model this long at most (should its worker die):
+# its ``hold`` is then PROMOTING plus the calls waiting on it; a writer's hold is below that.
+PROMOTE_HOLD_MS = 1000
+PROMOTING = 2**40
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
 SYNC_INLINE = 64
@@ -212,6 +216,8 @@ class Meta:
     CHALLENGERS = "chn"
     CHALLENGER_GEN = "cgen"
     CHALLENGER_BASE = "cbase"
+    # The epoch before the last promotion: its pending predictions are labelled as this epoch's.
+    PREV_EPOCH = "pepoch"
 
     @classmethod
     def fields(cls) -> dict[str, str]:
@@ -283,6 +289,7 @@ class Reason:
     BEFORE_IMPORT = "before import"
     BEFORE_ROLLBACK = "before rollback"
     BEFORE_UNDO = "before undo"  # of a key's updates, or a time's
+    BEFORE_PROMOTION = "before promotion"  # of a challenger (store/ops/promote.py)
     LEFT = "left"  # scheduled on the line of versions a rollback went back from
 
     @staticmethod
@@ -357,6 +364,8 @@ _NUMBERS = {
     "PENDING_OVERHEAD": PENDING_OVERHEAD,
     "ANSWER_TTL_S": ANSWER_TTL_S,
     "HOLD_MS": HOLD_MS,
+    "PROMOTE_HOLD_MS": PROMOTE_HOLD_MS,
+    "PROMOTING": PROMOTING,
     "DEFAULT_GRACE_S": DEFAULT_GRACE_S,
     "CURVE_POINTS": CURVE_POINTS,
     "SYNC_INLINE": SYNC_INLINE,

@@ -18,9 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.contract.store_protocol import DEFAULT_SOURCE
 from service.learner import Example, ModelConfig
 from service.learner.challenger import ChallengerState, pack_state, unpack_state
-from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry
+from service.learner.codec import (
+    entry_head,
+    entry_provenance,
+    pack_payload,
+    pack_record,
+    unpack_entry,
+)
 from service.store import Store
 from service.store.ops.challengers import ChallengerData
 
@@ -59,12 +66,14 @@ def replay(data: ChallengerData) -> Standing:
     """Each challenger's state, replayed from its packed one through the entries since."""
     model = ModelConfig.from_json(data.config)
     examples = [unpack_entry(model, e) for e in data.entries]
+    by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in data.entries]
     end = data.base + len(examples)
     states = {}
     for id in sorted(data.configs):
         state = unpack_state(ModelConfig.from_json(data.configs[id]), data.states[id])
-        for _, t, _, x in examples[state.position - data.base :]:
-            state.learn(x, t)
+        at = state.position - data.base
+        for (_, t, _, x), d in zip(examples[at:], by_default[at:], strict=True):
+            state.learn(x, t, d)
         if state.position != end:
             raise ValueError(f"challenger {id!r} stands at label {state.position}, not {end}")
         states[id] = state

@@ -15,7 +15,15 @@ from itertools import accumulate, islice
 
 from service.contract.learn_wire import pack_answer
 from service.contract.store_protocol import one_source_counts, source_counts
-from service.contract.store_values import Bucket, Challenged, Lease, Made, RequestsGone, SyncData
+from service.contract.store_values import (
+    Bucket,
+    Challenged,
+    Held,
+    Lease,
+    Made,
+    RequestsGone,
+    SyncData,
+)
 from service.engine.batcher import Batcher, Span, batcher_of
 from service.engine.challengers import label_entries
 from service.engine.replica import Replica
@@ -35,6 +43,7 @@ Learned = tuple[Label, bool, bool, int]
 # Examples with their true class index and the name of the key that sent them (the history
 # records it with each update).
 Example3 = tuple[Example, int, str]
+PROMOTE_POLL_MS = 5  # a commit that a promotion holds back tries again this often (it takes ms)
 Examples = list[Example3]
 # In a group commit's results, what stands for the examples of a handed-off request that the
 # commit left out (another writer learned it, or its requester withdrew it): never read.
@@ -152,6 +161,9 @@ class LearnCommits:
                 raise  # it did not run: not sent, or refused (a 503 that says to retry)
             if isinstance(res, RequestsGone):
                 return res
+            if isinstance(res, Held):  # a promotion holds the model: nothing written
+                await asyncio.sleep(min(res.ms, PROMOTE_POLL_MS) / 1000)
+                continue
             if isinstance(res, Challenged):  # nothing written: not an attempt on the model
                 if rep.challenged:  # (sent with its labels: the store would refuse it again)
                     raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")

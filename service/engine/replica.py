@@ -12,8 +12,8 @@ from service.contract.store_values import SyncData
 from service.errors import ModelStateLost, StaleModel
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
-from service.learner.perceptron import apply, predict_index
-from service.learner.rules import raw_scores, served_scores, update_plan, updates_by_label
+from service.learner.perceptron import predict_index
+from service.learner.rules import apply_logged, raw_scores, served_scores, updates_by_label
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ class Replica:
             if data.base + offset < w.version:
                 continue
             k, t, raw, x = unpack_entry(self.config, entry)
-            apply(self.config, w, x, update_plan(self.config, raw, t, x), k)
+            apply_logged(self.config, w, x, raw, t, k)
         if w.version < data.version:  # the store said more updates than it sent
             w.version = -1
             raise ModelStateLost(self.name, "its update log does not add up to its version")

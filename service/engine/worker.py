@@ -13,6 +13,7 @@ from service.engine.serving import Learning
 from service.models.admin import Models
 from service.models.challengers import Challengers
 from service.models.history_ops import History
+from service.models.promotion import Promotions
 from service.settings import Settings
 from service.store import Store
 
@@ -30,6 +31,7 @@ class Worker:
         self.replicas = self.models.replicas
         self.learning = Learning(store, settings, self.replicas, clock)
         self.challengers = Challengers(store, settings, self.replicas)
+        self.promotions = Promotions(store, settings, self.replicas, clock)
         self._sweep: asyncio.Task[None] | None = None
 
     def start(self) -> None:

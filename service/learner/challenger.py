@@ -34,14 +34,17 @@ class ChallengerState:
     mistakes: int = 0
     updates: int = 0
     window: bytes = b""  # the last outcomes, oldest first, at most WINDOW
+    defaulted: int = 0  # examples whose label was the model's default label
+    defaulted_mistakes: int = 0  # mistakes among them
 
     @property
     def seen(self) -> int:
         return self.weights.seen
 
-    def learn(self, x: Example, t: int) -> None:
+    def learn(self, x: Example, t: int, by_default: bool = False) -> None:
         """Predict ``x`` with the weights as they are, count the outcome, then learn class
-        index ``t`` (the ``seen``-th example for the average), as a sequential learner does."""
+        index ``t`` (the ``seen``-th example for the average), as a sequential learner does;
+        ``by_default``: ``t`` is the model's default label."""
         cfg, w = self.config, self.weights
         scores = served_scores(cfg, w, x)
         wrong = predict_index(cfg, scores) != t
@@ -53,6 +56,9 @@ class ChallengerState:
         self.mistakes += int(wrong)
         self.updates += int(bool(plan))
         self.window = (self.window + (b"1" if wrong else b"0"))[-WINDOW:]
+        if by_default:
+            self.defaulted += 1
+            self.defaulted_mistakes += int(wrong)
 
     def rates(self) -> dict[str, float | None]:
         """Mistake rates over every example seen and over the last 100 and 1000 (None: none
@@ -94,16 +100,20 @@ def start_state(config: ModelConfig, served: Weights | None) -> ChallengerState:
 def pack_state(state: ChallengerState) -> bytes:
     """The state's counters after its position (the store writes the position in front:
     ``b"<position> "``), its window, then its packed weights."""
-    head = b"%d %d %d %d\n" % (state.seen, state.mistakes, state.updates, len(state.window))
+    counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
+    head = b"%d %d %d %d %d %d\n" % (*counts, len(state.window))
     return head + state.window + pack_weights(state.weights)
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     """A state as ``pack_state`` wrote it, behind the position the store put in front."""
     head, rest = data.split(b"\n", 1)
-    position, seen, mistakes, updates, n = (int(v) for v in head.split(b" "))
+    position, seen, mistakes, updates, defaulted, dmistakes, n = (int(v) for v in head.split())
     weights = unpack_weights(config, rest[n:], 0, seen)
-    return ChallengerState(config, weights, position, mistakes, updates, bytes(rest[:n]))
+    window = bytes(rest[:n])
+    return ChallengerState(
+        config, weights, position, mistakes, updates, window, defaulted, dmistakes
+    )
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

@@ -40,6 +40,20 @@ def update_plan(config: ModelConfig, raw: np.ndarray, t: int, x: Example) -> Pla
     return perceptron.update_plan(config, raw, t)
 
 
+def apply_logged(
+    config: ModelConfig, weights: Weights, x: Example, raw: np.ndarray, t: int, k: int
+) -> None:
+    """Apply a logged update (``x``, true class index ``t``, the kept raw scores, the ``k``-th
+    example), as every replica and every rebuild does. An update logged for a prediction that
+    another learner served (a label that came after a promotion) was decided by that learner;
+    one that moves nothing under this learner's rules still counts as a version."""
+    plan = update_plan(config, raw, t, x)
+    if plan:
+        perceptron.apply(config, weights, x, plan, k)
+    else:
+        weights.version += 1
+
+
 def updates_by_label(config: ModelConfig, raw: np.ndarray, x: Example) -> list[bool]:
     """For each possible true class of ``x``, whether learning it would change the weights:
     the bitmap a pending record keeps, by which the feedback script logs an update or not."""

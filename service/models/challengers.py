@@ -136,12 +136,18 @@ def figures(id: str, state: ChallengerState, weights: bool = False) -> dict[str,
     }
 
 
+def served_marks(now: Standing) -> bytes:
+    """The served learner's last outcomes, oldest first (at most RING_SIZE)."""
+    seen = int(now.data.served[Meta.SEEN])
+    ring = now.data.ring.ljust(RING_SIZE, b"0")
+    return bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
+
+
 def served_figures(now: Standing) -> dict[str, Any]:
     """The served learner's counters: every label it was given, its mistakes at prediction."""
     served = now.data.served
     seen, mistakes = int(served[Meta.SEEN]), int(served["mistakes"])
-    ring = now.data.ring.ljust(RING_SIZE, b"0")
-    marks = bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
+    marks = served_marks(now)
 
     def rate(m: bytes) -> float | None:
         return m.count(b"1") / len(m) if m else None

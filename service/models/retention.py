@@ -28,8 +28,7 @@ from service.contract.store_protocol import Checkpoint, Reason
 from service.errors import ModelBusy, ServiceError
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry, unpack_weights
-from service.learner.perceptron import apply
-from service.learner.rules import update_plan
+from service.learner.rules import apply_logged
 from service.settings import Settings
 from service.store import Store, StoreError
 from service.store.ops.history import HistoryState, Restorable
@@ -164,7 +163,7 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
     weights = unpack_weights(config, restorable.weights, restorable.base, 0)
     for entry in restorable.entries:
         k, t, raw, x = unpack_entry(config, entry)
-        apply(config, weights, x, update_plan(config, raw, t, x), k)
+        apply_logged(config, weights, x, raw, t, k)
     return config, weights
 
 

@@ -32,6 +32,7 @@ from service.store.ops import (
     history,
     learn,
     predict,
+    promote,
     refuse,
     release,
     replace,
@@ -125,6 +126,10 @@ class Store:
     add_challenger = challengers.add
     remove_challenger = challengers.remove
     fold_challengers = challengers.fold
+    # a challenger promoted (ops/promote.py)
+    hold_promotion = promote.hold
+    release_promotion = promote.release
+    promote = promote.swap
     # one writer per model (ops/learn.py)
     hand_off = handoff.hand_off
     claim_writer = claim.claim

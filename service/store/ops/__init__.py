@@ -47,6 +47,7 @@ from service.store.ops import (
     handoff,
     learn,
     predict,
+    promote,
     purge,
     refuse,
     release,
@@ -81,6 +82,10 @@ OPS = (
     refuse,
     withdraw,
 )
-SCRIPTS: tuple[Script, ...] = (*(op.SCRIPT for op in OPS), *challengers.SCRIPTS)
+SCRIPTS: tuple[Script, ...] = (
+    *(op.SCRIPT for op in OPS),
+    *challengers.SCRIPTS,
+    *promote.SCRIPTS,
+)
 # Those sent behind a blocking wait, loaded on each new connection (store/connect.py).
 WAITED: tuple[Script, ...] = tuple(s for s in SCRIPTS if s.waited)

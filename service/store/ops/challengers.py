@@ -128,7 +128,7 @@ class ChallengerData:
     configs: dict[str, str]  # id -> configuration JSON
     states: dict[str, bytes]  # id -> packed state with its position
     entries: list[bytes]
-    served: dict[str, str]  # the model's meta fields read: version, seen, mistakes
+    served: dict[str, str]  # meta: version, seen, mistakes and defaulted (and their mistakes)
     ring: bytes  # the served model's ring of outcomes
 
 
@@ -138,7 +138,7 @@ async def read(store: Runner, name: str) -> ChallengerData | None:
     keys = keys_of(name)
     chal, cstate, clog = keys.challengers
     fields = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
-    counted = (Meta.VERSION, Meta.SEEN, "mistakes")
+    counted = (Meta.VERSION, Meta.SEEN, "mistakes", "defaulted", "defaulted_mistakes")
     async with store.client.pipeline(transaction=True) as pipe:
         pipe.hmget(keys.meta, [*fields, *counted])
         pipe.hgetall(chal)

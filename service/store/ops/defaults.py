@@ -16,8 +16,9 @@ from service.store.script import Runner, Script, status_of
 # long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this time bucket
 # and the buckets kept; NOW_MS: recorded with each update (its source is DEFAULT_SOURCE); MOST:
 # predictions labelled at most. The keys in ``deadlines`` whose deadline (Redis's clock) has passed
-# are labelled in deadline order: a record answered already, gone, or of another epoch is only taken
-# off. While the model's writer holds it (``learn.py``), nothing is done: {HELD, ms left}. Returns
+# are labelled in deadline order (those of the epoch before a promotion too, ``Meta.PREV_EPOCH``): a
+# record answered already, gone, or of another epoch is only taken off. While the model's writer or
+# a promotion holds it (``learn.py``, ``promote.py``), nothing is done: {HELD, ms left}. Returns
 # NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or {DONE, labelled, the log's length (-1: unchanged), 1
 # when more are due, predictions still awaiting a default, the labels' log length (-1: none added)}.
 # A model with challengers logs each label for them too (``clog``).
@@ -27,7 +28,8 @@ SCRIPT = Script(
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
     parts=(parts.RECORD, parts.PENDING, parts.LABEL, challengers.LOG_LABELS),
     body="""
-local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
+  META_PREV_EPOCH)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
@@ -48,7 +50,8 @@ for i = 1, #due, UNPACK_CHUNK do
 end
 for _, key in ipairs(due) do
   local p = redis.call('GET', key)
-  if p and string.sub(p, 1, 1) ~= ANSWERED and string.sub(p, EPOCH_AT, EPOCH_END) == epoch then
+  local e = p and string.sub(p, EPOCH_AT, EPOCH_END)
+  if p and string.sub(p, 1, 1) ~= ANSWERED and (e == epoch or e == st[5]) then
     label_one(s, key, p, t, provenance, epoch, LIFE, DEFAULTED)
   end
 end

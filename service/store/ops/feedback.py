@@ -29,6 +29,9 @@ from service.store.script import Runner, Script, status_of
 # commit is guarded by (an update; for an averaged model, any example counted) applies
 # nothing: {HELD, ms left}; one that would not (each item a label that updates nothing, a
 # duplicate, unknown, expired, a conflict) goes through, as it cannot make that commit stale.
+# While a promotion holds it (``promote.py``), a call that would label any prediction waits so.
+# A prediction made before the model's last promotion (``Meta.PREV_EPOCH``) is labelled as
+# one made since: its update as its learner decided it (``rules.apply_logged``).
 # An answer is kept LIFE seconds after it was given, so that the same feedback sent again
 # within that time is a duplicate; its prediction's bytes no longer count as pending.
 # A model with challengers logs each label applied for them too (``clog``, challengers.LOG_LABELS).
@@ -68,10 +71,15 @@ SCRIPT = Script(
     parts=(parts.RECORD, parts.PENDING, parts.LABEL, challengers.LOG_LABELS),
     waited=True,
     body="""
-local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
+  META_PREV_EPOCH)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
+local function ours(p)  -- a record of this model: of its epoch, or of the one before a promotion
+  local e = string.sub(p, EPOCH_AT, EPOCH_END)
+  return e == epoch or e == st[5]
+end
 local late = {}
 for i = PENDING_AT, #KEYS do
   late[i] = string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1'
@@ -80,13 +88,15 @@ local held = redis.call('PTTL', HOLD)
 if held > 0 then
   -- Wait only for an item that would move what the writer's commit is guarded by: a
   -- prediction of this model still waiting for its label, given one of its classes (or due
-  -- its default), that updates the weights (any such, for an averaged model).
+  -- its default), that updates the weights (any such, for an averaged model); while a
+  -- promotion holds the model, any such prediction labelled.
+  local promoting = tonumber(redis.call('GET', HOLD) or '0') >= PROMOTING
   for i = PENDING_AT, #KEYS do
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     if DEFAULT ~= NO_CLASS and late[i] then t = tostring(DEFAULT) end
     local p = redis.call('GET', KEYS[i])
-    if p and tonumber(t) ~= NO_CLASS and string.sub(p, EPOCH_AT, EPOCH_END) == epoch
-        and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1
+    if p and tonumber(t) ~= NO_CLASS and ours(p)
+        and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1 or promoting
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
       return {HELD, held}
@@ -113,7 +123,7 @@ for i = PENDING_AT, #KEYS do
   if not p and late[i] then
     expired = expired + 1
     answer(EXPIRED, 0, 0, 0, 0)
-  elseif not p or string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch then
+  elseif not p or not ours(p) then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0, 0)
   elseif tonumber(t) == NO_CLASS then

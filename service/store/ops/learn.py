@@ -23,6 +23,7 @@ from service.contract.store_protocol import Status
 from service.contract.store_values import (
     Bucket,
     Challenged,
+    Held,
     LearnBatch,
     LearnResult,
     Lease,
@@ -55,9 +56,11 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # commit, which is then sure to find its copy current once caught up (or until HOLD_MS pass,
 # should the writer die). The hold counts the feedback calls that found it (one each, after
 # its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
+# While a promotion holds the model (``promote.py``), nothing is written: {HELD, ms left}.
 # Returns {DONE, version, seen, log length, labels' log length (-1: none added)}, the sync reply
 # with STALE_COPY when stale, NO_MODEL, STALE_EPOCH, STATE_LOST, {REQUESTS_GONE, tokens} naming the
-# handed-off requests that no longer wait, or {NOT_WRITER} (nothing written with these last two).
+# handed-off requests that no longer wait, {NOT_WRITER} or HELD (nothing written with these last
+# three).
 SCRIPT = Script(
     "learn",
     keys=(
@@ -94,13 +97,16 @@ SCRIPT = Script(
     ),
     rest_keys="answers",
     rest_args="cells",
-    parts=(parts.SYNC, parts.RECORD, parts.ANSWER),
+    parts=(parts.SYNC, parts.RECORD, parts.ANSWER, parts.WAKE),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= EPOCH then return {STALE_EPOCH} end
 local writer = HOLDER ~= ''
 if writer and redis.call('GET', WRITER) ~= HOLDER then return {NOT_WRITER} end
+if tonumber(redis.call('GET', HOLD) or '0') >= PROMOTING then  -- a promotion holds it
+  return {HELD, math.max(1, redis.call('PTTL', HOLD))}
+end
 if st[2] ~= VERSION or (SEEN ~= '' and st[3] ~= SEEN) then
   local reply = sync(META, SNAP, LOG, tonumber(VERSION))
   if reply[1] == DONE then
@@ -159,15 +165,7 @@ if writer then
   redis.call('PEXPIRE', WRITER, LEASE)
   local waiting = tonumber(redis.call('GET', HOLD) or 1) - 1
   redis.call('DEL', HOLD)
-  if waiting > 0 then
-    for i = 1, waiting, UNPACK_CHUNK do
-      local n = math.min(UNPACK_CHUNK, waiting - i + 1)
-      local ones = {}
-      for j = 1, n do ones[j] = '1' end
-      redis.call('RPUSH', WAKE, unpack(ones))
-    end
-    redis.call('PEXPIRE', WAKE, HOLD_MS)
-  end
+  wake(WAKE, waiting)
 end
 return {DONE, version, seen + N, log_length, label_log}
 """,
@@ -183,7 +181,7 @@ async def learn(
     batch: LearnBatch,
     answers: Sequence[tuple[str, bytes]] = (),
     writer: Lease | None = None,
-) -> LearnResult | SyncData | RequestsGone | Challenged:
+) -> LearnResult | SyncData | RequestsGone | Challenged | Held:
     """Count and log learned examples, if the caller's copy was current. A model's
     ``writer`` commits only while it holds the lease, renews it, and holds the model when its
     copy was not current (NotWriter when another worker holds the lease, or none does);
@@ -226,6 +224,8 @@ async def learn(
         raise NotWriter(name)
     if status == Status.CHALLENGED:
         return Challenged()
+    if status == Status.HELD:
+        return Held(int(reply[1]))
     if status == Status.REQUESTS_GONE:
         return RequestsGone(frozenset(text(t) for t in reply[1:]))
     if status_of(store, name, reply) == Status.DONE:

@@ -327,6 +327,20 @@ end
 """
 
 
+# Shared by the scripts that let go of a model's ``hold`` (learn.py, promote.py): wake the
+# ``waiting`` calls that found it (feedback, waiting on ``wake``).
+WAKE = """
+local function wake(wakekey, waiting)
+  for i = 1, waiting, UNPACK_CHUNK do
+    local ones = {}
+    for j = 1, math.min(UNPACK_CHUNK, waiting - i + 1) do ones[j] = '1' end
+    redis.call('RPUSH', wakekey, unpack(ones))
+  end
+  if waiting > 0 then redis.call('PEXPIRE', wakekey, HOLD_MS) end
+end
+"""
+
+
 # Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
 # uses RECORD and PENDING). A state ``s`` from labels_begin gathers what each label adds;
 # label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``

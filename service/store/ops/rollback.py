@@ -87,6 +87,7 @@ redis.call('DEL', LOG)
 move_weights(STAGE, SNAP)
 let_go(STAGE_START)
 redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
+redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 return {DONE, before}

@@ -91,6 +91,7 @@ move_weights(STAGE, SNAP)
 let_go(STAGE_START)
 local start_in = tonumber(record_field(redis.call('HGET', CHECKPOINT_INFO, base), CK_PAST_IN))
 redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
+redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_VERSION, VERSION + later,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_PAST_IN, start_in + KEPT_BYTES)
 left_behind(CHECKPOINT_INFO, base, before, LEFT_FROM)

@@ -1,0 +1,169 @@
+"""A challenger promoted: it serves from the next request on, on every worker, its weights
+exactly as they are; the learner that served stays as a challenger. The model is held while the
+challengers are replayed (``store/ops/promote.py``), so no label comes between what is read and
+the swap, and every label that waits meanwhile is learned by the promoted learner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.contract.names import check_name
+from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta
+from service.engine.challengers import Standing, standing
+from service.engine.replica_cache import Replicas
+from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
+from service.learner import ModelConfig
+from service.learner.challenger import ChallengerState, pack_state
+from service.learner.codec import new_epoch, pack_weights
+from service.models.challengers import check_id, served_marks
+from service.models.retention import make_room, prune_quietly
+from service.settings import Settings
+from service.store import Store
+from service.store.ops.promote import Promotion
+
+SWAP_ATTEMPTS = 3  # the model is held: a swap refused means the hold lapsed under a slow read
+POLL_S = 0.005  # how often a promotion asks again for a model its writer holds
+
+
+@dataclass(frozen=True, slots=True)
+class Promoted:
+    promoted: str  # the id of the challenger that serves now
+    demoted: str  # the id the learner that served has among the challengers now
+    checkpoint: int  # the checkpoint of the model as it was just before
+    config: dict[str, Any]  # the served learner's configuration now
+
+
+def parse_body(body: Any) -> tuple[str, str]:
+    """The challenger to promote, and the id the learner that served takes ('': its default)."""
+    if not isinstance(body, dict) or set(body) - {"challenger", "demote_as"}:
+        raise InvalidInput(
+            'A promotion\'s body is {"challenger": "<id>"}, and "demote_as": the id the learner '
+            "that served takes among the challengers (default: served-<the checkpoint made>).",
+            code="invalid_promotion",
+        )
+    id, demoted = body.get("challenger"), body.get("demote_as", "")
+    if not isinstance(id, str) or not isinstance(demoted, str):
+        raise InvalidInput("'challenger' and 'demote_as' are strings.", code="invalid_promotion")
+    return check_id(id), check_id(demoted) if demoted else ""
+
+
+def promotable(model: ModelConfig, challenger: ModelConfig, id: str) -> None:
+    """A prediction made before the promotion is labelled after it by the promoted learner,
+    from the scores it was served with: their layout must be the promoted learner's."""
+    if model.n_classes > 2 and challenger.multiclass != model.multiclass:
+        raise Conflict(
+            f"Challenger {id!r} is multiclass {challenger.multiclass!r}; the model is "
+            f"{model.multiclass!r}. Predictions still waiting for their labels keep scores of "
+            "the model's layout, so only a challenger with the same 'multiclass' is promoted.",
+            code="promotion_layout",
+        )
+
+
+def ring_of(window: bytes, seen: int) -> bytes:
+    """The model's ring of outcomes holding ``window`` as its last, after ``seen`` examples."""
+    ring = bytearray(b"0" * RING_SIZE)
+    for i, mark in enumerate(window):
+        ring[(seen - len(window) + i) % RING_SIZE] = mark
+    return bytes(ring)
+
+
+class Promotions:
+    """Promotions of every model's challengers, for the route."""
+
+    def __init__(
+        self, store: Store, settings: Settings, replicas: Replicas, clock: Callable[[], float]
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.replicas = replicas
+        self.clock = clock
+
+    async def promote(self, name: str, body: Any) -> Promoted:
+        """Promote the challenger ``body`` names; a checkpoint of the model is made first."""
+        id, demote_as = parse_body(body)
+        check_name(name)
+        self.replicas.guard()
+        now_ms = int(1000 * self.clock())
+        for _ in range(SWAP_ATTEMPTS):
+            rep = await self.replicas.current(name)
+            await self._hold(name, rep.epoch, id)
+            try:
+                done = await self._swap(name, id, demote_as, now_ms)
+            except BaseException:
+                await self.store.release_promotion(name)
+                raise
+            if done is not None:
+                self.replicas.drop(name)
+                await prune_quietly(self.store, name, self.settings, now_ms)
+                return done
+            await self.store.release_promotion(name)
+        raise ModelBusy(f"Model {name!r} kept changing during the promotion; retry shortly.")
+
+    async def _hold(self, name: str, epoch: str, id: str) -> None:
+        """Hold the model, waiting out its writer's hold (one commit) or another promotion's."""
+        deadline = asyncio.get_running_loop().time() + PROMOTE_HOLD_MS / 1000
+        while (held := await self.store.hold_promotion(name, epoch, id)) is not None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise ModelBusy(f"Model {name!r} stayed held ({held.ms} ms); retry shortly.")
+            await asyncio.sleep(POLL_S)
+
+    async def _swap(self, name: str, id: str, demote_as: str, now_ms: int) -> Promoted | None:
+        now = await standing(self.store, name)
+        if now is None:
+            raise ModelNotFound(name)
+        rep = await self.replicas.current(name)
+        served = now.data.served
+        version, seen = int(served[Meta.VERSION]), int(served[Meta.SEEN])
+        if rep.epoch != now.data.epoch or rep.weights.version != version:
+            return None  # (moved between the two reads: the hold lapsed)
+        model = rep.config
+        state = now.states.get(id)
+        if state is None:
+            return None  # (removed meanwhile: the swap says so)
+        promotable(model, state.config, id)
+        demoted = ChallengerState(
+            model,
+            rep.weights,
+            now.position,
+            int(served["mistakes"]),
+            version,
+            served_marks(now),
+            int(served["defaulted"]),
+            int(served["defaulted_mistakes"]),
+        )
+        snap, log_bytes = await self.store.read_sizes(name)
+        await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)
+        promotion = Promotion(
+            epoch=now.data.epoch,
+            new_epoch=new_epoch(),
+            version=version,
+            seen=seen,
+            gen=now.data.gen,
+            position=now.position,
+            id=id,
+            config=state.config.to_json(),
+            weights=pack_weights(state.weights),
+            new_version=state.updates,
+            new_seen=state.seen,
+            mistakes=state.mistakes,
+            defaulted=state.defaulted,
+            defaulted_mistakes=state.defaulted_mistakes,
+            ring=ring_of(state.window, state.seen),
+            demoted=demote_as,
+            demoted_config=now.data.config,
+            demoted_tail=pack_state(demoted),
+            states=_others(now, id),
+            now_ms=now_ms,
+        )
+        done = await self.store.promote(name, promotion)
+        if done is None:
+            return None
+        checkpoint, demoted_id = done
+        return Promoted(id, demoted_id, checkpoint, state.config.to_dict())
+
+
+def _others(now: Standing, id: str) -> list[tuple[str, bytes]]:
+    return [(cid, pack_state(s)) for cid, s in now.states.items() if cid != id]

@@ -1,0 +1,266 @@
+"""PROMOTE: a challenger serves, its weights exactly as they are, and the learner that served
+becomes a challenger; in one step, while the model is held (``models/promotion.py``).
+
+The promotion first holds the model (HOLD): no learn commit, feedback that labels anything, or
+default-label sweep runs on it until the promotion lets go (SWAP, RELEASE) or PROMOTE_HOLD_MS
+pass, should its worker die. So the challengers it replays stand at the end of the labels'
+log when it swaps, and the labels that come meanwhile wait and are learned by the promoted
+learner, none lost nor learned twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.contract.store_protocol import Status
+from service.contract.store_values import Held
+from service.errors import Conflict, ModelBusy, NotFound
+from service.store.keys import keys_of
+from service.store.ops import blobs, parts
+from service.store.ops.history import HISTORY_KEYS
+from service.store.script import Arg, Runner, Script, status_of, text
+
+# Hold the model for promoting challenger ID (of EPOCH): {DONE}, {HELD, ms left} while its writer
+# or another promotion holds it, {UNKNOWN} (no such challenger), NO_MODEL or STALE_EPOCH.
+HOLD = Script(
+    "promote_hold",
+    keys=("meta", "hold", "chal"),
+    args=("epoch", "id"),
+    body="""
+local epoch = redis.call('HGET', META, META_EPOCH)
+if not epoch then return {NO_MODEL} end
+if epoch ~= EPOCH then return {STALE_EPOCH} end
+if redis.call('HEXISTS', CHAL, ID) == 0 then return {UNKNOWN} end
+local left = redis.call('PTTL', HOLD)
+if left > 0 then return {HELD, left} end
+redis.call('SET', HOLD, PROMOTING, 'PX', PROMOTE_HOLD_MS)
+return {DONE}
+""",
+)
+
+# Let go of a promotion's hold, waking the calls that waited on it: {DONE}, or {UNCHANGED}
+# when no promotion holds the model.
+RELEASE = Script(
+    "promote_release",
+    keys=("hold", "wake"),
+    args=(),
+    parts=(parts.WAKE,),
+    body="""
+local h = tonumber(redis.call('GET', HOLD) or '0')
+if h < PROMOTING then return {UNCHANGED} end
+redis.call('DEL', HOLD)
+wake(WAKE, h - PROMOTING)
+return {DONE}
+""",
+)
+
+# Challenger ID serves: the model was read at EPOCH, VERSION and SEEN, its challengers at GEN with
+# the labels' log ending at label POSITION. Once all still so: a checkpoint of the model as it is
+# (its snapshot, moved, and its log); then a new epoch (every worker loads the model again; the
+# predictions of EPOCH stay this model's, Meta.PREV_EPOCH), CONFIG, the weights staged at STAGE
+# (LENGTH bytes in CHUNKS chunks, blobs.py) as its snapshot at NEW_VERSION, the promoted
+# learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED, N_DEFAULTED_MISTAKES; RING_MARKS, its last
+# outcomes; the learning curve and the confusion matrix start again, the retained log goes); ID
+# leaves the challengers and
+# the learner that served joins them as DEMOTED ('': "served-<the checkpoint's id>") with
+# DEMOTED_CONFIG and DEMOTED_TAIL; every other challenger's state is the one after the fixed
+# arguments ((id, tail) pairs) at POSITION, and the log starts there. Lets go of the hold.
+# Returns {DONE, the checkpoint's id, the demoted id}; {UNCHANGED} (something moved), {UNKNOWN}
+# (no challenger ID), {NAME_TAKEN} (DEMOTED is a challenger's) or {NOT_STAGED}: nothing done, the
+# hold kept. The staged key is let go whatever happens.
+SWAP = Script(
+    "promote",
+    keys=(
+        "meta",
+        "snap",
+        "log",
+        *HISTORY_KEYS,
+        "ring",
+        "curve",
+        "hold",
+        "wake",
+        "chal",
+        "cstate",
+        "clog",
+        "stage",
+    ),  # fmt: skip
+    args=(
+        "epoch",
+        "new_epoch",
+        "version#",
+        "seen#",
+        "gen",
+        "position#",
+        "id",
+        "config",
+        "new_version#",
+        "new_seen#",
+        "mistakes#",
+        "n_defaulted#",
+        "n_defaulted_mistakes#",
+        "ring_marks",
+        "length#",
+        "chunks#",
+        "demoted",
+        "demoted_config",
+        "demoted_tail",
+        "now_ms",
+    ),  # fmt: skip
+    rest_args="states",
+    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.WAKE),
+    body="""
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
+  META_SNAP_LENGTH, META_CHALLENGER_GEN, META_CHALLENGER_BASE, META_CHECKPOINTS)
+local demoted = DEMOTED
+if demoted == '' then demoted = 'served-' .. string.format('%d', tonumber(st[8] or '0') + 1) end
+local refused = nil
+if not st[1] then refused = NO_MODEL
+elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+elseif tonumber(st[2]) ~= VERSION or tonumber(st[3]) ~= SEEN or (st[6] or '0') ~= GEN
+    or tonumber(st[7] or '0') + redis.call('LLEN', CLOG) ~= POSITION then refused = UNCHANGED
+elseif redis.call('HEXISTS', CHAL, ID) == 0 then refused = UNKNOWN
+elseif demoted ~= ID and redis.call('HEXISTS', CHAL, demoted) == 1 then refused = NAME_TAKEN
+elseif not staged(STAGE, CHUNKS) then refused = NOT_STAGED
+end
+if refused then
+  let_go(STAGE)
+  return {refused}
+end
+local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
+  weights_bytes(SNAP, st[5]), redis.call('LRANGE', LOG, 0, -1), st[4], st[2], NOW_MS,
+  REASON_BEFORE_PROMOTION)
+redis.call('DEL', LOG, PAST, CURVE)
+move_weights(STAGE, SNAP)
+local gone = {META_PAST_BASE, META_PAST_VERSION, META_PAST_IN}
+for _, field in ipairs(redis.call('HKEYS', META)) do
+  if string.sub(field, 1, #FIELD_CELL) == FIELD_CELL then gone[#gone + 1] = field end
+end
+for i = 1, #gone, UNPACK_CHUNK do
+  redis.call('HDEL', META, unpack(gone, i, math.min(i + UNPACK_CHUNK - 1, #gone)))
+end
+redis.call('SET', RING, RING_MARKS)
+redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, EPOCH, META_CONFIG, CONFIG,
+  META_VERSION, NEW_VERSION, META_SEEN, NEW_SEEN, META_SNAP_VERSION, NEW_VERSION,
+  META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, NEW_VERSION, COUNT_MISTAKES, MISTAKES,
+  COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
+if NEW_SEEN > 0 then
+  redis.call('HSET', CURVE, FIELD_EVERY, '1', string.format('%d', NEW_SEEN), MISTAKES)
+end
+local at = string.format('%d', POSITION) .. ' '
+redis.call('HDEL', CHAL, ID)
+redis.call('HDEL', CSTATE, ID)
+redis.call('HSET', CHAL, demoted, DEMOTED_CONFIG)
+redis.call('HSET', CSTATE, demoted, at .. DEMOTED_TAIL)
+for i = STATES_AT, #ARGV, 2 do redis.call('HSET', CSTATE, ARGV[i], at .. ARGV[i + 1]) end
+redis.call('DEL', CLOG)
+redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
+redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
+local h = tonumber(redis.call('GET', HOLD) or '0')
+if h >= PROMOTING then
+  redis.call('DEL', HOLD)
+  wake(WAKE, h - PROMOTING)
+end
+return {DONE, before, demoted}
+""",
+)
+SCRIPTS = (HOLD, RELEASE, SWAP)
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    """What SWAP is given: the model and its challengers as read, and what they become."""
+
+    epoch: str
+    new_epoch: str
+    version: int
+    seen: int
+    gen: str
+    position: int
+    id: str
+    config: str  # the promoted learner's configuration JSON
+    weights: bytes  # its packed weights
+    new_version: int
+    new_seen: int
+    mistakes: int
+    defaulted: int
+    defaulted_mistakes: int
+    ring: bytes  # its last outcomes, as the model's ring holds them
+    demoted: str  # the id of the learner that served ('': "served-<checkpoint>")
+    demoted_config: str
+    demoted_tail: bytes
+    states: list[tuple[str, bytes]]  # every other challenger's (id, tail)
+    now_ms: int
+
+
+async def hold(store: Runner, name: str, epoch: str, id: str) -> Held | None:
+    """Hold the model for a promotion of challenger ``id``; Held while another holds it."""
+    k = keys_of(name)
+    reply = await store.run(
+        HOLD, HOLD.key_list(k, {"chal": k.challengers[0]}), HOLD.arg_list(epoch=epoch, id=id)
+    )
+    status = status_of(store, name, reply)
+    if status == Status.UNKNOWN:
+        raise challenger_not_found(name, id)
+    return Held(int(reply[1])) if status == Status.HELD else None
+
+
+async def release(store: Runner, name: str) -> None:
+    """Let go of a promotion's hold (nothing when none holds the model)."""
+    k = keys_of(name)
+    await store.run(RELEASE, RELEASE.key_list(k), RELEASE.arg_list())
+
+
+async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None:
+    """Make the promotion: (the checkpoint's id, the demoted learner's id); None when the
+    model or its challengers moved since they were read (nothing done)."""
+    k = keys_of(name)
+    (stage,) = await blobs.stage(store.client, k, p.weights)
+    rest: list[Arg] = []
+    for id, tail in p.states:
+        rest += [id, tail]
+    chal, cstate, _ = k.challengers
+    reply = await store.run(
+        SWAP,
+        SWAP.key_list(k, {"chal": chal, "cstate": cstate, "stage": stage}),
+        SWAP.arg_list(
+            rest,
+            epoch=p.epoch,
+            new_epoch=p.new_epoch,
+            version=p.version,
+            seen=p.seen,
+            gen=p.gen,
+            position=p.position,
+            id=p.id,
+            config=p.config,
+            new_version=p.new_version,
+            new_seen=p.new_seen,
+            mistakes=p.mistakes,
+            n_defaulted=p.defaulted,
+            n_defaulted_mistakes=p.defaulted_mistakes,
+            ring_marks=p.ring,
+            length=len(p.weights),
+            chunks=blobs.chunks(len(p.weights)),
+            demoted=p.demoted,
+            demoted_config=p.demoted_config,
+            demoted_tail=p.demoted_tail,
+            now_ms=p.now_ms,
+        ),
+    )
+    status = status_of(store, name, reply)
+    if status == Status.UNKNOWN:
+        raise challenger_not_found(name, p.id)
+    if status == Status.NAME_TAKEN:
+        raise Conflict(
+            f"Model {name!r} has a challenger {p.demoted!r} already: name the learner that "
+            "served with another 'demote_as', or delete that challenger first.",
+            code="challenger_exists",
+        )
+    if status == Status.NOT_STAGED:
+        raise ModelBusy(f"Model {name!r}'s promoted weights were not all written; retry.")
+    if status == Status.UNCHANGED:
+        return None
+    return int(reply[1]), text(reply[2])
+
+
+def challenger_not_found(name: str, id: str) -> NotFound:
+    return NotFound(f"Model {name!r} has no challenger {id!r}.", code="challenger_not_found")
