@@ -142,7 +142,8 @@ def test_every_rule_waits_is_graded_and_says_what_to_check(rules: list[Rule]) ->
 @pytest.fixture(scope="module")
 def exported() -> Iterator[dict[str, set[str]]]:
     """Every sample name of /metrics, with its labels, from a service in-process that served
-    every kind of figure: a model with predictions, feedback and learned examples, an error
+    every kind of figure: a model with predictions, feedback and learned examples and a
+    challenger, an error
     answer, and a store that reports its memory."""
     service = InProcessService(
         Settings(auth=False, default_model=False), fakeredis.FakeServer(version=(7, 0)),
@@ -152,6 +153,7 @@ def exported() -> Iterator[dict[str, set[str]]]:
     try:
         api = service.client()
         api.put("/models/m", json={"classes": ["a", "b"], "n_features": 2})
+        api.put("/models/m/challengers/c", json={"algorithm": "pa1"})
         api.post("/learn", json={"model": "m", "features": [1, 0], "label": "a"})
         p = api.post("/predict", json={"model": "m", "features": [0, 1]}).json()
         api.post("/feedback", json={"prediction_id": p["prediction_id"], "label": "b"})

@@ -796,3 +796,44 @@ def test_the_labels_card_shows_the_delay_and_the_defaults(
         "1 day after its prediction is refused (410)."
     )
     assert aborted == []
+
+
+def test_challengers_are_drawn_side_by_side_and_follow_by_push(
+    client: httpx.Client, page: Page
+) -> None:
+    """A model with challengers shows each beside the served learner: a learning curve each
+    on one chart, and a row of figures each, as GET .../challengers reports them; labels and
+    a promotion show by push, without a reload; with no challenger left, the card goes."""
+    assert client.put("/models/side", json={"n_features": 2}).status_code == 201
+    for id, body in (("avg", {"averaged": True}), ("pa", {"algorithm": "pa1", "C": 0.1})):
+        assert client.put(f"/models/side/challengers/{id}", json=body).status_code == 201
+    aborted = only_the_service(page, client)
+    page.goto(f"{base(client)}/dashboard#model=side")
+    expect(page.locator("#status")).to_have_attribute("data-push", "true")
+    card = page.locator("#challengers")
+    expect(card).to_be_visible()
+    rows = page.locator("#learners tbody tr")
+    expect(rows).to_have_count(3)
+    for n in range(1, 31):
+        body = {"model": "side", "features": [n % 7 - 3, n % 5 - 2], "label": 1 if n % 3 else -1}
+        assert client.post("/learn", json=body).status_code == 200
+    expect(rows.nth(1).locator("td").nth(2)).to_have_text("30", timeout=2000)
+    got = client.get("/models/side/challengers").json()
+    want = [("served", got["served"])] + [(c["id"], c) for c in got["challengers"]]
+    for i, (id, learner) in enumerate(want):
+        cells = rows.nth(i).locator("td")
+        expect(cells.nth(0)).to_have_text(id)
+        expect(cells.nth(2)).to_have_text(str(learner["seen"]))
+        expect(cells.nth(3)).to_have_text(str(learner["mistakes"]))
+        expect(cells.nth(5)).to_have_text(pct(learner["mistake_rate"]["all"]))
+    expect(rows.nth(2).locator("td").nth(1)).to_have_text("PA-I C 0.1")
+    assert page.locator("#chart-challengers .series-learner").count() == 3
+    assert int(page.locator("#chart-challengers").get_attribute("data-points") or 0) >= 30
+    r = client.post("/models/side/promote", json={"challenger": "pa", "demote_as": "before"})
+    assert r.status_code == 200, r.text
+    expect(rows.nth(0).locator("td").nth(1)).to_have_text("PA-I C 0.1", timeout=2000)
+    expect(page.locator("#learners tbody tr[data-id='before']")).to_have_count(1)
+    for id in ("avg", "before"):
+        assert client.delete(f"/models/side/challengers/{id}").status_code == 204
+    expect(card).to_be_hidden(timeout=2000)
+    assert aborted == []

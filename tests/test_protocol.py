@@ -15,6 +15,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 
+from service.contract.sources import parse_source, source_counts, source_fields
 from service.contract.store_protocol import (
     COUNTERS,
     LUA,
@@ -23,9 +24,6 @@ from service.contract.store_protocol import (
     Status,
     cell_field,
     parse_cell,
-    parse_source,
-    source_counts,
-    source_fields,
 )
 from service.learner import ModelConfig
 from service.learner.codec import entry_head, pack_payload, pack_record, unpack_entry

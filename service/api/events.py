@@ -6,6 +6,9 @@ The stream sends, as they change, the bodies a client would otherwise poll for:
   model's epoch, version, counters or history change;
 - ``event: checkpoints``, the answer of ``GET /models/{name}/checkpoints``: at once, then
   whenever its checkpoints or the versions it keeps change;
+- ``event: challengers``, the answer of ``GET /models/{name}/challengers``: at once, then
+  whenever a label, an add, a removal or a promotion changes it, while the model has
+  challengers (and once more when its last one goes);
 - ``event: gone``, ``{"detail", "code": "model_not_found"}``, when the model is deleted; the
   stream ends;
 - a comment (``: keep-alive``) after ``PERCEPTRON_STREAM_KEEPALIVE_S`` without an event;
@@ -53,6 +56,7 @@ RETRY_MS = 1000  # how soon an EventSource connects again after the stream ends
 # The stamp's fields (Store.read_stamp) that the checkpoints follow: epoch, snapv, ckseq,
 # pastck, pastv (not the version, which every update moves).
 HISTORY = (0, 2, 3, 4, 5)
+CHALLENGERS = -2  # the stamp's count of challengers (Store.read_stamp)
 
 EXAMPLE = (
     "retry: 1000\n\n"
@@ -70,14 +74,16 @@ router = APIRouter(prefix="/models", tags=["models"])
     response_class=Response,
     responses={
         200: {
-            "description": "Server-Sent Events: `metrics` and `checkpoints` as they change",
+            "description": "Server-Sent Events: `metrics`, `checkpoints` and `challengers` as "
+            "they change",
             "content": {EVENT_STREAM: {"example": EXAMPLE}},
         },
         **error_responses(401, 403, 404, 422, 503),
     },
 )
 async def model_events(name: str, request: Request) -> Response:
-    """Follow a model: its metrics and checkpoints pushed as they change (Server-Sent Events).
+    """Follow a model: its metrics, checkpoints and challengers pushed as they change
+    (Server-Sent Events).
     A browser's `EventSource` may send its key in the cookie `perceptron_key`."""
     checked(stream_caller(request), Role.predict, check_name(name))
     worker: Worker = request.app.state.worker
@@ -87,6 +93,7 @@ async def model_events(name: str, request: Request) -> Response:
         stamp = await worker.store.read_stamp(name)
         first = await _metrics(worker, name)  # 404 for a model that does not exist
         history = await _checkpoints(worker, name)
+        history += await _challengers(worker, name) if _challenged(stamp) else b""
     except BaseException:
         streams.leave()
         raise
@@ -130,6 +137,14 @@ async def _checkpoints(worker: Worker, name: str) -> bytes:
     return event("checkpoints", body.model_dump_json().encode())
 
 
+async def _challengers(worker: Worker, name: str) -> bytes:
+    return event("challengers", orjson.dumps(await worker.challengers.show(name)))
+
+
+def _challenged(stamp: tuple[bytes | str | None, ...] | None) -> bool:
+    return stamp is not None and int(stamp[CHALLENGERS] or 0) > 0
+
+
 async def _follow(
     worker: Worker, name: str, stamp: tuple[bytes | str | None, ...] | None, first: bytes
 ) -> AsyncGenerator[bytes, None]:
@@ -149,6 +164,8 @@ async def _follow(
                 chunk = await _metrics(worker, name)
                 if stamp is None or any(now[i] != stamp[i] for i in HISTORY):
                     chunk += await _checkpoints(worker, name)
+                if _challenged(now) or _challenged(stamp):
+                    chunk += await _challengers(worker, name)
                 stamp = now
             elif time.monotonic() - sent >= s.stream_keepalive_s:
                 chunk = b": keep-alive\n\n"

@@ -14,7 +14,8 @@ import numpy as np
 
 from service.contract import store_protocol as protocol
 from service.contract.names import KEY_NAME_PATTERN
-from service.contract.store_protocol import Field, Meta, Reason, parse_cell, parse_source
+from service.contract.sources import parse_source
+from service.contract.store_protocol import Field, Meta, Reason, parse_cell
 from service.errors import InvalidInput
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import pack_weights, unpack_weights

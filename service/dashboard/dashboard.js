@@ -1,6 +1,6 @@
 // The perceptron dashboard: reads the JSON API and draws it. The model shown is followed by
-// push (Server-Sent Events from GET /models/{name}/events: its metrics and checkpoints as they
-// change); the list of models is read every 15 s. Should the stream fail, the page reads the
+// push (Server-Sent Events from GET /models/{name}/events: its metrics, checkpoints and
+// challengers as they change); the list of models is read every 15 s. Should the stream fail, the page reads the
 // API every 2 s instead, and tries the stream again 30 s later. Plain JS, an ES module (so
 // strict, its names its own), no dependencies.
 
@@ -29,6 +29,7 @@ const state = {
   model: null,
   metrics: null,
   checkpoints: [],
+  challengers: null, // GET .../challengers: the served learner and each challenger
   gen: 0,
   timer: null,
   lastOk: 0,
@@ -231,13 +232,15 @@ async function refresh() {
     if (streaming(name)) return; // the stream brings the figures
     const path = 'models/' + encodeURIComponent(name);
     // (the checkpoints are drawn where the key may read them; the metrics decide the rest)
-    const [metrics, history] = await Promise.all([
+    const [metrics, history, challengers] = await Promise.all([
       api(path + '/metrics'),
       api(path + '/checkpoints').catch(() => null),
+      api(path + '/challengers').catch(() => null),
     ]);
     if (gen !== state.gen) return;
     state.metrics = metrics;
     state.checkpoints = history ? history.checkpoints : [];
+    state.challengers = challengers;
     render(metrics);
     ok();
     if (!state.stream || state.stream.name !== name) openStream(name);
@@ -321,6 +324,11 @@ function openStream(name) {
     if (!mine()) return;
     state.checkpoints = JSON.parse(ev.data).checkpoints;
     if (state.metrics) render(state.metrics);
+  });
+  es.addEventListener('challengers', (ev) => {
+    if (!mine()) return;
+    state.challengers = JSON.parse(ev.data);
+    renderChallengers();
   });
   es.addEventListener('gone', () => {
     if (!mine()) return;
@@ -823,6 +831,66 @@ function renderCharts(m) {
   $('window-legend').textContent = windowName(recent.span);
 }
 
+// A learner's settings in a few words: "PA-I C 0.1", "perceptron averaged".
+function learnerLine(c) {
+  const names = { perceptron: 'perceptron', pa1: 'PA-I', pa2: 'PA-II' };
+  const parts = [names[c.algorithm || 'perceptron'] || c.algorithm];
+  if (c.algorithm === 'pa1' || c.algorithm === 'pa2') parts.push(`C ${fmtNum(c.C)}`);
+  else {
+    if (c.learning_rate !== 1) parts.push(`lr ${fmtNum(c.learning_rate)}`);
+    if (c.margin) parts.push(`margin ${fmtNum(c.margin)}`);
+    if (c.averaged) parts.push('averaged');
+  }
+  if (c.classes.length > 2) parts.push(c.multiclass);
+  return parts.join(' ');
+}
+
+// The served learner (its curve from the metrics) and each challenger: one learning curve
+// each, cumulative mistake rate against the examples it has learned, and a row of figures.
+function renderChallengers() {
+  const s = state.challengers;
+  const m = state.metrics;
+  const shown = Boolean(s && m && s.model === m.model && s.challengers.length);
+  $('challengers').hidden = !shown;
+  if (!shown) return;
+  const learners = [
+    { ...s.served, curve: m.curve, label: 'served' },
+    ...s.challengers.map((c) => ({ ...c, label: c.id })),
+  ];
+  const xs = [...new Set(learners.flatMap((l) => l.curve.points.map((p) => p.examples)))]
+    .sort((a, b) => a - b);
+  const lines = learners.map((l, i) => {
+    const at = new Map(l.curve.points.map((p) => [p.examples, p.rate]));
+    return { cls: `learner series-learner-${i % 9}`, name: l.label, ys: xs.map((x) => at.get(x) ?? null), polyline: true };
+  });
+  drawChart($('chart-challengers'), {
+    x: xs,
+    time: false,
+    x0: 0,
+    pad: 1,
+    emptyText: 'No labelled examples since the challengers came',
+    lines,
+    label: (i) => `after ${nCount(xs[i], 'example')} each`,
+    extra: () => '',
+  });
+  const body = $('learners').tBodies[0];
+  body.replaceChildren();
+  learners.forEach((l, i) => {
+    const row = body.insertRow();
+    row.dataset.id = l.label;
+    const name = row.insertCell();
+    const swatch = document.createElement('span');
+    swatch.className = `swatch series-learner-${i % 9}`;
+    name.append(swatch, l.label);
+    row.insertCell().textContent = learnerLine(l.config);
+    row.insertCell().textContent = fmtInt(l.seen);
+    row.insertCell().textContent = fmtInt(l.mistakes);
+    row.insertCell().textContent = fmtPct(l.mistake_rate.last_100);
+    row.insertCell().textContent = fmtPct(l.mistake_rate.all);
+    row.insertCell().textContent = fmtInt(l.updates);
+  });
+}
+
 // "checkpoint #7 · version 1,200 · before rollback · 4.1% wrong then" (the reason as the
 // service names it: protocol.Reason)
 function checkpointLine(c) {
@@ -928,6 +996,7 @@ function render(m) {
   renderLabels(m);
   renderSources(m);
   renderCheckpoints();
+  renderChallengers();
   document.title = `${m.model}: ${fmtPct(m.mistake_rate.last_100)} mistakes · Perceptron`;
   document.body.dataset.ready = 'true';
 }
@@ -938,11 +1007,13 @@ window.addEventListener('resize', () => {
   resizeTimer = setTimeout(() => {
     if (!state.metrics) return;
     renderCharts(state.metrics);
+    renderChallengers();
     fitConfusion();
   }, 100);
 });
 
 attachTooltip($('chart-time'));
 attachTooltip($('chart-examples'));
+attachTooltip($('chart-challengers'));
 state.key = initialKey();
 refresh();

@@ -14,7 +14,7 @@ from dataclasses import replace
 from itertools import accumulate, islice
 
 from service.contract.learn_wire import pack_answer
-from service.contract.store_protocol import one_source_counts, source_counts
+from service.contract.sources import one_source_counts, source_counts
 from service.contract.store_values import (
     Bucket,
     Challenged,

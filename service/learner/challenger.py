@@ -10,10 +10,11 @@ stands (``position``: the labels it has been given, counted from the model's fir
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.contract.store_protocol import CURVE_POINTS
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
 from service.learner.features import Example
@@ -36,6 +37,10 @@ class ChallengerState:
     window: bytes = b""  # the last outcomes, oldest first, at most WINDOW
     defaulted: int = 0  # examples whose label was the model's default label
     defaulted_mistakes: int = 0  # mistakes among them
+    # Its learning curve: curve[i] = mistakes among its first every * (i + 1) examples, at most
+    # CURVE_POINTS of them (``every`` doubles, as the model's own curve's does).
+    every: int = 1
+    curve: list[int] = field(default_factory=list)
 
     @property
     def seen(self) -> int:
@@ -59,6 +64,11 @@ class ChallengerState:
         if by_default:
             self.defaulted += 1
             self.defaulted_mistakes += int(wrong)
+        if self.seen % self.every == 0:
+            self.curve.append(self.mistakes)
+            if len(self.curve) > CURVE_POINTS:
+                self.every *= 2
+                self.curve = self.curve[1::2]
 
     def rates(self) -> dict[str, float | None]:
         """Mistake rates over every example seen and over the last 100 and 1000 (None: none
@@ -101,18 +111,22 @@ def pack_state(state: ChallengerState) -> bytes:
     """The state's counters after its position (the store writes the position in front:
     ``b"<position> "``), its window, then its packed weights."""
     counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
-    head = b"%d %d %d %d %d %d\n" % (*counts, len(state.window))
-    return head + state.window + pack_weights(state.weights)
+    curve = b",".join(b"%d" % m for m in state.curve)
+    head = b"%d %d %d %d %d %d %d %d\n" % (*counts, state.every, len(curve), len(state.window))
+    return head + curve + state.window + pack_weights(state.weights)
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     """A state as ``pack_state`` wrote it, behind the position the store put in front."""
     head, rest = data.split(b"\n", 1)
-    position, seen, mistakes, updates, defaulted, dmistakes, n = (int(v) for v in head.split())
-    weights = unpack_weights(config, rest[n:], 0, seen)
-    window = bytes(rest[:n])
+    position, seen, mistakes, updates, defaulted, dmistakes, every, c, n = (
+        int(v) for v in head.split()
+    )
+    curve = [int(m) for m in rest[:c].split(b",")] if c else []
+    weights = unpack_weights(config, rest[c + n :], 0, seen)
+    window = bytes(rest[c : c + n])
     return ChallengerState(
-        config, weights, position, mistakes, updates, window, defaulted, dmistakes
+        config, weights, position, mistakes, updates, window, defaulted, dmistakes, every, curve
     )
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from service.contract.store_protocol import DELAY_BUCKETS_S, Field, parse_cell, parse_source
+from service.contract.sources import parse_source
+from service.contract.store_protocol import DELAY_BUCKETS_S, Field, parse_cell
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry
 from service.learner.perceptron import raw_scores
@@ -82,7 +83,7 @@ def confusion(config: ModelConfig, meta: dict[str, str]) -> list[list[int]]:
 
 def source_rows(meta: dict[str, str]) -> list[tuple[str, int, int, int]]:
     """``(source, labelled, mistakes, updates)`` per API key name that labelled examples of
-    the model, from its per-source counts (``protocol.source_fields``), most labelled first."""
+    the model, from its per-source counts (``sources.source_fields``), most labelled first."""
     counts: dict[str, dict[str, int]] = {}
     for key, value in meta.items():
         found = parse_source(key)

@@ -133,6 +133,17 @@ def figures(id: str, state: ChallengerState, weights: bool = False) -> dict[str,
         "mistakes": state.mistakes,
         "updates": state.updates,
         "mistake_rate": state.rates(),
+        "curve": {
+            "every": state.every,
+            "points": [
+                {
+                    "examples": (i + 1) * state.every,
+                    "mistakes": m,
+                    "rate": m / ((i + 1) * state.every),
+                }
+                for i, m in enumerate(state.curve)
+            ],
+        },
     }
 
 

@@ -141,18 +141,23 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:a:{token}"
 
     @property
-    def challengers(self) -> tuple[str, str, str]:
-        """The challengers' keys (``ops/challengers.py``): id -> configuration JSON; id ->
-        packed state; the labels' log (every labelled example since their states)."""
-        return (
-            f"{PREFIX}:{{{self.name}}}:chal",
-            f"{PREFIX}:{{{self.name}}}:cstate",
-            f"{PREFIX}:{{{self.name}}}:clog",
-        )
+    def chal(self) -> str:
+        """The challengers (``ops/challengers.py``): id -> configuration JSON."""
+        return f"{PREFIX}:{{{self.name}}}:chal"
+
+    @property
+    def cstate(self) -> str:
+        """id -> the challenger's packed state."""
+        return f"{PREFIX}:{{{self.name}}}:cstate"
 
     @property
     def clog(self) -> str:
-        return self.challengers[2]
+        """The labels' log: every labelled example since the challengers' states."""
+        return f"{PREFIX}:{{{self.name}}}:clog"
+
+    @property
+    def challengers(self) -> tuple[str, str, str]:
+        return (self.chal, self.cstate, self.clog)
 
     @property
     def all(self) -> tuple[str, ...]:

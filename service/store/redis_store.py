@@ -94,6 +94,8 @@ STAMP_FIELDS = [
     Meta.PAST_VERSION,
     *(c.name for c in COUNTERS if c.name not in (Meta.VERSION, Meta.SEEN, "updates")),
     Meta.SEEN,
+    Meta.CHALLENGERS,  # (its challengers: how many, and each add, removal and promotion)
+    Meta.CHALLENGER_GEN,
 ]
 
 

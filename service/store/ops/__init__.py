@@ -25,7 +25,7 @@ A pending prediction is ``learner/codec.py``'s record: ``"P" .. epoch .. served 
 payload``, where ``bitmap`` holds one ``0``/``1`` per class: whether learning that class updates
 the weights; the scripts read it at the offsets ``protocol.LUA`` declares. Once answered it
 becomes ``"A" .. epoch .. "|" .. t .. "|" .. mistake .. "|" .. updated .. "|" .. version``, then
-``DEFAULTED`` when its label was the model's default (written by ``parts.LABEL``, read by
+``DEFAULTED`` when its label was the model's default (written by ``labelling.LABEL``, read by
 ``feedback.py``). A log entry is ``codec.entry_head`` then the
 record.
 

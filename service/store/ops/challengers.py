@@ -8,7 +8,7 @@ labelled example since, in the order the model learned them; the first is label 
 challengers every label it counts is logged there, so ``cbase`` plus the log's length is its
 ``seen``). Meta's ``chn`` counts the challengers: while it is above 0,
 every script that learns labels appends their entries to ``clog`` in the same step
-(``parts.LABEL``, ``learn.py``), so a challenger's state is its packed state replayed through
+(``labelling.LABEL``, ``learn.py``), so a challenger's state is its packed state replayed through
 the entries from its position on, the same on every worker. ``cgen`` moves with each add and
 removal, so that a fold computed before one is refused.
 """
@@ -24,7 +24,7 @@ from service.store.keys import keys_of
 from service.store.script import Arg, Runner, Script, raw, status_of, text
 
 # Shared by the scripts that label pending predictions (feedback.py, defaults.py): the entries
-# of the labels a script learned (``s.recent`` of parts.LABEL), appended to ``clog`` when the
+# of the labels a script learned (``s.recent`` of labelling.LABEL), appended to ``clog`` when the
 # model has challengers. Returns the log's length then (-1: nothing appended).
 LOG_LABELS = """
 local function log_labels(meta, clog, entries)
@@ -176,7 +176,7 @@ async def add(
     k = keys_of(name)
     reply = await store.run(
         ADD,
-        ADD.key_list(k, {"chal": k.challengers[0], "cstate": k.challengers[1]}),
+        ADD.key_list(k),
         ADD.arg_list(
             epoch=epoch,
             id=id,
@@ -206,7 +206,7 @@ async def remove(store: Runner, name: str, id: str) -> None:
     k = keys_of(name)
     reply = await store.run(
         REMOVE,
-        REMOVE.key_list(k, {"chal": k.challengers[0], "cstate": k.challengers[1]}),
+        REMOVE.key_list(k),
         REMOVE.arg_list(id=id),
     )
     if status_of(store, name, reply) == Status.UNKNOWN:
@@ -228,7 +228,7 @@ async def fold(
         rest += [id, tail]
     reply = await store.run(
         FOLD,
-        FOLD.key_list(k, {"cstate": k.challengers[1]}),
+        FOLD.key_list(k),
         FOLD.arg_list(rest, gen=gen, base=base, position=position),
     )
     return int(reply[0]) == Status.DONE

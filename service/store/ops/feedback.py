@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.store.keys import keys_of
-from service.store.ops import challengers, parts
+from service.store.ops import challengers, labelling, parts
 from service.store.script import Runner, Script, status_of
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
@@ -16,7 +16,7 @@ from service.store.script import Runner, Script, status_of
 # not found, whatever its label). EPOCH: of the caller's configuration; BUCKET: this time
 # bucket, KEEP: buckets kept; LIFE: how long the model's records are kept
 # (``protocol.pending_life_s``); SOURCE, NOW_MS: who gives them and when, recorded with each
-# update (``codec.provenance``) and counted per source in meta (``protocol.source_fields``);
+# update (``codec.provenance``) and counted per source in meta (``sources.source_fields``);
 # AVERAGED: 1 for an averaged model (whose writer's commit is guarded by the count of examples
 # seen too), else 0; LATE: one character per prediction, '1' where its id tells that its wait
 # ran out (a record then missing is EXPIRED, not UNKNOWN); DEFAULT: the class index of the
@@ -68,7 +68,7 @@ SCRIPT = Script(
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(parts.RECORD, parts.PENDING, parts.LABEL, challengers.LOG_LABELS),
+    parts=(parts.RECORD, parts.PENDING, labelling.LABEL, challengers.LOG_LABELS),
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
@@ -76,10 +76,7 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local function ours(p)  -- a record of this model: of its epoch, or of the one before a promotion
-  local e = string.sub(p, EPOCH_AT, EPOCH_END)
-  return e == epoch or e == st[5]
-end
+local previous = st[5] or epoch  -- a record of this epoch, or of the one before a promotion
 local late = {}
 for i = PENDING_AT, #KEYS do
   late[i] = string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1'
@@ -95,7 +92,8 @@ if held > 0 then
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     if DEFAULT ~= NO_CLASS and late[i] then t = tostring(DEFAULT) end
     local p = redis.call('GET', KEYS[i])
-    if p and tonumber(t) ~= NO_CLASS and ours(p)
+    if p and tonumber(t) ~= NO_CLASS and (string.sub(p, EPOCH_AT, EPOCH_END) == epoch
+        or string.sub(p, EPOCH_AT, EPOCH_END) == previous)
         and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1 or promoting
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
@@ -123,7 +121,8 @@ for i = PENDING_AT, #KEYS do
   if not p and late[i] then
     expired = expired + 1
     answer(EXPIRED, 0, 0, 0, 0)
-  elseif not p or not ours(p) then
+  elseif not p or (string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch
+      and string.sub(p, EPOCH_AT, EPOCH_END) ~= previous) then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0, 0)
   elseif tonumber(t) == NO_CLASS then

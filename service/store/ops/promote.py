@@ -195,9 +195,7 @@ class Promotion:
 async def hold(store: Runner, name: str, epoch: str, id: str) -> Held | None:
     """Hold the model for a promotion of challenger ``id``; Held while another holds it."""
     k = keys_of(name)
-    reply = await store.run(
-        HOLD, HOLD.key_list(k, {"chal": k.challengers[0]}), HOLD.arg_list(epoch=epoch, id=id)
-    )
+    reply = await store.run(HOLD, HOLD.key_list(k), HOLD.arg_list(epoch=epoch, id=id))
     status = status_of(store, name, reply)
     if status == Status.UNKNOWN:
         raise challenger_not_found(name, id)
@@ -218,10 +216,9 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     rest: list[Arg] = []
     for id, tail in p.states:
         rest += [id, tail]
-    chal, cstate, _ = k.challengers
     reply = await store.run(
         SWAP,
-        SWAP.key_list(k, {"chal": chal, "cstate": cstate, "stage": stage}),
+        SWAP.key_list(k, {"stage": stage}),
         SWAP.arg_list(
             rest,
             epoch=p.epoch,

@@ -1,0 +1,70 @@
+"""Lua functions shared by the scripts that label pending predictions (feedback.py,
+defaults.py): each label counted, logged and answered once."""
+
+# Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
+# uses RECORD and PENDING). A state ``s`` from labels_begin gathers what each label adds;
+# label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``
+# (a string) and answers it, ``by`` '' or DEFAULTED (counted apart); labels_end writes it all
+# and returns the log's length (-1: no entry added).
+LABEL = """
+local function labels_begin(version, seen)
+  return {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
+    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0}
+end
+local function label_one(s, key, p, t, provenance, epoch, life, by)
+  local served, ti = tonumber(string.sub(p, SERVED_AT, SERVED_END)), tonumber(t)
+  local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
+  s.seen = s.seen + 1
+  local entry = string.format('%d', s.seen) .. ENTRY_SEP .. t .. ENTRY_SEP .. provenance .. p
+  s.recent[#s.recent + 1] = entry
+  if updated == 1 then
+    s.version = s.version + 1
+    s.entries[#s.entries + 1] = entry
+  end
+  local m = (served ~= ti) and 1 or 0
+  s.marks[#s.marks + 1] = (m == 1) and '1' or '0'
+  s.mistakes = s.mistakes + m
+  if by ~= '' then
+    s.defaulted, s.dmistakes, s.dupdates = s.defaulted + 1, s.dmistakes + m, s.dupdates + updated
+  end
+  local cell = FIELD_CELL .. served .. ':' .. t
+  s.cells[cell] = (s.cells[cell] or 0) + 1
+  s.now = s.now or clock()
+  local made = s.now - life + redis.call('PTTL', key) / 1000
+  local b = math.floor(made / pending_width(life))
+  s.answered[b] = (s.answered[b] or 0) + pending_size(key, p)
+  redis.call('SET', key,
+    ANSWERED .. epoch .. '|' .. t .. '|' .. m .. '|' .. updated .. '|' .. s.version .. by,
+    'EX', life)
+  return m, updated, s.version
+end
+local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bucket, keep)
+  -- Answered predictions no longer count as pending: their bytes leave their buckets.
+  for b, size in pairs(s.answered) do
+    local held = tonumber(redis.call('HGET', pend, b))
+    if held then
+      if held <= size then
+        redis.call('HDEL', pend, b)
+      else
+        redis.call('HSET', pend, b, held - size)
+      end
+      redis.call('HINCRBY', pend, FIELD_BYTES, -math.min(held, size))
+    end
+  end
+  if s.defaulted > 0 then
+    redis.call('HINCRBY', meta, COUNT_DEFAULTED, s.defaulted)
+    redis.call('HINCRBY', meta, COUNT_DEFAULTED_MISTAKES, s.dmistakes)
+  end
+  if #s.marks > 0 then
+    record(meta, series, ring, recentkey, curve, bucket, keep, s.seen - #s.marks, #s.marks,
+      table.concat(s.marks), s.mistakes, s.cells, s.recent)
+  end
+  local log_length = -1
+  for i = 1, #s.entries, UNPACK_CHUNK do
+    local upto = math.min(i + UNPACK_CHUNK - 1, #s.entries)
+    log_length = redis.call('RPUSH', log, unpack(s.entries, i, upto))
+  end
+  if #s.entries > 0 then redis.call('HSET', meta, META_VERSION, s.version) end
+  return log_length
+end
+"""
