@@ -815,8 +815,8 @@ def test_challengers_are_drawn_side_by_side_and_follow_by_push(
     rows = page.locator("#learners tbody tr")
     expect(rows).to_have_count(3)
     for n in range(1, 31):
-        body = {"model": "side", "features": [n % 7 - 3, n % 5 - 2], "label": 1 if n % 3 else -1}
-        assert client.post("/learn", json=body).status_code == 200
+        learn = {"model": "side", "features": [n % 7 - 3, n % 5 - 2], "label": 1 if n % 3 else -1}
+        assert client.post("/learn", json=learn).status_code == 200
     expect(rows.nth(1).locator("td").nth(2)).to_have_text("30", timeout=2000)
     got = client.get("/models/side/challengers").json()
     want = [("served", got["served"])] + [(c["id"], c) for c in got["challengers"]]
