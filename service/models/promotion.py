@@ -136,6 +136,8 @@ class Promotions:
         )
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)
+        if not await self.store.renew_promotion(name):
+            return None  # (the hold lapsed while the challengers were replayed)
         promotion = Promotion(
             epoch=now.data.epoch,
             new_epoch=new_epoch(),

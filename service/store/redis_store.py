@@ -130,6 +130,7 @@ class Store:
     fold_challengers = challengers.fold
     # a challenger promoted (ops/promote.py)
     hold_promotion = promote.hold
+    renew_promotion = promote.renew
     release_promotion = promote.release
     promote = promote.swap
     # one writer per model (ops/learn.py)

@@ -3,7 +3,8 @@ becomes a challenger; in one step, while the model is held (``models/promotion.p
 
 The promotion first holds the model (HOLD): no learn commit, feedback that labels anything, or
 default-label sweep runs on it until the promotion lets go (SWAP, RELEASE) or PROMOTE_HOLD_MS
-pass, should its worker die. So the challengers it replays stand at the end of the labels'
+pass, should its worker die (a large model's promotion renews it between its steps, RENEW). So
+the challengers it replays stand at the end of the labels'
 log when it swaps, and the labels that come meanwhile wait and are learned by the promoted
 learner, none lost nor learned twice.
 """
@@ -34,6 +35,19 @@ if redis.call('HEXISTS', CHAL, ID) == 0 then return {UNKNOWN} end
 local left = redis.call('PTTL', HOLD)
 if left > 0 then return {HELD, left} end
 redis.call('SET', HOLD, PROMOTING, 'PX', PROMOTE_HOLD_MS)
+return {DONE}
+""",
+)
+
+# Keep a promotion's hold PROMOTE_HOLD_MS more, between the steps of a large model's promotion:
+# {DONE}, or {UNCHANGED} when no promotion holds the model any more (it lapsed).
+RENEW = Script(
+    "promote_renew",
+    keys=("hold",),
+    args=(),
+    body="""
+if tonumber(redis.call('GET', HOLD) or '0') < PROMOTING then return {UNCHANGED} end
+redis.call('PEXPIRE', HOLD, PROMOTE_HOLD_MS)
 return {DONE}
 """,
 )
@@ -163,7 +177,7 @@ end
 return {DONE, before, demoted}
 """,
 )
-SCRIPTS = (HOLD, RELEASE, SWAP)
+SCRIPTS = (HOLD, RENEW, RELEASE, SWAP)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +216,13 @@ async def hold(store: Runner, name: str, epoch: str, id: str) -> Held | None:
     return Held(int(reply[1])) if status == Status.HELD else None
 
 
+async def renew(store: Runner, name: str) -> bool:
+    """Whether a promotion still holds the model; its hold is then PROMOTE_HOLD_MS more."""
+    k = keys_of(name)
+    reply = await store.run(RENEW, RENEW.key_list(k), RENEW.arg_list())
+    return int(reply[0]) == Status.DONE
+
+
 async def release(store: Runner, name: str) -> None:
     """Let go of a promotion's hold (nothing when none holds the model)."""
     k = keys_of(name)
@@ -213,6 +234,9 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     model or its challengers moved since they were read (nothing done)."""
     k = keys_of(name)
     (stage,) = await blobs.stage(store.client, k, p.weights)
+    if not await renew(store, name):  # (the hold lapsed while the weights were written)
+        await store.client.unlink(stage)
+        return None
     rest: list[Arg] = []
     for id, tail in p.states:
         rest += [id, tail]
