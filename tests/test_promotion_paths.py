@@ -55,6 +55,13 @@ def test_the_promoted_learner_is_the_reference(client: httpx.Client) -> None:
     by_id = {c["id"]: c for c in now["challengers"]}
     assert by_id["perceptron"]["weights"] == {"w": [served.w], "b": [served.b]}
     assert by_id["perceptron"]["seen"] == served.seen == 120
+    # its learning curve as a challenger starts where it was demoted, at its own count
+    points = by_id["perceptron"]["curve"]["points"]
+    assert (points[0]["examples"], points[-1]["examples"]) == (81, 120)
+    assert points[-1]["mistakes"] == served.mistakes
+    assert by_id["avg"]["curve"]["points"][-1] == {
+        "examples": 120, "mistakes": refs["avg"].mistakes, "rate": refs["avg"].mistakes / 120
+    }  # fmt: skip
     assert by_id["avg"]["weights"] == {"w": [refs["avg"].w], "b": [refs["avg"].b]}
     assert now["served"]["seen"] == 120 and now["labels"] == 120
     history = client.get("/models/p/checkpoints").json()["checkpoints"]

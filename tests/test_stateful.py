@@ -769,7 +769,7 @@ class Service(RuleBasedStateMachine):
         c = ref.counters
         was = ChallengerState(
             ref.config, ref.weights.copy(), ref.labels, c["mistakes"], ref.version,
-            bytes(ref.marks), c["defaulted"], c["defaulted_mistakes"],
+            bytes(ref.marks), c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
         )  # fmt: skip
         del ref.challengers[id]
         ref.challengers[demoted] = was

@@ -37,10 +37,12 @@ class ChallengerState:
     window: bytes = b""  # the last outcomes, oldest first, at most WINDOW
     defaulted: int = 0  # examples whose label was the model's default label
     defaulted_mistakes: int = 0  # mistakes among them
-    # Its learning curve: curve[i] = mistakes among its first every * (i + 1) examples, at most
-    # CURVE_POINTS of them (``every`` doubles, as the model's own curve's does).
+    # Its learning curve: curve[i] = mistakes among its first since + every * (i + 1) examples,
+    # at most CURVE_POINTS of them (``every`` doubles, as the model's own curve's does); ``since``:
+    # the examples it had seen when its curve began (a learner that served, demoted).
     every: int = 1
     curve: list[int] = field(default_factory=list)
+    since: int = 0
 
     @property
     def seen(self) -> int:
@@ -64,7 +66,7 @@ class ChallengerState:
         if by_default:
             self.defaulted += 1
             self.defaulted_mistakes += int(wrong)
-        if self.seen % self.every == 0:
+        if (self.seen - self.since) % self.every == 0:
             self.curve.append(self.mistakes)
             if len(self.curve) > CURVE_POINTS:
                 self.every *= 2
@@ -112,22 +114,24 @@ def pack_state(state: ChallengerState) -> bytes:
     ``b"<position> "``), its window, then its packed weights."""
     counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
     curve = b",".join(b"%d" % m for m in state.curve)
-    head = b"%d %d %d %d %d %d %d %d\n" % (*counts, state.every, len(curve), len(state.window))
+    shape = (state.every, state.since, len(curve), len(state.window))
+    head = b"%d %d %d %d %d %d %d %d %d\n" % (*counts, *shape)
     return head + curve + state.window + pack_weights(state.weights)
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     """A state as ``pack_state`` wrote it, behind the position the store put in front."""
     head, rest = data.split(b"\n", 1)
-    position, seen, mistakes, updates, defaulted, dmistakes, every, c, n = (
+    position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n = (
         int(v) for v in head.split()
     )
     curve = [int(m) for m in rest[:c].split(b",")] if c else []
     weights = unpack_weights(config, rest[c + n :], 0, seen)
     window = bytes(rest[c : c + n])
     return ChallengerState(
-        config, weights, position, mistakes, updates, window, defaulted, dmistakes, every, curve
-    )
+        config, weights, position, mistakes, updates, window, defaulted, dmistakes, every, curve,
+        since,
+    )  # fmt: skip
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

@@ -4,6 +4,7 @@ removed, and shown beside the served learner (``engine/challengers.py`` replays 
 from __future__ import annotations
 
 import re
+from itertools import count
 from typing import Any
 
 from service.contract.names import check_name
@@ -136,12 +137,8 @@ def figures(id: str, state: ChallengerState, weights: bool = False) -> dict[str,
         "curve": {
             "every": state.every,
             "points": [
-                {
-                    "examples": (i + 1) * state.every,
-                    "mistakes": m,
-                    "rate": m / ((i + 1) * state.every),
-                }
-                for i, m in enumerate(state.curve)
+                {"examples": k, "mistakes": m, "rate": m / k}
+                for k, m in zip(count(state.since + state.every, state.every), state.curve)
             ],
         },
     }

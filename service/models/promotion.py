@@ -133,6 +133,7 @@ class Promotions:
             served_marks(now),
             int(served["defaulted"]),
             int(served["defaulted_mistakes"]),
+            since=seen,  # (its learning curve as a challenger starts here)
         )
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)

@@ -210,7 +210,7 @@ async def remove(store: Runner, name: str, id: str) -> None:
         REMOVE.arg_list(id=id),
     )
     if status_of(store, name, reply) == Status.UNKNOWN:
-        raise NotFound(f"Model {name!r} has no challenger {id!r}.", code="challenger_not_found")
+        raise challenger_not_found(name, id)
 
 
 async def fold(
@@ -232,3 +232,7 @@ async def fold(
         FOLD.arg_list(rest, gen=gen, base=base, position=position),
     )
     return int(reply[0]) == Status.DONE
+
+
+def challenger_not_found(name: str, id: str) -> NotFound:
+    return NotFound(f"Model {name!r} has no challenger {id!r}.", code="challenger_not_found")

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from service.contract.store_protocol import Status
 from service.contract.store_values import Held
-from service.errors import Conflict, ModelBusy, NotFound
+from service.errors import Conflict, ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
+from service.store.ops.challengers import challenger_not_found
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Arg, Runner, Script, status_of, text
 
@@ -281,7 +282,3 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     if status == Status.UNCHANGED:
         return None
     return int(reply[1]), text(reply[2])
-
-
-def challenger_not_found(name: str, id: str) -> NotFound:
-    return NotFound(f"Model {name!r} has no challenger {id!r}.", code="challenger_not_found")
