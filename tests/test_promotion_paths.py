@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from service.contract.store_protocol import PROMOTE_HOLD_MS, PROMOTING
+from service.store.keys import keys_of
 
 from .test_challengers import Reference, stream
 
@@ -94,3 +95,18 @@ def test_a_dead_promotions_hold_lapses(client: httpx.Client, redis_client: redis
     assert r.status_code == 200, r.text
     assert time.monotonic() - start > PROMOTE_HOLD_MS / 1000 / 2
     assert client.get("/models/h/challengers").json()["challengers"][0]["seen"] == 1
+
+
+def test_a_deleted_model_takes_the_predictions_made_before_its_promotion(
+    client: httpx.Client, redis_client: redis.Redis
+) -> None:
+    client.put("/models/d", json={"n_features": 2})
+    client.put("/models/d/challengers/a", json={"algorithm": "pa2"})
+    for i in range(3):
+        assert client.post("/predict", json={"model": "d", "features": [i, 1]}).is_success
+    assert client.post("/models/d/promote", json={"challenger": "a"}).status_code == 200
+    assert client.post("/predict", json={"model": "d", "features": [1, 1]}).is_success
+    pending = keys_of("d").pending_match
+    assert len(list(redis_client.scan_iter(match=pending))) == 4
+    assert client.delete("/models/d").status_code == 204
+    assert list(redis_client.scan_iter(match=pending)) == []

@@ -18,7 +18,7 @@ log = logging.getLogger("perceptron")
 # state keys first (, the registry when LISTED is '1'). The snapshot and each checkpoint's
 # weights are let go (parts.WEIGHTS: freed outside the script, whatever their size). Returns
 # {DONE, state keys deleted (and 1 when only the name was listed: a lost model), the model's
-# epoch ('' without one)}
+# epoch ('' without one), its epoch before its last promotion ('' without one)}
 SCRIPT = Script(
     "delete",
     keys=("meta", "snap", "checkpoints", "checkpoint_info"),
@@ -27,6 +27,7 @@ SCRIPT = Script(
     parts=(parts.WEIGHTS,),
     body="""
 local epoch = redis.call('HGET', META, META_EPOCH) or ''
+local previous = redis.call('HGET', META, META_PREV_EPOCH) or ''
 local last, gone = #KEYS, redis.call('EXISTS', META, SNAP)
 if LISTED == '1' then
   gone = gone + redis.call('SREM', KEYS[last], NAME)
@@ -41,7 +42,7 @@ for i = OTHERS_AT, last do
   local n = redis.call('DEL', KEYS[i])
   if i < OTHERS_AT + STATES then gone = gone + n end
 end
-return {DONE, gone, epoch}
+return {DONE, gone, epoch, previous}
 """,
 )
 
@@ -60,14 +61,14 @@ async def delete(store: Runner, name: str) -> bool:
         SCRIPT.key_list(keys, rest=[*others, *registry(sharded)]),
         SCRIPT.arg_list(name=name, states=len(keys.all) - 2, listed=listed(sharded)),
     )
-    _, deleted, epoch = reply
+    _, deleted, epoch, previous = reply
     if sharded:
         await store.client.srem(REGISTRY, name)
         if await store.client.exists(keys.meta):  # made anew meanwhile: listed again
             await store.client.sadd(REGISTRY, name)
     if epoch:
         try:
-            await purge(store, keys, text(epoch))
+            await purge(store, keys, text(epoch), text(previous))
         except RedisError as e:  # the model is deleted: what is left lapses by its TTL
             log.warning("model %r deleted; its pending predictions were not: %s", name, e)
     return int(deleted) > 0
