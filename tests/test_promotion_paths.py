@@ -11,9 +11,11 @@ import httpx
 import pytest
 import redis
 
-from service.contract.store_protocol import PROMOTE_HOLD_MS, PROMOTING
+from service.contract.store_protocol import PROMOTE_HOLD_MS, PROMOTING, PROMOTIONS_KEPT
 from service.store.keys import keys_of
 
+from .conftest import MakeService
+from .inprocess import WaitingClock
 from .test_challengers import Reference, stream
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
@@ -110,3 +112,21 @@ def test_a_deleted_model_takes_the_predictions_made_before_its_promotion(
     assert len(list(redis_client.scan_iter(match=pending))) == 4
     assert client.delete("/models/d").status_code == 204
     assert list(redis_client.scan_iter(match=pending)) == []
+
+
+def test_promotions_within_their_predictions_life_are_bounded(
+    make_service: MakeService, clock: WaitingClock
+) -> None:
+    """Each promotion keeps the predictions made before it labelable while they live: 64 such
+    promotions at once, and a 65th is refused until the oldest have lapsed."""
+    client = make_service()
+    client.put("/models/n", json={"n_features": 2, "feedback_ttl_s": 5})
+    client.put("/models/n/challengers/a", json={"learning_rate": 0.5})
+    for i in range(PROMOTIONS_KEPT):
+        r = client.post("/models/n/promote", json={"challenger": "a", "demote_as": "a"})
+        assert r.status_code == 200, (i, r.text)
+    r = client.post("/models/n/promote", json={"challenger": "a", "demote_as": "a"})
+    code(r, 409, "too_many_promotions")
+    clock.advance(6)  # (the model's predictions live 5 s: the oldest promotions' are gone)
+    r = client.post("/models/n/promote", json={"challenger": "a", "demote_as": "a"})
+    assert r.status_code == 200, r.text

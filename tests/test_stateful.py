@@ -191,11 +191,13 @@ class Ref:
     challengers: dict[str, ChallengerState] = field(default_factory=dict)
     labels: int = 0  # the challengers' count of the model's labels (their positions)
     marks: bytearray = field(default_factory=bytearray)  # the served outcomes, '0'/'1'
-    previous: int | None = None  # the generation before the last promotion: its predictions
+    # the generations before its promotions since it was made, reset, imported or rolled back:
+    # their predictions are still its own (a sequence is shorter than their life)
+    previous: set[int] = field(default_factory=set)
 
     def ours(self, generation: int) -> bool:
         """Whether a prediction of that generation is this model's to label."""
-        return generation in (self.generation, self.previous)
+        return generation == self.generation or generation in self.previous
 
     @classmethod
     def made(cls, params: dict[str, Any], generation: int) -> Ref:
@@ -367,7 +369,7 @@ class Ref:
             self.checkpoints[self.last_id] = Kept(
                 c.version, c.weights.copy(), c.reason, c.seen, c.ms, self.config
             )
-        self.counters, self.generation, self.previous = dict(counters), generation, None
+        self.counters, self.generation, self.previous = dict(counters), generation, set()
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
         # (and the ring of outcomes: the window reads as that many examples, none wrong)
@@ -731,7 +733,7 @@ class Service(RuleBasedStateMachine):
             pid
             for pid, p in self.pending.items()
             if p.answer is None and p.name in self.models
-            and p.generation == self.models[p.name].previous
+            and p.generation in self.models[p.name].previous
         ]  # fmt: skip
 
     @precondition(lambda self: bool(self.from_before()))
@@ -782,7 +784,8 @@ class Service(RuleBasedStateMachine):
                  defaulted_mistakes=state.defaulted_mistakes)  # fmt: skip
         ref.marks = bytearray(state.window)
         ref.restart(weights)
-        ref.previous, ref.generation = ref.generation, next(self.generations)
+        ref.previous.add(ref.generation)
+        ref.generation = next(self.generations)
         ref.prune()
 
     def challengers_hold(self, name: str, ref: Ref) -> None:
@@ -820,7 +823,7 @@ class Service(RuleBasedStateMachine):
             return
         got = self.expect(r, 200)
         before = ref.rollback_to_version(v)
-        ref.generation, ref.previous = next(self.generations), None
+        ref.generation, ref.previous = next(self.generations), set()
         assert (got["version"], got["restored_checkpoint"]) == (v, None), got
         assert got["undo_checkpoint"] == got["before"] == before, (got, before)
 
@@ -849,7 +852,7 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, 200)
         version = ref.checkpoints[id].version
         before = ref.rollback_to_checkpoint(id)
-        ref.generation, ref.previous = next(self.generations), None
+        ref.generation, ref.previous = next(self.generations), set()
         assert (got["version"], got["restored_checkpoint"]) == (version, id), got
         assert got["undo_checkpoint"] == got["before"] == before, (got, before)
 
@@ -946,7 +949,7 @@ class Service(RuleBasedStateMachine):
         got = self.expect(r, 200)
         removed, before = ref.undo(source, start, stop)
         if removed:
-            ref.generation, ref.previous = next(self.generations), None
+            ref.generation, ref.previous = next(self.generations), set()
         expected = {"version": ref.version, "removed": removed, "undo_checkpoint": before}
         assert {k: got[k] for k in expected} == expected, (body, got, expected)
         assert got["before"] == before
@@ -1035,7 +1038,7 @@ class Service(RuleBasedStateMachine):
                 return 409, "feedback_conflict", by
             ref.counters["duplicates"] += 1
             return 200, None, {**first, "duplicate": True, **by}
-        PROMOTIONS[1] += p.generation == ref.previous
+        PROMOTIONS[1] += p.generation in ref.previous
         mistake, updated = ref.labelled(p.x, p.raw, p.served, t, who, p.decided[t])
         ref.counters["feedback"] += 1
         ref.delays += 1

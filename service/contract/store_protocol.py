@@ -80,6 +80,9 @@ HOLD_MS = 500  # feedback waits at most this long for a writer that holds the mo
 # its ``hold`` is then PROMOTING plus the calls waiting on it; a writer's hold is below that.
 PROMOTE_HOLD_MS = 1000
 PROMOTING = 2**40
+# Promotions whose epochs' predictions stay labelable while their records live (Meta.PREV_EPOCH);
+# one more within that time is refused.
+PROMOTIONS_KEPT = 64
 CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
 SYNC_INLINE = 64
@@ -173,7 +176,8 @@ class Meta:
     CHALLENGERS = "chn"
     CHALLENGER_GEN = "cgen"
     CHALLENGER_BASE = "cbase"
-    # The epoch before the last promotion: its pending predictions are labelled as this epoch's.
+    # The epochs before promotions, "<epoch>:<unix ms of the promotion>," each, those whose
+    # records may still live: their predictions are labelled as this epoch's (parts.OURS).
     PREV_EPOCH = "pepoch"
 
     @classmethod
@@ -323,6 +327,7 @@ _NUMBERS = {
     "HOLD_MS": HOLD_MS,
     "PROMOTE_HOLD_MS": PROMOTE_HOLD_MS,
     "PROMOTING": PROMOTING,
+    "PROMOTIONS_KEPT": PROMOTIONS_KEPT,
     "DEFAULT_GRACE_S": DEFAULT_GRACE_S,
     "CURVE_POINTS": CURVE_POINTS,
     "SYNC_INLINE": SYNC_INLINE,

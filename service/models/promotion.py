@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.contract.names import check_name
-from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta
+from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta, pending_life_s
 from service.engine.challengers import Standing, standing
 from service.engine.replica_cache import Replicas
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
@@ -160,6 +160,7 @@ class Promotions:
             demoted_tail=pack_state(demoted),
             states=_others(now, id),
             now_ms=now_ms,
+            keep_ms=1000 * pending_life_s(model.feedback_ttl_s, model.default_label is not None),
         )
         done = await self.store.promote(name, promotion)
         if done is None:

@@ -26,7 +26,7 @@ SCRIPT = Script(
     "defaults",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
-    parts=(parts.RECORD, parts.PENDING, labelling.LABEL, challengers.LOG_LABELS),
+    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challengers.LOG_LABELS),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
   META_PREV_EPOCH)
@@ -51,7 +51,7 @@ end
 for _, key in ipairs(due) do
   local p = redis.call('GET', key)
   local e = p and string.sub(p, EPOCH_AT, EPOCH_END)
-  if p and string.sub(p, 1, 1) ~= ANSWERED and (e == epoch or e == st[5]) then
+  if p and string.sub(p, 1, 1) ~= ANSWERED and ours(e, epoch, st[5]) then
     label_one(s, key, p, t, provenance, epoch, LIFE, DEFAULTED)
   end
 end

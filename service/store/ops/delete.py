@@ -18,7 +18,7 @@ log = logging.getLogger("perceptron")
 # state keys first (, the registry when LISTED is '1'). The snapshot and each checkpoint's
 # weights are let go (parts.WEIGHTS: freed outside the script, whatever their size). Returns
 # {DONE, state keys deleted (and 1 when only the name was listed: a lost model), the model's
-# epoch ('' without one), its epoch before its last promotion ('' without one)}
+# epoch ('' without one), its epochs before promotions (meta's PREV_EPOCH, '' without one)}
 SCRIPT = Script(
     "delete",
     keys=("meta", "snap", "checkpoints", "checkpoint_info"),

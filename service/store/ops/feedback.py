@@ -30,8 +30,8 @@ from service.store.script import Runner, Script, status_of
 # nothing: {HELD, ms left}; one that would not (each item a label that updates nothing, a
 # duplicate, unknown, expired, a conflict) goes through, as it cannot make that commit stale.
 # While a promotion holds it (``promote.py``), a call that would label any prediction waits so.
-# A prediction made before the model's last promotion (``Meta.PREV_EPOCH``) is labelled as
-# one made since: its update as its learner decided it (``rules.apply_logged``).
+# A prediction made before a promotion whose epoch is kept (``Meta.PREV_EPOCH``) is labelled
+# as one made since: its update as its learner decided it (``rules.apply_logged``).
 # An answer is kept LIFE seconds after it was given, so that the same feedback sent again
 # within that time is a duplicate; its prediction's bytes no longer count as pending.
 # A model with challengers logs each label applied for them too (``clog``, challengers.LOG_LABELS).
@@ -68,7 +68,7 @@ SCRIPT = Script(
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(parts.RECORD, parts.PENDING, labelling.LABEL, challengers.LOG_LABELS),
+    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challengers.LOG_LABELS),
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
@@ -76,7 +76,6 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local previous = st[5] or epoch  -- a record of this epoch, or of the one before a promotion
 local late = {}
 for i = PENDING_AT, #KEYS do
   late[i] = string.sub(LATE, i - PENDING_AT + 1, i - PENDING_AT + 1) == '1'
@@ -92,8 +91,7 @@ if held > 0 then
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     if DEFAULT ~= NO_CLASS and late[i] then t = tostring(DEFAULT) end
     local p = redis.call('GET', KEYS[i])
-    if p and tonumber(t) ~= NO_CLASS and (string.sub(p, EPOCH_AT, EPOCH_END) == epoch
-        or string.sub(p, EPOCH_AT, EPOCH_END) == previous)
+    if p and tonumber(t) ~= NO_CLASS and ours(string.sub(p, EPOCH_AT, EPOCH_END), epoch, st[5])
         and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1 or promoting
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
@@ -121,8 +119,7 @@ for i = PENDING_AT, #KEYS do
   if not p and late[i] then
     expired = expired + 1
     answer(EXPIRED, 0, 0, 0, 0)
-  elseif not p or (string.sub(p, EPOCH_AT, EPOCH_END) ~= epoch
-      and string.sub(p, EPOCH_AT, EPOCH_END) ~= previous) then
+  elseif not p or not ours(string.sub(p, EPOCH_AT, EPOCH_END), epoch, st[5]) then
     unknown = unknown + 1
     answer(UNKNOWN, 0, 0, 0, 0)
   elseif tonumber(t) == NO_CLASS then

@@ -327,6 +327,15 @@ end
 """
 
 
+# Shared by the scripts that take pending records (feedback.py, defaults.py, purge.py): whether
+# a record of epoch ``e`` is the model's, of its ``epoch`` or of one before a promotion whose
+# records may still live (``previous``: meta's PREV_EPOCH, or nil).
+OURS = """
+local function ours(e, epoch, previous)
+  return e == epoch or (previous ~= nil and string.find(previous, e .. ':', 1, true) ~= nil)
+end
+"""
+
 # Shared by the scripts that let go of a model's ``hold`` (learn.py, promote.py): wake the
 # ``waiting`` calls that found it (feedback, waiting on ``wake``).
 WAKE = """

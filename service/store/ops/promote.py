@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.contract.store_protocol import Status
+from service.contract.store_protocol import PROMOTIONS_KEPT, Status
 from service.contract.store_values import Held
 from service.errors import Conflict, ModelBusy
 from service.store.keys import keys_of
@@ -72,17 +72,18 @@ return {DONE}
 # Challenger ID serves: the model was read at EPOCH, VERSION and SEEN, its challengers at GEN with
 # the labels' log ending at label POSITION. Once all still so: a checkpoint of the model as it is
 # (its snapshot, moved, and its log); then a new epoch (every worker loads the model again; the
-# predictions of EPOCH stay this model's, Meta.PREV_EPOCH), CONFIG, the weights staged at STAGE
-# (LENGTH bytes in CHUNKS chunks, blobs.py) as its snapshot at NEW_VERSION, the promoted
-# learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED, N_DEFAULTED_MISTAKES; RING_MARKS, its last
-# outcomes; the learning curve and the confusion matrix start again, the retained log goes); ID
-# leaves the challengers and
-# the learner that served joins them as DEMOTED ('': "served-<the checkpoint's id>") with
-# DEMOTED_CONFIG and DEMOTED_TAIL; every other challenger's state is the one after the fixed
-# arguments ((id, tail) pairs) at POSITION, and the log starts there. Lets go of the hold.
-# Returns {DONE, the checkpoint's id, the demoted id}; {UNCHANGED} (something moved), {UNKNOWN}
-# (no challenger ID), {NAME_TAKEN} (DEMOTED is a challenger's) or {NOT_STAGED}: nothing done, the
-# hold kept. The staged key is let go whatever happens.
+# predictions of EPOCH stay this model's while their records may live, KEEP_MS from NOW_MS:
+# Meta.PREV_EPOCH keeps it with those of the promotions before whose records may still live),
+# CONFIG, the weights staged at STAGE (LENGTH bytes in CHUNKS chunks, blobs.py) as its snapshot at
+# NEW_VERSION, the promoted learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED,
+# N_DEFAULTED_MISTAKES; RING_MARKS, its last outcomes; the learning curve and the confusion matrix
+# start again, the retained log goes); ID leaves the challengers and the learner that served joins
+# them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and DEMOTED_TAIL; every
+# other challenger's state is the one after the fixed arguments ((id, tail) pairs) at POSITION,
+# and the log starts there. Lets go of the hold. Returns {DONE, the checkpoint's id, the demoted
+# id}; {UNCHANGED} (something moved), {UNKNOWN} (no challenger ID), {NAME_TAKEN} (DEMOTED is a
+# challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still live) or
+# {NOT_STAGED}: nothing done, the hold kept. The staged key is let go whatever happens.
 SWAP = Script(
     "promote",
     keys=(
@@ -120,12 +121,19 @@ SWAP = Script(
         "demoted_config",
         "demoted_tail",
         "now_ms",
+        "keep_ms#",
     ),  # fmt: skip
     rest_args="states",
     parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.WAKE),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
-  META_SNAP_LENGTH, META_CHALLENGER_GEN, META_CHALLENGER_BASE, META_CHECKPOINTS)
+  META_SNAP_LENGTH, META_CHALLENGER_GEN, META_CHALLENGER_BASE, META_CHECKPOINTS, META_PREV_EPOCH)
+local previous = {}  -- the epochs before promotions whose records may still live
+for e, ms in string.gmatch(st[9] or '', '(%x+):(%d+),') do
+  if tonumber(ms) + KEEP_MS > tonumber(NOW_MS) then
+    previous[#previous + 1] = e .. ':' .. ms .. ','
+  end
+end
 local demoted = DEMOTED
 if demoted == '' then demoted = 'served-' .. string.format('%d', tonumber(st[8] or '0') + 1) end
 local refused = nil
@@ -135,6 +143,7 @@ elseif tonumber(st[2]) ~= VERSION or tonumber(st[3]) ~= SEEN or (st[6] or '0') ~
     or tonumber(st[7] or '0') + redis.call('LLEN', CLOG) ~= POSITION then refused = UNCHANGED
 elseif redis.call('HEXISTS', CHAL, ID) == 0 then refused = UNKNOWN
 elseif demoted ~= ID and redis.call('HEXISTS', CHAL, demoted) == 1 then refused = NAME_TAKEN
+elseif #previous >= PROMOTIONS_KEPT then refused = TOO_MANY
 elseif not staged(STAGE, CHUNKS) then refused = NOT_STAGED
 end
 if refused then
@@ -154,7 +163,9 @@ for i = 1, #gone, UNPACK_CHUNK do
   redis.call('HDEL', META, unpack(gone, i, math.min(i + UNPACK_CHUNK - 1, #gone)))
 end
 redis.call('SET', RING, RING_MARKS)
-redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, EPOCH, META_CONFIG, CONFIG,
+previous[#previous + 1] = EPOCH .. ':' .. NOW_MS .. ','
+redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, table.concat(previous),
+  META_CONFIG, CONFIG,
   META_VERSION, NEW_VERSION, META_SEEN, NEW_SEEN, META_SNAP_VERSION, NEW_VERSION,
   META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, NEW_VERSION, COUNT_MISTAKES, MISTAKES,
   COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
@@ -205,6 +216,7 @@ class Promotion:
     demoted_tail: bytes
     states: list[tuple[str, bytes]]  # every other challenger's (id, tail)
     now_ms: int
+    keep_ms: int  # how long the model's pending records live (protocol.pending_life_s)
 
 
 async def hold(store: Runner, name: str, epoch: str, id: str) -> Held | None:
@@ -266,6 +278,7 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
             demoted_config=p.demoted_config,
             demoted_tail=p.demoted_tail,
             now_ms=p.now_ms,
+            keep_ms=p.keep_ms,
         ),
     )
     status = status_of(store, name, reply)
@@ -276,6 +289,13 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
             f"Model {name!r} has a challenger {p.demoted!r} already: name the learner that "
             "served with another 'demote_as', or delete that challenger first.",
             code="challenger_exists",
+        )
+    if status == Status.TOO_MANY:
+        raise Conflict(
+            f"Model {name!r} was promoted {PROMOTIONS_KEPT} times within the life of its "
+            "pending predictions, each of which stays labelable; wait for the oldest to lapse, "
+            "or reset the model.",
+            code="too_many_promotions",
         )
     if status == Status.NOT_STAGED:
         raise ModelBusy(f"Model {name!r}'s promoted weights were not all written; retry.")

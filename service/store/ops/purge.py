@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from service.store.keys import ModelKeys
+from service.store.ops import parts
 from service.store.script import Runner, Script
 
 PURGE_BATCH = 1000  # pending predictions found by SCAN and deleted at once
 
-# KEYS: pending predictions of one model. Deletes those of EPOCH or PREVIOUS (the epoch before
-# its last promotion; '' for none), answered or not, not those of a model made anew since under
-# the same name; returns {DONE, how many}
+# KEYS: pending predictions of one model. Deletes those of EPOCH or of an epoch PREVIOUS lists
+# (meta's PREV_EPOCH, '' for none: parts.OURS), answered or not, not those of a model made anew
+# since under the same name; returns {DONE, how many}
 SCRIPT = Script(
     "purge",
     keys=(),
     args=("epoch", "previous"),
     rest_keys="pending",
+    parts=(parts.OURS,),
     body="""
 local gone = 0
 for i = PENDING_AT, #KEYS do
-  local e = redis.call('GETRANGE', KEYS[i], EPOCH_AT - 1, EPOCH_END - 1)
-  if e == EPOCH or e == PREVIOUS then
+  if ours(redis.call('GETRANGE', KEYS[i], EPOCH_AT - 1, EPOCH_END - 1), EPOCH, PREVIOUS) then
     gone = gone + redis.call('DEL', KEYS[i])
   end
 end
@@ -29,8 +30,8 @@ return {DONE, gone}
 
 
 async def purge(store: Runner, keys: ModelKeys, epoch: str, previous: str = "") -> int:
-    """Delete the pending predictions of the model of ``epoch`` (and of ``previous``, its
-    epoch before its last promotion), PURGE_BATCH at a time."""
+    """Delete the pending predictions of the model of ``epoch`` (and of the epochs before its
+    promotions ``previous`` lists), PURGE_BATCH at a time."""
     gone, batch = 0, []
     async for key in store.client.scan_iter(match=keys.pending_match, count=PURGE_BATCH):
         batch.append(key)
