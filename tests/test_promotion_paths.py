@@ -130,3 +130,12 @@ def test_promotions_within_their_predictions_life_are_bounded(
     clock.advance(6)  # (the model's predictions live 5 s: the oldest promotions' are gone)
     r = client.post("/models/n/promote", json={"challenger": "a", "demote_as": "a"})
     assert r.status_code == 200, r.text
+
+
+def test_a_prediction_from_before_a_reset_is_not_its_own(client: httpx.Client) -> None:
+    """(Without a promotion, a record of another epoch, kept, is unknown: 404, not an error.)"""
+    client.put("/models/r", json={"n_features": 2})
+    pid = client.post("/predict", json={"model": "r", "features": [1, 2]}).json()["prediction_id"]
+    assert client.post("/models/r/reset").status_code == 200
+    code(client.post("/feedback", json={"prediction_id": pid, "label": 1}), 404,
+         "prediction_not_found")  # fmt: skip

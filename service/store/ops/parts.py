@@ -329,10 +329,11 @@ end
 
 # Shared by the scripts that take pending records (feedback.py, defaults.py, purge.py): whether
 # a record of epoch ``e`` is the model's, of its ``epoch`` or of one before a promotion whose
-# records may still live (``previous``: meta's PREV_EPOCH, or nil).
+# records may still live (``previous``: meta's PREV_EPOCH; false or nil without one).
 OURS = """
 local function ours(e, epoch, previous)
-  return e == epoch or (previous ~= nil and string.find(previous, e .. ':', 1, true) ~= nil)
+  if e == epoch then return true end
+  return type(previous) == 'string' and string.find(previous, e .. ':', 1, true) ~= nil
 end
 """
 
