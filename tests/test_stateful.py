@@ -770,15 +770,14 @@ class Service(RuleBasedStateMachine):
         assert (got["promoted"], got["demoted"], got["checkpoint"]) == (id, demoted, before)
         c = ref.counters
         was = ChallengerState(
-            ref.config, ref.weights.copy(), ref.labels, c["mistakes"], ref.version,
-            bytes(ref.marks), c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
+            ref.config, ref.weights.copy(), ref.labels, c["mistakes"], bytes(ref.marks),
+            c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
         )  # fmt: skip
         del ref.challengers[id]
         ref.challengers[demoted] = was
         for s in ref.challengers.values():
             s.position = ref.labels
         weights = state.weights.copy()
-        weights.version = state.updates
         ref.config, ref.learner = state.config, learner(state.config)
         c.update(seen=state.seen, mistakes=state.mistakes, defaulted=state.defaulted,
                  defaulted_mistakes=state.defaulted_mistakes)  # fmt: skip

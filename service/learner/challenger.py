@@ -33,7 +33,6 @@ class ChallengerState:
     weights: Weights
     position: int
     mistakes: int = 0
-    updates: int = 0
     window: bytes = b""  # the last outcomes, oldest first, at most WINDOW
     defaulted: int = 0  # examples whose label was the model's default label
     defaulted_mistakes: int = 0  # mistakes among them
@@ -48,6 +47,11 @@ class ChallengerState:
     def seen(self) -> int:
         return self.weights.seen
 
+    @property
+    def updates(self) -> int:
+        """The labelled examples that changed its weights: their version."""
+        return self.weights.version
+
     def learn(self, x: Example, t: int, by_default: bool = False) -> None:
         """Predict ``x`` with the weights as they are, count the outcome, then learn class
         index ``t`` (the ``seen``-th example for the average), as a sequential learner does;
@@ -61,7 +65,6 @@ class ChallengerState:
         apply(cfg, w, x, plan, w.seen)
         self.position += 1
         self.mistakes += int(wrong)
-        self.updates += int(bool(plan))
         self.window = (self.window + (b"1" if wrong else b"0"))[-WINDOW:]
         if by_default:
             self.defaulted += 1
@@ -126,12 +129,11 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
         int(v) for v in head.split()
     )
     curve = [int(m) for m in rest[:c].split(b",")] if c else []
-    weights = unpack_weights(config, rest[c + n :], 0, seen)
+    weights = unpack_weights(config, rest[c + n :], updates, seen)
     window = bytes(rest[c : c + n])
     return ChallengerState(
-        config, weights, position, mistakes, updates, window, defaulted, dmistakes, every, curve,
-        since,
-    )  # fmt: skip
+        config, weights, position, mistakes, window, defaulted, dmistakes, every, curve, since
+    )
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

@@ -88,8 +88,7 @@ class Promotions:
         self.replicas.guard()
         now_ms = int(1000 * self.clock())
         for _ in range(SWAP_ATTEMPTS):
-            rep = await self.replicas.current(name)
-            await self._hold(name, rep.epoch, id)
+            await self._hold(name, id)
             try:
                 done = await self._swap(name, id, demote_as, now_ms)
             except BaseException:
@@ -102,10 +101,10 @@ class Promotions:
             await self.store.release_promotion(name)
         raise ModelBusy(f"Model {name!r} kept changing during the promotion; retry shortly.")
 
-    async def _hold(self, name: str, epoch: str, id: str) -> None:
+    async def _hold(self, name: str, id: str) -> None:
         """Hold the model, waiting out its writer's hold (one commit) or another promotion's."""
         deadline = asyncio.get_running_loop().time() + PROMOTE_HOLD_MS / 1000
-        while (held := await self.store.hold_promotion(name, epoch, id)) is not None:
+        while (held := await self.store.hold_promotion(name, id)) is not None:
             if asyncio.get_running_loop().time() > deadline:
                 raise ModelBusy(f"Model {name!r} stayed held ({held.ms} ms); retry shortly.")
             await asyncio.sleep(POLL_S)
@@ -129,7 +128,6 @@ class Promotions:
             rep.weights,
             now.position,
             int(served["mistakes"]),
-            version,
             served_marks(now),
             int(served["defaulted"]),
             int(served["defaulted_mistakes"]),

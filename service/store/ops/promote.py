@@ -22,16 +22,14 @@ from service.store.ops.challengers import challenger_not_found
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Arg, Runner, Script, status_of, text
 
-# Hold the model for promoting challenger ID (of EPOCH): {DONE}, {HELD, ms left} while its writer
-# or another promotion holds it, {UNKNOWN} (no such challenger), NO_MODEL or STALE_EPOCH.
+# Hold the model for promoting challenger ID: {DONE}, {HELD, ms left} while its writer or another
+# promotion holds it, {UNKNOWN} (no such challenger) or NO_MODEL. (SWAP checks all the rest.)
 HOLD = Script(
     "promote_hold",
     keys=("meta", "hold", "chal"),
-    args=("epoch", "id"),
+    args=("id",),
     body="""
-local epoch = redis.call('HGET', META, META_EPOCH)
-if not epoch then return {NO_MODEL} end
-if epoch ~= EPOCH then return {STALE_EPOCH} end
+if redis.call('EXISTS', META) == 0 then return {NO_MODEL} end
 if redis.call('HEXISTS', CHAL, ID) == 0 then return {UNKNOWN} end
 local left = redis.call('PTTL', HOLD)
 if left > 0 then return {HELD, left} end
@@ -219,10 +217,10 @@ class Promotion:
     keep_ms: int  # how long the model's pending records live (protocol.pending_life_s)
 
 
-async def hold(store: Runner, name: str, epoch: str, id: str) -> Held | None:
+async def hold(store: Runner, name: str, id: str) -> Held | None:
     """Hold the model for a promotion of challenger ``id``; Held while another holds it."""
     k = keys_of(name)
-    reply = await store.run(HOLD, HOLD.key_list(k), HOLD.arg_list(epoch=epoch, id=id))
+    reply = await store.run(HOLD, HOLD.key_list(k), HOLD.arg_list(id=id))
     status = status_of(store, name, reply)
     if status == Status.UNKNOWN:
         raise challenger_not_found(name, id)
