@@ -33,7 +33,12 @@ from service.api import (
     scrape,
 )
 from service.api.auth import Unauthorized
-from service.api.connections import RecycleConnections, ShedWhileWriting
+from service.api.connections import (
+    RecycleConnections,
+    ShedWhileWriting,
+    usable_cores,
+    writer_sheds,
+)
 from service.api.edge import Edge
 from service.api.startup import load_keys
 from service.api.streams import Streams
@@ -125,8 +130,7 @@ def _add_middleware(app: FastAPI, settings: Settings, workers: int) -> None:
     app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
     if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
-    shed_from = settings.writer_sheds_from_workers
-    if shed_from and workers >= shed_from:  # (with fewer, the others lack the cores to take them)
+    if writer_sheds(workers, settings.writer_sheds_from_workers, usable_cores()):
         app.add_middleware(ShedWhileWriting)
 
 

@@ -1,14 +1,17 @@
 """Keep-alive connections are recycled once old, so that they spread over the workers; a
-model's writer sheds its own when asked to (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS)."""
+model's writer sheds its own when asked to (PERCEPTRON_WRITER_SHEDS_FROM_WORKERS), where each
+worker has a core."""
 
 from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,7 +19,8 @@ import httpx
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.connections import RecycleConnections, ShedWhileWriting
+import service.app
+from service.api.connections import RecycleConnections, ShedWhileWriting, usable_cores
 from service.app import create_app
 from service.settings import Settings
 
@@ -150,13 +154,46 @@ def test_a_fed_writer_sheds_each_connection() -> None:
 
 
 @pytest.mark.parametrize(
-    ("workers", "shed_from", "sheds"), [(4, 4, True), (3, 4, False), (8, 0, False), (1, 1, True)]
+    ("workers", "shed_from", "cores", "sheds"),
+    [
+        (4, 4, 16, True),
+        (3, 4, 16, False),
+        (8, 0, 16, False),
+        (1, 1, 1, True),
+        (12, 4, 12, True),  # a core each, at the edge
+        (13, 4, 12, False),  # one worker more than the cores
+        (8, 4, 2, False),  # eight workers on two cores: no core to spare for what is shed
+    ],
 )
-def test_a_writer_sheds_from_so_many_workers(workers: int, shed_from: int, sheds: bool) -> None:
+def test_a_writer_sheds_from_so_many_workers_with_a_core_each(
+    workers: int, shed_from: int, cores: int, sheds: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service.app, "usable_cores", lambda: cores)
     settings = Settings(writer_sheds_from_workers=shed_from, auth=False)
     app = create_app(settings, workers=workers, warn_auth_off=False)
     installed = [getattr(m.cls, "__name__", "") for m in app.user_middleware]
     assert (ShedWhileWriting.__name__ in installed) is sheds
+
+
+@pytest.mark.parametrize(
+    ("cpu_max", "most"),
+    [
+        ("max 100000\n", None),  # no quota: the affinity alone
+        ("200000 100000\n", 2),  # a container's cpus: 2
+        ("150000 100000\n", 2),  # 1.5 cores: rounded up
+        ("50000 100000\n", 1),
+        ("not a quota\n", None),
+        (None, None),  # no such file (no cgroup v2)
+    ],
+)
+def test_usable_cores_are_the_affinity_within_the_cgroup_quota(
+    cpu_max: str | None, most: int | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "cpu.max"
+    if cpu_max is not None:
+        path.write_text(cpu_max)
+    affinity = len(os.sched_getaffinity(0))
+    assert usable_cores(path) == (affinity if most is None else min(affinity, most))
 
 
 def learn_from(

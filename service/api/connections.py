@@ -15,8 +15,11 @@ for clients that reach the service directly: behind nginx, its ``keepalive_time`
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -54,6 +57,34 @@ class RecycleConnections:
         """Forget connections older than the age limit: a live one would have been recycled."""
         limit = now - 2 * self.max_age_s
         self._opened = {k: t for k, t in self._opened.items() if t > limit}
+
+
+CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # a cgroup's CPU quota: "quota period", or "max ..."
+
+
+def usable_cores(cpu_max: Path = CPU_MAX) -> int:
+    """The cores this process may use: those it may run on (its CPU affinity), and no more
+    than its cgroup's CPU quota (e.g. a container's ``cpus:``), rounded up."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not Linux)
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no such cgroup file, or not one it can read: the affinity alone
+    return cores
+
+
+def writer_sheds(workers: int, shed_from: int, cores: int) -> bool:
+    """Whether a writer sheds its connections (``ShedWhileWriting``) in a service of
+    ``workers`` workers on ``cores`` cores: from ``shed_from`` workers (0: never), and only
+    where each worker has a core of its own. With more workers than cores, the others have no
+    core to spare for the HTTP work it sheds: moved there, it costs as much, and every request
+    of the writer's clients becomes a hand-over besides (figure 24 of docs/performance.md)."""
+    return 0 < shed_from <= workers <= cores
 
 
 class ShedWhileWriting:
