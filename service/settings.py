@@ -216,7 +216,8 @@ class Settings(BaseSettings):
     writer_sheds_from_workers: int = Field(
         default=4,
         ge=0,
-        description="With perceptron serve running this many workers or more, a worker that "
+        description="With perceptron serve running this many workers or more, and no more "
+        "workers than the cores it may use, a worker that "
         "writes a model other workers hand requests to asks its own clients to reconnect after "
         "each answer: their requests go to the other workers, and its core to the model's "
         "learning. 0: never.",

@@ -18,6 +18,8 @@ each of which sheds while fed (reported: how many, and the busiest one's core).
 With --writer-core F the writer's CPU is capped at F of a core (a cgroup: Linux, root), as a
 writer is full on a machine with many cores (docs/performance.md, figure 16), where the other
 workers have cores to spare; on two cores, without the cap, everything shares the same two.
+A writer sheds only where each worker has a core (``connections.writer_sheds``): a W past the
+cores this process may use is left out, and said so.
 Every process is started here, bound to 127.0.0.1, and stopped by its PID; the cgroup made
 for the cap is removed at the end.
 """
@@ -43,6 +45,7 @@ from harness.tools import ensure_debian_tool
 from mixed import summary, wrk
 from writers import ROOT, call, ready, redis_server, say, serve, stop
 
+from service.api.connections import usable_cores
 from service.cli.loopback import free_port, wait_until
 
 DIM = 100
@@ -168,11 +171,16 @@ def main() -> None:
         f"# deploy/bench/shed.py: /learn of one example, wrk -c{a.connections}, "
         f"{a.seconds:g} s runs{cap}"
     )
+    cores = usable_cores()
+    counts = [int(x) for x in a.workers.split(",")]
+    for w in counts:
+        if w > cores:
+            say(f"W={w}: more workers than the {cores} cores here, so no writer sheds: left out")
     got: dict[tuple[int, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as folder, capped(a.writer_core) as group:
         body_file = bodies(Path(folder), a.models)
         for r in range(a.rounds):
-            for w in [int(x) for x in a.workers.split(",")]:
+            for w in [w for w in counts if w <= cores]:
                 order = (True, False) if r % 2 == 0 else (False, True)
                 for shed in order:
                     name = "sheds" if shed else "keeps"
