@@ -14,6 +14,7 @@ import errno
 import io
 import os
 import socket
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -391,3 +392,14 @@ def test_a_serve_worker_keeps_its_start_up_heap_out_of_collections(
     finally:
         gc.unfreeze()
         gc.set_threshold(*thresholds)
+
+
+@pytest.mark.servers  # (a process)
+@pytest.mark.parametrize("module", ["service.cli", "service.cli.main"])
+def test_the_command_runs_as_a_module(module: str) -> None:
+    """``python -m service.cli`` (as ``python -m service.cli.main``) is ``perceptron``."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert "serve" in out.stdout and "models" in out.stdout
