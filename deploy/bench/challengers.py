@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 from functools import partial
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness.tools import ensure_debian_tool
 from mixed import DIM, feedback_bodies, summary, wrk
 from writers import bodies, call, ready, redis_server, say, send, serve, stop
 
@@ -114,8 +113,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
     args = ap.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is missing: deploy/bench/benchmark.py installs it (apt-get install wrk)")
+    ensure_debian_tool("wrk", "wrk")
     table: dict[int, list[dict[str, Any]]] = {n: [] for n in COUNTS}
     for r in range(args.repeat):
         for n in COUNTS if r % 2 == 0 else tuple(reversed(COUNTS)):

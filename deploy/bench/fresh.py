@@ -20,10 +20,7 @@ once (docs/performance.md says what that changes).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import shutil
 import statistics
 import subprocess
 import sys
@@ -36,7 +33,8 @@ from typing import Any
 import psutil
 from challengers import predict_bodies
 from harness.cpu import process_cpu, tree_cpu, tree_delta
-from mixed import LUA, learn_bodies
+from harness.tools import ensure_debian_tool
+from mixed import LUA, learn_bodies, summary
 from writers import call, ready, redis_server, say, serve, stop
 
 from service.cli.loopback import free_port, wait_until
@@ -66,18 +64,14 @@ def floor_ready(port: int) -> bool:
 
 
 def wrk(port: int, path: str, bodies: Path, seconds: float) -> dict[str, Any]:
-    out = subprocess.run(
-        ["wrk", "-t2", "-c64", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA)]
-        + [f"http://127.0.0.1:{port}{path}", "--", str(bodies), "cycle"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=seconds + 60,
-    ).stdout
-    m = re.search(r"^BENCH (\{.*\})$", out, re.M)
-    assert m, out
-    result: dict[str, Any] = json.loads(m.group(1))
-    return result
+    return summary(
+        subprocess.Popen(
+            ["wrk", "-t2", "-c64", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA)]
+            + [f"http://127.0.0.1:{port}{path}", "--", str(bodies), "cycle"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+    )
 
 
 def run(design: str, tmp: Path, workers: int, seconds: float) -> dict[str, Any]:
@@ -120,8 +114,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
-    if shutil.which("wrk") is None:
-        sys.exit("wrk is missing: deploy/bench/benchmark.py installs it (apt-get install wrk)")
+    ensure_debian_tool("wrk", "wrk")
     table: dict[str, list[dict[str, Any]]] = {d: [] for d in DESIGNS}
     for r in range(args.repeat):
         for design in DESIGNS if r % 2 == 0 else DESIGNS[::-1]:
