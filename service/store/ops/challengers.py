@@ -188,11 +188,7 @@ async def add(
     )
     status = status_of(store, name, reply)
     if status == Status.NAME_TAKEN:
-        raise Conflict(
-            f"Model {name!r} has a challenger {id!r} already; DELETE it first to add another "
-            "under that id.",
-            code="challenger_exists",
-        )
+        raise challenger_exists(name, id, "DELETE it first to add another under that id")
     if status == Status.TOO_MANY:
         raise Conflict(
             f"Model {name!r} has {most} challengers, as many as it may "
@@ -232,6 +228,13 @@ async def fold(
         FOLD.arg_list(rest, gen=gen, base=base, position=position),
     )
     return int(reply[0]) == Status.DONE
+
+
+def challenger_exists(name: str, id: str, remedy: str) -> Conflict:
+    """An id already taken among the model's challengers; ``remedy`` says what to do."""
+    return Conflict(
+        f"Model {name!r} has a challenger {id!r} already: {remedy}.", code="challenger_exists"
+    )
 
 
 def challenger_not_found(name: str, id: str) -> NotFound:

@@ -18,7 +18,7 @@ from service.contract.store_values import Held
 from service.errors import Conflict, ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
-from service.store.ops.challengers import challenger_not_found
+from service.store.ops.challengers import challenger_exists, challenger_not_found
 from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Arg, Runner, Script, status_of, text
 
@@ -283,10 +283,11 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     if status == Status.UNKNOWN:
         raise challenger_not_found(name, p.id)
     if status == Status.NAME_TAKEN:
-        raise Conflict(
-            f"Model {name!r} has a challenger {p.demoted!r} already: name the learner that "
-            "served with another 'demote_as', or delete that challenger first.",
-            code="challenger_exists",
+        raise challenger_exists(
+            name,
+            p.demoted,
+            "name the learner that served with another 'demote_as', or delete that challenger "
+            "first",
         )
     if status == Status.TOO_MANY:
         raise Conflict(
