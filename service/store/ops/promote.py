@@ -188,6 +188,10 @@ return {DONE, before, demoted}
 """,
 )
 SCRIPTS = (HOLD, RENEW, RELEASE, SWAP)
+# What to do when the id the learner that served would take is a challenger's already.
+DEMOTED_NAME_TAKEN = (
+    "name the learner that served with another 'demote_as', or delete that challenger first"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,12 +287,7 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     if status == Status.UNKNOWN:
         raise challenger_not_found(name, p.id)
     if status == Status.NAME_TAKEN:
-        raise challenger_exists(
-            name,
-            p.demoted,
-            "name the learner that served with another 'demote_as', or delete that challenger "
-            "first",
-        )
+        raise challenger_exists(name, p.demoted, DEMOTED_NAME_TAKEN)
     if status == Status.TOO_MANY:
         raise Conflict(
             f"Model {name!r} was promoted {PROMOTIONS_KEPT} times within the life of its "
