@@ -42,6 +42,7 @@ from service.api.connections import (
 from service.api.edge import Edge
 from service.api.startup import load_keys
 from service.api.streams import Streams
+from service.engine.tasks import cancel_all
 from service.engine.worker import Worker
 from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
 from service.metrics.prometheus import forget_worker
@@ -86,9 +87,7 @@ def create_app(
         finally:
             app.state.streams.stop()  # (served in-process: no server told them)
             if starter is not None:
-                starter.cancel()
-                with suppress(asyncio.CancelledError):
-                    await starter
+                await cancel_all([starter])
             await worker.close()
             await worker.store.close()
             forget_worker()

@@ -10,8 +10,8 @@ accepting, asks each connection to shut down (``edge.BoundedHttpToolsProtocol.sh
 calls ``stop_all``) and then waits for the answers in flight. ``stop_all`` ends every stream of
 this process, so that wait is over in milliseconds, not after ``timeout_graceful_shutdown``.
 
-Light on purpose (asyncio and the errors alone): ``perceptron serve`` imports edge.py, and so
-this module, before any worker starts.
+Light on purpose (asyncio, ``engine/tasks.py`` and the errors alone): ``perceptron serve``
+imports edge.py, and so this module, before any worker starts.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from contextlib import suppress
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from service.engine.tasks import cancel_all
 from service.errors import Unavailable
 
 log = logging.getLogger("perceptron")
@@ -115,9 +116,7 @@ class EventStream(StreamingResponse):
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_all(tasks)  # (one that lost its cancellation is cancelled again)
             with suppress(Exception):
                 await self.events.aclose()
         failed = tasks[0].exception() if tasks[0] in done else None

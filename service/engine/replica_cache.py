@@ -14,6 +14,7 @@ from service.contract.names import check_name
 from service.contract.store_values import SyncData
 from service.engine.challengers import fold_quietly
 from service.engine.replica import Replica
+from service.engine.tasks import cancel_all
 from service.errors import (
     InvalidInput,
     ModelBusy,
@@ -221,12 +222,7 @@ class Replicas:
             self._compacting.discard(name)
 
     async def close(self) -> None:
-        tasks = list(self._tasks)  # cancelled again until each has ended (Models.close)
-        while pending := [t for t in tasks if not t.done()]:
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending, timeout=0.1)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(list(self._tasks))
 
 
 class Attempt:

@@ -5,11 +5,11 @@ shutdown."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
 from service.engine.serving import Learning
+from service.engine.tasks import cancel_all
 from service.models.admin import Models
 from service.models.challengers import Challengers
 from service.models.history_ops import History
@@ -46,9 +46,7 @@ class Worker:
         if self._sweep is not None:
             self.learning.defaults.stop()
             await asyncio.wait({self._sweep}, timeout=SWEEP_STOP_S)
-            self._sweep.cancel()  # (done by now, but for a store call that hangs)
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweep
+            await cancel_all([self._sweep])  # (done by now, but for a store call that hangs)
         await self.learning.close()
         await self.models.close()
         await self.replicas.close()

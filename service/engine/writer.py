@@ -51,6 +51,7 @@ from service.engine.learn_commits import (
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
 from service.engine.taken_requests import TakenRequests
+from service.engine.tasks import cancel_all
 from service.errors import (
     NotWriter,
     ServiceError,
@@ -340,9 +341,7 @@ class Writers:
         tasks = list(self._writing.values())
         if tasks:
             await asyncio.wait(tasks, timeout=self.settings.learn_wait_s)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(tasks)
         for name in self._leased:  # waiting requesters need not wait for the leases to lapse
             with suppress(Exception):
                 await self.store.release_writer(name, self.me, force=True)

@@ -15,6 +15,7 @@ from service.contract.store_protocol import Checkpoint, Meta, Reason
 from service.contract.store_values import Observations
 from service.engine.replica import Replica
 from service.engine.replica_cache import Replicas
+from service.engine.tasks import cancel_all
 from service.errors import (
     STORE_UNAVAILABLE,
     Conflict,
@@ -340,12 +341,4 @@ class Models:
         return await self.replicas.current(name), obs
 
     async def close(self) -> None:
-        # Cancelled again until each has ended: a cancellation can be lost (on Python 3.11,
-        # asyncio.wait_for swallows one that comes as what it awaits completes, and the
-        # embedded store's client awaits so, e.g. within watch()'s store check).
-        tasks = list(self._tasks)
-        while pending := [t for t in tasks if not t.done()]:
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending, timeout=0.1)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_all(list(self._tasks))
