@@ -19,9 +19,9 @@ AGAIN_S = 0.1  # how soon a task still running is cancelled again
 
 
 async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
-    """Cancel each task, and again every ``AGAIN_S`` until each has ended. How each ended
-    (its result, error or cancellation) is left on it, looked at: nothing is raised, nor
-    logged as never retrieved."""
+    """Cancel each task, and again every ``AGAIN_S`` until each has ended. Nothing is
+    raised: how each ended (its result, error or cancellation) stays on it, retrieved, so
+    none is logged as an error nobody saw."""
     tasks = list(tasks)
     while pending := [t for t in tasks if not t.done()]:
         for task in pending:
