@@ -1,6 +1,6 @@
 """The busiest worker of a running service, recorded with py-spy: where a bound's time goes.
 
-    python3 deploy/bench/busiest.py --out FILE [--seconds 4] [--after 2] [--py-spy PATH]
+    python3 deploy/bench/busiest.py --out FILE [--seconds 4] [--after 2] [--py-spy PATH] [--native]
     python3 deploy/bench/busiest.py --summarize FILE
 
 Waits (up to --wait seconds) for the service's supervisor (a process running ``perceptron
@@ -10,7 +10,8 @@ more (past a warm-up), takes each worker's CPU over one second, and records the 
 --seconds with py-spy, a sampling profiler that reads the process from outside. FILE gets
 py-spy's raw stacks, FILE.txt the summary: the workers' cores, then the functions in the most
 samples, counted once a sample wherever they are on its stack (inclusive), and the lines where
-the samples were taken (self). It needs py-spy, which is not among the project's dependencies:
+the samples were taken (self); with --native, C frames as well (a system call, numpy, the
+event loop's own). It needs py-spy, which is not among the project's dependencies:
 ``--py-spy`` names its executable (default: ``py-spy`` on the PATH). For the 16-core kit, copy
 it into ``.devbox/bin/`` (``PROFILE`` in ``deploy/bench/sixteen_cores.sh``). Standard library
 only, so that it runs where the kit runs; it changes nothing in the service, and stops nothing
@@ -130,7 +131,8 @@ def record(a: argparse.Namespace) -> int:
     pid = max(cores, key=lambda p: cores[p])
     spied = subprocess.run(
         [spy, "record", "--pid", str(pid), "--duration", str(a.seconds), "--rate", str(a.rate)]
-        + ["--format", "raw", "--output", a.out],
+        + ["--format", "raw", "--output", a.out]
+        + (["--native"] if a.native else []),
         capture_output=True,
         text=True,
     )
@@ -198,6 +200,9 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=250, help="samples a second (default 250)")
     ap.add_argument("--top", type=int, default=60, help="functions and lines listed")
     ap.add_argument("--py-spy", default="py-spy", help="py-spy's executable")
+    ap.add_argument(
+        "--native", action="store_true", help="C frames too (system calls, numpy, uvloop)"
+    )
     ap.add_argument("--summarize", help="only summarize raw stacks recorded before")
     a = ap.parse_args()
     if a.summarize:
