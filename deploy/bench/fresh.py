@@ -30,11 +30,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import mixed
 import psutil
 from challengers import predict_bodies
 from harness.cpu import process_cpu, tree_cpu, tree_delta
 from harness.tools import ensure_debian_tool
-from mixed import LUA, learn_bodies, summary
+from mixed import learn_bodies, summary
 from writers import call, ready, redis_server, say, serve, stop
 
 from service.cli.loopback import free_port, wait_until
@@ -64,14 +65,8 @@ def floor_ready(port: int) -> bool:
 
 
 def wrk(port: int, path: str, bodies: Path, seconds: float) -> dict[str, Any]:
-    return summary(
-        subprocess.Popen(
-            ["wrk", "-t2", "-c64", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(LUA)]
-            + [f"http://127.0.0.1:{port}{path}", "--", str(bodies), "cycle"],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-    )
+    """wrk -t2 -c64 on ``path`` for ``seconds``, its bodies from ``bodies`` in turn."""
+    return summary(mixed.wrk(port, path, bodies, "cycle", 64, seconds, 0, 2, timeout_s=10))
 
 
 def run(design: str, tmp: Path, workers: int, seconds: float) -> dict[str, Any]:

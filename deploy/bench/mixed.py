@@ -98,11 +98,21 @@ def held_calls(redis_port: int) -> int:
 
 
 def wrk(
-    port: int, path: str, body_file: Path, mode: str, conns: int, seconds: float, pause_ms: int
+    port: int,
+    path: str,
+    body_file: Path,
+    mode: str,
+    conns: int,
+    seconds: float,
+    pause_ms: int,
+    threads: int = 1,
+    timeout_s: int = 2,  # (wrk's own default)
 ) -> Any:
+    """wrk started on ``path`` with wrk_bodies.lua's bodies from ``body_file`` (``summary``
+    reads its result)."""
     return subprocess.Popen(
-        ["wrk", "-t1", f"-c{conns}", f"-d{round(seconds)}s", "-s", str(LUA)]
-        + [f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
+        ["wrk", f"-t{threads}", f"-c{conns}", f"-d{round(seconds)}s", f"--timeout={timeout_s}s"]
+        + ["-s", str(LUA), f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "WRK_PAUSE_MS": str(pause_ms)},
