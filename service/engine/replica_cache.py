@@ -222,7 +222,7 @@ class Replicas:
             self._compacting.discard(name)
 
     async def close(self) -> None:
-        await cancel_all(list(self._tasks))
+        await cancel_all(self._tasks)
 
 
 class Attempt:

@@ -21,7 +21,8 @@ AGAIN_S = 0.1  # how soon a task still running is cancelled again
 async def cancel_all(tasks: Iterable[asyncio.Future[Any]]) -> None:
     """Cancel each task, and again every ``AGAIN_S`` until each has ended. Nothing is
     raised: how each ended (its result, error or cancellation) stays on it, retrieved, so
-    none is logged as an error nobody saw."""
+    none is logged as an error nobody saw. ``tasks`` is read once, at the call: a set of them
+    that changes meanwhile may be passed as it is."""
     tasks = list(tasks)
     while pending := [t for t in tasks if not t.done()]:
         for task in pending:

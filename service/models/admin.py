@@ -341,4 +341,4 @@ class Models:
         return await self.replicas.current(name), obs
 
     async def close(self) -> None:
-        await cancel_all(list(self._tasks))
+        await cancel_all(self._tasks)
