@@ -306,6 +306,11 @@ class Ref:
 
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        if self.config.averaged and v != self.version:
+            # the mean divides by the count of the state restored: right after its update,
+            # else just before the next one
+            n = v - self.start
+            self.counters["seen"] = self.kept[n - 1].k if n > 0 else self.kept[0].k - 1
         self.keep_from_start()
         self.become(self.replay(v - self.start))
         del self.kept[v - self.start :]
@@ -319,6 +324,8 @@ class Ref:
         restored.version = c.version
         if c.config is not None and c.config != self.config:  # (one before a promotion)
             self.config, self.learner = c.config, learner(c.config)
+        if self.config.averaged:  # (the count its mean divides by, restored with its sums)
+            self.counters["seen"] = c.seen
         self.restart(restored)
         self.prune()
         return before
@@ -672,7 +679,7 @@ class Service(RuleBasedStateMachine):
             self.expect(r, 409, "challenger_exists")
             return
         config = challenger_config(ref.config, CHALLENGERS[pick])
-        if served and config.n_rows != ref.config.n_rows:
+        if served and not ref.config.binary and config.multiclass != ref.config.multiclass:
             self.expect(r, 422, "invalid_challenger")
             return
         got = self.expect(r, 201)
@@ -800,6 +807,15 @@ class Service(RuleBasedStateMachine):
             ), (name, c)  # fmt: skip
             assert c["mistake_rate"] == want.rates(), (name, c)
             assert c["weights"] == {"w": want.weights.w.tolist(), "b": want.weights.b.tolist()}
+            assert c["config"] == want.config.to_dict(), (name, c)
+            same_layout = ref.config.binary or want.config.multiclass == ref.config.multiclass
+            assert c["promotable"] is same_layout, (name, c)
+            one = self.call("GET", f"/models/{name}/challengers/{c['id']}?weights=true")
+            assert self.expect(one, 200) == c
+        for id in set(CHALLENGER_IDS) - set(ref.challengers):
+            self.expect(
+                self.call("GET", f"/models/{name}/challengers/{id}"), 404, "challenger_not_found"
+            )
 
     # -- history -------------------------------------------------------------------------
 

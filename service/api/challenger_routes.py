@@ -46,6 +46,21 @@ async def list_challengers(
     return await who.worker.challengers.show(name, weights)
 
 
+@router.get(
+    "/{name}/challengers/{id}", responses={**errors, **answers(200, CHALLENGER, "The challenger")}
+)
+async def get_challenger(
+    name: str,
+    id: str,
+    who: Reader,
+    weights: Annotated[bool, Query(description="true: its weights and biases too.")] = False,
+) -> dict[str, Any]:
+    """One challenger as the list shows it (404 challenger_not_found when the model has none
+    of that id)."""
+    who.check(Role.predict, name)
+    return await who.worker.challengers.show_one(name, id, weights)
+
+
 @router.put(
     "/{name}/challengers/{id}",
     status_code=201,

@@ -89,15 +89,50 @@ class ChallengerState:
         }
 
 
+# The settings each rule uses: those a challenger leaves out are the served model's when its
+# rule uses them, else their defaults.
+RULE_SETTINGS: dict[str, tuple[str, ...]] = {
+    "perceptron": ("learning_rate", "margin", "averaged"),
+    "pa1": ("C",),
+    "pa2": ("C",),
+}
+
+
 def challenger_config(model: ModelConfig, settings: dict[str, object]) -> ModelConfig:
     """The configuration of a challenger of ``model`` with a learner's ``settings`` (those of
-    ``SETTINGS`` it names; the rest are the defaults): the model's classes and features.
-    Raises ConfigError for settings a configuration refuses."""
-    data = model.to_dict()
+    ``SETTINGS`` it names): the model's classes and features, and each setting it leaves out
+    the model's own (``multiclass`` always; a rule's settings where the challenger's rule uses
+    them, else their defaults). Raises ConfigError for settings a configuration refuses.
+
+    >>> served = ModelConfig(classes=("a", "b", "c"), multiclass="ovo", learning_rate=0.5)
+    >>> c = challenger_config(served, {"averaged": True})
+    >>> c.multiclass, c.learning_rate, c.averaged
+    ('ovo', 0.5, True)
+    >>> c = challenger_config(served, {"algorithm": "pa1"})
+    >>> c.multiclass, c.learning_rate, c.C
+    ('ovo', 1.0, 1.0)
+    """
+    data = model.to_dict() | {"algorithm": model.algorithm, "C": model.C}
+    algorithm = settings.get("algorithm", model.algorithm)
+    kept = RULE_SETTINGS.get(algorithm, ()) if isinstance(algorithm, str) else ()
     for key in SETTINGS:
-        data.pop(key, None)
+        if key != "multiclass" and key != "algorithm" and key not in kept:
+            data.pop(key, None)
     data.update(settings)
     return ModelConfig.from_dict(data)
+
+
+def promotion_refusal(model: ModelConfig, challenger: ModelConfig) -> str | None:
+    """Why a challenger of ``model`` could never be promoted (None: it can be). A prediction
+    made before a promotion is labelled after it by the promoted learner, from the scores it
+    was served with: their layout must be the promoted learner's."""
+    if model.n_classes > 2 and challenger.multiclass != model.multiclass:
+        return (
+            f"it is multiclass {challenger.multiclass!r} and the model {model.multiclass!r}: "
+            "predictions still waiting for their labels keep scores of the model's layout, so "
+            "only a challenger with the same 'multiclass' is promoted"
+        )
+    return None
 
 
 def start_state(config: ModelConfig, served: Weights | None) -> ChallengerState:

@@ -18,11 +18,13 @@ from service.learner.challenger import (
     ChallengerState,
     challenger_config,
     pack_state,
+    promotion_refusal,
     start_state,
 )
 from service.learner.config import ConfigError
 from service.settings import Settings
 from service.store import Store
+from service.store.ops.challengers import challenger_not_found
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVED = "served"  # the id the served learner is shown under; no challenger takes it
@@ -63,10 +65,11 @@ def parse_body(model: ModelConfig, body: Any) -> tuple[ModelConfig, bool]:
         config = challenger_config(model, {k: v for k, v in body.items() if k != "from"})
     except (ConfigError, TypeError) as e:
         raise InvalidInput(str(e), code="invalid_config") from e
-    if start == "served" and config.n_rows != model.n_rows:
+    # (a copy is made only into the same rows; two classes have one row in every layout)
+    if start == "served" and not model.binary and config.multiclass != model.multiclass:
         raise InvalidInput(
-            f"'from': 'served' copies the served weights, {model.n_rows} rows ('multiclass': "
-            f"{model.multiclass!r}); this challenger has {config.n_rows}.",
+            f"'from': 'served' copies the served weights, whose rows are those of "
+            f"'multiclass': {model.multiclass!r}; this challenger is {config.multiclass!r}.",
             code="invalid_challenger",
         )
     return config, start == "served"
@@ -94,7 +97,7 @@ class Challengers:
             )  # fmt: skip
             if position is not None:
                 state.position = position
-                return figures(id, state)
+                return figures(id, state, model=rep.config)
         raise ModelBusy(f"Model {name!r} moved under every copy of its weights; retry shortly.")
 
     async def remove(self, name: str, id: str) -> None:
@@ -117,15 +120,39 @@ class Challengers:
             # (while it has challengers, every label the model counts is in their log)
             "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
             "served": served_figures(now),
-            "challengers": [figures(id, s, weights) for id, s in now.states.items()],
+            "challengers": [
+                figures(id, s, weights, served_config(now)) for id, s in now.states.items()
+            ],
         }
 
+    async def show_one(self, name: str, id: str, weights: bool = False) -> dict[str, Any]:
+        """Challenger ``id`` as ``show`` lists it."""
+        check_id(id)
+        now = await self.standing(name)
+        state = now.states.get(id)
+        if state is None:
+            raise challenger_not_found(name, id)
+        return figures(id, state, weights, served_config(now))
 
-def figures(id: str, state: ChallengerState, weights: bool = False) -> dict[str, Any]:
+
+def served_config(now: Standing) -> ModelConfig:
+    return ModelConfig.from_json(now.data.config)
+
+
+def figures(
+    id: str, state: ChallengerState, weights: bool = False, model: ModelConfig | None = None
+) -> dict[str, Any]:
+    """A challenger's figures; with ``model``, the served configuration, whether it can be
+    promoted (``promotable``, and ``not_promotable``: why not)."""
     shown: dict[str, Any] = {}
     if weights:
         w = state.weights
         shown["weights"] = {"w": w.w.tolist(), "b": w.b.tolist()}
+    if model is not None:
+        why = promotion_refusal(model, state.config)
+        shown["promotable"] = why is None
+        if why is not None:
+            shown["not_promotable"] = f"{why[0].upper()}{why[1:]}."
     return shown | {
         "id": id,
         "config": state.config.to_dict(),
@@ -162,7 +189,7 @@ def served_figures(now: Standing) -> dict[str, Any]:
 
     return {
         "id": SERVED,
-        "config": ModelConfig.from_json(now.data.config).to_dict(),
+        "config": served_config(now).to_dict(),
         "seen": seen,
         "mistakes": mistakes,
         "updates": int(served[Meta.VERSION]),

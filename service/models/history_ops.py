@@ -147,6 +147,7 @@ class History:
                 )
             # A model with no retained log yet starts one at its snapshot, read here.
             snapshot = restorable.weights if keep and room.base is None else None
+            seen = await self._seen(name, config, restorable, version)
             try:
                 before = await self.store.rollback(
                     name,
@@ -159,6 +160,7 @@ class History:
                     keep=keep,
                     kept_bytes=kept_bytes,
                     snapshot=snapshot,
+                    seen=seen,
                 )
             except StaleModel:
                 continue  # reset, imported or rolled back meanwhile: look again
@@ -166,6 +168,25 @@ class History:
             await prune_quietly(self.store, name, self.settings, now_ms)
             return weights.version, before
         raise ModelBusy(f"Model {name!r} kept changing during the rollback; retry shortly.")
+
+    async def _seen(
+        self, name: str, config: ModelConfig, restorable: Restorable, version: int | None
+    ) -> int | None:
+        """The labelled examples an averaged learner restored had seen, which its mean divides
+        by: a checkpoint's count, else that of the last update restored (its ``k``), else one
+        less than the next update's; None where the count stays (not averaged, or the version
+        restored is the model's own)."""
+        if not config.averaged:
+            return None
+        if version is None:
+            return restorable.seen
+        after = await self.store.read_updates(name, version + 1, 1)
+        if not after.entries or after.first != version + 1:
+            return None  # (the model's own version: its count stays)
+        if restorable.entries:
+            return entry_provenance(restorable.entries[-1])[0] or None
+        k = entry_provenance(after.entries[0])[0]
+        return k - 1 if k > 0 else None
 
     async def undo(
         self, name: str, source: str | None, from_time: float | None, to_time: float | None

@@ -16,7 +16,7 @@ from service.engine.challengers import Standing, standing
 from service.engine.replica_cache import Replicas
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
-from service.learner.challenger import ChallengerState, pack_state
+from service.learner.challenger import ChallengerState, pack_state, promotion_refusal
 from service.learner.codec import new_epoch, pack_weights
 from service.models.challengers import check_id, served_marks
 from service.models.retention import make_room, prune_quietly
@@ -51,15 +51,10 @@ def parse_body(body: Any) -> tuple[str, str]:
 
 
 def promotable(model: ModelConfig, challenger: ModelConfig, id: str) -> None:
-    """A prediction made before the promotion is labelled after it by the promoted learner,
-    from the scores it was served with: their layout must be the promoted learner's."""
-    if model.n_classes > 2 and challenger.multiclass != model.multiclass:
-        raise Conflict(
-            f"Challenger {id!r} is multiclass {challenger.multiclass!r}; the model is "
-            f"{model.multiclass!r}. Predictions still waiting for their labels keep scores of "
-            "the model's layout, so only a challenger with the same 'multiclass' is promoted.",
-            code="promotion_layout",
-        )
+    """Refuse a challenger whose layout is not the model's (``promotion_refusal``)."""
+    why = promotion_refusal(model, challenger)
+    if why is not None:
+        raise Conflict(f"Challenger {id!r} cannot serve: {why}.", code="promotion_layout")
 
 
 def ring_of(window: bytes, seen: int) -> bytes:

@@ -59,6 +59,7 @@ class Restorable:
     weights: bytes
     entries: list[bytes]
     past: bool = False  # read from the retained log (not the snapshot and log)
+    seen: int | None = None  # a checkpoint's labelled examples (None: not a checkpoint)
 
 
 # A model's history's layout, read first and again after its entries: the read is consistent
@@ -192,7 +193,7 @@ async def read_checkpoint(store: Runner, name: str, id: int) -> Restorable | Non
     if info is None:
         return None  # not kept, or let go meanwhile
     c = Checkpoint.parse(id, text(info))
-    return Restorable(c.config, c.base, weights, split_tail(raw(tail or b"")))
+    return Restorable(c.config, c.base, weights, split_tail(raw(tail or b"")), seen=c.seen)
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,9 +79,10 @@ return {DONE}
 # them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and DEMOTED_TAIL; every
 # other challenger's state is the one after the fixed arguments ((id, tail) pairs) at POSITION,
 # and the log starts there. Lets go of the hold. Returns {DONE, the checkpoint's id, the demoted
-# id}; {UNCHANGED} (something moved), {UNKNOWN} (no challenger ID), {NAME_TAKEN} (DEMOTED is a
-# challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still live) or
-# {NOT_STAGED}: nothing done, the hold kept. The staged key is let go whatever happens.
+# id}; {UNCHANGED}, {UNKNOWN} (no challenger ID), {NAME_TAKEN} (the id the learner that served
+# would take is a challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still
+# live) or {NOT_STAGED}, each with that id after it: nothing done, the hold kept. The staged
+# key is let go whatever happens.
 SWAP = Script(
     "promote",
     keys=(
@@ -146,7 +147,7 @@ elseif not staged(STAGE, CHUNKS) then refused = NOT_STAGED
 end
 if refused then
   let_go(STAGE)
-  return {refused}
+  return {refused, demoted}
 end
 local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
   weights_bytes(SNAP, st[5]), redis.call('LRANGE', LOG, 0, -1), st[4], st[2], NOW_MS,
@@ -287,7 +288,7 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     if status == Status.UNKNOWN:
         raise challenger_not_found(name, p.id)
     if status == Status.NAME_TAKEN:
-        raise challenger_exists(name, p.demoted, DEMOTED_NAME_TAKEN)
+        raise challenger_exists(name, text(reply[1]), DEMOTED_NAME_TAKEN)
     if status == Status.TOO_MANY:
         raise Conflict(
             f"Model {name!r} was promoted {PROMOTIONS_KEPT} times within the life of its "

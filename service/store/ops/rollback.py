@@ -20,9 +20,10 @@ from service.store.script import Runner, Script, status_of
 # START_CHUNKS chunks), its bytes then KEPT_BYTES when
 # it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints made
 # after VERSION on this line are marked as left; else it starts again from the restored
-# weights. Counters and metrics stay. Returns {DONE, the id of the checkpoint made first}, or
-# {NOT_STAGED} when a staged key is not whole (nothing done). The staged keys are let go
-# whatever happens.
+# weights. Counters and metrics stay, but for SEEN ('': it stays too), an averaged learner's
+# count of labelled examples, which its mean divides by. Returns {DONE, the id of the
+# checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done). The
+# staged keys are let go whatever happens.
 SCRIPT = Script(
     "rollback",
     keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "deadlines", "stage", "stage_start"),
@@ -38,6 +39,7 @@ SCRIPT = Script(
         "now_ms",
         "keep",
         "kept_bytes#",
+        "seen",
     ),
     parts=(parts.WEIGHTS, parts.CHECKPOINT),
     body="""
@@ -90,6 +92,7 @@ redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a de
 redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
+if SEEN ~= '' then redis.call('HSET', META, META_SEEN, SEEN) end
 return {DONE, before}
 """,
 )
@@ -107,10 +110,12 @@ async def rollback(
     keep: bool,
     kept_bytes: int,
     snapshot: bytes | None = None,
+    seen: int | None = None,
 ) -> int:
     """Make the model this state at once; the id of the checkpoint of what it was before.
     ``snapshot``: the model's snapshot as read, for the retained log to start from when it
-    has none yet (None: not read)."""
+    has none yet (None: not read); ``seen``: the labelled examples an averaged learner's mean
+    divides by, restored with its sums (None: the count stays)."""
     keys = keys_of(name)
     snapshot = snapshot or b""
     stage, start = await blobs.stage(store.client, keys, weights, snapshot)
@@ -129,6 +134,7 @@ async def rollback(
             now_ms=now_ms,
             keep="1" if keep else "0",
             kept_bytes=kept_bytes,
+            seen="" if seen is None else str(seen),
         ),
     )
     if status_of(store, name, reply) == Status.NOT_STAGED:
