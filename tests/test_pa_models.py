@@ -190,14 +190,14 @@ def test_an_undo_replays_the_pa_updates_that_stay_with_their_own_steps(
     assert r.json()["removed"] == len(made) - len(bobs)
     rebuilt = learner(config).weights
     for x, raw, t in bobs:
-        apply(config, rebuilt, x, update_plan(config, raw, t, x), 0)
+        apply(config, rebuilt, x, update_plan(config, raw, t, x, rebuilt), 0)
     got = client.get("/models/m/export", headers=ADMIN).json()["weights"]
     assert got == packed(rebuilt.w, rebuilt.b)
     # Re-learning bob's examples instead would not give these weights: the steps depend on
     # the scores, which alice's updates had moved.
     relearned = learner(config).weights
     for x, _, t in bobs:
-        plan = update_plan(config, raw_scores(config, relearned, x), t, x)
+        plan = update_plan(config, raw_scores(config, relearned, x), t, x, relearned)
         apply(config, relearned, x, plan, 0)
     assert packed(relearned.w, relearned.b) != got
 

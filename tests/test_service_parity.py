@@ -67,7 +67,7 @@ class Reference:
         return served, raw_scores(self.config, self.weights, x), x
 
     def learn(self, served: int, raw: np.ndarray, x: Any, t: int) -> tuple[bool, bool]:
-        plan = update_plan(self.config, raw, t, x)
+        plan = update_plan(self.config, raw, t, x, self.weights)
         self.weights.seen += 1
         apply(self.config, self.weights, x, plan, self.weights.seen)
         return served != t, bool(plan)

@@ -234,7 +234,7 @@ class Ref:
         ``decided``: whether the learner that served it would update (it logs an update or
         not; the learner that serves now makes it, from those scores)."""
         cfg, w = self.config, self.weights
-        plan = update_plan(cfg, raw, t, x)
+        plan = update_plan(cfg, raw, t, x, w)
         mistake, updated = served != t, bool(plan) if decided is None else decided
         PA_UPDATES[0] += updated and cfg.passive_aggressive
         w.seen += 1
@@ -304,13 +304,27 @@ class Ref:
         keep = {*newest, *([self.base] if self.base is not None else [])}
         self.checkpoints = {i: c for i, c in self.checkpoints.items() if i in keep}
 
+    def recount(self, seen: int) -> None:
+        """An averaged learner's count restored: the counts within it held to it, its last
+        outcomes still its last."""
+        c, was = self.counters, self.counters["seen"]
+        if seen == was:
+            return
+        c["seen"] = seen
+        c["mistakes"] = min(c["mistakes"], seen)
+        c["defaulted"] = min(c["defaulted"], seen)
+        c["defaulted_mistakes"] = min(c["defaulted_mistakes"], c["mistakes"], c["defaulted"])
+        m = min(protocol.RING_SIZE, seen, was)
+        kept = self.marks[len(self.marks) - m :] if m else bytearray()
+        self.marks = bytearray(b"0" * (min(seen, protocol.RING_SIZE) - m)) + kept
+
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
         if self.config.averaged and v != self.version:
             # the mean divides by the count of the state restored: right after its update,
             # else just before the next one
             n = v - self.start
-            self.counters["seen"] = self.kept[n - 1].k if n > 0 else self.kept[0].k - 1
+            self.recount(self.kept[n - 1].k if n > 0 else self.kept[0].k - 1)
         self.keep_from_start()
         self.become(self.replay(v - self.start))
         del self.kept[v - self.start :]
@@ -325,7 +339,7 @@ class Ref:
         if c.config is not None and c.config != self.config:  # (one before a promotion)
             self.config, self.learner = c.config, learner(c.config)
         if self.config.averaged:  # (the count its mean divides by, restored with its sums)
-            self.counters["seen"] = c.seen
+            self.recount(c.seen)
         self.restart(restored)
         self.prune()
         return before
@@ -980,7 +994,7 @@ class Service(RuleBasedStateMachine):
         ref.counters["predictions"] += 1
         pid: str = answer["prediction_id"]
         raw = raw_scores(cfg, w, encoded).copy()
-        decided = updates_by_label(cfg, raw, encoded)
+        decided = updates_by_label(cfg, w, raw, encoded)
         p = self.pending[pid] = Pending(name, ref.generation, encoded, raw, served, decided)
         if cfg.default_label is not None:
             token = pid.split(":", 1)[1]

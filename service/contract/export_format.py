@@ -19,6 +19,7 @@ from service.contract.store_protocol import Field, Meta, Reason, parse_cell
 from service.errors import InvalidInput
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import pack_weights, unpack_weights
+from service.learner.config import MAX_WEIGHT
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
@@ -104,7 +105,6 @@ CHECKPOINT_FIELDS |= {"weights", "sha256"}
 MAX_CHECKPOINTS = 1000  # carried by one file (the request's size bounds them first)
 MAX_COUNT = protocol.MAX_COUNT
 _COUNT_RANGE = f"an integer in [0, 2**{MAX_COUNT.bit_length() - 1}]"
-MAX_WEIGHT = 1e250  # with features within 1e15, no score can overflow a double
 _DIGITS = re.compile(r"0|[1-9][0-9]{0,15}")
 _CELL = re.compile(re.escape(Field.CELL) + r"(0|[1-9][0-9]{0,3}):(0|[1-9][0-9]{0,3})")
 # a count per API key's name (empty: keys off) of labelled examples, mistakes or updates
@@ -238,6 +238,12 @@ def _config_of(doc: Any) -> ModelConfig:
         raise _bad(str(e)) from e
 
 
+def weights_count(config: ModelConfig) -> int:
+    """The numbers a model's packed weights hold: each row and bias, and their sums when
+    averaged."""
+    return (config.n_rows * config.dim + config.n_rows) * (2 if config.averaged else 1)
+
+
 def _weights_of(doc: dict[str, Any], config: ModelConfig, version: int, seen: int) -> Weights:
     """The document's weights, checked against their checksum and within bounds."""
     if not isinstance(doc.get("weights"), str) or not isinstance(doc.get("sha256"), str):
@@ -248,6 +254,11 @@ def _weights_of(doc: dict[str, Any], config: ModelConfig, version: int, seen: in
         raise _bad(f"'weights' is not base64 ({e}).") from e
     if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), doc["sha256"].lower()):
         raise _bad("the weights do not match their sha256 checksum.")
+    if len(data) != 8 * weights_count(config):  # (an empty string would read as zeros)
+        raise _bad(
+            f"'weights' holds {len(data)} bytes; this model's are {8 * weights_count(config)} "
+            "(every weight and bias, averages included, as 8-byte doubles)."
+        )
     try:
         weights = unpack_weights(config, data, version, seen)
     except ValueError as e:

@@ -83,6 +83,6 @@ class Replica:
         scores = served_scores(cfg, w, x)
         served = predict_index(cfg, scores)
         raw = scores if not cfg.averaged else raw_scores(cfg, w, x)
-        updates = updates_by_label(cfg, raw, x)
+        updates = updates_by_label(cfg, w, raw, x)
         record = pack_record(self.epoch, served, updates, pack_payload(raw, x))
         return Prediction(served, scores, record, w.version, w.seen)

@@ -86,7 +86,7 @@ def _run_general(
         scores = served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
         raw = raw_scores(cfg, work, x) if cfg.averaged else scores
-        plan = update_plan(cfg, raw, t, x)
+        plan = update_plan(cfg, raw, t, x, work)
         served_all.append(served)
         updated.append(bool(plan))
         if plan or i >= n - RECENT:

@@ -60,7 +60,7 @@ class ChallengerState:
         scores = served_scores(cfg, w, x)
         wrong = predict_index(cfg, scores) != t
         raw = raw_scores(cfg, w, x) if cfg.averaged else scores
-        plan = update_plan(cfg, raw, t, x)
+        plan = update_plan(cfg, raw, t, x, w)
         w.seen += 1
         apply(cfg, w, x, plan, w.seen)
         self.position += 1

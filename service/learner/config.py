@@ -20,6 +20,10 @@ MAX_C = 1e6  # the same bound as the learning rate: every PA step stays <= 1e6 *
 # answers' JSON can carry without overflow or loss.
 MAX_FEEDBACK_TTL_S = 30 * 86_400
 MAX_MARGIN = 1e12
+# No learner takes a weight or bias beyond this (an update that would is not made), and no
+# export holds one: with features within 1e15 and at most 2**25 weights a row, no score can
+# overflow a double, so every step computed from one is finite.
+MAX_WEIGHT = 1e250
 MAX_LABEL_INT = 2**53  # integer labels survive a round trip through a double (JS, Lua)
 MAX_LABEL_LENGTH = 256
 

@@ -30,7 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from service.learner.config import ALGORITHMS, MAX_C, Algorithm, ConfigError, Label, ModelConfig
+from service.learner.config import (
+    ALGORITHMS,
+    MAX_C,
+    MAX_WEIGHT,
+    Algorithm,
+    ConfigError,
+    Label,
+    ModelConfig,
+)
 from service.learner.features import Example, FeatureError, Features
 from service.learner.online import Outcome, Perceptron, Served
 from service.learner.perceptron import (
@@ -105,7 +113,8 @@ def steps(config: ModelConfig, losses: np.ndarray, sq: float) -> np.ndarray:
     if config.algorithm == "pa1":
         if sq == 0:
             return np.zeros(0)
-        return np.minimum(config.C, losses / sq)
+        with np.errstate(over="ignore"):  # (a tiny norm: l / sq is inf, and the step C)
+            return np.minimum(config.C, losses / sq)
     return losses / (sq + 0.5 / config.C)
 
 
@@ -153,9 +162,39 @@ def update_plan(config: ModelConfig, raw: np.ndarray, t: int, sq: float) -> Plan
     return Plan(np.array([t, rival]), np.array([taus[0], -taus[0]]))
 
 
-def updates_by_label(config: ModelConfig, raw: np.ndarray, sq: float) -> list[bool]:
+def bounded(config: ModelConfig, weights: Weights, x: Example, plan: Plan) -> Plan:
+    """``plan``, or no update where it would take a weight or bias of ``weights`` beyond
+    ``MAX_WEIGHT`` (or make one not finite). A PA step grows with the loss, and PA-II's has no
+    cap: examples of zero or tiny norm with alternating labels multiply the bias by ``2C``
+    each time. The values are those ``apply`` would compute, so the bound is exact.
+
+    >>> config = ModelConfig(n_features=1, algorithm="pa2", C=1e6)
+    >>> w = Weights.zeros(config)
+    >>> w.b[0] = 1e249
+    >>> x, row = Example(np.zeros(1)), np.zeros(1, np.int64)
+    >>> bool(bounded(config, w, x, Plan(row, np.array([-1e250]))))
+    True
+    >>> bool(bounded(config, w, x, Plan(row, np.array([1e250]))))
+    False
+    """
+    if not plan:
+        return plan
+    rows, coefs = plan.rows, plan.coefs
+    cols = weights.w[rows] if x.index is None else weights.w[np.ix_(rows, x.index)]
+    if not (np.abs(cols + coefs[:, None] * x.values) <= MAX_WEIGHT).all():  # (NaN fails too)
+        return NO_UPDATE
+    if config.fit_bias and not (np.abs(weights.b[rows] + coefs) <= MAX_WEIGHT).all():
+        return NO_UPDATE
+    return plan
+
+
+def updates_by_label(
+    config: ModelConfig, weights: Weights, raw: np.ndarray, x: Example
+) -> list[bool]:
     """For each possible true class, whether learning it would change the weights."""
-    return [bool(update_plan(config, raw, t, sq)) for t in range(config.n_classes)]
+    sq = sq_norm(x)
+    plans = (update_plan(config, raw, t, sq) for t in range(config.n_classes))
+    return [bool(plan) and bool(bounded(config, weights, x, plan)) for plan in plans]
 
 
 class PassiveAggressive(Perceptron):
@@ -197,7 +236,7 @@ class PassiveAggressive(Perceptron):
         if t is None:
             message = f"Label {label!r} is not one of {list(cfg.classes)}."
             raise FeatureError("unknown_label", message)
-        plan = update_plan(cfg, p.raw, t, sq_norm(p.x))
+        plan = bounded(cfg, self.weights, p.x, update_plan(cfg, p.raw, t, sq_norm(p.x)))
         self.weights.seen += 1
         apply(cfg, self.weights, p.x, plan, self.weights.seen)
         return Outcome(cfg.classes[p.served], p.served != t, bool(plan))

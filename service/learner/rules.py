@@ -33,10 +33,12 @@ def served_scores(config: ModelConfig, weights: Weights, x: Example) -> np.ndarr
     return perceptron.served_scores(config, weights, x)
 
 
-def update_plan(config: ModelConfig, raw: np.ndarray, t: int, x: Example) -> Plan:
-    """What learning the true class index ``t`` of ``x`` changes, from the raw scores."""
+def update_plan(config: ModelConfig, raw: np.ndarray, t: int, x: Example, weights: Weights) -> Plan:
+    """What learning the true class index ``t`` of ``x`` changes, from the raw scores, in
+    ``weights`` (those it will be added to): none where it would take a weight beyond
+    ``MAX_WEIGHT`` (a PA step; the perceptron's is too small ever to)."""
     if config.passive_aggressive:
-        return pa.update_plan(config, raw, t, pa.sq_norm(x))
+        return pa.bounded(config, weights, x, pa.update_plan(config, raw, t, pa.sq_norm(x)))
     return perceptron.update_plan(config, raw, t)
 
 
@@ -47,16 +49,18 @@ def apply_logged(
     example), as every replica and every rebuild does. An update logged for a prediction that
     another learner served (a label that came after a promotion) was decided by that learner;
     one that moves nothing under this learner's rules still counts as a version."""
-    plan = update_plan(config, raw, t, x)
+    plan = update_plan(config, raw, t, x, weights)
     if plan:
         perceptron.apply(config, weights, x, plan, k)
     else:
         weights.version += 1
 
 
-def updates_by_label(config: ModelConfig, raw: np.ndarray, x: Example) -> list[bool]:
-    """For each possible true class of ``x``, whether learning it would change the weights:
+def updates_by_label(
+    config: ModelConfig, weights: Weights, raw: np.ndarray, x: Example
+) -> list[bool]:
+    """For each possible true class of ``x``, whether learning it would change ``weights``:
     the bitmap a pending record keeps, by which the feedback script logs an update or not."""
     if config.passive_aggressive:
-        return pa.updates_by_label(config, raw, pa.sq_norm(x))
+        return pa.updates_by_label(config, weights, raw, x)
     return perceptron.updates_by_label(config, raw)

@@ -21,12 +21,24 @@ from service.store.script import Runner, Script, status_of
 # it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints made
 # after VERSION on this line are marked as left; else it starts again from the restored
 # weights. Counters and metrics stay, but for SEEN ('': it stays too), an averaged learner's
-# count of labelled examples, which its mean divides by. Returns {DONE, the id of the
+# count of labelled examples, which its mean divides by: the counts within it (mistakes,
+# defaulted and their mistakes) are held to it, the ring keeps its last outcomes last, and the
+# learning curve starts again there. Returns {DONE, the id of the
 # checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done). The
 # staged keys are let go whatever happens.
 SCRIPT = Script(
     "rollback",
-    keys=("meta", "snap", "log", *HISTORY_KEYS, "ring", "deadlines", "stage", "stage_start"),
+    keys=(
+        "meta",
+        "snap",
+        "log",
+        *HISTORY_KEYS,
+        "ring",
+        "curve",
+        "deadlines",
+        "stage",
+        "stage_start",
+    ),
     args=(
         "epoch",
         "new_epoch",
@@ -92,7 +104,26 @@ redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a de
 redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
-if SEEN ~= '' then redis.call('HSET', META, META_SEEN, SEEN) end
+local c = redis.call('HMGET', META, META_SEEN, COUNT_MISTAKES, COUNT_DEFAULTED,
+  COUNT_DEFAULTED_MISTAKES)
+local was, seen = tonumber(c[1] or '0'), tonumber(SEEN ~= '' and SEEN or c[1] or '0')
+if seen ~= was then
+  local old, ring = redis.call('GET', RING) or '', {}
+  for i = 1, WINDOW do ring[i] = '0' end
+  for j = 0, math.min(WINDOW, seen, was) - 1 do
+    local at = (was - 1 - j) % WINDOW + 1
+    ring[(seen - 1 - j) % WINDOW + 1] = string.sub(old, at, at) == '1' and '1' or '0'
+  end
+  redis.call('SET', RING, table.concat(ring))
+  local mistakes = math.min(tonumber(c[2] or '0'), seen)
+  local defaulted = math.min(tonumber(c[3] or '0'), seen)
+  local d = string.format
+  redis.call('HSET', META, META_SEEN, d('%d', seen), COUNT_MISTAKES, d('%d', mistakes),
+    COUNT_DEFAULTED, d('%d', defaulted), COUNT_DEFAULTED_MISTAKES,
+    d('%d', math.min(tonumber(c[4] or '0'), mistakes, defaulted)))
+  redis.call('DEL', CURVE)
+  if seen > 0 then redis.call('HSET', CURVE, FIELD_EVERY, '1', d('%d', seen), d('%d', mistakes)) end
+end
 return {DONE, before}
 """,
 )

@@ -1,0 +1,174 @@
+"""What a careless user did to challengers, promotion, rollback and import, each of which once
+broke: a single challenger's address, the settings a challenger takes from the served model,
+a copy of the served weights into another layout, a promotion's refusal naming the id taken,
+an averaged learner's count restored by a rollback, an import whose weights are not whole."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+import httpx
+import pytest
+
+from .test_challengers import stream
+
+pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
+
+THREE = {"classes": ["a", "b", "c"], "n_features": 2}
+
+
+def code(r: httpx.Response, status: int, want: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.json()["code"] == want, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_a_challenger_has_an_address(client: httpx.Client) -> None:
+    client.put("/models/m", json={"n_features": 5})
+    added = client.put("/models/m/challengers/pa", json={"algorithm": "pa1"}).json()
+    for x, y in stream(20, seed=3):
+        client.post("/learn", json={"model": "m", "features": x, "label": y})
+    listed = client.get("/models/m/challengers", params={"weights": "true"}).json()
+    one = client.get("/models/m/challengers/pa", params={"weights": "true"})
+    assert one.status_code == 200, one.text
+    assert one.json() == listed["challengers"][0]
+    assert one.json()["seen"] == 20 and one.json()["config"] == added["config"]
+    assert "weights" not in client.get("/models/m/challengers/pa").json()
+    code(client.get("/models/m/challengers/other"), 404, "challenger_not_found")
+    code(client.get("/models/none/challengers/pa"), 404, "model_not_found")
+    code(client.get("/models/m/challengers/-x"), 422, "invalid_challenger_id")
+
+
+def test_a_challenger_takes_the_settings_it_leaves_out_from_the_served_model(
+    client: httpx.Client,
+) -> None:
+    client.put("/models/o", json={**THREE, "multiclass": "ovo", "learning_rate": 0.5})
+    avg = client.put("/models/o/challengers/avg", json={"averaged": True}).json()
+    assert avg["config"]["multiclass"] == "ovo" and avg["config"]["learning_rate"] == 0.5
+    assert avg["promotable"] is True and "not_promotable" not in avg
+    # a rule that does not take the served learner's settings: theirs are left at defaults
+    pa = client.put("/models/o/challengers/pa", json={"algorithm": "pa2", "C": 0.1}).json()
+    assert pa["config"]["multiclass"] == "ovo" and pa["config"]["learning_rate"] == 1.0
+    client.put("/models/p", json={"n_features": 5, "algorithm": "pa1", "C": 0.25})
+    c = client.put("/models/p/challengers/c", json={"algorithm": "pa2"}).json()
+    assert (c["config"]["algorithm"], c["config"]["C"]) == ("pa2", 0.25)
+    back = client.put("/models/p/challengers/perceptron", json={"algorithm": "perceptron"})
+    assert back.status_code == 201, back.text
+    assert "C" not in back.json()["config"]
+    # one of another layout is added, and told that it can never serve
+    other = client.put("/models/o/challengers/ovr", json={"multiclass": "ovr"}).json()
+    assert other["promotable"] is False and "'ovr'" in other["not_promotable"]
+    got = client.get("/models/o/challengers/ovr").json()
+    assert (got["promotable"], got["not_promotable"]) == (False, other["not_promotable"])
+    code(client.post("/models/o/promote", json={"challenger": "ovr"}), 409, "promotion_layout")
+    assert client.post("/models/o/promote", json={"challenger": "avg"}).status_code == 200
+
+
+@pytest.mark.parametrize("k", [3, 4, 5])
+def test_a_copy_of_the_served_weights_is_made_only_into_their_layout(
+    client: httpx.Client, k: int
+) -> None:
+    classes = [f"c{i}" for i in range(k)]
+    client.put("/models/m", json={"classes": classes, "n_features": 2})
+    for strategy in ("ovo", "ovr"):
+        body = {"multiclass": strategy, "from": "served"}
+        refused = code(client.put(f"/models/m/challengers/{strategy}", json=body), 422,
+                       "invalid_challenger")  # fmt: skip
+        assert "'multiclass'" in refused["detail"], refused
+    r = client.put("/models/m/challengers/same", json={"averaged": True, "from": "served"})
+    assert r.status_code == 201, r.text
+    client.put("/models/b", json={"n_features": 5})  # two classes: one row in every layout
+    r = client.put("/models/b/challengers/ovo", json={"multiclass": "ovo", "from": "served"})
+    assert r.status_code == 201, r.text
+
+
+def test_a_promotions_refusal_names_the_id_taken(client: httpx.Client) -> None:
+    client.put("/models/m", json={"n_features": 5})
+    client.put("/models/m/challengers/c", json={"learning_rate": 0.5})
+    client.put("/models/m/challengers/served-1", json={"averaged": True})
+    r = code(client.post("/models/m/promote", json={"challenger": "c"}), 409, "challenger_exists")
+    assert "'served-1'" in r["detail"] and "''" not in r["detail"], r
+
+
+def learn(client: httpx.Client, name: str, data: list[tuple[list[float], int]]) -> None:
+    for x, y in data:
+        r = client.post("/learn", json={"model": name, "features": x, "label": y})
+        assert r.status_code == 200, r.text
+
+
+def probe(client: httpx.Client, name: str, xs: list[list[float]]) -> list[float]:
+    return [
+        client.post("/predict", json={"model": name, "features": x}).json()["score"] for x in xs
+    ]
+
+
+def test_a_rollback_restores_an_averaged_learners_count(client: httpx.Client) -> None:
+    """An averaged learner's mean divides by its count: a rollback to the checkpoint made
+    before a promotion, or before a reset, serves the scores served then."""
+    client.put("/models/m", json={"n_features": 5, "averaged": True})
+    data = stream(140, seed=11)
+    xs = [x for x, _ in data[:12]]
+    learn(client, "m", data[:110])
+    before = probe(client, "m", xs)
+    seen = client.get("/models/m").json()["counters"]["seen"]
+    client.put("/models/m/challengers/c", json={"averaged": True})
+    learn(client, "m", data[110:120])
+    promoted = client.post("/models/m/promote", json={"challenger": "c"}).json()
+    assert client.get("/models/m").json()["counters"]["seen"] == 10
+    assert client.delete(f"/models/m/challengers/{promoted['demoted']}").status_code == 204
+    learn(client, "m", data[120:])
+    (kept,) = [
+        c
+        for c in client.get("/models/m/checkpoints").json()["checkpoints"]
+        if c["id"] == promoted["checkpoint"]
+    ]
+    r = client.post("/models/m/rollback", json={"checkpoint": kept["id"]})
+    assert r.status_code == 200, r.text
+    counters = client.get("/models/m").json()["counters"]
+    assert counters["seen"] == kept["seen"] == seen + 10
+    assert counters["mistakes"] <= counters["seen"]
+    assert probe(client, "m", xs) != before  # (its checkpoint came 10 labels later)
+    # a reset, then a rollback to before it: the same scores as just before the reset
+    now = probe(client, "m", xs)
+    assert client.post("/models/m/reset").status_code == 200
+    learn(client, "m", data[:5])
+    checkpoints = client.get("/models/m/checkpoints").json()["checkpoints"]
+    (reset,) = [c for c in checkpoints if c["reason"] == "before reset"]
+    assert client.post("/models/m/rollback", json={"checkpoint": reset["id"]}).status_code == 200
+    assert probe(client, "m", xs) == now
+    assert client.get("/models/m").json()["counters"]["seen"] == reset["seen"]
+    exported = client.get("/models/m/export").json()  # (its counts still make an export)
+    assert client.put("/models/copy", json={"n_features": 5, "averaged": True}).is_success
+    assert client.post("/models/copy/import", json=exported).status_code == 200
+
+
+def test_a_rollback_to_a_version_restores_the_count_of_that_version(
+    make_service: Any,
+) -> None:
+    client = make_service(PERCEPTRON_HISTORY_KEEP_UPDATES="1000")
+    client.put("/models/m", json={"n_features": 5, "averaged": True})
+    data = stream(60, seed=4)
+    xs = [x for x, _ in data[:12]]
+    scores: dict[int, list[float]] = {}
+    for x, y in data:
+        r = client.post("/learn", json={"model": "m", "features": x, "label": y}).json()
+        if r["updated"]:
+            scores[r["version"]] = probe(client, "m", xs)
+    version = sorted(scores)[len(scores) // 2]
+    assert client.post("/models/m/rollback", json={"version": version}).status_code == 200
+    assert probe(client, "m", xs) == scores[version]
+
+
+def test_an_import_refuses_weights_that_are_not_whole(client: httpx.Client) -> None:
+    client.put("/models/m", json={"n_features": 5})
+    learn(client, "m", stream(10, seed=2))
+    doc = client.get("/models/m/export").json()
+    for data in (b"", base64.b64decode(doc["weights"])[:-8], base64.b64decode(doc["weights"]) * 2):
+        bad = {**doc, "version": 5, "weights": base64.b64encode(data).decode(),
+               "sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+        r = code(client.post("/models/m/import", json=bad), 422, "invalid_import")
+        assert "bytes" in r["detail"], r
+    assert client.post("/models/m/import", json=doc).status_code == 200
