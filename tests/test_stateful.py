@@ -68,6 +68,7 @@ from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.challenger import ChallengerState, challenger_config, start_state
 from service.learner.codec import pack_weights
+from service.learner.config import ConfigError
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
 from service.learner.perceptron import predict_index
@@ -133,14 +134,16 @@ TRAINERS = ("alice", "bob")
 ADMIN = "root"
 RESET, IMPORT = Reason.BEFORE_RESET, Reason.BEFORE_IMPORT
 
-# Challengers (two ids a model, so never more than it may have), each setting valid for every
-# configuration above; "from": "served" too, refused where the rows differ.
+# Challengers (two ids a model, so never more than it may have), each setting given or the
+# model's own; "from": "served" too, refused where the layouts differ.
 CHALLENGER_IDS = ("c1", "c2")
 CHALLENGERS: list[dict[str, Any]] = [
-    {"averaged": True},
+    {"algorithm": "perceptron", "averaged": True},
     {"algorithm": "pa1", "C": 0.1},
-    {"multiclass": "ovo", "learning_rate": 0.5, "margin": 0.25},
+    {"algorithm": "perceptron", "multiclass": "ovo", "learning_rate": 0.5, "margin": 0.25},
     {"algorithm": "pa2", "multiclass": "ovr"},
+    {"averaged": True},  # (the model's rule: refused where it is PA's)
+    {"C": 0.25},  # (the model's rule: refused where it is the perceptron's)
 ]
 
 values = st.integers(-3, 3).map(float) | st.sampled_from([0.5, -1e-3, 1e3])
@@ -692,7 +695,11 @@ class Service(RuleBasedStateMachine):
         if id in ref.challengers:
             self.expect(r, 409, "challenger_exists")
             return
-        config = challenger_config(ref.config, CHALLENGERS[pick])
+        try:
+            config = challenger_config(ref.config, CHALLENGERS[pick])
+        except ConfigError:
+            self.expect(r, 422, "invalid_config")
+            return
         if served and not ref.config.binary and config.multiclass != ref.config.multiclass:
             self.expect(r, 422, "invalid_challenger")
             return

@@ -15,13 +15,14 @@ from service.store.script import Runner, Script, status_of
 # EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE: how
 # long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this time bucket
 # and the buckets kept; NOW_MS: recorded with each update (its source is DEFAULT_SOURCE); MOST:
-# predictions labelled at most. The keys in ``deadlines`` whose deadline (Redis's clock) has passed
-# are labelled in deadline order (those of the epoch before a promotion too, ``Meta.PREV_EPOCH``): a
-# record answered already, gone, or of another epoch is only taken off. While the model's writer or
-# a promotion holds it (``learn.py``, ``promote.py``), nothing is done: {HELD, ms left}. Returns
-# NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or {DONE, labelled, the log's length (-1: unchanged), 1
-# when more are due, predictions still awaiting a default, the labels' log length (-1: none added)}.
-# A model with challengers logs each label for them too (``clog``).
+# predictions labelled at most, and no more than LABEL_CALL_BYTES of their records past the first
+# (the rest are left due: "more"). The keys in ``deadlines`` whose deadline (Redis's clock) has
+# passed are labelled in deadline order (those of the epoch before a promotion too,
+# ``Meta.PREV_EPOCH``): a record answered already, gone, or of another epoch is only taken off.
+# While the model's writer or a promotion holds it (``learn.py``, ``promote.py``), nothing is done:
+# {HELD, ms left}. Returns NO_MODEL, STALE_EPOCH, STATE_LOST, HELD, or {DONE, labelled, the log's
+# length (-1: unchanged), 1 when more are due, predictions still awaiting a default, the labels' log
+# length (-1: none added)}. A model with challengers logs each label for them too (``clog``).
 SCRIPT = Script(
     "defaults",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
@@ -45,20 +46,24 @@ if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
 end
 local provenance = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local t = tostring(DEFAULT)
-for i = 1, #due, UNPACK_CHUNK do
-  redis.call('ZREM', DEADLINES, unpack(due, i, math.min(i + UNPACK_CHUNK - 1, #due)))
-end
+local carried, taken = 0, 0  -- the records' bytes read: LABEL_CALL_BYTES past the first at most
 for _, key in ipairs(due) do
+  if carried >= LABEL_CALL_BYTES then break end
+  taken = taken + 1
   local p = redis.call('GET', key)
   local e = p and string.sub(p, EPOCH_AT, EPOCH_END)
   if p and string.sub(p, 1, 1) ~= ANSWERED and ours(e, epoch, st[5]) then
+    carried = carried + #p
     label_one(s, key, p, t, provenance, epoch, LIFE, DEFAULTED)
   end
 end
+for i = 1, taken, UNPACK_CHUNK do
+  redis.call('ZREM', DEADLINES, unpack(due, i, math.min(i + UNPACK_CHUNK - 1, taken)))
+end
 local log_length = labels_end(s, META, SERIES, RING, RECENT, CURVE, PEND, LOG, BUCKET, KEEP)
 local label_log = log_labels(META, CLOG, s.recent)
-return {DONE, #s.marks, log_length, (#due == MOST) and 1 or 0, redis.call('ZCARD', DEADLINES),
-  label_log}
+local more = (taken < #due or #due == MOST) and 1 or 0
+return {DONE, #s.marks, log_length, more, redis.call('ZCARD', DEADLINES), label_log}
 """,
 )
 

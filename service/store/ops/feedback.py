@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
+from service.errors import ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import challengers, labelling, parts
 from service.store.script import Runner, Script, status_of
+
+HELD_AGAIN_S = 5.0  # the writer's holds waited out, in all, once some labels were applied
+HELD_WAIT_S = 0.1  # one wait for the writer's hold to be let go
 
 # KEYS: then each prediction's pending key; ARGV: then the true class index of each, in the
 # same order (NO_CLASS: a label that is none of the model's classes, answered BAD_LABEL if the
@@ -38,7 +45,9 @@ from service.store.script import Runner, Script, status_of
 # Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version, log
 # length, labels' log length (-1: none added), then per prediction: status (DONE, DUPLICATE,
 # UNKNOWN, EXPIRED, CONFLICT, BAD_LABEL), mistake, updated, version (for CONFLICT: the class index
-# given before), 1 when the prediction was labelled by default (DUPLICATE, CONFLICT) else 0}
+# given before), 1 when the prediction was labelled by default (DUPLICATE, CONFLICT) else 0}.
+# Once the records read pass LABEL_CALL_BYTES, the predictions after are left for another call:
+# the answers are then fewer than the predictions.
 SCRIPT = Script(
     "feedback",
     keys=(
@@ -90,8 +99,10 @@ if held > 0 then
   for i = PENDING_AT, #KEYS do
     local t = ARGV[i + LABELS_AT - PENDING_AT]
     if DEFAULT ~= NO_CLASS and late[i] then t = tostring(DEFAULT) end
-    local p = redis.call('GET', KEYS[i])
-    if p and tonumber(t) ~= NO_CLASS and ours(string.sub(p, EPOCH_AT, EPOCH_END), epoch, st[5])
+    -- (the record's head alone: its status, epoch and bitmap; '' when it is gone)
+    local p = tonumber(t) ~= NO_CLASS and redis.call('GETRANGE', KEYS[i], 0,
+      BITMAP_AT + tonumber(t) - 1)
+    if p and p ~= '' and ours(string.sub(p, EPOCH_AT, EPOCH_END), epoch, st[5])
         and string.sub(p, 1, 1) ~= ANSWERED and (AVERAGED == 1 or promoting
         or string.sub(p, BITMAP_AT + tonumber(t), BITMAP_AT + tonumber(t)) == '1') then
       redis.call('INCR', HOLD)  -- one more waiting: the commit that lets go wakes each
@@ -113,9 +124,12 @@ for d in string.gmatch(DELAYS_GIVEN, '[^,]+') do delays[#delays + 1] = d end
 local unknown, expired, dups, conflicts = 0, 0, 0, 0
 local provenance = SOURCE_MARK .. SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local by_default = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
+local carried = 0  -- the records' bytes read: LABEL_CALL_BYTES past the first at most
 for i = PENDING_AT, #KEYS do
+  if carried >= LABEL_CALL_BYTES then break end
   local t = ARGV[i + LABELS_AT - PENDING_AT]
   local p = redis.call('GET', KEYS[i])
+  if p then carried = carried + #p end
   if not p and late[i] then
     expired = expired + 1
     answer(EXPIRED, 0, 0, 0, 0)
@@ -203,33 +217,83 @@ async def feedback(
     as soon as it is woken, before the writer can hold the model again. ``late``: '1' for
     each prediction whose id tells that its wait ran out, '0' (or nothing) for the others;
     ``default``: the class index of the model's default label (NO_CLASS: none); ``delays``:
-    each prediction's delay from prediction to label, as the script takes them."""
+    each prediction's delay from prediction to label, as the script takes them.
+
+    A script reads LABEL_CALL_BYTES of records at most: the predictions it left are sent
+    again, each call waiting out the writer's hold (HELD_AGAIN_S in all) once some were
+    applied; past that, ModelBusy (the labels applied are answered as duplicates when sent
+    again)."""
     k = keys_of(name)
     wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
+    call = _Call(name, when, life_s, source, now_ms, averaged, default, epoch)
+    spans = delays.split(",") if delays else []
+    items: list[FeedbackItem] = []
+    version = log_length = label_log = -1
+    deadline = asyncio.get_running_loop().time() + HELD_AGAIN_S
+    while True:
+        at = len(items)
+        reply = await _run(store, call, tokens[at:], labels[at:], late[at:], spans[at:], wait)
+        if int(reply[0]) == Status.HELD:
+            if not items:  # (sent again with wait_s, it waits for the writer to let go)
+                return Held(int(reply[1]))
+            if asyncio.get_running_loop().time() > deadline:
+                raise ModelBusy(f"Model {name!r} stayed held by its writer; retry shortly.")
+            wait = ("BLPOP", k.wake, min(int(reply[1]) / 1000, HELD_WAIT_S))
+            continue
+        status_of(store, name, reply)
+        flat = [int(v) for v in reply[4:]]
+        items += [_item(*flat[i : i + 5]) for i in range(0, len(flat), 5)]
+        version, log_length = int(reply[1]), max(log_length, int(reply[2]))
+        label_log = max(label_log, int(reply[3]))
+        if len(items) >= len(tokens) or not flat:
+            return FeedbackBatch(version, log_length, items, label_log=label_log)
+        wait = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """What every script call of one ``feedback`` is given, but the predictions."""
+
+    name: str
+    when: Bucket
+    life_s: int
+    source: str
+    now_ms: int
+    averaged: bool
+    default: int
+    epoch: str = ""
+
+
+async def _run(
+    store: Runner,
+    call: _Call,
+    tokens: Sequence[str],
+    labels: Sequence[int],
+    late: str,
+    spans: list[str],
+    wait: tuple[str, str, float] | None,
+) -> list[Any]:
+    """One script call, for these predictions."""
+    k = keys_of(call.name)
     reply, _ = await store.run_with_wait(
         SCRIPT,
         SCRIPT.key_list(k, rest=[k.pending(t) for t in tokens]),
         SCRIPT.arg_list(
             labels,
-            epoch=epoch,
-            bucket=when.bucket,
-            keep=when.keep,
-            life=life_s,
-            source=source,
-            now_ms=now_ms,
-            averaged=int(averaged),
+            epoch=call.epoch,
+            bucket=call.when.bucket,
+            keep=call.when.keep,
+            life=call.life_s,
+            source=call.source,
+            now_ms=call.now_ms,
+            averaged=int(call.averaged),
             late=late,
-            default=default,
-            delays_given=delays,
+            default=call.default,
+            delays_given=",".join(spans),
         ),
         before=wait,
     )
-    if int(reply[0]) == Status.HELD:
-        return Held(int(reply[1]))  # (sent again with wait_s, it waits for the writer to let go)
-    status_of(store, name, reply)
-    flat = [int(v) for v in reply[4:]]
-    items = [_item(*flat[i : i + 5]) for i in range(0, len(flat), 5)]
-    return FeedbackBatch(int(reply[1]), int(reply[2]), items, label_log=int(reply[3]))
+    return list(reply)
 
 
 def _item(status: int, mistake: int, updated: int, version: int, by: int) -> FeedbackItem:
