@@ -10,6 +10,8 @@ from fastapi import APIRouter, Body, Query, Response
 from service.api.auth import Role
 from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import error_responses
+from service.api.views import WeightsStream, challengers_body
+from service.learner import ModelConfig
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 errors = error_responses(401, 403, 404, 409, 422, 503)
@@ -39,11 +41,14 @@ async def list_challengers(
     weights: Annotated[
         bool, Query(description="true: each challenger's weights and biases too.")
     ] = False,
-) -> dict[str, Any]:
+) -> Any:
     """The served learner and each challenger side by side: labelled examples seen, mistakes
     (each challenger's by progressive validation), updates, mistake rates."""
     who.check(Role.predict, name)
-    return await who.worker.challengers.show(name, weights)
+    if weights:  # (streamed, and a large model's one request of the worker at a time)
+        now = await who.worker.challengers.standing(name)
+        return WeightsStream(challengers_body(name, now), ModelConfig.from_json(now.data.config))
+    return await who.worker.challengers.show(name)
 
 
 @router.get(
@@ -54,11 +59,14 @@ async def get_challenger(
     id: str,
     who: Reader,
     weights: Annotated[bool, Query(description="true: its weights and biases too.")] = False,
-) -> dict[str, Any]:
+) -> Any:
     """One challenger as the list shows it (404 challenger_not_found when the model has none
     of that id)."""
     who.check(Role.predict, name)
-    return await who.worker.challengers.show_one(name, id, weights)
+    if weights:  # (streamed, and a large model's one request of the worker at a time)
+        now = await who.worker.challengers.standing_with(name, id)
+        return WeightsStream(challengers_body(name, now, id), now.states[id].config)
+    return await who.worker.challengers.show_one(name, id)
 
 
 @router.put(

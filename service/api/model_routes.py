@@ -24,7 +24,7 @@ from service.api.metrics_schemas import ModelMetrics
 from service.api.metrics_view import model_metrics
 from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
-from service.api.views import WeightsStream, model_info
+from service.api.views import WeightsStream, model_info, weights_body
 from service.contract.store_protocol import MAX_COUNT
 from service.engine.worker import Worker
 
@@ -232,4 +232,5 @@ async def read_weights(name: str, who: Reader) -> WeightsStream:
     """Read the current weights and bias (and the averaged ones when enabled): one version's,
     streamed row by row."""
     who.check(Role.predict, name)
-    return WeightsStream(await who.worker.replicas.current(name))
+    rep = await who.worker.replicas.current(name)
+    return WeightsStream(weights_body(rep), rep.config)

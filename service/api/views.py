@@ -18,9 +18,13 @@ from service.api.schemas import (
     ModelSpec,
 )
 from service.contract.store_protocol import Meta
+from service.engine.challengers import Standing
 from service.engine.replica import Replica
 from service.learner import ModelConfig
 from service.learner.perceptron import ovo_pairs
+from service.models.challengers import figures, shown_challengers
+
+_NUMPY = orjson.OPT_SERIALIZE_NUMPY
 
 
 def counters_of(meta: dict[str, str]) -> Counters:
@@ -99,13 +103,68 @@ async def weights_body(rep: Replica) -> AsyncIterator[bytes]:
     yield b"}"
 
 
-class WeightsStream(StreamingResponse):
-    """GET /models/{name}/weights: a WeightsResponse, streamed; the weights of a large model
-    one request of a worker at a time (LARGE_WEIGHTS), within WEIGHTS_SEND_S."""
+ROW_SLICE = 1 << 16  # the weights of one row turned into JSON at a time
 
-    def __init__(self, rep: Replica) -> None:
-        super().__init__(weights_body(rep), media_type="application/json")
-        self.large = rep.config.n_rows * rep.config.dim >= LARGE_WEIGHTS
+
+def _array_json(a: np.ndarray) -> Iterator[bytes]:
+    """A 1-d array as a JSON list, a slice at a time."""
+    yield b"["
+    for at in range(0, len(a), ROW_SLICE):
+        yield (b"," if at else b"") + orjson.dumps(a[at : at + ROW_SLICE], option=_NUMPY)[1:-1]
+    yield b"]"
+
+
+def _copies(now: Standing, ids: list[str]) -> list[tuple[dict[str, Any], np.ndarray, np.ndarray]]:
+    """Each challenger's figures, weights and biases, copied at one instant (the states move
+    on in place as labels come)."""
+    model = ModelConfig.from_json(now.data.config)
+    return [
+        (figures(id, s, model=model), s.weights.w.copy(), s.weights.b.copy())
+        for id, s in now.states.items()
+        if id in ids
+    ]
+
+
+async def _with_weights(
+    shown: dict[str, Any], w: np.ndarray, b: np.ndarray
+) -> AsyncIterator[bytes]:
+    """One challenger's figures with its weights, a slice of a row at a time."""
+    yield b'{"weights":{"w":['
+    for r in range(w.shape[0]):
+        yield b"," if r else b""
+        for chunk in _array_json(w[r]):
+            yield chunk
+            await asyncio.sleep(0)  # the worker's other requests go on between slices
+    yield b'],"b":' + orjson.dumps(b, option=_NUMPY) + b"}," + orjson.dumps(shown)[1:]
+
+
+async def challengers_body(name: str, now: Standing, id: str | None = None) -> AsyncIterator[bytes]:
+    """The challengers side by side (GET /models/{name}/challengers?weights=true), or
+    challenger ``id`` alone, with their weights and biases."""
+    if id is not None:
+        for shown, w, b in _copies(now, [id]):
+            async for chunk in _with_weights(shown, w, b):
+                yield chunk
+        return
+    head = shown_challengers(name, now)
+    each = _copies(now, list(now.states))
+    del head["challengers"]
+    yield orjson.dumps(head)[:-1] + b',"challengers":['
+    for i, (shown, w, b) in enumerate(each):
+        yield b"," if i else b""
+        async for chunk in _with_weights(shown, w, b):
+            yield chunk
+    yield b"]}"
+
+
+class WeightsStream(StreamingResponse):
+    """A body of weights of a model of ``config``'s shape, streamed: a large one's
+    (LARGE_WEIGHTS) one request of a worker at a time, within WEIGHTS_SEND_S (GET
+    /models/{name}/weights, and its challengers' with their weights)."""
+
+    def __init__(self, body: AsyncIterator[bytes], config: ModelConfig) -> None:
+        super().__init__(body, media_type="application/json")
+        self.large = config.n_rows * config.dim >= LARGE_WEIGHTS
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         started = False

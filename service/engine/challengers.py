@@ -12,9 +12,11 @@ that read the same entries compute the same weights and counts.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -61,22 +63,35 @@ class Standing:
     states: dict[str, ChallengerState]  # by id, in id order
     position: int  # labels of the model's stream the log reached
 
+    @property
+    def logged(self) -> int:
+        """The labels in the log, from its start (``data.base``) to ``position``."""
+        return self.position - self.data.base
+
+
+def _learn(
+    model: ModelConfig, starts: Sequence[tuple[ChallengerState, int]], entries: list[bytes]
+) -> None:
+    """Each state learns ``entries`` from its index in them on, in order."""
+    examples = [unpack_entry(model, e) for e in entries]
+    by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in entries]
+    for state, at in starts:
+        for (_, t, _, x), d in zip(examples[at:], by_default[at:], strict=True):
+            state.learn(x, t, d)
+
 
 def replay(data: ChallengerData) -> Standing:
     """Each challenger's state, replayed from its packed one through the entries since."""
     model = ModelConfig.from_json(data.config)
-    examples = [unpack_entry(model, e) for e in data.entries]
-    by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in data.entries]
-    end = data.base + len(examples)
-    states = {}
-    for id in sorted(data.configs):
-        state = unpack_state(ModelConfig.from_json(data.configs[id]), data.states[id])
-        at = state.position - data.base
-        for (_, t, _, x), d in zip(examples[at:], by_default[at:], strict=True):
-            state.learn(x, t, d)
+    end = data.base + len(data.entries)
+    states = {
+        id: unpack_state(ModelConfig.from_json(data.configs[id]), data.states[id])
+        for id in sorted(data.configs)
+    }
+    _learn(model, [(s, s.position - data.base) for s in states.values()], data.entries)
+    for id, state in states.items():
         if state.position != end:
             raise ValueError(f"challenger {id!r} stands at label {state.position}, not {end}")
-        states[id] = state
     return Standing(data, states, end)
 
 
@@ -84,6 +99,57 @@ async def standing(store: Store, name: str) -> Standing | None:
     """The model's challengers as they stand now (None: no such model)."""
     data = await store.read_challengers(name)
     return None if data is None else replay(data)
+
+
+class Standings:
+    """Each model's challengers as this worker last replayed them, brought forward by the
+    labels logged since: what showing them costs is what changed since, whatever the size of
+    their weights. A read that finds them added, removed, promoted or folded past what was
+    kept reads them whole again. At most KEPT models are kept, the last used."""
+
+    KEPT = 4
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._kept: OrderedDict[str, Standing] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def current(self, name: str) -> Standing | None:
+        """The model's challengers as they stand now (None: no such model). Shared: the
+        states move forward in place at the next call, between two awaits of its caller."""
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            kept = self._kept.pop(name, None)
+            now = None if kept is None else await self._forward(name, kept)
+            if now is None:
+                now = await standing(self.store, name)
+            if now is not None and now.states:
+                # (their packed states and the log read are replayed: let them go)
+                now.data = replace(now.data, states={}, entries=[])
+                self._kept[name] = now
+                while len(self._kept) > self.KEPT:
+                    self._kept.popitem(last=False)
+            return now
+
+    async def _forward(self, name: str, kept: Standing) -> Standing | None:
+        """``kept`` brought forward by the labels logged since; None when it cannot be."""
+        offset = kept.logged
+        for _ in range(2):
+            news = await self.store.read_challengers_since(name, offset)
+            if news is None or (news.epoch, news.gen) != (kept.data.epoch, kept.data.gen):
+                return None  # (gone, or challengers added, removed or promoted)
+            if not news.base <= kept.position:
+                return None  # (folded past what is kept: the log before is gone)
+            if news.base + offset == kept.position:
+                break
+            offset = kept.position - news.base  # (folded meanwhile: read again from there)
+        else:
+            return None
+        model = ModelConfig.from_json(news.config)
+        _learn(model, [(s, 0) for s in kept.states.values()], news.entries)
+        kept.position += len(news.entries)
+        kept.data = replace(news, configs=kept.data.configs, entries=[])
+        return kept
 
 
 async def fold(store: Store, name: str, now: Standing | None = None) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 
 from service.contract.names import check_name
 from service.contract.store_protocol import RING_SIZE, Meta
-from service.engine.challengers import Standing, fold, standing
+from service.engine.challengers import Standing, Standings, fold
 from service.engine.replica_cache import Replicas
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
@@ -82,6 +82,7 @@ class Challengers:
         self.store = store
         self.settings = settings
         self.replicas = replicas
+        self.standings = Standings(store)
 
     async def add(self, name: str, id: str, body: Any) -> dict[str, Any]:
         """Add challenger ``id``; what ``show`` answers for it."""
@@ -97,62 +98,62 @@ class Challengers:
             )  # fmt: skip
             if position is not None:
                 state.position = position
-                return figures(id, state, model=rep.config)
+                return figures(id, state, rep.config)
         raise ModelBusy(f"Model {name!r} moved under every copy of its weights; retry shortly.")
 
     async def remove(self, name: str, id: str) -> None:
         await self.store.remove_challenger(check_name(name), check_id(id))
 
     async def standing(self, name: str) -> Standing:
-        now = await standing(self.store, check_name(name))
+        now = await self.standings.current(check_name(name))
         if now is None:
             raise ModelNotFound(name)
-        if len(now.data.entries) >= self.settings.compact_every:
+        if now.logged >= self.settings.compact_every:
             await fold(self.store, name, now)
         return now
 
-    async def show(self, name: str, weights: bool = False) -> dict[str, Any]:
-        """The served learner and each challenger, side by side (``weights``: with each
-        challenger's weights and biases)."""
+    async def show(self, name: str) -> dict[str, Any]:
+        """The served learner and each challenger, side by side (their weights:
+        ``api/views.challengers_body``)."""
         now = await self.standing(name)
-        return {
-            "model": name,
-            # (while it has challengers, every label the model counts is in their log)
-            "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
-            "served": served_figures(now),
-            "challengers": [
-                figures(id, s, weights, served_config(now)) for id, s in now.states.items()
-            ],
-        }
+        return shown_challengers(name, now)
 
-    async def show_one(self, name: str, id: str, weights: bool = False) -> dict[str, Any]:
-        """Challenger ``id`` as ``show`` lists it."""
+    async def standing_with(self, name: str, id: str) -> Standing:
+        """``standing``, with challenger ``id`` among the states (else 404)."""
         check_id(id)
         now = await self.standing(name)
-        state = now.states.get(id)
-        if state is None:
+        if id not in now.states:
             raise challenger_not_found(name, id)
-        return figures(id, state, weights, served_config(now))
+        return now
+
+    async def show_one(self, name: str, id: str) -> dict[str, Any]:
+        """Challenger ``id`` as ``show`` lists it."""
+        now = await self.standing_with(name, id)
+        return figures(id, now.states[id], served_config(now))
+
+
+def shown_challengers(name: str, now: Standing) -> dict[str, Any]:
+    """The served learner and each challenger, side by side."""
+    return {
+        "model": name,
+        # (while it has challengers, every label the model counts is in their log)
+        "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
+        "served": served_figures(now),
+        "challengers": [figures(id, s, served_config(now)) for id, s in now.states.items()],
+    }
 
 
 def served_config(now: Standing) -> ModelConfig:
     return ModelConfig.from_json(now.data.config)
 
 
-def figures(
-    id: str, state: ChallengerState, weights: bool = False, model: ModelConfig | None = None
-) -> dict[str, Any]:
-    """A challenger's figures; with ``model``, the served configuration, whether it can be
-    promoted (``promotable``, and ``not_promotable``: why not)."""
-    shown: dict[str, Any] = {}
-    if weights:
-        w = state.weights
-        shown["weights"] = {"w": w.w.tolist(), "b": w.b.tolist()}
-    if model is not None:
-        why = promotion_refusal(model, state.config)
-        shown["promotable"] = why is None
-        if why is not None:
-            shown["not_promotable"] = f"{why[0].upper()}{why[1:]}."
+def figures(id: str, state: ChallengerState, model: ModelConfig) -> dict[str, Any]:
+    """A challenger's figures, and whether it can serve the model of configuration ``model``
+    (``promotable``; ``not_promotable``: why not)."""
+    shown: dict[str, Any] = {"promotable": True}
+    why = promotion_refusal(model, state.config)
+    if why is not None:
+        shown = {"promotable": False, "not_promotable": f"{why[0].upper()}{why[1:]}."}
     return shown | {
         "id": id,
         "config": state.config.to_dict(),

@@ -125,6 +125,7 @@ class Store:
     forget_history = forget.forget
     # challengers (ops/challengers.py)
     read_challengers = challengers.read
+    read_challengers_since = challengers.read_since
     add_challenger = challengers.add
     remove_challenger = challengers.remove
     fold_challengers = challengers.fold

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.contract.store_protocol import Meta, Status
 from service.errors import Conflict, NotFound
@@ -117,6 +118,10 @@ return {DONE}
 SCRIPTS = (ADD, REMOVE, FOLD)
 
 
+_FIELDS = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
+_COUNTED = (Meta.VERSION, Meta.SEEN, "mistakes", "defaulted", "defaulted_mistakes")
+
+
 @dataclass(frozen=True)
 class ChallengerData:
     """What a model's challengers are made of, read at one instant."""
@@ -137,15 +142,32 @@ async def read(store: Runner, name: str) -> ChallengerData | None:
     transaction (None: no such model)."""
     keys = keys_of(name)
     chal, cstate, clog = keys.challengers
-    fields = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
-    counted = (Meta.VERSION, Meta.SEEN, "mistakes", "defaulted", "defaulted_mistakes")
     async with store.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.meta, [*fields, *counted])
+        pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
         pipe.hgetall(chal)
         pipe.hgetall(cstate)
         pipe.lrange(clog, 0, -1)
         pipe.get(keys.ring)
         meta, configs, states, entries, ring = await pipe.execute()
+    return _data(meta, configs, states, entries, ring)
+
+
+async def read_since(store: Runner, name: str, offset: int) -> ChallengerData | None:
+    """What ``read`` reads but the challengers themselves: their labels' log from entry
+    ``offset`` on (None: no such model)."""
+    keys = keys_of(name)
+    _, _, clog = keys.challengers
+    async with store.client.pipeline(transaction=True) as pipe:
+        pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
+        pipe.lrange(clog, offset, -1)
+        pipe.get(keys.ring)
+        meta, entries, ring = await pipe.execute()
+    return _data(meta, {}, {}, entries, ring)
+
+
+def _data(
+    meta: list[Any], configs: dict[Any, Any], states: dict[Any, Any], entries: list[Any], ring: Any
+) -> ChallengerData | None:
     if meta[0] is None:
         return None
     return ChallengerData(
@@ -156,7 +178,7 @@ async def read(store: Runner, name: str) -> ChallengerData | None:
         configs={text(k): text(v) for k, v in configs.items()},
         states={text(k): raw(v) for k, v in states.items()},
         entries=[raw(e) for e in entries],
-        served={f: text(v or "0") for f, v in zip(counted, meta[len(fields) :], strict=True)},
+        served={f: text(v or "0") for f, v in zip(_COUNTED, meta[len(_FIELDS) :], strict=True)},
         ring=raw(ring or b""),
     )
 
