@@ -11,6 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+
+from service.store import ModelKeys
+from service.store.script import raw
 
 from .test_challengers import stream
 
@@ -148,7 +152,7 @@ def test_a_rollback_restores_an_averaged_learners_count(client: httpx.Client) ->
 def test_a_rollback_to_a_version_restores_the_count_of_that_version(
     make_service: Any,
 ) -> None:
-    client = make_service(PERCEPTRON_HISTORY_KEEP_UPDATES="1000")
+    client = make_service(history_keep_updates=1000)
     client.put("/models/m", json={"n_features": 5, "averaged": True})
     data = stream(60, seed=4)
     xs = [x for x, _ in data[:12]]
@@ -172,3 +176,30 @@ def test_an_import_refuses_weights_that_are_not_whole(client: httpx.Client) -> N
         r = code(client.post("/models/m/import", json=bad), 422, "invalid_import")
         assert "bytes" in r["detail"], r
     assert client.post("/models/m/import", json=doc).status_code == 200
+
+
+def test_a_challengers_weights_kept_in_its_state_as_before_are_still_read(
+    make_service: Any, redis_client: redis.Redis
+) -> None:
+    """A store written before a challenger's weights had a key of their own held them at the
+    end of its state: read as they were, and written apart at the next fold."""
+    client = make_service(compact_every=5)
+    client.put("/models/m", json={"n_features": 5})
+    learn(client, "m", stream(10, seed=6))
+    assert client.put("/models/m/challengers/c", json={"from": "served"}).status_code == 201
+    before = client.get("/models/m/challengers", params={"weights": "true"}).json()
+    keys = ModelKeys("m")
+    key = raw(redis_client.hget(keys.cweights, "c") or b"")
+    assert redis_client.type(key) == b"list"
+    weights = b"".join(raw(c) for c in redis_client.lrange(key, 0, -1))
+    head = raw(redis_client.hget(keys.cstate, "c") or b"")
+    redis_client.hset(keys.cstate, "c", head + weights)
+    redis_client.hdel(keys.cweights, "c")
+    redis_client.delete(key)
+    assert client.get("/models/m/challengers", params={"weights": "true"}).json() == before
+    learn(client, "m", stream(40, seed=7))
+    after = client.get("/models/m/challengers/c", params={"weights": "true"}).json()
+    assert after["seen"] == 40
+    assert redis_client.hget(keys.cweights, "c") is not None  # (folded: written apart again)
+    assert client.delete("/models/m").status_code == 204
+    assert [k for k in redis_client.keys("pcp:{m}:*") if redis_client.pttl(k) < 0] == []

@@ -4,10 +4,13 @@ ops/blobs.py). And an undo keeps what was learned while it rebuilt, after the re
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 import redis
 import redis.asyncio
@@ -20,6 +23,7 @@ from service.store.script import raw, text
 from .servers import ServiceProcess, running
 from .test_store_sync import EPOCH, entry, learn, run
 
+JSON = {"content-type": "application/json"}
 pytestmark = pytest.mark.servers  # a real redis-server: its SLOWLOG, its RENAMEs
 
 
@@ -207,3 +211,113 @@ def test_weights_kept_as_one_string_before_chunks_are_still_read(redis_url: str)
         assert not await store.client.exists(keys.checkpoint_weights(before))
 
     run(redis_url, body)
+
+
+def test_a_large_models_challengers_never_hold_redis_nor_its_neighbours(redis_url: str) -> None:
+    """A model of 2^22 buckets with two challengers (from zeros, and a copy of the served
+    weights): adding them, the folds of their labels' log, reading them with their weights,
+    promoting one, removing them and deleting the model. Before, a challenger's state was one
+    hash field and each of these one script carrying it whole (0.17-0.36 s at this size);
+    now Redis's SLOWLOG holds no command over 50 ms, nothing of theirs is left, and another
+    model's predictions on the same workers keep their pace meanwhile."""
+    bits = 22
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_COMPACT_EVERY="5")
+    with (
+        redis.Redis.from_url(redis_url) as r,
+        running(service),
+        httpx.Client(base_url=service.url, timeout=120) as c,
+    ):
+        assert c.put("/models/big", json={"hash_bits": bits}).status_code == 201
+        assert c.put("/models/small", json={"n_features": 3}).status_code == 201
+        rng = np.random.default_rng(1)
+
+        def learn(n: int) -> None:
+            for _ in range(n):
+                xs = [{f"f{j}": 1.0 for j in rng.integers(0, 10**9, 50)} for _ in range(4)]
+                ys = [int(y) for y in rng.choice([-1, 1], 4)]
+                got = c.post("/learn/batch", json={"model": "big", "features": xs, "labels": ys})
+                assert got.status_code == 200, got.text
+
+        learn(3)
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def neighbour() -> None:
+            with httpx.Client(base_url=service.url, timeout=30) as n:
+                while not stop.is_set():
+                    began = time.perf_counter()
+                    got = n.post("/predict", json={"model": "small", "features": [1, 2, 3]})
+                    latencies.append(time.perf_counter() - began)
+                    assert got.status_code == 200
+                    time.sleep(0.005)
+
+        r.config_set("slowlog-log-slower-than", 50_000)
+        r.slowlog_reset()
+        watcher = threading.Thread(target=neighbour)
+        watcher.start()
+        try:
+            assert c.put("/models/big/challengers/z", json={"averaged": True}).status_code == 201
+            copied = c.put("/models/big/challengers/s", json={"from": "served"})
+            assert copied.status_code == 201, copied.text
+            learn(12)  # (folds of the labels' log: every 5)
+            assert len(c.get("/models/big/challengers").json()["challengers"]) == 2
+            with c.stream("GET", "/models/big/challengers/s", params={"weights": "true"}) as one:
+                assert one.status_code == 200
+                body = b"".join(one.iter_bytes())
+            assert len(orjson.loads(body)["weights"]["w"][0]) == 1 << bits
+            listed = c.get("/models/big/challengers", params={"weights": "true"})
+            assert [len(ch["weights"]["w"][0]) for ch in listed.json()["challengers"]] == [
+                1 << bits
+            ] * 2
+            promoted = c.post("/models/big/promote", json={"challenger": "s"})
+            assert promoted.status_code == 200, promoted.text
+            learn(2)
+            for id in (promoted.json()["demoted"], "z"):
+                assert c.delete(f"/models/big/challengers/{id}").status_code == 204
+            assert c.put("/models/big/challengers/again", json={"from": "served"}).is_success
+            assert c.delete("/models/big").status_code == 204
+        finally:
+            stop.set()
+            watcher.join()
+        slow = [(e["duration"] / 1000, e["command"][:40]) for e in r.slowlog_get(128)]
+        assert slow == [], slow
+        left = [k for k in r.keys("pcp:{big}:*") if r.pttl(k) < 0]
+        assert left == [], left
+        assert len(latencies) > 20 and float(np.median(latencies)) < 0.1, latencies
+        assert max(latencies) < 2.0, max(latencies)
+
+
+def test_wide_examples_are_labelled_in_calls_that_never_hold_redis(redis_url: str) -> None:
+    """600 predictions of 20,000 dense features each (a pending record of 160 kB): 256 labelled
+    by one /feedback/batch, the others by their default as their wait runs out together.
+    Before, one script took up to 256 records whatever their size (56-256 ms); now each reads
+    1 MiB of records at most past its first, and Redis's SLOWLOG holds no command over 50 ms."""
+    dim, n, labelled = 20_000, 600, 256
+    service = ServiceProcess(redis_url, workers=2)
+    spec = {"n_features": dim, "default_label": 1, "feedback_ttl_s": 2}
+    with (
+        redis.Redis.from_url(redis_url) as r,
+        running(service),
+        httpx.Client(base_url=service.url, timeout=120) as c,
+    ):
+        assert c.put("/models/wide", json=spec).status_code == 201
+        r.config_set("slowlog-log-slower-than", 50_000)
+        r.slowlog_reset()
+        ids: list[str] = []
+        body = orjson.dumps({"model": "wide", "features": [[1] * dim] * 60})  # (2.4 MB)
+        while len(ids) < n:
+            got = c.post("/predict/batch", content=body, headers=JSON)
+            assert got.status_code == 200, got.text
+            ids += [p["prediction_id"] for p in got.json()["predictions"]]
+        items = [{"prediction_id": p, "label": -1} for p in ids[:labelled]]
+        fed = c.post("/feedback/batch", json={"feedback": items})
+        assert fed.status_code == 200, fed.text
+        assert [a["duplicate"] for a in fed.json()["results"]].count(False) == labelled
+        deadline = time.monotonic() + 60
+        while c.get("/models/wide").json()["counters"]["defaulted"] < n - labelled:
+            assert time.monotonic() < deadline, c.get("/models/wide").json()["counters"]
+            time.sleep(0.2)
+        counters = c.get("/models/wide").json()["counters"]
+        assert (counters["feedback"], counters["defaulted"]) == (labelled, n - labelled)
+        slow = [(e["duration"] / 1000, e["command"][:40]) for e in r.slowlog_get(128)]
+        assert slow == [], slow

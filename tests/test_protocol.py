@@ -68,10 +68,14 @@ def test_every_script_reads_its_keys_and_arguments_by_the_names_of_its_slots() -
 def test_a_key_slot_is_named_after_the_models_key_it_holds() -> None:
     """So the caller's keys come from ModelKeys by the slot's name (key_list): the order is
     declared once. Only a request's answer key and the keys staged for a call (ops/blobs.py,
-    ``ModelKeys.stage``) are given by name."""
+    ``ModelKeys.stage``; a challenger's weights, ``ModelKeys.challenger_weights``) are given by
+    name."""
+    staged = callable(ModelKeys.stage) and callable(ModelKeys.challenger_weights)
     for op in OPS:
         for key in op.keys:
-            given = key == "answer" or (key.startswith("stage") and callable(ModelKeys.stage))
+            given = (
+                key == "answer" or (key.startswith("stage") or key.endswith("weights")) and staged
+            )
             assert given or isinstance(getattr(ModelKeys, key, None), property), (
                 op.name,
                 key,

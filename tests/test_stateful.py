@@ -323,12 +323,12 @@ class Ref:
 
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        self.keep_from_start()
         if self.config.averaged and v != self.version:
             # the mean divides by the count of the state restored: right after its update,
             # else just before the next one
             n = v - self.start
             self.recount(self.kept[n - 1].k if n > 0 else self.kept[0].k - 1)
-        self.keep_from_start()
         self.become(self.replay(v - self.start))
         del self.kept[v - self.start :]
         self.prune()
@@ -692,16 +692,16 @@ class Service(RuleBasedStateMachine):
         if ref is None:
             self.expect(r, 404, "model_not_found")
             return
-        if id in ref.challengers:
-            self.expect(r, 409, "challenger_exists")
-            return
-        try:
+        try:  # (a body refused is refused first, whatever the id)
             config = challenger_config(ref.config, CHALLENGERS[pick])
         except ConfigError:
             self.expect(r, 422, "invalid_config")
             return
         if served and not ref.config.binary and config.multiclass != ref.config.multiclass:
             self.expect(r, 422, "invalid_challenger")
+            return
+        if id in ref.challengers:
+            self.expect(r, 409, "challenger_exists")
             return
         got = self.expect(r, 201)
         state = start_state(config, ref.weights if served else None)

@@ -22,16 +22,17 @@ import numpy as np
 
 from service.contract.store_protocol import DEFAULT_SOURCE
 from service.learner import Example, ModelConfig
-from service.learner.challenger import ChallengerState, pack_state, unpack_state
+from service.learner.challenger import ChallengerState, pack_head, unpack_state
 from service.learner.codec import (
     entry_head,
     entry_provenance,
     pack_payload,
     pack_record,
+    pack_weights,
     unpack_entry,
 )
 from service.store import Store
-from service.store.ops.challengers import ChallengerData
+from service.store.ops.challengers import ChallengerData, Tail
 
 log = logging.getLogger("perceptron")
 
@@ -158,8 +159,13 @@ async def fold(store: Store, name: str, now: Standing | None = None) -> bool:
     now = now or await standing(store, name)
     if now is None or not now.states or now.position == now.data.base:
         return False
-    tails = [(id, pack_state(s)) for id, s in now.states.items()]
+    tails = [tail_of(id, s) for id, s in now.states.items()]
     return await store.fold_challengers(name, now.data.gen, now.data.base, now.position, tails)
+
+
+def tail_of(id: str, state: ChallengerState) -> Tail:
+    """A state as the store writes it: its head, and its weights apart."""
+    return Tail(id, pack_head(state), pack_weights(state.weights))
 
 
 async def fold_quietly(store: Store, name: str) -> None:

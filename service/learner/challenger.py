@@ -150,11 +150,17 @@ def start_state(config: ModelConfig, served: Weights | None) -> ChallengerState:
 def pack_state(state: ChallengerState) -> bytes:
     """The state's counters after its position (the store writes the position in front:
     ``b"<position> "``), its window, then its packed weights."""
+    return pack_head(state) + pack_weights(state.weights)
+
+
+def pack_head(state: ChallengerState) -> bytes:
+    """``pack_state`` but the weights: what the store keeps beside them (which it keeps in
+    chunks, and joins behind this when read)."""
     counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
     curve = b",".join(b"%d" % m for m in state.curve)
     shape = (state.every, state.since, len(curve), len(state.window))
     head = b"%d %d %d %d %d %d %d %d %d\n" % (*counts, *shape)
-    return head + curve + state.window + pack_weights(state.weights)
+    return head + curve + state.window
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:

@@ -9,7 +9,7 @@ from typing import Any
 
 from service.contract.names import check_name
 from service.contract.store_protocol import RING_SIZE, Meta
-from service.engine.challengers import Standing, Standings, fold
+from service.engine.challengers import Standing, Standings, fold, tail_of
 from service.engine.replica_cache import Replicas
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
@@ -17,19 +17,24 @@ from service.learner.challenger import (
     SETTINGS,
     ChallengerState,
     challenger_config,
-    pack_state,
     promotion_refusal,
     start_state,
 )
 from service.learner.config import ConfigError
 from service.settings import Settings
 from service.store import Store
-from service.store.ops.challengers import challenger_not_found
+from service.store.ops.challengers import Tail, challenger_not_found
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVED = "served"  # the id the served learner is shown under; no challenger takes it
 FROM = ("zeros", "served")
 ATTEMPTS = 3  # copies of the served weights tried, should the model move under each
+
+
+def start_tail(id: str, state: ChallengerState, copied: bool) -> Tail:
+    """A new challenger's state as the store writes it (from zeros: no weights to write)."""
+    tail = tail_of(id, state)
+    return tail if copied else Tail(id, tail.head, b"")
 
 
 def check_id(id: str) -> str:
@@ -93,7 +98,7 @@ class Challengers:
             state = start_state(config, rep.weights if copied else None)
             version = rep.weights.version if copied else None
             position = await self.store.add_challenger(
-                name, rep.epoch, id, config.to_json(), pack_state(state), version,
+                name, rep.epoch, id, config.to_json(), start_tail(id, state, copied), version,
                 self.settings.max_challengers,
             )  # fmt: skip
             if position is not None:

@@ -12,16 +12,17 @@ from typing import Any
 
 from service.contract.names import check_name
 from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta, pending_life_s
-from service.engine.challengers import Standing, standing
+from service.engine.challengers import Standing, standing, tail_of
 from service.engine.replica_cache import Replicas
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
-from service.learner.challenger import ChallengerState, pack_state, promotion_refusal
+from service.learner.challenger import ChallengerState, promotion_refusal
 from service.learner.codec import new_epoch, pack_weights
 from service.models.challengers import check_id, served_marks
 from service.models.retention import make_room, prune_quietly
 from service.settings import Settings
 from service.store import Store
+from service.store.ops.challengers import Tail
 from service.store.ops.promote import Promotion
 
 SWAP_ATTEMPTS = 3  # the model is held: a swap refused means the hold lapsed under a slow read
@@ -150,7 +151,7 @@ class Promotions:
             ring=ring_of(state.window, state.seen),
             demoted=demote_as,
             demoted_config=now.data.config,
-            demoted_tail=pack_state(demoted),
+            demoted_tail=tail_of(demote_as, demoted),
             states=_others(now, id),
             now_ms=now_ms,
             keep_ms=1000 * pending_life_s(model.feedback_ttl_s, model.default_label is not None),
@@ -162,5 +163,5 @@ class Promotions:
         return Promoted(id, demoted_id, checkpoint, state.config.to_dict())
 
 
-def _others(now: Standing, id: str) -> list[tuple[str, bytes]]:
-    return [(cid, pack_state(s)) for cid, s in now.states.items() if cid != id]
+def _others(now: Standing, id: str) -> list[Tail]:
+    return [tail_of(cid, s) for cid, s in now.states.items() if cid != id]

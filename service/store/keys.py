@@ -156,6 +156,19 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:clog"
 
     @property
+    def cweights(self) -> str:
+        """id -> the key of the challenger's packed weights (``challenger_weights``); one
+        that has none there holds them in its state (all zeros, or kept before)."""
+        return f"{PREFIX}:{{{self.name}}}:cweights"
+
+    def challenger_weights(self, token: str) -> str:
+        """One challenger's packed weights, in chunks (``ops/blobs.py``), written once: a
+        new state's weights take a new key."""
+        if TOKEN_RE.fullmatch(token) is None:
+            raise ValueError("Invalid weights token.")
+        return f"{PREFIX}:{{{self.name}}}:cw:{token}"
+
+    @property
     def challengers(self) -> tuple[str, str, str]:
         return (self.chal, self.cstate, self.clog)
 

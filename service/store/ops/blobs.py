@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,12 +48,22 @@ async def stage(client: Any, keys: ModelKeys, *blobs: bytes | memoryview) -> lis
     """Stage each blob under a new key of the model, in one round trip; the keys, in order
     (named even for no bytes, where none is written)."""
     named = [new_stage(keys) for _ in blobs]
+    await stage_at(client, named, blobs)
+    return named
+
+
+async def stage_at(client: Any, named: list[str], blobs: Sequence[bytes | memoryview]) -> None:
+    """Stage each blob at the key of the same place in ``named``, in one round trip."""
     if any(len(b) for b in blobs):
         async with client.pipeline(transaction=False) as pipe:
             for key, blob in zip(named, blobs, strict=True):
                 queue_stage(pipe, key, blob)
             await pipe.execute()
-    return named
+
+
+def new_challenger_weights(keys: ModelKeys) -> str:
+    """A new key for a challenger's weights (``ModelKeys.challenger_weights``)."""
+    return keys.challenger_weights(secrets.token_urlsafe(12))
 
 
 @dataclass(frozen=True, slots=True)

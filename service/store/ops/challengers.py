@@ -1,8 +1,11 @@
 """A model's challengers: added, removed, their states folded forward; read in one transaction.
 
 Keys (``ModelKeys.challengers``): ``chal`` (hash: id -> the challenger's configuration JSON),
-``cstate`` (hash: id -> its packed state, ``learner/challenger.py``, behind ``b"<position> "``:
-how many of the model's labels it had been given then) and ``clog`` (list: the entry of every
+``cstate`` (hash: id -> its packed state but its weights, ``learner/challenger.py``, behind
+``b"<position> "``: how many of the model's labels it had been given then), ``cweights`` (hash:
+id -> the key of its packed weights, a list of chunks written once, ``blobs.py``: no script
+ever carries a large model's weights; none: all zeros, or held in the state as before) and
+``clog`` (list: the entry of every
 labelled example since, in the order the model learned them; the first is label number
 ``cbase`` of the model's stream, as the model's ``seen`` counts them: while a model has
 challengers every label it counts is logged there, so ``cbase`` plus the log's length is its
@@ -20,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.contract.store_protocol import Meta, Status
-from service.errors import Conflict, NotFound
+from service.errors import Conflict, ModelBusy, NotFound
 from service.store.keys import keys_of
+from service.store.ops import blobs, parts
 from service.store.script import Arg, Runner, Script, raw, status_of, text
 
 # Shared by the scripts that label pending predictions (feedback.py, defaults.py): the entries
@@ -41,24 +45,64 @@ local function log_labels(meta, clog, entries)
 end
 """
 
+# Shared by the scripts that write challengers' states (uses parts.WEIGHTS): the weights
+# staged at ``key`` in ``n`` chunks (0: none, all zeros) become challenger ``id``'s, its
+# weights before let go; ``forget_weights`` lets them go.
+CHALLENGER_WEIGHTS = """
+local function forget_weights(cweights, id)
+  local old = redis.call('HGET', cweights, id)
+  if old then let_go(old) end
+  redis.call('HDEL', cweights, id)
+end
+local function keep_weights(cweights, id, key, n)
+  forget_weights(cweights, id)
+  if n > 0 then
+    redis.call('PERSIST', key)
+    redis.call('HSET', cweights, id, key)
+  end
+end
+-- Whether each key after ``at`` in KEYS holds the chunks its state says (every third
+-- argument from ``from``), the first of each triple its id.
+local function all_staged(at, from)
+  local j = at
+  for i = from, #ARGV, 3 do
+    if not staged(KEYS[j], tonumber(ARGV[i + 2])) then return false end
+    j = j + 1
+  end
+  return true
+end
+local function let_all_go(at)
+  for j = at, #KEYS do let_go(KEYS[j]) end
+end
+"""
+
 # ID: the challenger's id, CONFIG its configuration's JSON, TAIL its packed state but the
-# position (the script puts the model's labels so far in front); VERSION: the served version
-# the state was copied from ('' when it starts from zeros), MOST: challengers a model may
-# have. Returns {DONE, position}, {NAME_TAKEN}, {TOO_MANY}, {STALE_COPY} (the model moved
-# since the copy), NO_MODEL or STALE_EPOCH.
+# position and the weights (the script puts the model's labels so far in front), its weights
+# staged at WEIGHTS in CHUNKS chunks (0: zeros); VERSION: the served version the state was
+# copied from ('' when it starts from zeros), MOST: challengers a model may have. Returns
+# {DONE, position}, {NAME_TAKEN}, {TOO_MANY}, {STALE_COPY} (the model moved since the copy),
+# {NOT_STAGED}, NO_MODEL or STALE_EPOCH; the staged weights are let go unless kept.
 ADD = Script(
     "challenger_add",
-    keys=("meta", "chal", "cstate", "clog"),
-    args=("epoch", "id", "config", "tail", "version", "most#"),
+    keys=("meta", "chal", "cstate", "clog", "cweights", "weights"),
+    args=("epoch", "id", "config", "tail", "version", "most#", "chunks#"),
+    parts=(parts.WEIGHTS, CHALLENGER_WEIGHTS),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_CHALLENGERS,
   META_CHALLENGER_BASE, META_SEEN)
-if not st[1] then return {NO_MODEL} end
-if st[1] ~= EPOCH then return {STALE_EPOCH} end
-if redis.call('HEXISTS', CHAL, ID) == 1 then return {NAME_TAKEN} end
 local n = tonumber(st[3] or '0')
-if n >= MOST then return {TOO_MANY} end
-if VERSION ~= '' and st[2] ~= VERSION then return {STALE_COPY} end
+local refused = nil
+if not st[1] then refused = NO_MODEL
+elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+elseif redis.call('HEXISTS', CHAL, ID) == 1 then refused = NAME_TAKEN
+elseif n >= MOST then refused = TOO_MANY
+elseif VERSION ~= '' and st[2] ~= VERSION then refused = STALE_COPY
+elseif not staged(WEIGHTS, CHUNKS) then refused = NOT_STAGED
+end
+if refused then
+  let_go(WEIGHTS)
+  return {refused}
+end
 if n == 0 then  -- the labels' log starts here: labels are numbered as the model counts them
   redis.call('DEL', CLOG)
   st[4] = st[5] or '0'
@@ -67,6 +111,7 @@ end
 local position = tonumber(st[4]) + redis.call('LLEN', CLOG)
 redis.call('HSET', CHAL, ID, CONFIG)
 redis.call('HSET', CSTATE, ID, string.format('%d', position) .. ' ' .. TAIL)
+keep_weights(CWEIGHTS, ID, WEIGHTS, CHUNKS)
 redis.call('HSET', META, META_CHALLENGERS, n + 1)
 redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
 return {DONE, position}
@@ -77,38 +122,53 @@ return {DONE, position}
 # {UNKNOWN} (no such challenger) or NO_MODEL.
 REMOVE = Script(
     "challenger_remove",
-    keys=("meta", "chal", "cstate", "clog"),
+    keys=("meta", "chal", "cstate", "clog", "cweights"),
     args=("id",),
+    parts=(parts.WEIGHTS, CHALLENGER_WEIGHTS),
     body="""
 if redis.call('HEXISTS', META, META_EPOCH) == 0 then return {NO_MODEL} end
 if redis.call('HDEL', CHAL, ID) == 0 then return {UNKNOWN} end
 redis.call('HDEL', CSTATE, ID)
+forget_weights(CWEIGHTS, ID)
 redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
 if redis.call('HINCRBY', META, META_CHALLENGERS, -1) <= 0 then
   redis.call('HDEL', META, META_CHALLENGERS, META_CHALLENGER_BASE)
-  redis.call('DEL', CHAL, CSTATE, CLOG)
+  for _, key in ipairs(redis.call('HVALS', CWEIGHTS)) do let_go(key) end
+  redis.call('DEL', CHAL, CSTATE, CLOG, CWEIGHTS)
 end
 return {DONE}
 """,
 )
 
-# Every challenger's state at label POSITION (then (id, tail) pairs), read when the log
+# Every challenger's state at label POSITION (then (id, tail, chunks) triples, each tail's
+# weights staged at the key of the same place after the fixed keys), read when the log
 # started at BASE and the challengers were GEN's: the states replace theirs and the log's
 # entries before POSITION go. Returns {DONE}, or {UNCHANGED} when the challengers or the log's
-# start moved since (nothing done).
+# start moved since, or {NOT_STAGED} (nothing done, the staged weights let go).
 FOLD = Script(
     "challenger_fold",
-    keys=("meta", "cstate", "clog"),
+    keys=("meta", "cstate", "clog", "cweights"),
     args=("gen", "base#", "position#"),
+    rest_keys="weights",
     rest_args="states",
+    parts=(parts.WEIGHTS, CHALLENGER_WEIGHTS),
     body="""
 local st = redis.call('HMGET', META, META_CHALLENGER_GEN, META_CHALLENGER_BASE)
+local refused = nil
 if (st[1] or '0') ~= GEN or tonumber(st[2] or '0') ~= BASE
     or POSITION - BASE > redis.call('LLEN', CLOG) then
-  return {UNCHANGED}
+  refused = UNCHANGED
+elseif not all_staged(WEIGHTS_AT, STATES_AT) then refused = NOT_STAGED
 end
-for i = STATES_AT, #ARGV, 2 do
+if refused then
+  let_all_go(WEIGHTS_AT)
+  return {refused}
+end
+local j = WEIGHTS_AT
+for i = STATES_AT, #ARGV, 3 do
   redis.call('HSET', CSTATE, ARGV[i], string.format('%d', POSITION) .. ' ' .. ARGV[i + 1])
+  keep_weights(CWEIGHTS, ARGV[i], KEYS[j], tonumber(ARGV[i + 2]))
+  j = j + 1
 end
 redis.call('LTRIM', CLOG, POSITION - BASE, -1)
 redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
@@ -116,6 +176,26 @@ return {DONE}
 """,
 )
 SCRIPTS = (ADD, REMOVE, FOLD)
+READ_ATTEMPTS = 3  # reads of the challengers, should their weights be replaced under each
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """A challenger's state as a script writes it: its packed state but the position and the
+    weights (``head``), and its packed weights (b"": all zeros)."""
+
+    id: str
+    head: bytes
+    weights: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StagedStates:
+    """States whose weights are staged: the keys (one a state, in order), and the script's
+    arguments, (id, head, chunks) for each."""
+
+    keys: list[str]
+    args: list[Arg]
 
 
 _FIELDS = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
@@ -139,17 +219,26 @@ class ChallengerData:
 
 async def read(store: Runner, name: str) -> ChallengerData | None:
     """The model's challengers, its labels' log and the served model's counters, in one
-    transaction (None: no such model)."""
+    transaction, then each challenger's weights a chunk at a time (None: no such model)."""
     keys = keys_of(name)
     chal, cstate, clog = keys.challengers
-    async with store.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
-        pipe.hgetall(chal)
-        pipe.hgetall(cstate)
-        pipe.lrange(clog, 0, -1)
-        pipe.get(keys.ring)
-        meta, configs, states, entries, ring = await pipe.execute()
-    return _data(meta, configs, states, entries, ring)
+    for _ in range(READ_ATTEMPTS):
+        async with store.client.pipeline(transaction=True) as pipe:
+            pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
+            pipe.hgetall(chal)
+            pipe.hgetall(cstate)
+            pipe.hgetall(keys.cweights)
+            pipe.lrange(clog, 0, -1)
+            pipe.get(keys.ring)
+            meta, configs, states, weights, entries, ring = await pipe.execute()
+        for id, key in weights.items():  # (each written once: gone if replaced meanwhile)
+            found = await blobs.read(store.client, text(key))
+            if found is None:
+                break
+            states[id] = raw(states.get(id, b"")) + found
+        else:
+            return _data(meta, configs, states, entries, ring)
+    raise ModelBusy(f"Model {name!r}'s challengers kept changing while read; retry shortly.")
 
 
 async def read_since(store: Runner, name: str, offset: int) -> ChallengerData | None:
@@ -189,23 +278,26 @@ async def add(
     epoch: str,
     id: str,
     config: str,
-    tail: bytes,
+    tail: Tail,
     version: int | None,
     most: int,
 ) -> int | None:
-    """Add challenger ``id``; its position in the model's labels. None: the model moved
-    since the served weights ``tail`` copies (at ``version``) were read."""
+    """Add challenger ``id`` of state ``tail``; its position in the model's labels. None: the
+    model moved since the served weights it copies (at ``version``) were read."""
     k = keys_of(name)
+    at = blobs.new_challenger_weights(k)
+    await blobs.stage_at(store.client, [at], [tail.weights])
     reply = await store.run(
         ADD,
-        ADD.key_list(k),
+        ADD.key_list(k, {"weights": at}),
         ADD.arg_list(
             epoch=epoch,
             id=id,
             config=config,
-            tail=tail,
+            tail=tail.head,
             version="" if version is None else version,
             most=most,
+            chunks=blobs.chunks(len(tail.weights)),
         ),
     )
     status = status_of(store, name, reply)
@@ -217,6 +309,8 @@ async def add(
             "(PERCEPTRON_MAX_CHALLENGERS); delete one first.",
             code="too_many_challengers",
         )
+    if status == Status.NOT_STAGED:
+        raise ModelBusy(f"Model {name!r}'s challenger's weights were not all written; retry.")
     return None if status == Status.STALE_COPY else int(reply[1])
 
 
@@ -231,23 +325,32 @@ async def remove(store: Runner, name: str, id: str) -> None:
         raise challenger_not_found(name, id)
 
 
+async def stage_states(store: Runner, name: str, states: Sequence[Tail]) -> StagedStates:
+    """Each state's weights staged under a key of its own, for a script to keep."""
+    k = keys_of(name)
+    named = [blobs.new_challenger_weights(k) for _ in states]
+    await blobs.stage_at(store.client, named, [t.weights for t in states])
+    args: list[Arg] = []
+    for t in states:
+        args += [t.id, t.head, blobs.chunks(len(t.weights))]
+    return StagedStates(named, args)
+
+
 async def fold(
     store: Runner,
     name: str,
     gen: str,
     base: int,
     position: int,
-    states: Sequence[tuple[str, bytes]],
+    states: Sequence[Tail],
 ) -> bool:
     """Whether the states at ``position`` replaced the challengers' and the log before it."""
     k = keys_of(name)
-    rest: list[Arg] = []
-    for id, tail in states:
-        rest += [id, tail]
+    staged = await stage_states(store, name, states)
     reply = await store.run(
         FOLD,
-        FOLD.key_list(k),
-        FOLD.arg_list(rest, gen=gen, base=base, position=position),
+        FOLD.key_list(k, rest=staged.keys),
+        FOLD.arg_list(staged.args, gen=gen, base=base, position=position),
     )
     return int(reply[0]) == Status.DONE
 

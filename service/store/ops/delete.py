@@ -14,14 +14,15 @@ from service.store.script import Runner, Script, text
 
 log = logging.getLogger("perceptron")
 
-# KEYS: meta, snap, the checkpoints' keys, then the model's other keys, its STATES other
-# state keys first (, the registry when LISTED is '1'). The snapshot and each checkpoint's
-# weights are let go (parts.WEIGHTS: freed outside the script, whatever their size). Returns
+# KEYS: meta, snap, the checkpoints' keys, the challengers' weights' keys, then the model's
+# other keys, its STATES other state keys first (, the registry when LISTED is '1'). The
+# snapshot, each checkpoint's weights and each challenger's are let go (parts.WEIGHTS: freed
+# outside the script, whatever their size). Returns
 # {DONE, state keys deleted (and 1 when only the name was listed: a lost model), the model's
 # epoch ('' without one), its epochs before promotions (meta's PREV_EPOCH, '' without one)}
 SCRIPT = Script(
     "delete",
-    keys=("meta", "snap", "checkpoints", "checkpoint_info"),
+    keys=("meta", "snap", "checkpoints", "checkpoint_info", "cweights"),
     args=("name", "states#", "listed"),
     rest_keys="others",
     parts=(parts.WEIGHTS,),
@@ -37,7 +38,8 @@ let_go(SNAP)
 for _, id in ipairs(redis.call('HKEYS', CHECKPOINT_INFO)) do
   let_go(weights_key(CHECKPOINTS, id))
 end
-redis.call('DEL', META, CHECKPOINTS, CHECKPOINT_INFO)
+for _, key in ipairs(redis.call('HVALS', CWEIGHTS)) do let_go(key) end
+redis.call('DEL', META, CHECKPOINTS, CHECKPOINT_INFO, CWEIGHTS)
 for i = OTHERS_AT, last do
   local n = redis.call('DEL', KEYS[i])
   if i < OTHERS_AT + STATES then gone = gone + n end
@@ -52,8 +54,8 @@ async def delete(store: Runner, name: str) -> bool:
     pending predictions (found by SCAN), so that deleting a model frees its memory."""
     keys = keys_of(name)
     sharded = store.sharded
-    # (the four named first, then the others: the state keys, then the rest)
-    named = {keys.meta, keys.snap, keys.checkpoints, keys.checkpoint_info}
+    # (the five named first, then the others: the state keys, then the rest)
+    named = {keys.meta, keys.snap, keys.checkpoints, keys.checkpoint_info, keys.cweights}
     kinds = (*keys.all, *keys.handover, *keys.history, *keys.challengers)
     others = [k for k in kinds if k not in named]
     reply = await store.run(

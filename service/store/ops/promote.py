@@ -18,9 +18,15 @@ from service.contract.store_values import Held
 from service.errors import Conflict, ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
-from service.store.ops.challengers import challenger_exists, challenger_not_found
+from service.store.ops.challengers import (
+    CHALLENGER_WEIGHTS,
+    Tail,
+    challenger_exists,
+    challenger_not_found,
+    stage_states,
+)
 from service.store.ops.history import HISTORY_KEYS
-from service.store.script import Arg, Runner, Script, status_of, text
+from service.store.script import Runner, Script, status_of, text
 
 # Hold the model for promoting challenger ID: {DONE}, {HELD, ms left} while its writer or another
 # promotion holds it, {UNKNOWN} (no such challenger) or NO_MODEL. (SWAP checks all the rest.)
@@ -76,8 +82,10 @@ return {DONE}
 # NEW_VERSION, the promoted learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED,
 # N_DEFAULTED_MISTAKES; RING_MARKS, its last outcomes; the learning curve and the confusion matrix
 # start again, the retained log goes); ID leaves the challengers and the learner that served joins
-# them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and DEMOTED_TAIL; every
-# other challenger's state is the one after the fixed arguments ((id, tail) pairs) at POSITION,
+# them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and DEMOTED_TAIL (its
+# weights staged at DEMOTED_WEIGHTS in DEMOTED_CHUNKS chunks); every other challenger's state is
+# the one after the fixed arguments ((id, tail, chunks) triples, each tail's weights staged at
+# the key of the same place after the fixed keys) at POSITION,
 # and the log starts there. Lets go of the hold. Returns {DONE, the checkpoint's id, the demoted
 # id}; {UNCHANGED}, {UNKNOWN} (no challenger ID), {NAME_TAKEN} (the id the learner that served
 # would take is a challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still
@@ -97,7 +105,9 @@ SWAP = Script(
         "chal",
         "cstate",
         "clog",
+        "cweights",
         "stage",
+        "demoted_weights",
     ),  # fmt: skip
     args=(
         "epoch",
@@ -119,11 +129,13 @@ SWAP = Script(
         "demoted",
         "demoted_config",
         "demoted_tail",
+        "demoted_chunks#",
         "now_ms",
         "keep_ms#",
     ),  # fmt: skip
+    rest_keys="weights",
     rest_args="states",
-    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.WAKE),
+    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.WAKE, CHALLENGER_WEIGHTS),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
   META_SNAP_LENGTH, META_CHALLENGER_GEN, META_CHALLENGER_BASE, META_CHECKPOINTS, META_PREV_EPOCH)
@@ -143,10 +155,13 @@ elseif tonumber(st[2]) ~= VERSION or tonumber(st[3]) ~= SEEN or (st[6] or '0') ~
 elseif redis.call('HEXISTS', CHAL, ID) == 0 then refused = UNKNOWN
 elseif demoted ~= ID and redis.call('HEXISTS', CHAL, demoted) == 1 then refused = NAME_TAKEN
 elseif #previous >= PROMOTIONS_KEPT then refused = TOO_MANY
-elseif not staged(STAGE, CHUNKS) then refused = NOT_STAGED
+elseif not (staged(STAGE, CHUNKS) and staged(DEMOTED_WEIGHTS, DEMOTED_CHUNKS)
+    and all_staged(WEIGHTS_AT, STATES_AT)) then refused = NOT_STAGED
 end
 if refused then
   let_go(STAGE)
+  let_go(DEMOTED_WEIGHTS)
+  let_all_go(WEIGHTS_AT)
   return {refused, demoted}
 end
 local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
@@ -174,9 +189,16 @@ end
 local at = string.format('%d', POSITION) .. ' '
 redis.call('HDEL', CHAL, ID)
 redis.call('HDEL', CSTATE, ID)
+forget_weights(CWEIGHTS, ID)  -- (its weights serve: they were staged as the snapshot's)
 redis.call('HSET', CHAL, demoted, DEMOTED_CONFIG)
 redis.call('HSET', CSTATE, demoted, at .. DEMOTED_TAIL)
-for i = STATES_AT, #ARGV, 2 do redis.call('HSET', CSTATE, ARGV[i], at .. ARGV[i + 1]) end
+keep_weights(CWEIGHTS, demoted, DEMOTED_WEIGHTS, DEMOTED_CHUNKS)
+local j = WEIGHTS_AT
+for i = STATES_AT, #ARGV, 3 do
+  redis.call('HSET', CSTATE, ARGV[i], at .. ARGV[i + 1])
+  keep_weights(CWEIGHTS, ARGV[i], KEYS[j], tonumber(ARGV[i + 2]))
+  j = j + 1
+end
 redis.call('DEL', CLOG)
 redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
 redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
@@ -216,8 +238,8 @@ class Promotion:
     ring: bytes  # its last outcomes, as the model's ring holds them
     demoted: str  # the id of the learner that served ('': "served-<checkpoint>")
     demoted_config: str
-    demoted_tail: bytes
-    states: list[tuple[str, bytes]]  # every other challenger's (id, tail)
+    demoted_tail: Tail  # (its id: DEMOTED's)
+    states: list[Tail]  # every other challenger's
     now_ms: int
     keep_ms: int  # how long the model's pending records live (protocol.pending_life_s)
 
@@ -250,17 +272,16 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
     model or its challengers moved since they were read (nothing done)."""
     k = keys_of(name)
     (stage,) = await blobs.stage(store.client, k, p.weights)
+    # (the demoted learner's weights first, then the others')
+    staged = await stage_states(store, name, [p.demoted_tail, *p.states])
     if not await renew(store, name):  # (the hold lapsed while the weights were written)
-        await store.client.unlink(stage)
+        await store.client.unlink(stage, *staged.keys)
         return None
-    rest: list[Arg] = []
-    for id, tail in p.states:
-        rest += [id, tail]
     reply = await store.run(
         SWAP,
-        SWAP.key_list(k, {"stage": stage}),
+        SWAP.key_list(k, {"stage": stage, "demoted_weights": staged.keys[0]}, staged.keys[1:]),
         SWAP.arg_list(
-            rest,
+            staged.args[3:],
             epoch=p.epoch,
             new_epoch=p.new_epoch,
             version=p.version,
@@ -279,7 +300,8 @@ async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None
             chunks=blobs.chunks(len(p.weights)),
             demoted=p.demoted,
             demoted_config=p.demoted_config,
-            demoted_tail=p.demoted_tail,
+            demoted_tail=p.demoted_tail.head,
+            demoted_chunks=blobs.chunks(len(p.demoted_tail.weights)),
             now_ms=p.now_ms,
             keep_ms=p.keep_ms,
         ),
