@@ -185,7 +185,7 @@ def test_the_pending_cap_frees_as_defaults_are_applied(
     """Defaults hold pending bytes past the wait until applied, within the cap, and only so
     long: the deadline index never outgrows the predictions the cap lets in."""
     c = make_service(max_pending_bytes=4000)
-    _create(c, "capped")
+    _create(c, "capped", feedback_ttl_s=3)  # (none due before the index is read)
     one = {"model": "capped", "features": [1, 2]}
     answers = [c.post("/predict", json=one).status_code for _ in range(40)]
     assert set(answers) == {200, 429} and answers[answers.index(429) :] == [429] * (

@@ -4,10 +4,12 @@ and each walk its row, so neither a new limit nor a changed answer goes unlisted
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socket
 from collections.abc import Callable
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,10 @@ def _import_weights(c: httpx.Client, past: str) -> None:
     accepted(c.post("/models/m/import", json=with_weights(doc, -1e250)))
     answers(c.post("/models/m/import", json=with_weights(doc, 1.000001e250)), past)
     answers(c.post("/models/m/import", json=with_weights(doc, float("inf"))), past)
+    data = base64.b64decode(doc["weights"])
+    for wrong in (b"", data[:-8], data + data[-8:]):  # every weight, and no more
+        given = {"weights": base64.b64encode(wrong).decode(), "sha256": sha256(wrong).hexdigest()}
+        answers(c.post("/models/m/import", json={**doc, **given}), past)
 
 
 @walks("an import's `r2`")
