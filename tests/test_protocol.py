@@ -19,6 +19,7 @@ from service.contract.sources import parse_source, source_counts, source_fields
 from service.contract.store_protocol import (
     COUNTERS,
     LUA,
+    RECORD_CALL_BYTES,
     Field,
     Meta,
     Status,
@@ -31,6 +32,7 @@ from service.learner.features import encode
 from service.store import ModelKeys
 from service.store import ops as store_ops
 from service.store.ops import SCRIPTS as OPS
+from service.store.ops.predict import spans
 from service.store.redis_store import Store
 from service.store.script import Script
 
@@ -260,3 +262,13 @@ def test_every_field_of_a_models_configuration_is_in_the_api_schema() -> None:
     from service.learner import ModelConfig
 
     assert set(ModelSpec.model_fields) == {f.name for f in dataclasses.fields(ModelConfig)}
+
+
+def test_predictions_are_stored_a_mebibyte_of_records_a_call() -> None:
+    """A batch of wide predictions goes to Redis in calls of RECORD_CALL_BYTES past the
+    first record each (a record over it alone in its call), every record once, in order."""
+    mib = RECORD_CALL_BYTES
+    assert spans([b"x" * (mib // 2)] * 5) == [(0, 2), (2, 4), (4, 5)]
+    assert spans([b"x" * (2 * mib), b"y", b"z" * mib]) == [(0, 1), (1, 3)]
+    assert spans([b"r"] * 1000) == [(0, 1000)]
+    assert spans([]) == [(0, 0)]

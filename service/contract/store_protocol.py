@@ -68,11 +68,11 @@ QUEUE_KEEP_S = 86_400
 # through restarts of workers and of Redis; it counts as pending (``pend``) until then.
 DEFAULT_GRACE_S = 86_400
 DEFAULTS_PER_SWEEP = 256  # predictions one sweep labels by default at most (bounded work)
-# Bytes of pending records one script that labels them (feedback, the sweep of defaults) reads
-# and logs at most, past its first record: a record of a wide example is large (20,000 dense
-# features: 160 kB), and each is copied into the update log and the challengers' log. The rest
-# is left to the next call.
-LABEL_CALL_BYTES = 1 << 20
+# Bytes of pending records one script stores (predict), or reads and logs (feedback, the sweep
+# of defaults), at most past its first: a record of a wide example is large (20,000 dense
+# features: 160 kB), and a labelled one is copied into the update log and the challengers'
+# log. The rest is left to the next call.
+RECORD_CALL_BYTES = 1 << 20
 # Provenance of an update by default: no key caused it (a key's name never holds brackets).
 DEFAULT_SOURCE = "(default)"
 DEFAULTED = "|d"  # ends an answered record whose label was its model's default
@@ -338,7 +338,7 @@ _NUMBERS = {
     "SYNC_INLINE": SYNC_INLINE,
     "REQUEST_INLINE": REQUEST_INLINE,
     "UNPACK_CHUNK": UNPACK_CHUNK,
-    "LABEL_CALL_BYTES": LABEL_CALL_BYTES,
+    "RECORD_CALL_BYTES": RECORD_CALL_BYTES,
     "EPOCH_AT": EPOCH_AT,
     "EPOCH_END": SERVED_AT - 1,
     "SERVED_AT": SERVED_AT,

@@ -102,13 +102,18 @@ async def standing(store: Store, name: str) -> Standing | None:
     return None if data is None else replay(data)
 
 
+def _bytes(now: Standing) -> int:
+    return sum(s.weights.w.nbytes * (2 if s.config.averaged else 1) for s in now.states.values())
+
+
 class Standings:
     """Each model's challengers as this worker last replayed them, brought forward by the
     labels logged since: what showing them costs is what changed since, whatever the size of
     their weights. A read that finds them added, removed, promoted or folded past what was
-    kept reads them whole again. At most KEPT models are kept, the last used."""
+    kept reads them whole again. The models used last are kept, KEPT_BYTES of weights at most
+    but for the one used last, whatever its size."""
 
-    KEPT = 4
+    KEPT_BYTES = 512 << 20
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -128,8 +133,9 @@ class Standings:
                 # (their packed states and the log read are replayed: let them go)
                 now.data = replace(now.data, states={}, entries=[])
                 self._kept[name] = now
-                while len(self._kept) > self.KEPT:
-                    self._kept.popitem(last=False)
+                held = sum(map(_bytes, self._kept.values()))
+                while held > self.KEPT_BYTES and len(self._kept) > 1:
+                    held -= _bytes(self._kept.popitem(last=False)[1])
             return now
 
     async def _forward(self, name: str, kept: Standing) -> Standing | None:

@@ -139,12 +139,13 @@ class Challengers:
 
 def shown_challengers(name: str, now: Standing) -> dict[str, Any]:
     """The served learner and each challenger, side by side."""
+    model = served_config(now)
     return {
         "model": name,
         # (while it has challengers, every label the model counts is in their log)
         "labels": now.position if now.states else int(now.data.served[Meta.SEEN]),
         "served": served_figures(now),
-        "challengers": [figures(id, s, served_config(now)) for id, s in now.states.items()],
+        "challengers": [figures(id, s, model) for id, s in now.states.items()],
     }
 
 

@@ -14,6 +14,7 @@ from service.contract.names import check_name
 from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta, pending_life_s
 from service.engine.challengers import Standing, standing, tail_of
 from service.engine.replica_cache import Replicas
+from service.engine.tasks import cancel_all
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
 from service.learner.challenger import ChallengerState, promotion_refusal
@@ -85,11 +86,14 @@ class Promotions:
         now_ms = int(1000 * self.clock())
         for _ in range(SWAP_ATTEMPTS):
             await self._hold(name, id)
+            keeping = asyncio.create_task(self._keep_held(name))
             try:
                 done = await self._swap(name, id, demote_as, now_ms)
             except BaseException:
+                await cancel_all([keeping])
                 await self.store.release_promotion(name)
                 raise
+            await cancel_all([keeping])
             if done is not None:
                 self.replicas.drop(name)
                 await prune_quietly(self.store, name, self.settings, now_ms)
@@ -104,6 +108,13 @@ class Promotions:
             if asyncio.get_running_loop().time() > deadline:
                 raise ModelBusy(f"Model {name!r} stayed held ({held.ms} ms); retry shortly.")
             await asyncio.sleep(POLL_S)
+
+    async def _keep_held(self, name: str) -> None:
+        """Renew the promotion's hold every third of its life while the promotion works: a
+        large model's challengers take longer to read and write than one hold lasts on a busy
+        machine. A worker that dies holds the model PROMOTE_HOLD_MS at most."""
+        while await self.store.renew_promotion(name):
+            await asyncio.sleep(PROMOTE_HOLD_MS / 3000)
 
     async def _swap(self, name: str, id: str, demote_as: str, now_ms: int) -> Promoted | None:
         now = await standing(self.store, name)

@@ -15,7 +15,7 @@ from service.store.script import Runner, Script, status_of
 # EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE: how
 # long the model's records are kept (``protocol.pending_life_s``); BUCKET, KEEP: this time bucket
 # and the buckets kept; NOW_MS: recorded with each update (its source is DEFAULT_SOURCE); MOST:
-# predictions labelled at most, and no more than LABEL_CALL_BYTES of their records past the first
+# predictions labelled at most, and no more than RECORD_CALL_BYTES of their records past the first
 # (the rest are left due: "more"). The keys in ``deadlines`` whose deadline (Redis's clock) has
 # passed are labelled in deadline order (those of the epoch before a promotion too,
 # ``Meta.PREV_EPOCH``): a record answered already, gone, or of another epoch is only taken off.
@@ -46,9 +46,9 @@ if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
 end
 local provenance = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local t = tostring(DEFAULT)
-local carried, taken = 0, 0  -- the records' bytes read: LABEL_CALL_BYTES past the first at most
+local carried, taken = 0, 0  -- the records' bytes read: RECORD_CALL_BYTES past the first at most
 for _, key in ipairs(due) do
-  if carried >= LABEL_CALL_BYTES then break end
+  if carried >= RECORD_CALL_BYTES then break end
   taken = taken + 1
   local p = redis.call('GET', key)
   local e = p and string.sub(p, EPOCH_AT, EPOCH_END)

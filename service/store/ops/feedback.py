@@ -46,7 +46,7 @@ HELD_WAIT_S = 0.1  # one wait for the writer's hold to be let go
 # length, labels' log length (-1: none added), then per prediction: status (DONE, DUPLICATE,
 # UNKNOWN, EXPIRED, CONFLICT, BAD_LABEL), mistake, updated, version (for CONFLICT: the class index
 # given before), 1 when the prediction was labelled by default (DUPLICATE, CONFLICT) else 0}.
-# Once the records read pass LABEL_CALL_BYTES, the predictions after are left for another call:
+# Once the records read pass RECORD_CALL_BYTES, the predictions after are left for another call:
 # the answers are then fewer than the predictions.
 SCRIPT = Script(
     "feedback",
@@ -124,9 +124,9 @@ for d in string.gmatch(DELAYS_GIVEN, '[^,]+') do delays[#delays + 1] = d end
 local unknown, expired, dups, conflicts = 0, 0, 0, 0
 local provenance = SOURCE_MARK .. SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
 local by_default = SOURCE_MARK .. DEFAULT_SOURCE .. ENTRY_SEP .. NOW_MS .. ENTRY_SEP
-local carried = 0  -- the records' bytes read: LABEL_CALL_BYTES past the first at most
+local carried = 0  -- the records' bytes read: RECORD_CALL_BYTES past the first at most
 for i = PENDING_AT, #KEYS do
-  if carried >= LABEL_CALL_BYTES then break end
+  if carried >= RECORD_CALL_BYTES then break end
   local t = ARGV[i + LABELS_AT - PENDING_AT]
   local p = redis.call('GET', KEYS[i])
   if p then carried = carried + #p end
@@ -219,7 +219,7 @@ async def feedback(
     ``default``: the class index of the model's default label (NO_CLASS: none); ``delays``:
     each prediction's delay from prediction to label, as the script takes them.
 
-    A script reads LABEL_CALL_BYTES of records at most: the predictions it left are sent
+    A script reads RECORD_CALL_BYTES of records at most: the predictions it left are sent
     again, each call waiting out the writer's hold (HELD_AGAIN_S in all) once some were
     applied; past that, ModelBusy (the labels applied are answered as duplicates when sent
     again)."""

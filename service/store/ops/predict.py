@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from service.contract.store_protocol import Status
+from service.contract.store_protocol import PENDING_OVERHEAD, RECORD_CALL_BYTES, Status
 from service.contract.store_values import Made, SyncData
 from service.errors import TooManyPending
 from service.store.keys import keys_of
@@ -16,14 +17,15 @@ from service.store.script import Runner, Script, status_of
 # FORCE '1' stores them whatever the version; R2: the largest squared feature norm among
 # them; CAP: the most bytes the model may hold pending (0: no limit); TTL: how long each record
 # is kept (``protocol.pending_life_s``); DEADLINE: unix ms when their wait runs out, for a
-# model with a default label (0: none), each key then entered in ``deadlines`` (defaults.py).
+# model with a default label (0: none), each key then entered in ``deadlines`` (defaults.py);
+# MORE: the bytes the same predictions store in the calls after this one, held to CAP here.
 # Returns {DONE} when stored, the sync reply with STALE_COPY when the copy was behind,
 # NO_MODEL, STALE_EPOCH, STATE_LOST, or {PENDING_FULL, seconds until some pending bytes
 # lapse, bytes held, bytes of these predictions}.
 SCRIPT = Script(
     "predict",
     keys=("meta", "snap", "log", "pend", "deadlines"),
-    args=("epoch", "version", "seen", "force", "ttl#", "r2", "cap#", "deadline#"),
+    args=("epoch", "version", "seen", "force", "ttl#", "r2", "cap#", "deadline#", "more#"),
     rest_keys="pending",
     rest_args="records",
     parts=(parts.SYNC, parts.PENDING),
@@ -42,10 +44,10 @@ local now = clock()
 local held, oldest, width = pending_held(PEND, TTL, now)
 local size, shift = 0, RECORDS_AT - PENDING_AT
 for i = PENDING_AT, #KEYS do size = size + pending_size(KEYS[i], ARGV[i + shift]) end
-if CAP > 0 and held + size > CAP then
+if CAP > 0 and held + size + MORE > CAP then
   local wait = TTL
   if oldest then wait = math.ceil((oldest + 1) * width + TTL - now) end
-  return {PENDING_FULL, math.max(1, wait), held, size}
+  return {PENDING_FULL, math.max(1, wait), held, size + MORE}
 end
 for i = PENDING_AT, #KEYS do
   redis.call('SET', KEYS[i], ARGV[i + shift], 'EX', TTL)
@@ -83,31 +85,58 @@ async def predict(
     predictions awaiting their label.
     """
     keys = keys_of(name)
-    reply = await store.run(
-        SCRIPT,
-        SCRIPT.key_list(keys, rest=[keys.pending(t) for t in tokens]),
-        SCRIPT.arg_list(
-            records,
-            epoch=epoch,
-            version=made.version,
-            seen=made.seen,
-            force=int(force),
-            ttl=ttl_s,
-            r2=made.r2,
-            cap=max_pending_bytes,
-            deadline=deadline_ms,
-        ),
-    )
+    named = [keys.pending(t) for t in tokens]
+    sizes = [len(k) + len(r) + PENDING_OVERHEAD for k, r in zip(named, records, strict=True)]
+    calls = spans(records)
+    for i, (lo, hi) in enumerate(calls):
+        # (the first call holds them all to the cap, and stores them only with the latest
+        # weights; the others store the rest as they are)
+        reply = await store.run(
+            SCRIPT,
+            SCRIPT.key_list(keys, rest=named[lo:hi]),
+            SCRIPT.arg_list(
+                records[lo:hi],
+                epoch=epoch,
+                version=made.version,
+                seen=made.seen,
+                force=int(force or i > 0),
+                ttl=ttl_s,
+                r2=made.r2,
+                cap=max_pending_bytes if i == 0 else 0,
+                deadline=deadline_ms,
+                more=sum(sizes[hi:]) if i == 0 else 0,
+            ),
+        )
+        _refused(name, reply, len(tokens), max_pending_bytes)
+        if status_of(store, name, reply) == Status.STALE_COPY:
+            return await store.sync_data(keys, reply, made.version)
+    return None
+
+
+def spans(records: Sequence[bytes]) -> list[tuple[int, int]]:
+    """The records of each call, ``(start, end)``: RECORD_CALL_BYTES at most past the first.
+
+    >>> spans([b"x" * (1 << 19)] * 5)
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    out, lo, held = [], 0, 0
+    for i, r in enumerate(records):
+        if held >= RECORD_CALL_BYTES:
+            out.append((lo, i))
+            lo, held = i, 0
+        held += len(r)
+    return [*out, (lo, len(records))]
+
+
+def _refused(name: str, reply: list[Any], n: int, max_pending_bytes: int) -> None:
+    """Raise TooManyPending when the call found the model's pending bytes at their cap."""
     if int(reply[0]) == Status.PENDING_FULL:
         wait, held, size = int(reply[1]), int(reply[2]), int(reply[3])
         raise TooManyPending(
             f"Model {name!r} holds {held} bytes of predictions awaiting their label; "
-            f"these {len(tokens)} would take {size} more, past its limit of "
+            f"these {n} would take {size} more, past its limit of "
             f"{max_pending_bytes} (PERCEPTRON_MAX_PENDING_BYTES). Send feedback for "
             "pending predictions, lower the model's feedback_ttl_s, or retry after "
             f"{wait} s, when the oldest lapse.",
             retry_after_s=wait,
         )
-    if status_of(store, name, reply) == Status.STALE_COPY:
-        return await store.sync_data(keys, reply, made.version)
-    return None
