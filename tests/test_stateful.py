@@ -815,6 +815,23 @@ class Service(RuleBasedStateMachine):
         ref.generation = next(self.generations)
         ref.prune()
 
+    def served_weights_hold(self, name: str, ref: Ref) -> None:
+        """What an averaged model predicts from, its mean weights and biases, bit for bit (a
+        rollback restores its count of labelled examples with its sums)."""
+        if not ref.config.averaged:
+            return
+        got = self.expect(self.call("GET", f"/models/{name}/weights"), 200)
+        w, b = ref.weights.averaged()
+        rows = got["averaged"] if got["averaged"] is not None else got["rows"]
+        for i, row in enumerate(rows):
+            nz = np.flatnonzero(w[i])
+            want = (
+                w[i].tolist()
+                if ref.config.dense
+                else dict(zip(map(str, nz.tolist()), w[i][nz].tolist(), strict=True))
+            )
+            assert (row["weights"], row["bias"]) == (want, float(b[i])), (name, i, row)
+
     def challengers_hold(self, name: str, ref: Ref) -> None:
         """Each challenger's figures and weights, bit for bit, beside the served counters."""
         got = self.expect(self.call("GET", f"/models/{name}/challengers?weights=true"), 200)
@@ -1276,6 +1293,7 @@ class Service(RuleBasedStateMachine):
                 ref.delays,
             )
             self.checkpoints_listed(name)
+            self.served_weights_hold(name, ref)
             self.challengers_hold(name, ref)
 
 
