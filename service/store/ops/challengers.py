@@ -74,6 +74,16 @@ end
 local function let_all_go(at)
   for j = at, #KEYS do let_go(KEYS[j]) end
 end
+-- Each (id, tail, chunks) triple of ARGV from ``from`` on becomes that challenger's state
+-- (its position's text ``at`` in front), its weights those staged at KEYS from ``keys`` on.
+local function keep_states(cstate, cweights, from, keys, at)
+  local j = keys
+  for i = from, #ARGV, 3 do
+    redis.call('HSET', cstate, ARGV[i], at .. ARGV[i + 1])
+    keep_weights(cweights, ARGV[i], KEYS[j], tonumber(ARGV[i + 2]))
+    j = j + 1
+  end
+end
 """
 
 # ID: the challenger's id, CONFIG its configuration's JSON, TAIL its packed state but the
@@ -164,12 +174,7 @@ if refused then
   let_all_go(WEIGHTS_AT)
   return {refused}
 end
-local j = WEIGHTS_AT
-for i = STATES_AT, #ARGV, 3 do
-  redis.call('HSET', CSTATE, ARGV[i], string.format('%d', POSITION) .. ' ' .. ARGV[i + 1])
-  keep_weights(CWEIGHTS, ARGV[i], KEYS[j], tonumber(ARGV[i + 2]))
-  j = j + 1
-end
+keep_states(CSTATE, CWEIGHTS, STATES_AT, WEIGHTS_AT, string.format('%d', POSITION) .. ' ')
 redis.call('LTRIM', CLOG, POSITION - BASE, -1)
 redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
 return {DONE}

@@ -193,12 +193,7 @@ forget_weights(CWEIGHTS, ID)  -- (its weights serve: they were staged as the sna
 redis.call('HSET', CHAL, demoted, DEMOTED_CONFIG)
 redis.call('HSET', CSTATE, demoted, at .. DEMOTED_TAIL)
 keep_weights(CWEIGHTS, demoted, DEMOTED_WEIGHTS, DEMOTED_CHUNKS)
-local j = WEIGHTS_AT
-for i = STATES_AT, #ARGV, 3 do
-  redis.call('HSET', CSTATE, ARGV[i], at .. ARGV[i + 1])
-  keep_weights(CWEIGHTS, ARGV[i], KEYS[j], tonumber(ARGV[i + 2]))
-  j = j + 1
-end
+keep_states(CSTATE, CWEIGHTS, STATES_AT, WEIGHTS_AT, at)
 redis.call('DEL', CLOG)
 redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
 redis.call('HINCRBY', META, META_CHALLENGER_GEN, 1)
