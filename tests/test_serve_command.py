@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -26,13 +27,13 @@ pytestmark = pytest.mark.servers  # perceptron serve, a real process
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def serving(tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """``perceptron serve`` on the embedded store, auth off, at the info log level: its port
-    and its log (stdout and stderr)."""
+@contextmanager
+def started(tmp_path: Path, **settings: str) -> Iterator[tuple[int, Path]]:
+    """``perceptron serve`` on the embedded store, auth off, every other setting at its
+    default but ``settings``: its port and its log (stdout and stderr)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERCEPTRON_")}
-    env["PERCEPTRON_AUTH"] = "false"
+    env.update(PERCEPTRON_AUTH="false", **settings)
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -48,6 +49,39 @@ def serving(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+
+
+@pytest.fixture
+def serving(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    with started(tmp_path) as found:
+        yield found
+
+
+def requests_of_every_kind(port: int, n: int) -> None:
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as c:
+        for i in range(n):
+            p = c.post("/predict", json={"features": {"a": i}}).json()
+            assert c.post("/feedback", json={"prediction_id": p["prediction_id"], "label": 1})
+            assert c.post("/learn", json={"features": {"b": i}, "label": -1}).status_code == 200
+            assert c.get("/models/default").status_code == 200
+
+
+def test_with_the_defaults_a_request_writes_nothing_to_the_terminal(
+    serving: tuple[int, Path],
+) -> None:
+    """No write to a terminal or a file on any request's path: 400 requests of four kinds
+    leave the service's output as it was (the access log is off unless asked for)."""
+    port, log = serving
+    requests_of_every_kind(port, 1)  # (each kind's first: whatever it logs once)
+    before = log.read_text()
+    requests_of_every_kind(port, 100)
+    assert log.read_text() == before
+
+
+def test_the_access_log_writes_a_line_a_request_when_asked_for(tmp_path: Path) -> None:
+    with started(tmp_path, PERCEPTRON_ACCESS_LOG="true") as (port, log):
+        requests_of_every_kind(port, 5)
+        wait_until(lambda: log.read_text().count('"POST /learn HTTP/1.1" 200') == 5, 10, "log")
 
 
 def test_the_banner_says_once_where_things_are(serving: tuple[int, Path]) -> None:

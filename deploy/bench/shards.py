@@ -209,7 +209,6 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
             "PERCEPTRON_REDIS_URL": url,
             "PERCEPTRON_AUTH": "false",
             "PERCEPTRON_DEFAULT_MODEL": "false",
-            "PERCEPTRON_LOG_LEVEL": "warning",
         }
         service = subprocess.Popen(
             [sys.executable, "-m", "service.cli.main", "serve", "--port", str(port)]

@@ -87,7 +87,7 @@ def fresh_redis(cpu: int | None = None) -> Iterator[str]:
 
 def child_env(tree: Path) -> dict[str, str]:
     """The environment of a benchmark's child process that runs ``tree``'s service."""
-    return {**os.environ, "PYTHONPATH": str(tree), "PERCEPTRON_LOG_LEVEL": "warning"}
+    return {**os.environ, "PYTHONPATH": str(tree)}
 
 
 def child_on_fresh_redis(
@@ -123,7 +123,6 @@ def serve(
             "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
             "PERCEPTRON_AUTH": "false",
             "PERCEPTRON_DEFAULT_MODEL": "false",
-            "PERCEPTRON_LOG_LEVEL": "warning",
             **env,
         },
         stdout=subprocess.DEVNULL,

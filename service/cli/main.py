@@ -243,6 +243,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             workers=args.workers,
             log_level=settings.log_level,
             log_config=config,
+            access_log=settings.access_log,
             timeout_graceful_shutdown=10,
             # What one connection may cost a worker (api/edge.py): its head's size and
             # time, its body's time, idle time kept alive, connections at once

@@ -191,12 +191,12 @@ class Servers:
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
 
     def start_service(self, name: str, workers: int, extra_env: dict[str, str]) -> tuple[Proc, int]:
-        """``perceptron serve --workers N`` (auth on, access log off) once it answers /readyz."""
+        """``perceptron serve --workers N`` (auth on, every other setting at its default but
+        those given) once it answers /readyz."""
         port = free_port()
         env = server_env(
             {
                 "PERCEPTRON_REDIS_URL": self.redis_url,
-                "PERCEPTRON_LOG_LEVEL": "warning",
                 "PERCEPTRON_API_KEYS": f"admin:{API_KEY}",
                 # wrk's predictions never get their label: without this, a run of /predict at
                 # d=784 fills the model's cap of pending bytes and is answered 429
