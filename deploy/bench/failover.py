@@ -95,8 +95,7 @@ def longest_gap(times: list[float], start: float, stop: float) -> float:
 def run(tree: Path, env: dict[str, str], fault: str, before: float, after: float) -> dict[str, Any]:
     redis_proc, rport = redis_server(tempfile.mkdtemp(prefix="pcp-failover-"))
     ports = [free_port() for _ in range(3)]
-    quiet = {"PERCEPTRON_LOG_LEVEL": "error", **env}
-    services = [serve(tree, rport, p, 1, quiet) for p in ports]
+    services = [serve(tree, rport, p, 1, env) for p in ports]  # (every setting its default)
     done = threading.Event()
     clients: list[Client] = []
     try:
