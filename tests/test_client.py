@@ -21,6 +21,8 @@ from sklearn.linear_model import Perceptron
 from perceptron_client import (
     AsyncClient,
     AuthError,
+    ChallengerInfo,
+    Challengers,
     Client,
     ConflictError,
     FeedbackBatchResponse,
@@ -37,6 +39,7 @@ from perceptron_client import (
     PerceptronError,
     PredictBatchResponse,
     PredictResponse,
+    Promotion,
     UnavailableError,
     WeightsResponse,
     error_from_item,
@@ -166,6 +169,44 @@ def test_a_model_from_scikit_learn_and_back(api: Any) -> None:
         api.to_sklearn("nope")
     with pytest.raises(ConflictError):  # another configuration under that name
         api.from_sklearn("iris", est)
+
+
+def test_challengers_and_a_promotion(api: Any) -> None:
+    """Add, read, list, promote and delete challengers, typed, and their errors: the same
+    answers from both clients."""
+    api.create_model("ch", **DENSE)
+    for i in range(6):
+        api.learn("ch", [1.0, float(i), -1.0], "ab"[i % 2])
+    added = api.add_challenger("ch", "pa", from_served=True, algorithm="pa1", C=0.5)
+    assert isinstance(added, ChallengerInfo)
+    assert (added.id, added.since, added.seen, added.promotable) == ("pa", 6, 0, True)
+    assert added.config["algorithm"] == "pa1" and added.config["C"] == 0.5
+    api.add_challenger("ch", "avg", averaged=True)
+    api.learn("ch", [0.5, 1.0, 2.0], "b")
+    both = api.challengers("ch")
+    assert isinstance(both, Challengers)
+    assert (both.model, both.labels, both.served.seen) == ("ch", 7, 7)
+    assert [(c.id, c.seen) for c in both.challengers] == [("avg", 1), ("pa", 1)]  # by id
+    assert api.challenger("ch", "avg").config["averaged"] is True
+    with pytest.raises(ConflictError) as taken:
+        api.add_challenger("ch", "pa")
+    assert taken.value.code == "challenger_exists"
+    with pytest.raises(InvalidInputError) as bad:
+        api.add_challenger("ch", "x", C=0.0)
+    assert bad.value.code == "invalid_config"
+    with pytest.raises(NotFoundError) as none:
+        api.challenger("ch", "nope")
+    assert none.value.code == "challenger_not_found"
+    done = api.promote("ch", "pa", demote_as="before")
+    assert isinstance(done, Promotion)
+    assert (done.model, done.promoted, done.demoted) == ("ch", "pa", "before")
+    assert api.read_model("ch").config.algorithm == "pa1"
+    with pytest.raises(NotFoundError):
+        api.promote("ch", "nope")
+    assert api.delete_challenger("ch", "before") is None
+    assert [c.id for c in api.challengers("ch").challengers] == ["avg"]
+    with pytest.raises(NotFoundError):
+        api.delete_challenger("ch", "before")
 
 
 def test_learning_protocol(api: Any) -> None:

@@ -549,6 +549,7 @@ def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> N
     )
     ticks = page.locator("#chart-time text.tick-x").all_text_contents()
     assert ticks and all(re.fullmatch(r"\d\d:\d\d:\d\d", t) for t in ticks), ticks
+    matrix_fits(page)  # a 2 x 2 matrix shows whole, with no scroll bar either way
     assert aborted == []
 
 
@@ -589,6 +590,7 @@ def matrix_fits(page: Page) -> None:
     itself does not scroll sideways."""
     wrap = page.locator(".matrix-wrap")
     assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth"), "the matrix scrolls"
+    assert wrap.evaluate("w => w.scrollHeight <= w.clientHeight"), "the matrix scrolls down"
     box, total = wrap.bounding_box(), page.locator("#confusion thead th.total").bounding_box()
     assert box and total and total["x"] + total["width"] <= box["x"] + box["width"]
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
@@ -826,9 +828,37 @@ def test_challengers_are_drawn_side_by_side_and_follow_by_push(
         expect(cells.nth(2)).to_have_text(str(learner["seen"]))
         expect(cells.nth(3)).to_have_text(str(learner["mistakes"]))
         expect(cells.nth(5)).to_have_text(pct(learner["mistake_rate"]["all"]))
+        served_same = learner.get("served_mistakes")
+        expect(cells.nth(6)).to_have_text("—" if id == "served" else pct(served_same / 30))
     expect(rows.nth(2).locator("td").nth(1)).to_have_text("PA-I C 0.1")
     assert page.locator("#chart-challengers .series-learner").count() == 3
     assert int(page.locator("#chart-challengers").get_attribute("data-points") or 0) >= 30
+
+    # One that joins after 30 labels: counted over its own 12, beside the served learner's
+    # mistakes on those 12 (not since the model began), its curve starting where it joined.
+    assert client.put("/models/side/challengers/late", json={}).status_code == 201
+    for n in range(12):
+        late_body = {"model": "side", "features": [1.0, n % 2 * 2.0 - 1.0], "label": -1}
+        assert client.post("/learn", json=late_body).status_code == 200
+    late_row = page.locator("#learners tbody tr[data-id='late'] td")
+    expect(late_row.nth(2)).to_have_text("12", timeout=2000)
+    late = client.get("/models/side/challengers/late").json()
+    assert (late["since"], late["seen"]) == (30, 12)
+    counters = client.get("/models/side").json()["counters"]
+    before = got["served"]["mistakes"]  # (the served learner's after the first 30)
+    assert late["served_mistakes"] == counters["mistakes"] - before
+    expect(late_row.nth(5)).to_have_text(pct(late["mistake_rate"]["all"]))
+    expect(late_row.nth(6)).to_have_text(pct(late["served_mistakes"] / 12))
+    served_row = page.locator("#learners tbody tr[data-id='served'] td")
+    expect(served_row.nth(5)).to_have_text(pct(counters["mistakes"] / 42))
+
+    def first_x(i: int) -> float:
+        points = page.locator(f"#chart-challengers .series-learner-{i} polyline")
+        return float((points.get_attribute("points") or "").split()[0].split(",")[0])
+
+    assert first_x(2) > first_x(0) == first_x(1)  # ('late' is the third row: avg, late, pa)
+    assert client.delete("/models/side/challengers/late").status_code == 204
+    expect(rows).to_have_count(3, timeout=2000)
     r = client.post("/models/side/promote", json={"challenger": "pa", "demote_as": "before"})
     assert r.status_code == 200, r.text
     expect(rows.nth(0).locator("td").nth(1)).to_have_text("PA-I C 0.1", timeout=2000)
@@ -837,3 +867,23 @@ def test_challengers_are_drawn_side_by_side_and_follow_by_push(
         assert client.delete(f"/models/side/challengers/{id}").status_code == 204
     expect(card).to_be_hidden(timeout=2000)
     assert aborted == []
+
+
+def test_the_documented_screenshot_is_taken(client: httpx.Client, tmp_path: Path) -> None:
+    """docs/metrics.md's way to take a screenshot (chromium's own --screenshot never returns
+    while the page keeps its event stream): run as written, it writes a PNG of the page."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "metrics.md").read_text()
+    (block,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    code = block.replace("http://127.0.0.1:8000", base(client))
+    guard = (  # (as every browser test: nothing but the service is asked for)
+        f"    page.route('**/*', lambda r: r.continue_() if r.request.url.startswith("
+        f"{base(client)!r}) else r.abort())\n    page.goto("
+    )
+    assert code.count("    page.goto(") == 1
+    code = code.replace("    page.goto(", guard)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    png = (tmp_path / "dashboard.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000

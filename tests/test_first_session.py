@@ -1,9 +1,9 @@
 """A newcomer's first session: the README's commands as pasted, and what they meet on the way.
 
-The README's "A first session" runs against a real ``perceptron serve`` (only the port
-differs): its shell blocks in bash, each answer coming out as the README shows it after ``#``
-and nothing else; then the blocks of docs/cli.md, which carry on from them; and its Python
-block, printing what its comments say. Then: what ``GET /`` answers, the start-up log naming
+The README's blocks run against a real ``perceptron serve`` (only the port differs), pasted top
+to bottom into one shell on one service: each answer coming out as the README shows it after
+``#`` and nothing else, the Python block printing what its comments say. The blocks of
+docs/cli.md carry on from the first session's. Then: what ``GET /`` answers, the start-up log naming
 the store, the command's help, and what git ignores.
 """
 
@@ -94,6 +94,12 @@ def matches(shown: Any, actual: Any) -> bool:
             and list(shown) == list(actual)
             and all(matches(shown[k], actual[k]) for k in shown)
         )
+    if isinstance(shown, list):
+        return (
+            isinstance(actual, list)
+            and len(shown) == len(actual)
+            and all(matches(a, b) for a, b in zip(shown, actual, strict=True))
+        )
     if isinstance(shown, str) and shown.endswith("..."):
         return isinstance(actual, str) and actual.startswith(shown[:-3])
     return bool(shown == actual and type(shown) is type(actual))
@@ -109,19 +115,28 @@ def run_blocks(blocks: list[str], service: ServiceProcess, cwd: Path) -> tuple[s
     """The blocks as one bash script against ``service``: (the script, what it printed)."""
     script = "\n".join(blocks)
     assert "..." not in "".join(line for line in script.splitlines() if not line.startswith("#"))
+    return script, run_script(script, service, cwd)
+
+
+def run_script(script: str, service: ServiceProcess, cwd: Path, timeout: float = 120) -> str:
+    """A bash script of pasted blocks against ``service`` (its port for the README's): what it
+    printed; its Python finds the client as `pip install ./client` would."""
     script = script.replace("localhost:8000", f"127.0.0.1:{service.port}")
+    script = script.replace("http://127.0.0.1:8000", service.url)
     script = script.replace(".venv/bin/perceptron", str(PERCEPTRON))
     env = {**os.environ, "PERCEPTRON_URL": service.url}
+    if importlib.util.find_spec("perceptron_client") is None:
+        env["PYTHONPATH"] = str(ROOT / "client")
     done = subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script],
         cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr
-    return script, done.stdout
+    return done.stdout
 
 
 def answers_as_shown(script: str, out: str, at_least: int) -> None:
@@ -132,7 +147,67 @@ def answers_as_shown(script: str, out: str, at_least: int) -> None:
         assert matches(shown_json(expected), json.loads(line)), (expected, line)
 
 
-def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:
+BLOCK_END = "=== block done ==="  # printed after each block, to tell their outputs apart
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """Every ``sh`` and ``python`` block of the README, in its order, as (language, text); but
+    the first, the two commands (serve.sh starts the service the test starts, test.sh runs
+    this test)."""
+    blocks = re.findall(r"```(sh|python)\n(.*?)```", README.read_text(), re.S)
+    assert "deploy/serve.sh" in blocks[0][1] and "deploy/test.sh" in blocks[0][1]
+    return [(language, text) for language, text in blocks[1:]]
+
+
+def test_the_readme_runs_top_to_bottom_on_one_service(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
+    """Every block of the README pasted in turn into one shell (a Python block into Python)
+    against one fresh service: each shell block prints exactly the answers it shows, the
+    Python block what its comments say, the replay demo its summary with the mistakes the
+    README gives; and the history's blocks answer the versions and checkpoints they show
+    after every block before them (the challengers' promotion among them)."""
+    blocks = readme_blocks()
+    assert [language for language, _ in blocks].count("python") == 1 and len(blocks) >= 7
+    parts = []
+    for language, text in blocks:
+        if language == "sh":
+            code = "".join(line for line in text.splitlines() if not line.startswith("#"))
+            assert "..." not in code, text
+            parts.append(text)
+        else:
+            parts.append(f"{sys.executable} - <<'PYTHON'\n{text}PYTHON\n")
+        parts.append(f"echo '{BLOCK_END}'\n")
+    printed = run_script("".join(parts), service, tmp_path, timeout=240)
+    outputs = printed.split(BLOCK_END + "\n")
+    assert outputs[-1] == "" and len(outputs) == len(blocks) + 1, printed
+    checked = 0
+    for (language, text), out in zip(blocks, outputs, strict=False):
+        if language == "python":
+            shown = [line.split("  # ", 1)[1] for line in text.splitlines() if "print(" in line]
+            assert out.splitlines() == shown and len(shown) >= 3, (shown, out)
+        elif "perceptron replay" in text:
+            mistakes = next(line for line in out.splitlines() if line.startswith("mistakes"))
+            assert "293" in mistakes, out
+            assert (tmp_path / "curve.png").is_file()
+        else:
+            shown_lines = shown_answers(text)
+            assert shown_lines, text  # (every other block shows its answers)
+            lines = out.splitlines()
+            assert len(lines) == len(shown_lines), (shown_lines, out)
+            for expected, line in zip(shown_lines, lines, strict=True):
+                assert matches(shown_json(expected), json.loads(line)), (expected, line)
+        checked += 1
+    assert checked == len(blocks)
+    # The feedback found its prediction; the Python block's and the replay's models are there.
+    models = {m["name"]: m for m in httpx.get(service.url + "/models").json()["models"]}
+    assert {"default", "iris", "spam", "digits"} <= set(models)
+    assert models["iris"]["config"]["algorithm"] == "pa1"  # promoted
+
+
+def test_the_cli_page_carries_on_from_the_first_session(
+    service: ServiceProcess, tmp_path: Path
+) -> None:
     blocks = shell_blocks(section("A first session"))
     assert len(blocks) >= 2
     answers_as_shown(*run_blocks(blocks, service, tmp_path), at_least=4)
@@ -152,11 +227,6 @@ def test_the_first_session_runs_as_pasted(service: ServiceProcess, tmp_path: Pat
         else:
             assert expected in out, (expected, out)
     assert (tmp_path / "iris.perceptron.json").is_file()
-
-    # The model history's blocks carry on from the first session: each answer as shown.
-    blocks = shell_blocks(section("Model history"))
-    assert len(blocks) >= 2
-    answers_as_shown(*run_blocks(blocks, service, tmp_path), at_least=5)
 
 
 def test_the_python_first_try_runs_as_pasted(service: ServiceProcess, tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def test_models_from_creation_to_deletion(api: httpx.Client) -> None:
     r = api.put("/models/m", json=DENSE)
     assert r.status_code == 201 and r.json()["version"] == 0
     assert api.put("/models/m", json=DENSE).status_code == 200
-    error(api.put("/models/m", json={**DENSE, "n_features": 4}), 409, "model_exists")
+    other = error(api.put("/models/m", json={**DENSE, "n_features": 4}), 409, "model_exists")
+    assert "'n_features' is 3, not 4" in other["detail"], other  # which setting differs
     error(api.put("/models/bad name", json=DENSE), 422, "invalid_model_name")
     assert [m["name"] for m in api.get("/models").json()["models"]] == ["m"]
     learn(api, "m", [1, 2, 3], "b")

@@ -236,3 +236,69 @@ def test_checkpoints_and_a_rollback_from_the_command_line(make_service: MakeServ
     gone = perceptron("models", "rollback", "m", "--version", "999", url=url)
     assert gone.returncode == EXIT["conflict"] and "version_not_kept" in gone.stderr
     assert perceptron("models", "rollback", "m", url=url).returncode == EXIT["usage"]
+
+
+def test_every_action_lists_its_exit_codes_in_its_help() -> None:
+    """Each action's --help ends with the exit-code table docs/cli.md gives."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    actions = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {"rollback", "challengers", "add-challenger", "promote", "undo"} <= set(actions.choices)
+    for name, sub in actions.choices.items():
+        text = sub.format_help()
+        assert "exit codes:" in text and "4  a conflict" in text, name
+
+
+def test_show_prints_every_setting_aligned(client: httpx.Client) -> None:
+    url = str(client.base_url).rstrip("/")
+    spec = {"classes": ["a", "b"], "n_features": 2, "default_label": "b"}
+    assert client.put("/models/shown", json=spec).status_code == 201
+    shown = perceptron("models", "show", "shown", url=url)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(line.split() == ["default_label", "b"] for line in lines), shown.stdout
+    assert any(line.startswith("defaulted_mistakes ") for line in lines)
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in lines}
+    assert len(starts) == 1, shown.stdout  # every value in one column
+
+
+def test_challengers_a_promotion_and_an_undo_from_the_command_line(client: httpx.Client) -> None:
+    """Add, list, show, promote, delete challengers; list kept updates and undo them: each
+    action's output, its JSON and its exit codes at its errors."""
+    url = str(client.base_url).rstrip("/")
+    assert client.put("/models/c", json={"n_features": 2}).status_code == 201
+    for i in range(20):
+        client.post("/learn", json={"model": "c", "features": [1.0, i - 9.5], "label": (-1) ** i})
+    added = perceptron(
+        "models", "add-challenger", "c", "pa", "--algorithm", "pa1", "--C", "0.1",
+        "--from-served", url=url,
+    )  # fmt: skip
+    assert added.returncode == 0 and "added 'pa'" in added.stdout and "pa1 C=0.1" in added.stdout
+    assert perceptron("models", "add-challenger", "c", "pa", url=url).returncode == EXIT["conflict"]
+    bad = perceptron("models", "add-challenger", "c", "x", "--C", "0", url=url)
+    assert bad.returncode == EXIT["refused"] and "invalid_config" in bad.stderr + bad.stdout
+    for i in range(10):
+        client.post("/learn", json={"model": "c", "features": [i - 4.5, 1.0], "label": (-1) ** i})
+    listed = as_json(perceptron("models", "challengers", "c", "--json", url=url))
+    assert [ch["id"] for ch in listed["challengers"]] == ["pa"]
+    assert listed["challengers"][0]["since"] == 20 and listed["challengers"][0]["seen"] == 10
+    table = perceptron("models", "challengers", "c", url=url).stdout
+    assert "served" in table and "pa1 C=0.1" in table and "SINCE" in table
+    one = as_json(perceptron("models", "challengers", "c", "pa", "--json", url=url))
+    assert one["id"] == "pa" and one["config"]["algorithm"] == "pa1"
+    missing = perceptron("models", "challengers", "c", "nope", url=url)
+    assert missing.returncode == EXIT["not_found"] and "challenger_not_found" in missing.stderr
+    up = perceptron("models", "promote", "c", "pa", "--demote-as", "old", url=url)
+    assert up.returncode == 0 and "served by 'pa'" in up.stdout, up.stderr
+    assert client.get("/models/c").json()["config"]["algorithm"] == "pa1"
+    again = perceptron("models", "promote", "c", "nope", url=url)
+    assert again.returncode == EXIT["not_found"]
+    assert perceptron("models", "delete-challenger", "c", "old", url=url).returncode == 0
+    assert perceptron("models", "delete-challenger", "c", "old", url=url).returncode == 3
+    kept = as_json(perceptron("models", "updates", "c", "--limit", "5", "--json", url=url))
+    assert len(kept["updates"]) <= 5
+    assert kept["version"] == client.get("/models/c").json()["version"]
+    assert "source" in perceptron("models", "updates", "c", url=url).stdout
+    undone = perceptron("models", "undo", "c", "--from-time", "0", url=url)
+    assert undone.returncode == 0 and "updates left out" in undone.stdout, undone.stderr
+    assert perceptron("models", "undo", "c", url=url).returncode == EXIT["usage"]

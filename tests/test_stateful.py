@@ -257,7 +257,7 @@ class Ref:
         self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
         self.labels += 1
         for challenger in self.challengers.values():  # every label, in the model's order
-            challenger.learn(x, t, source == protocol.DEFAULT_SOURCE)
+            challenger.learn(x, t, source == protocol.DEFAULT_SOURCE, served)
         return mistake, updated
 
     # -- history -------------------------------------------------------------------------
@@ -800,6 +800,7 @@ class Service(RuleBasedStateMachine):
         was = ChallengerState(
             ref.config, ref.weights.copy(), ref.labels, c["mistakes"], bytes(ref.marks),
             c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
+            served_mistakes=c["mistakes"],
         )  # fmt: skip
         del ref.challengers[id]
         ref.challengers[demoted] = was
@@ -840,8 +841,8 @@ class Service(RuleBasedStateMachine):
         assert [c["id"] for c in got["challengers"]] == sorted(ref.challengers)
         for c in got["challengers"]:
             want = ref.challengers[c["id"]]
-            assert (c["seen"], c["mistakes"], c["updates"]) == (
-                want.seen, want.mistakes, want.updates,
+            assert (c["seen"], c["mistakes"], c["updates"], c["served_mistakes"]) == (
+                want.seen, want.mistakes, want.updates, want.served_mistakes,
             ), (name, c)  # fmt: skip
             assert c["mistake_rate"] == want.rates(), (name, c)
             assert c["weights"] == {"w": want.weights.w.tolist(), "b": want.weights.b.tolist()}

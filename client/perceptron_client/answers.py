@@ -8,11 +8,16 @@ Fields the service may leave out or send as null default to ``None``, as there.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 __all__ = [
+    "ChallengerInfo",
+    "Challengers",
+    "LearnerRates",
+    "Promotion",
+    "ServedLearner",
     "CheckpointInfo",
     "UndoResponse",
     "UpdateInfo",
@@ -317,3 +322,60 @@ class LearnBatchResponse(BaseModel):
 class Health(BaseModel):
     status: str
     store: str | None = None
+
+
+# --- challengers ----------------------------------------------------------------------------
+
+
+class LearnerRates(BaseModel):
+    all: float | None
+    last_100: float | None
+    last_1000: float | None
+
+
+class ServedLearner(BaseModel):
+    """The learner that serves, counted as a challenger is (``Challengers.served``)."""
+
+    id: str
+    config: dict[str, Any]
+    seen: int
+    mistakes: int
+    updates: int
+    mistake_rate: LearnerRates
+
+
+class ChallengerInfo(BaseModel):
+    """One challenger: its configuration and its figures since it joined (``since``: the
+    model's labels before it was added), counted by progressive validation; beside them the
+    served learner's mistakes on the same examples (``served_mistakes``)."""
+
+    promotable: bool
+    not_promotable: str | None = None  # why it cannot serve this model
+    id: str
+    config: dict[str, Any]
+    since: int
+    seen: int
+    mistakes: int
+    served_mistakes: int | None  # the served learner's on the same examples
+    updates: int
+    mistake_rate: LearnerRates
+    curve: Curve
+
+
+class Challengers(BaseModel):
+    """``GET /models/{name}/challengers``: the served learner and each challenger."""
+
+    model: str
+    labels: int
+    served: ServedLearner
+    challengers: list[ChallengerInfo]
+
+
+class Promotion(BaseModel):
+    """``POST /models/{name}/promote``: who serves now, and the checkpoint of before."""
+
+    model: str
+    promoted: str
+    demoted: str
+    checkpoint: int
+    config: dict[str, Any]

@@ -24,6 +24,8 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from .answers import (
+    ChallengerInfo,
+    Challengers,
     Checkpoints,
     FeedbackBatchResponse,
     FeedbackResponse,
@@ -36,6 +38,7 @@ from .answers import (
     ModelMetrics,
     PredictBatchResponse,
     PredictResponse,
+    Promotion,
     RollbackResponse,
     UndoResponse,
     Updates,
@@ -48,8 +51,12 @@ __all__ = [
     "Call",
     "Features",
     "LabelIn",
+    "add_challenger",
+    "challenger",
+    "challengers",
     "checkpoints",
     "create_model",
+    "delete_challenger",
     "delete_model",
     "export_model",
     "feedback",
@@ -63,6 +70,7 @@ __all__ = [
     "metrics",
     "predict",
     "predict_batch",
+    "promote",
     "read_model",
     "readyz",
     "reset_model",
@@ -277,6 +285,31 @@ def undo(
     if not given:
         raise ValueError("Give a source, a time range, or both.")
     return Call("POST", _path(name) + "/undo", _parse(UndoResponse), given)
+
+
+def challengers(name: str) -> Call[Challengers]:
+    return Call("GET", _path(name) + "/challengers", _parse(Challengers))
+
+
+def challenger(name: str, id: str) -> Call[ChallengerInfo]:
+    return Call("GET", f"{_path(name)}/challengers/{quote(id, safe='')}", _parse(ChallengerInfo))
+
+
+def add_challenger(
+    name: str, id: str, settings: Mapping[str, Any], from_served: bool = False
+) -> Call[ChallengerInfo]:
+    body = {**settings, **({"from": "served"} if from_served else {})}
+    path = f"{_path(name)}/challengers/{quote(id, safe='')}"
+    return Call("PUT", path, _parse(ChallengerInfo), body)
+
+
+def delete_challenger(name: str, id: str) -> Call[None]:
+    return Call("DELETE", f"{_path(name)}/challengers/{quote(id, safe='')}", _nothing)
+
+
+def promote(name: str, challenger: str, demote_as: str | None = None) -> Call[Promotion]:
+    body = {"challenger": challenger} | ({} if demote_as is None else {"demote_as": demote_as})
+    return Call("POST", _path(name) + "/promote", _parse(Promotion), body)
 
 
 def weights(name: str) -> Call[WeightsResponse]:

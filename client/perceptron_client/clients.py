@@ -14,6 +14,8 @@ import httpx
 
 from . import calls
 from .answers import (
+    ChallengerInfo,
+    Challengers,
     Checkpoints,
     FeedbackBatchResponse,
     FeedbackResponse,
@@ -25,6 +27,7 @@ from .answers import (
     ModelMetrics,
     PredictBatchResponse,
     PredictResponse,
+    Promotion,
     RollbackResponse,
     UndoResponse,
     Updates,
@@ -160,6 +163,38 @@ class Client:
         """Leave out of the model the kept updates of the key named ``source`` (and/or of a
         time range, Unix seconds), rebuilt exactly without them."""
         return self._send(calls.undo(name, source, from_time, to_time))
+
+    def challengers(self, name: str) -> Challengers:
+        """The served learner and each challenger side by side, each counted over the
+        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined)."""
+        return self._send(calls.challengers(name))
+
+    def challenger(self, name: str, id: str) -> ChallengerInfo:
+        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none)."""
+        return self._send(calls.challenger(name, id))
+
+    def add_challenger(
+        self, name: str, id: str, from_served: bool = False, **settings: Any
+    ) -> ChallengerInfo:
+        """Add challenger ``id``: a learner of ``settings`` (algorithm, C, learning_rate,
+        margin, averaged, multiclass; each left out the model's where its rule uses it) that
+        learns every label of the model from now on, from zero weights or, ``from_served``,
+        a copy of the served ones. ``ConflictError`` (409): ``challenger_exists``,
+        ``too_many_challengers``; ``InvalidInputError`` (422): ``invalid_challenger``,
+        ``invalid_challenger_id``, ``invalid_config``."""
+        return self._send(calls.add_challenger(name, id, settings, from_served))
+
+    def delete_challenger(self, name: str, id: str) -> None:
+        """Remove challenger ``id``, its weights and figures (``challenger_not_found``)."""
+        self._send(calls.delete_challenger(name, id))
+
+    def promote(self, name: str, challenger: str, demote_as: str | None = None) -> Promotion:
+        """Serve ``challenger`` from the next request on, its weights exactly as they are; the
+        learner that served stays as the challenger ``demote_as`` (default served-<checkpoint>),
+        and the answer's ``checkpoint`` (a rollback to it undoes the promotion once the
+        demoted challenger is removed) holds the model as it was. ``ConflictError`` (409):
+        ``promotion_layout``, ``challenger_exists``, ``too_many_promotions``."""
+        return self._send(calls.promote(name, challenger, demote_as))
 
     def weights(self, name: str) -> WeightsResponse:
         return self._send(calls.weights(name))
@@ -308,6 +343,38 @@ class AsyncClient:
         """Leave out of the model the kept updates of the key named ``source`` (and/or of a
         time range, Unix seconds), rebuilt exactly without them."""
         return await self._send(calls.undo(name, source, from_time, to_time))
+
+    async def challengers(self, name: str) -> Challengers:
+        """The served learner and each challenger side by side, each counted over the
+        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined)."""
+        return await self._send(calls.challengers(name))
+
+    async def challenger(self, name: str, id: str) -> ChallengerInfo:
+        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none)."""
+        return await self._send(calls.challenger(name, id))
+
+    async def add_challenger(
+        self, name: str, id: str, from_served: bool = False, **settings: Any
+    ) -> ChallengerInfo:
+        """Add challenger ``id``: a learner of ``settings`` (algorithm, C, learning_rate,
+        margin, averaged, multiclass; each left out the model's where its rule uses it) that
+        learns every label of the model from now on, from zero weights or, ``from_served``,
+        a copy of the served ones. ``ConflictError`` (409): ``challenger_exists``,
+        ``too_many_challengers``; ``InvalidInputError`` (422): ``invalid_challenger``,
+        ``invalid_challenger_id``, ``invalid_config``."""
+        return await self._send(calls.add_challenger(name, id, settings, from_served))
+
+    async def delete_challenger(self, name: str, id: str) -> None:
+        """Remove challenger ``id``, its weights and figures (``challenger_not_found``)."""
+        await self._send(calls.delete_challenger(name, id))
+
+    async def promote(self, name: str, challenger: str, demote_as: str | None = None) -> Promotion:
+        """Serve ``challenger`` from the next request on, its weights exactly as they are; the
+        learner that served stays as the challenger ``demote_as`` (default served-<checkpoint>),
+        and the answer's ``checkpoint`` (a rollback to it undoes the promotion once the
+        demoted challenger is removed) holds the model as it was. ``ConflictError`` (409):
+        ``promotion_layout``, ``challenger_exists``, ``too_many_promotions``."""
+        return await self._send(calls.promote(name, challenger, demote_as))
 
     async def weights(self, name: str) -> WeightsResponse:
         return await self._send(calls.weights(name))

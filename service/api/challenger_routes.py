@@ -8,6 +8,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 
 from service.api.auth import Role
+from service.api.challenger_schemas import (
+    ChallengerInfo,
+    ChallengersAnswer,
+    ChallengerSettings,
+    PromoteRequest,
+    Promotion,
+    documented_as,
+)
 from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import error_responses
 from service.api.views import WeightsStream, challengers_body
@@ -20,8 +28,11 @@ CHALLENGER_EXAMPLE = {"algorithm": "pa1", "C": 0.1, "from": "served"}
 BODY_EXAMPLES: dict[str, Any] = {"pa1": {"value": CHALLENGER_EXAMPLE}}
 RATES = {"all": 0.125, "last_100": 0.1, "last_1000": 0.125}
 CONFIG = {"classes": [-1, 1], "n_features": 2, "algorithm": "pa1", "C": 0.1}
-CHALLENGER = {"id": "pa", "config": CONFIG, "since": 40, "seen": 200, "mistakes": 25,
-              "updates": 61, "mistake_rate": RATES}  # fmt: skip
+CURVE = {"every": 100, "points": [{"examples": 100, "mistakes": 14, "rate": 0.14},
+                                  {"examples": 200, "mistakes": 25, "rate": 0.125}]}  # fmt: skip
+CHALLENGER = {"promotable": True, "id": "pa", "config": CONFIG, "since": 40, "seen": 200,
+              "mistakes": 25, "served_mistakes": 31, "updates": 61, "mistake_rate": RATES,
+              "curve": CURVE}  # fmt: skip
 SERVED = {"id": "served", "config": {"classes": [-1, 1], "n_features": 2}, "seen": 240,
           "mistakes": 36, "updates": 36, "mistake_rate": {**RATES, "all": 0.15}}  # fmt: skip
 STANDING = {"model": "default", "labels": 240, "served": SERVED, "challengers": [CHALLENGER]}
@@ -30,11 +41,18 @@ PROMOTED = {"model": "default", "promoted": "pa", "demoted": "served-3", "checkp
             "config": CONFIG}  # fmt: skip
 
 
-def answers(status: int, example: dict[str, Any], what: str) -> dict[int | str, Any]:
-    return {status: {"description": what, "content": {"application/json": {"example": example}}}}
+def answers(
+    status: int, example: dict[str, Any], what: str, model: type[Any]
+) -> dict[int | str, Any]:
+    content = {"application/json": {"example": example}}
+    return {status: {"description": what, "model": model, "content": content}}
 
 
-@router.get("/{name}/challengers", responses={**errors, **answers(200, STANDING, "Side by side")})
+SIDE_BY_SIDE = answers(200, STANDING, "Side by side", ChallengersAnswer)
+ONE = answers(200, CHALLENGER, "The challenger", ChallengerInfo)
+
+
+@router.get("/{name}/challengers", responses={**errors, **SIDE_BY_SIDE})
 async def list_challengers(
     name: str,
     who: Reader,
@@ -51,9 +69,7 @@ async def list_challengers(
     return await who.worker.challengers.show(name)
 
 
-@router.get(
-    "/{name}/challengers/{id}", responses={**errors, **answers(200, CHALLENGER, "The challenger")}
-)
+@router.get("/{name}/challengers/{id}", responses={**errors, **ONE})
 async def get_challenger(
     name: str,
     id: str,
@@ -72,14 +88,18 @@ async def get_challenger(
 @router.put(
     "/{name}/challengers/{id}",
     status_code=201,
-    responses={**with_body, **answers(201, CHALLENGER, "Added")},
+    responses={**with_body, **answers(201, CHALLENGER, "Added", ChallengerInfo)},
 )
 async def add_challenger(
     name: str,
     id: str,
     who: Admin,
-    settings: Annotated[dict[str, Any] | None, Body(openapi_examples=BODY_EXAMPLES)] = None,
-) -> dict[str, Any]:
+    settings: Annotated[
+        dict[str, Any] | None,
+        Body(openapi_examples=BODY_EXAMPLES),
+        documented_as(ChallengerSettings),
+    ] = None,
+) -> Any:
     """Add a challenger: a learner (algorithm, C, learning_rate, margin, averaged,
     multiclass) that learns every label of the model from now on, from zero weights or, with
     "from": "served", from a copy of the served weights."""
@@ -97,13 +117,15 @@ async def remove_challenger(name: str, id: str, who: Admin) -> Response:
 
 @router.post(
     "/{name}/promote",
-    responses={**with_body, **answers(200, PROMOTED, "Promoted")},
+    responses={**with_body, **answers(200, PROMOTED, "Promoted", Promotion)},
 )
 async def promote(
     name: str,
     who: Admin,
-    body: Annotated[dict[str, Any], Body(openapi_examples=PROMOTE_EXAMPLES)],
-) -> dict[str, Any]:
+    body: Annotated[
+        dict[str, Any], Body(openapi_examples=PROMOTE_EXAMPLES), documented_as(PromoteRequest)
+    ],
+) -> Any:
     """Serve a challenger from the next request on, on every worker, its weights exactly as
     they are; the learner that served stays as a challenger ("demote_as" names it, else
     served-<checkpoint>). A checkpoint of the model is made first, and no label is lost or

@@ -49,8 +49,9 @@ MEANING = {
     Exit.DONE: "done (serve: stopped)",
     Exit.FAILED: "the service refused the request (invalid input) or failed (serve: did not start)",
     Exit.USAGE: "wrong usage (options, settings), or a file that cannot be read or written",
-    Exit.NOT_FOUND: "no such model",
-    Exit.CONFLICT: "the model exists with another configuration",
+    Exit.NOT_FOUND: "no such model, checkpoint or challenger",
+    Exit.CONFLICT: "a conflict with what the model is now: it exists with another "
+    "configuration, a version no longer kept, a challenger id taken, a promotion refused",
     Exit.AUTH: "no API key, or a key that may not do this",
     Exit.UNAVAILABLE: "the service cannot be reached or is unavailable: try again later",
     Exit.PORT_IN_USE: "the port to listen on is in use",

@@ -1,6 +1,7 @@
 """``perceptron models``: list, show, create, delete, reset, export and import the models of a
-running service, and make them from or into scikit-learn estimators, through
-``perceptron_client.Client``.
+running service, roll them back, and make them from or into scikit-learn estimators, through
+``perceptron_client.Client`` (challengers, promotion, kept updates and undo:
+``challengers_command.py``).
 
 Text for people by default, the service's own JSON with ``--json``; the exit code says what
 happened (``service.cli.exit_codes.Exit``, the same in every command), so that scripts need not read
@@ -28,6 +29,7 @@ from perceptron_client import (
     NotFoundError,
     PerceptronError,
 )
+from service.cli import challengers_command, models_sklearn
 from service.cli.exit_codes import (
     CLIENT_CODES,
     Exit,
@@ -38,13 +40,14 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.models_output import Usage, err, features_of, out, print_model
-from service.cli.models_sklearn import add_actions
+from service.cli.models_output import Usage, columns, err, features_of, out, print_model
+from service.learner.config import ALGORITHMS, STRATEGIES
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
-list checkpoints, roll back; make one from a fitted scikit-learn linear classifier, or write
-one as a fitted scikit-learn Perceptron.
+list checkpoints, roll back, list kept updates and undo them; add, list and delete
+challengers and promote one; make a model from a fitted scikit-learn linear classifier, or
+write one as a fitted scikit-learn Perceptron.
 
 The service's URL comes from --url or PERCEPTRON_URL (default http://127.0.0.1:8000), its API
 key from --api-key or PERCEPTRON_API_KEY (reading needs a 'predict' key, changing an 'admin'
@@ -57,6 +60,9 @@ examples:
   perceptron models export iris -o iris.json && perceptron models import iris-copy iris.json
   perceptron models reset iris
   perceptron models checkpoints iris && perceptron models rollback iris --version 1200
+  perceptron models add-challenger iris pa --algorithm pa1 --C 0.1 --from-served
+  perceptron models challengers iris && perceptron models promote iris pa
+  perceptron models updates iris && perceptron models undo iris --source labeller
   perceptron models from-sklearn iris-lr iris-lr.joblib
   perceptron models to-sklearn iris iris-perceptron.joblib
   perceptron models delete iris
@@ -77,7 +83,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         name: str, help: str, run: Callable[[Client, argparse.Namespace], None]
     ) -> argparse.ArgumentParser:
         about = help[:1].upper() + help[1:] + "."
-        a = actions.add_parser(name, parents=[common], help=help, description=about)
+        a = actions.add_parser(
+            name,
+            parents=[common],
+            help=help,
+            description=about,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         a.set_defaults(act=run)
         if name != "list":
             a.add_argument("name", metavar="NAME", help="the model's name")
@@ -110,7 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     imp.add_argument(
         "file", metavar="FILE", nargs="?", default="-", help="the document (default: stdin)"
     )
-    add_actions(action)
+    challengers_command.add_actions(action)
+    models_sklearn.add_actions(action)
 
 
 def _add_configuration(create: argparse.ArgumentParser) -> None:
@@ -124,7 +138,7 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
     )
     spec.add_argument("--n-features", metavar="N", type=int, help="dense dimension")
     spec.add_argument("--hash-bits", metavar="B", type=int, help="named features: 2**B weights")
-    spec.add_argument("--multiclass", choices=["multiclass", "ovr", "ovo"], help="strategy")
+    spec.add_argument("--multiclass", choices=STRATEGIES, help="strategy")
     spec.add_argument("--learning-rate", metavar="R", type=float, help="step of an update")
     spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
     spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
@@ -138,9 +152,7 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         type=_label,
         help="learned when no label came within the wait (one of the classes)",
     )
-    spec.add_argument(
-        "--algorithm", choices=["perceptron", "pa1", "pa2"], help="learning rule (PA-I, PA-II)"
-    )
+    spec.add_argument("--algorithm", choices=ALGORITHMS, help="learning rule (PA-I, PA-II)")
     spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
     spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
@@ -260,21 +272,18 @@ def _checkpoints(client: Client, args: argparse.Namespace) -> None:
     if args.json:
         out(h.model_dump_json())
         return
-    rows = [("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")]
+    rows: list[tuple[str, ...]] = [
+        ("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")
+    ]
     for c in h.checkpoints:
         when = datetime.fromtimestamp(c.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
         rate = "-" if c.mistake_rate is None else f"{c.mistake_rate:.3f} of {c.window}"
         rows.append((str(c.id), str(c.version), when, c.reason, rate, f"{c.bytes:,}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out(
         f"{h.name}: version {h.version}; every version from {h.restorable_from} on can be "
         f"restored; history {h.bytes:,} bytes"
     )
-    out(
-        "\n".join(
-            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        )
-    )
+    out(columns(rows))
 
 
 def _rollback(client: Client, args: argparse.Namespace) -> None:
@@ -351,7 +360,7 @@ def _object(text: str) -> dict[str, Any]:
 
 
 def _table(models: ModelList) -> str:
-    rows = [("NAME", "CLASSES", "FEATURES", "VERSION", "SEEN", "MISTAKES")]
+    rows: list[tuple[str, ...]] = [("NAME", "CLASSES", "FEATURES", "VERSION", "SEEN", "MISTAKES")]
     for m in models.models:
         classes = ",".join(map(str, m.config.classes))
         if len(classes) > 30:
@@ -367,7 +376,4 @@ def _table(models: ModelList) -> str:
                 str(counters.mistakes),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    return columns(rows)

@@ -42,11 +42,21 @@ def print_model(info: ModelInfo, as_json: bool) -> None:
             ]
         ),
         ("feedback_ttl_s", str(c.feedback_ttl_s)),
+        ("default_label", "none" if c.default_label is None else str(c.default_label)),
         ("version", str(info.version)),
         ("created", created),
         *((name, str(value)) for name, value in info.counters.model_dump().items()),
     ]
-    out("\n".join(f"{k:<17} {v}" for k, v in lines))  # (a space after the longest too)
+    width = max(len(k) for k, _ in lines)
+    out("\n".join(f"{k:<{width}}  {v}" for k, v in lines))
+
+
+def columns(rows: list[tuple[str, ...]]) -> str:
+    """Rows of text as aligned columns, two spaces apart, the first row their heads."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
 
 
 def out(text: str) -> None:

@@ -19,6 +19,7 @@ from perceptron_client import Client
 from service.cli.estimator_files import EstimatorFileError, dump_estimator, load_estimator
 from service.cli.exit_codes import unwritable
 from service.cli.models_output import Usage, out, print_model
+from service.learner.config import ALGORITHMS
 
 Action = Callable[[Client, argparse.Namespace], None]
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
     spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
     spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
-    spec.add_argument("--algorithm", choices=["perceptron", "pa1", "pa2"], help="learning rule")
+    spec.add_argument("--algorithm", choices=ALGORITHMS, help="learning rule")
     spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
     cold = action(
         "to-sklearn",

@@ -846,7 +846,9 @@ function learnerLine(c) {
 }
 
 // The served learner (its curve from the metrics) and each challenger: one learning curve
-// each, cumulative mistake rate against the examples it has learned, and a row of figures.
+// each, its cumulative mistake rate since it joined, placed on the model's labelled examples
+// where it joined (x = the labels before it + the examples it has seen); and a row of figures
+// each, a challenger's beside the served learner's on the same examples (since it joined).
 function renderChallengers() {
   const s = state.challengers;
   const m = state.metrics;
@@ -854,15 +856,14 @@ function renderChallengers() {
   $('challengers').hidden = !shown;
   if (!shown) return;
   const learners = [
-    { ...s.served, curve: m.curve, label: 'served' },
+    { ...s.served, since: 0, served_mistakes: null, curve: m.curve, label: 'served' },
     ...s.challengers.map((c) => ({ ...c, label: c.id })),
   ];
-  const xs = [...new Set(learners.flatMap((l) => l.curve.points.map((p) => p.examples)))]
-    .sort((a, b) => a - b);
-  const lines = learners.map((l, i) => {
-    const at = new Map(l.curve.points.map((p) => [p.examples, p.rate]));
-    return { cls: `learner series-learner-${i % 9}`, name: l.label, ys: xs.map((x) => at.get(x) ?? null), polyline: true };
-  });
+  const placed = learners.map((l) => new Map(l.curve.points.map((p) => [l.since + p.examples, p.rate])));
+  const xs = [...new Set(placed.flatMap((at) => [...at.keys()]))].sort((a, b) => a - b);
+  const lines = learners.map((l, i) => (
+    { cls: `learner series-learner-${i % 9}`, name: l.label, ys: xs.map((x) => placed[i].get(x) ?? null), polyline: true }
+  ));
   drawChart($('chart-challengers'), {
     x: xs,
     time: false,
@@ -870,7 +871,7 @@ function renderChallengers() {
     pad: 1,
     emptyText: 'No labelled examples since the challengers came',
     lines,
-    label: (i) => `after ${nCount(xs[i], 'example')} each`,
+    label: (i) => `after the model's ${nCount(xs[i], 'example')}`,
     extra: () => '',
   });
   const body = $('learners').tBodies[0];
@@ -886,7 +887,11 @@ function renderChallengers() {
     row.insertCell().textContent = fmtInt(l.seen);
     row.insertCell().textContent = fmtInt(l.mistakes);
     row.insertCell().textContent = fmtPct(l.mistake_rate.last_100);
-    row.insertCell().textContent = fmtPct(l.mistake_rate.all);
+    const own = row.insertCell();
+    own.textContent = fmtPct(l.mistake_rate.all);
+    if (l.since) own.title = `since it joined, after the model's ${nCount(l.since, 'example')}`;
+    const same = row.insertCell();
+    same.textContent = l.served_mistakes === null || !l.seen ? '—' : fmtPct(l.served_mistakes / l.seen);
     row.insertCell().textContent = fmtInt(l.updates);
   });
 }

@@ -26,6 +26,7 @@ from service.learner.challenger import ChallengerState, pack_head, unpack_state
 from service.learner.codec import (
     entry_head,
     entry_provenance,
+    entry_served,
     pack_payload,
     pack_record,
     pack_weights,
@@ -76,9 +77,10 @@ def _learn(
     """Each state learns ``entries`` from its index in them on, in order."""
     examples = [unpack_entry(model, e) for e in entries]
     by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in entries]
+    served = [entry_served(e) for e in entries]
     for state, at in starts:
-        for (_, t, _, x), d in zip(examples[at:], by_default[at:], strict=True):
-            state.learn(x, t, d)
+        for (_, t, _, x), d, s in zip(examples[at:], by_default[at:], served[at:], strict=True):
+            state.learn(x, t, d, s)
 
 
 def replay(data: ChallengerData) -> Standing:

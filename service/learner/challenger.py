@@ -42,6 +42,10 @@ class ChallengerState:
     every: int = 1
     curve: list[int] = field(default_factory=list)
     since: int = 0
+    # The served learner's mistakes on the examples this one has seen (each as it was served),
+    # so that the two are compared over the same examples; None in a state packed before this
+    # was counted.
+    served_mistakes: int | None = 0
 
     @property
     def seen(self) -> int:
@@ -52,10 +56,13 @@ class ChallengerState:
         """The labelled examples that changed its weights: their version."""
         return self.weights.version
 
-    def learn(self, x: Example, t: int, by_default: bool = False) -> None:
+    def learn(
+        self, x: Example, t: int, by_default: bool = False, served: int | None = None
+    ) -> None:
         """Predict ``x`` with the weights as they are, count the outcome, then learn class
         index ``t`` (the ``seen``-th example for the average), as a sequential learner does;
-        ``by_default``: ``t`` is the model's default label."""
+        ``by_default``: ``t`` is the model's default label; ``served``: the class index the
+        model served for ``x``, counted against ``t`` in ``served_mistakes``."""
         cfg, w = self.config, self.weights
         scores = served_scores(cfg, w, x)
         wrong = predict_index(cfg, scores) != t
@@ -65,6 +72,8 @@ class ChallengerState:
         apply(cfg, w, x, plan, w.seen)
         self.position += 1
         self.mistakes += int(wrong)
+        if self.served_mistakes is not None and served is not None:
+            self.served_mistakes += int(served != t)
         self.window = (self.window + (b"1" if wrong else b"0"))[-WINDOW:]
         if by_default:
             self.defaulted += 1
@@ -159,22 +168,25 @@ def pack_head(state: ChallengerState) -> bytes:
     counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
     curve = b",".join(b"%d" % m for m in state.curve)
     shape = (state.every, state.since, len(curve), len(state.window))
-    head = b"%d %d %d %d %d %d %d %d %d\n" % (*counts, *shape)
+    served = -1 if state.served_mistakes is None else state.served_mistakes
+    head = b"%d %d %d %d %d %d %d %d %d %d\n" % (*counts, *shape, served)
     return head + curve + state.window
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     """A state as ``pack_state`` wrote it, behind the position the store put in front."""
     head, rest = data.split(b"\n", 1)
-    position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n = (
-        int(v) for v in head.split()
-    )
+    numbers = [int(v) for v in head.split()]
+    if len(numbers) == 10:  # (packed before served_mistakes was counted)
+        numbers.append(-1)
+    position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n, served = numbers
     curve = [int(m) for m in rest[:c].split(b",")] if c else []
     weights = unpack_weights(config, rest[c + n :], updates, seen)
     window = bytes(rest[c : c + n])
     return ChallengerState(
-        config, weights, position, mistakes, window, defaulted, dmistakes, every, curve, since
-    )
+        config, weights, position, mistakes, window, defaulted, dmistakes, every, curve, since,
+        None if served < 0 else served,
+    )  # fmt: skip
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

@@ -104,6 +104,16 @@ def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarra
     return int(k), int(t), raw, x
 
 
+def entry_served(entry: bytes) -> int:
+    """The class index the model served for the prediction a log entry labels."""
+    _, _, record = entry.split(ENTRY_SEP, 2)
+    start = 0
+    if record[:1] == SOURCE_MARK:  # past its provenance
+        start = record.index(ENTRY_SEP, record.index(ENTRY_SEP) + 1) + 1
+    at = start + len(PENDING) + EPOCH_LENGTH
+    return int(record[at : at + SERVED_DIGITS])
+
+
 def pack_weights(weights: Weights) -> bytes:
     parts = [weights.w, weights.b]
     if weights.wsum is not None and weights.bsum is not None:

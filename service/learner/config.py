@@ -243,6 +243,19 @@ class ModelConfig:
                 return ts
         return [self.class_index(label) for label in labels]
 
+    def differences(self, other: ModelConfig) -> str:
+        """The settings in which ``other`` differs from this configuration, in words.
+
+        >>> ModelConfig(n_features=4).differences(ModelConfig(n_features=3, margin=0.5))
+        "'n_features' is 4, not 3; 'margin' is 0.0, not 0.5"
+        """
+        mine, theirs = asdict(self), asdict(other)
+        return "; ".join(
+            f"{k!r} is {json.dumps(mine[k])}, not {json.dumps(theirs[k])}"
+            for k in mine
+            if mine[k] != theirs[k]
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The configuration as stored, exported and answered; a perceptron's names no
         ``algorithm`` nor ``C``, so that it is what it was before they existed."""

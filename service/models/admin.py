@@ -181,8 +181,8 @@ class Models:
         current = ModelConfig.from_json(existing)
         if current != config:
             raise Conflict(
-                f"Model {name!r} exists with another configuration; delete it first or use "
-                "another name.",
+                f"Model {name!r} exists with another configuration ({current.differences(config)}"
+                "); delete it first or use another name.",
                 code="model_exists",
             )
         return current, False
@@ -271,10 +271,12 @@ class Models:
         file = parse_document(document)
         self.check_limits(file.config)
         meta = await self.store.read_meta(name)
-        if meta is not None and ModelConfig.from_json(meta[Meta.CONFIG]) != file.config:
+        current = None if meta is None else ModelConfig.from_json(meta[Meta.CONFIG])
+        if current is not None and current != file.config:
             raise Conflict(
-                f"Model {name!r} exists with another configuration than the file's; delete "
-                "it first or import under another name.",
+                f"Model {name!r} exists with another configuration than the file's "
+                f"({current.differences(file.config)}); delete it first or import under "
+                "another name.",
                 code="model_exists",
             )
         carried = [_carried(c, file.config) for c in file.checkpoints]

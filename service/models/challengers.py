@@ -166,6 +166,7 @@ def figures(id: str, state: ChallengerState, model: ModelConfig) -> dict[str, An
         "since": state.position - state.seen,
         "seen": state.seen,
         "mistakes": state.mistakes,
+        "served_mistakes": state.served_mistakes,
         "updates": state.updates,
         "mistake_rate": state.rates(),
         "curve": {

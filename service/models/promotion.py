@@ -139,6 +139,7 @@ class Promotions:
             int(served["defaulted"]),
             int(served["defaulted_mistakes"]),
             since=seen,  # (its learning curve as a challenger starts here)
+            served_mistakes=int(served["mistakes"]),  # (it served every example it saw)
         )
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)

@@ -1,0 +1,102 @@
+"""The bodies and answers of the challengers' routes: add one, list them beside the served
+learner, promote one. The routes read their bodies as JSON objects, which
+``models/challengers.parse_body`` and ``models/promotion`` check (each error names the
+setting, with the codes the docs give); these classes are what the API's schema says of them,
+and what the answers hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from service.api.metrics_schemas import Curve
+from service.learner.config import ALGORITHMS, STRATEGIES
+
+
+class ChallengerSettings(BaseModel):
+    """A challenger's learner: each setting left out is the served model's where its rule uses
+    it, else the default; its classes and features are the model's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    algorithm: str | None = Field(None, description=f"One of {', '.join(ALGORITHMS)}.")
+    C: float | None = Field(None, description="pa1 / pa2: the aggressiveness, in (0, 1e6].")
+    learning_rate: float | None = Field(None, description="perceptron: the step, in (0, 1e6].")
+    margin: float | None = Field(None, description="perceptron: update within this margin.")
+    averaged: bool | None = Field(None, description="perceptron: serve the averaged weights.")
+    multiclass: str | None = Field(
+        None,
+        description=f"One of {', '.join(STRATEGIES)} (only the model's own can be promoted).",
+    )
+    from_: str | None = Field(
+        None,
+        alias="from",
+        description="'zeros' (the default) or 'served': start from a copy of the served "
+        "weights (only into the model's own 'multiclass').",
+    )
+
+
+class PromoteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    challenger: str = Field(description="The id of the challenger to serve.")
+    demote_as: str | None = Field(
+        None,
+        description="The id the learner that served takes among the challengers (default "
+        "served-<checkpoint>).",
+    )
+
+
+class LearnerRates(BaseModel):
+    all: float | None = Field(description="Mistakes over every example it has seen.")
+    last_100: float | None
+    last_1000: float | None
+
+
+class ServedLearner(BaseModel):
+    id: str = Field(description="Always 'served'.")
+    config: dict[str, Any] = Field(description="The model's configuration.")
+    seen: int = Field(description="Labelled examples it was given.")
+    mistakes: int = Field(description="Its mistakes at prediction.")
+    updates: int = Field(description="The examples that changed its weights: its version.")
+    mistake_rate: LearnerRates
+
+
+class ChallengerInfo(BaseModel):
+    promotable: bool = Field(description="Whether it can serve this model.")
+    not_promotable: str | None = Field(None, description="Why it cannot (absent when it can).")
+    id: str
+    config: dict[str, Any] = Field(description="Its configuration.")
+    since: int = Field(description="The model's labels before it was added.")
+    seen: int = Field(description="Labelled examples it has seen since.")
+    mistakes: int = Field(description="Its mistakes, by progressive validation.")
+    served_mistakes: int | None = Field(
+        description="The served learner's mistakes on the same examples (each as the model "
+        "served it): its rate over them is served_mistakes / seen (null: added before this "
+        "was counted)."
+    )
+    updates: int
+    mistake_rate: LearnerRates
+    curve: Curve
+
+
+class ChallengersAnswer(BaseModel):
+    model: str
+    labels: int = Field(description="The model's labels so far.")
+    served: ServedLearner
+    challengers: list[ChallengerInfo]
+
+
+class Promotion(BaseModel):
+    model: str
+    promoted: str = Field(description="The challenger that serves now.")
+    demoted: str = Field(description="The id of the learner that served, now a challenger.")
+    checkpoint: int = Field(description="The checkpoint of the model as it was before.")
+    config: dict[str, Any] = Field(description="The model's configuration now.")
+
+
+def documented_as(model: type[BaseModel]) -> WithJsonSchema:
+    """A body read as a plain JSON object (its checks and their error codes are the route's
+    own) that the API's schema describes as ``model``."""
+    return WithJsonSchema(model.model_json_schema(by_alias=True))
