@@ -18,8 +18,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import pytest
@@ -28,6 +29,7 @@ from service.cli.loopback import free_port
 from service.settings import Settings
 
 from .servers import ServiceProcess, running
+from .test_serve_sh import Serve, copied_checkout
 
 pytestmark = pytest.mark.servers  # the README's commands, run for real
 
@@ -111,14 +113,24 @@ def service() -> Iterator[ServiceProcess]:
         yield server
 
 
-def run_blocks(blocks: list[str], service: ServiceProcess, cwd: Path) -> tuple[str, str]:
+class Reachable(Protocol):
+    """A running service, however started: its port and URL."""
+
+    @property
+    def port(self) -> int: ...
+
+    @property
+    def url(self) -> str: ...
+
+
+def run_blocks(blocks: list[str], service: Reachable, cwd: Path) -> tuple[str, str]:
     """The blocks as one bash script against ``service``: (the script, what it printed)."""
     script = "\n".join(blocks)
     assert "..." not in "".join(line for line in script.splitlines() if not line.startswith("#"))
     return script, run_script(script, service, cwd)
 
 
-def run_script(script: str, service: ServiceProcess, cwd: Path, timeout: float = 120) -> str:
+def run_script(script: str, service: Reachable, cwd: Path, timeout: float = 120) -> str:
     """A bash script of pasted blocks against ``service`` (its port for the README's): what it
     printed; its Python finds the client as `pip install ./client` would."""
     script = script.replace("localhost:8000", f"127.0.0.1:{service.port}")
@@ -159,14 +171,31 @@ def readme_blocks() -> list[tuple[str, str]]:
     return [(language, text) for language, text in blocks[1:]]
 
 
-def test_the_readme_runs_top_to_bottom_on_one_service(
-    service: ServiceProcess, tmp_path: Path
-) -> None:
+@dataclass
+class ServeSh:
+    port: int
+    url: str
+
+
+def test_the_readme_runs_top_to_bottom_on_one_service(tmp_path: Path) -> None:
     """Every block of the README pasted in turn into one shell (a Python block into Python)
-    against one fresh service: each shell block prints exactly the answers it shows, the
+    against one fresh ``bash deploy/serve.sh`` (a copy of deploy/ beside this .venv, its store
+    its own): each shell block prints exactly the answers it shows, the
     Python block what its comments say, the replay demo its summary with the mistakes the
     README gives; and the history's blocks answer the versions and checkpoints they show
     after every block before them (the challengers' promotion among them)."""
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "shell").mkdir()
+    with copied_checkout(tmp_path / "checkout") as checkout:
+        serve_sh = Serve(checkout).start()
+        try:
+            url = f"http://127.0.0.1:{serve_sh.port}"
+            readme_in_order(ServeSh(serve_sh.port, url), tmp_path / "shell")
+        finally:
+            assert serve_sh.stop(signal.SIGINT) == 0  # (a terminal's Ctrl-C)
+
+
+def readme_in_order(service: ServeSh, tmp_path: Path) -> None:
     blocks = readme_blocks()
     assert [language for language, _ in blocks].count("python") == 1 and len(blocks) >= 7
     parts = []

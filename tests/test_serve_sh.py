@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +68,27 @@ class Serve:
         return code
 
 
-@pytest.fixture
-def checkout(tmp_path: Path) -> Iterator[Path]:
-    shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
-    shutil.copytree(ROOT / "requirements", tmp_path / "requirements")  # setup.sh's locks
-    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
-    yield tmp_path
-    lock = tmp_path / "data" / "redis" / "lock"
+@contextmanager
+def copied_checkout(folder: Path) -> Iterator[Path]:
+    """deploy/ and requirements/ copied into ``folder`` beside this checkout's .venv: a checkout
+    whose data/redis is its own. Its redis-server, should a failed test leave one, is stopped."""
+    shutil.copytree(ROOT / "deploy", folder / "deploy")
+    shutil.copytree(ROOT / "requirements", folder / "requirements")  # setup.sh's locks
+    (folder / ".venv").symlink_to(Path(sys.executable).parents[1])
+    yield folder
+    lock = folder / "data" / "redis" / "lock"
     if lock.exists():  # a redis-server left behind by a failed test: stop it by its socket
         subprocess.run(
             ["redis-cli", "-s", str(lock.with_name("redis.sock")), "shutdown"],
             capture_output=True,
             timeout=30,
         )
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Iterator[Path]:
+    with copied_checkout(tmp_path) as folder:
+        yield folder
 
 
 def store_released(folder: Path) -> bool:
