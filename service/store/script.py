@@ -9,14 +9,16 @@ caller's keys come from the model's names in the declared order; a key that is n
 property (an answer's key, the registry) is given by name. An argument slot ending in ``#`` is
 a number: the header reads it with ``tonumber``. A script may take more keys or arguments
 past its fixed slots (``rest_keys``, ``rest_args``): the header then says where they start,
-as ``<NAME>_AT``. Every script starts with the protocol's constants (``protocol.LUA``), then
-its slots as Lua locals (key ``meta`` is ``META``, argument ``epoch`` is ``EPOCH``), then the
-shared functions it uses (``ops/parts.py``), then its body.
+as ``<NAME>_AT``. Every script starts with the protocol's constants it names (of
+``protocol.LUA``, only those: Lua allows 200 locals in a chunk), then its slots as Lua locals
+(key ``meta`` is ``META``, argument ``epoch`` is ``EPOCH``), then the shared functions it uses
+(``ops/parts.py``), then its body.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,6 +49,7 @@ class Script:
     # its first command (store/connect.py), so that a Redis that does not hold it (new, or
     # restarted) does not fail it with NOSCRIPT after the wait in front of it ran its course.
     waited: bool = False
+    constants: str = field(init=False, repr=False)  # the protocol's constants it names
     header: str = field(init=False, repr=False)
     lua: str = field(init=False, repr=False)
 
@@ -72,7 +75,9 @@ class Script:
         if self.rest_args is not None:
             header.append(f"local {self.rest_args.upper()}_AT = {len(self.args) + 1}")
         object.__setattr__(self, "header", "\n".join(header) + "\n")
-        object.__setattr__(self, "lua", LUA + self.header + "".join(self.parts) + self.body)
+        code = "".join(self.parts) + self.body
+        object.__setattr__(self, "constants", constants_named(code))
+        object.__setattr__(self, "lua", self.constants + self.header + code)
 
     @property
     def arg_names(self) -> tuple[str, ...]:
@@ -97,6 +102,16 @@ class Script:
 
 def _declared(lua: str) -> list[str]:
     return [line.split()[1] for line in lua.splitlines() if line.startswith("local ")]
+
+
+def constants_named(code: str) -> str:
+    """The lines of ``protocol.LUA`` that declare a constant ``code`` names, in their order."""
+    words = set(re.findall(r"\b[A-Z_][A-Z0-9_]*\b", code))
+    return "".join(
+        line + "\n"
+        for line in LUA.splitlines()
+        if line.startswith("local ") and line.split()[1] in words
+    )
 
 
 # -- the store that runs an operation's script ------------------------------------------
