@@ -244,3 +244,20 @@ def test_no_module_over_400_lines_nor_a_function_over_60() -> None:
     assert long_modules == []
     assert long_functions.keys() == LONGER.keys()
     assert all(long_functions[k] <= LONGER[k] for k in LONGER), long_functions
+
+
+MOST_POSITIONAL = 5
+
+
+def test_no_call_passes_more_than_five_values_by_position() -> None:
+    """A call of six values or more names them (keywords, or one typed value): a reader sees
+    which is which, and a parameter added or moved cannot shift the others unseen."""
+    found = []
+    for path in sorted((ROOT / "service").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                given = [a for a in node.args if not isinstance(a, ast.Starred)]
+                if len(given) > MOST_POSITIONAL:
+                    where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                    found.append(f"{where} {ast.unparse(node.func)}")
+    assert found == []

@@ -22,8 +22,8 @@ from service.api.views import WeightsStream, challengers_body
 from service.learner import ModelConfig
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
-errors = error_responses(401, 403, 404, 409, 422, 503)
-with_body = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
+errors = error_responses((401, 403, 404, 409, 422, 503))
+with_body = error_responses((400, 401, 403, 404, 409, 413, 422, 503))
 CHALLENGER_EXAMPLE = {"algorithm": "pa1", "C": 0.1, "from": "served"}
 BODY_EXAMPLES: dict[str, Any] = {"pa1": {"value": CHALLENGER_EXAMPLE}}
 RATES = {"all": 0.125, "last_100": 0.1, "last_1000": 0.125}

@@ -78,7 +78,7 @@ router = APIRouter(prefix="/models", tags=["models"])
             "they change",
             "content": {EVENT_STREAM: {"example": EXAMPLE}},
         },
-        **error_responses(401, 403, 404, 422, 503),
+        **error_responses((401, 403, 404, 422, 503)),
     },
 )
 async def model_events(name: str, request: Request) -> Response:

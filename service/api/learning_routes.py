@@ -33,8 +33,8 @@ from service.learner import ModelConfig
 from service.learner.perceptron import class_votes
 
 router = APIRouter(tags=["learning"], route_class=FastJSONRoute)
-errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
-feedback_errors = error_responses(400, 401, 403, 404, 409, 410, 413, 422, 503)
+errors = error_responses((400, 401, 403, 404, 409, 413, 422, 503))
+feedback_errors = error_responses((400, 401, 403, 404, 409, 410, 413, 422, 503))
 
 
 # The hot routes answer with orjson directly; ``response_model`` still documents the body.

@@ -31,9 +31,9 @@ from service.engine.worker import Worker
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]
-errors = error_responses(401, 403, 404, 409, 422, 503)
+errors = error_responses((401, 403, 404, 409, 422, 503))
 # Operations with a JSON body may also get 400 (not JSON) and 413 (too large).
-with_body = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
+with_body = error_responses((400, 401, 403, 404, 409, 413, 422, 503))
 
 
 @router.put(

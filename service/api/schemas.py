@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -81,7 +82,7 @@ class ErrorResponse(BaseModel):
     labelled_by: Literal["default"] | None = Field(None, description=LABELLED_BY)
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def error_responses(statuses: Iterable[int]) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI ``responses`` of routes that may answer these error statuses, each with an
     example of that status."""
     return {

@@ -59,9 +59,8 @@ def pack_request(
         (names.setdefault(src, len(names)) for _, _, src in examples), "<u2", len(examples)
     )
     sources = "".join(f"\n{name}" for name in names).encode()
-    head = _HEAD.pack(
-        b"L", token.encode(), deadline_ms, epoch.encode(), len(examples), len(sources)
-    ) + (sources + at.tobytes() + ts.tobytes() + sq.tobytes())
+    fields = (b"L", token.encode(), deadline_ms, epoch.encode(), len(examples), len(sources))
+    head = _HEAD.pack(*fields) + (sources + at.tobytes() + ts.tobytes() + sq.tobytes())
     if xs[0].index is None:
         return b"".join((head, _dense_values(xs)))
     counts = np.fromiter((len(x.values) for x in xs), dtype="<i4", count=len(xs))

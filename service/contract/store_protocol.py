@@ -288,8 +288,8 @@ class Checkpoint:
     def parse(cls, id: int, text: str) -> Checkpoint:
         v, base, seen, ms, reason, m, w, n, pin, config = text.split(CHECKPOINT_SEP, 9)
         return cls(
-            id, int(v), int(base), int(seen), int(ms), reason, int(m), int(w), int(n), int(pin),
-            config,
+            id=id, version=int(v), base=int(base), seen=int(seen), ms=int(ms), reason=reason,
+            mistakes=int(m), window=int(w), bytes=int(n), past_in=int(pin), config=config,
         )  # fmt: skip
 
     @property

@@ -98,12 +98,12 @@ class DefaultLabels:
             now = self.clock()
             swept = await self.store.apply_defaults(
                 name,
-                known.epoch,
-                known.default,
-                known.life_s,
-                time_bucket(self.settings, now),
-                int(1000 * now),
-                DEFAULTS_PER_SWEEP,
+                epoch=known.epoch,
+                default=known.default,
+                life_s=known.life_s,
+                when=time_bucket(self.settings, now),
+                now_ms=int(1000 * now),
+                most=DEFAULTS_PER_SWEEP,
             )
             labelled += swept.labelled
             if swept.log_length >= 0 or swept.label_log >= 0:

@@ -144,17 +144,15 @@ class LearnCommits:
             base = rep.weights
             seen = seen_depended(cfg, base)
             made = Made(base.version, "" if seen is None else seen, r2)
-            seq, answers = self._sequence(rep, base, (xs, ts, provs), sources, heads, spans)
+            seq, answers = self._sequence(
+                rep=rep, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
+                spans=spans,
+            )  # fmt: skip
             try:
                 res = await self.store.commit_learn(
-                    rep.name,
-                    rep.epoch,
-                    made,
-                    time_bucket(self.settings, self.clock()),
-                    seq.batch,
-                    answers,
-                    self.lease,
-                )
+                    rep.name, epoch=rep.epoch, made=made, batch=seq.batch, answers=answers,
+                    when=time_bucket(self.settings, self.clock()), writer=self.lease,
+                )  # fmt: skip
             except StoreError as e:
                 if reply_lost(e):  # sent, and its reply lost: it may have run
                     raise learn_outcome_unknown(rep.name, e) from e
@@ -203,7 +201,7 @@ class LearnCommits:
         when it has some."""
         xs, ts, provs = learned
         cfg = rep.config
-        seq = run_sequence(cfg, rep.epoch, base, xs, ts, provs)
+        seq = run_sequence(cfg=cfg, epoch=rep.epoch, base=base, xs=xs, ts=ts, provs=provs)
         b = seq.batch
         only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
         b.cells.update(
@@ -212,7 +210,12 @@ class LearnCommits:
             else one_source_counts(only, b.n, b.mistakes, len(b.entries))
         )
         if rep.challenged:
-            seq.batch = replace(b, labels=label_entries(cfg, rep.epoch, xs, ts, seq.served, provs))
+            seq.batch = replace(
+                b,
+                labels=label_entries(
+                    cfg=cfg, epoch=rep.epoch, xs=xs, ts=ts, served=seq.served, provs=provs
+                ),
+            )
         before = list(accumulate(seq.updated, initial=base.version))  # version before each
         answers = [
             (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b])) for tag, a, b in spans

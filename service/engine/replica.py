@@ -72,7 +72,7 @@ class Replica:
             if data.base + offset < w.version:
                 continue
             k, t, raw, x = unpack_entry(self.config, entry)
-            apply_logged(self.config, w, x, raw, t, k)
+            apply_logged(config=self.config, weights=w, x=x, raw=raw, t=t, k=k)
         if w.version < data.version:  # the store said more updates than it sent
             w.version = -1
             raise ModelStateLost(self.name, "its update log does not add up to its version")

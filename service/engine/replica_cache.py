@@ -210,9 +210,15 @@ class Replicas:
                 keep = s.history_keep_updates > 0
                 every_ms = 1000 * s.checkpoint_every_s
                 if await self.store.compact(
-                    name, rep.epoch, rep.weights.version, data, now_ms, keep,
-                    s.checkpoint_every, every_ms,
-                ):  # fmt: skip
+                    name,
+                    epoch=rep.epoch,
+                    version=rep.weights.version,
+                    data=data,
+                    now_ms=now_ms,
+                    keep=keep,
+                    every=s.checkpoint_every,
+                    every_ms=every_ms,
+                ):
                     await prune(self.store, name, s, now_ms)
         except (StoreError, ServiceError) as e:  # the store away, full or busy: one line
             log.warning("compacting model %r failed (%s); it will be tried again", name, e)

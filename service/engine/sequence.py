@@ -60,8 +60,8 @@ def run_sequence(
     if provs is None:
         provs = [b""] * len(xs)
     if cfg.binary and not cfg.averaged and not cfg.passive_aggressive:
-        return _run_binary(cfg, epoch, base, xs, ts, provs)
-    return _run_general(cfg, epoch, base, xs, ts, provs)
+        return _run_binary(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
+    return _run_general(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
 
 
 def _run_general(
@@ -190,4 +190,11 @@ def _batch(
     k = int(max(s.max(), t.max())) + 1
     counts = np.bincount(s * k + t)
     cells = {cell_field(c // k, c % k): int(counts[c]) for c in np.flatnonzero(counts).tolist()}
-    return LearnBatch(len(served), int(wrong.sum()), marks, cells, entries, recent)
+    return LearnBatch(
+        n=len(served),
+        mistakes=int(wrong.sum()),
+        marks=marks,
+        cells=cells,
+        entries=entries,
+        recent=recent,
+    )

@@ -162,13 +162,13 @@ class Writers:
             # Queued, and its answer's first wait, in one round trip.
             mine, first = await self.store.hand_off(
                 rep.name,
-                self.me,
-                LEASE_MS,
-                token,
-                request,
-                wait_ms,
-                NOT_QUEUED_ANSWER,
-                min(ANSWER_WAIT_S, self.settings.learn_wait_s),
+                me=self.me,
+                lease_ms=LEASE_MS,
+                token=token,
+                request=request,
+                wait_ms=wait_ms,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=min(ANSWER_WAIT_S, self.settings.learn_wait_s),
             )
         except StoreError as e:
             if not reply_lost(e):

@@ -184,9 +184,18 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     weights = unpack_weights(config, rest[c + n :], updates, seen)
     window = bytes(rest[c : c + n])
     return ChallengerState(
-        config, weights, position, mistakes, window, defaulted, dmistakes, every, curve, since,
-        None if served < 0 else served,
-    )  # fmt: skip
+        config=config,
+        weights=weights,
+        position=position,
+        mistakes=mistakes,
+        window=window,
+        defaulted=defaulted,
+        defaulted_mistakes=dmistakes,
+        every=every,
+        curve=curve,
+        since=since,
+        served_mistakes=None if served < 0 else served,
+    )
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

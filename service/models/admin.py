@@ -55,9 +55,18 @@ def _carried(c: FileCheckpoint, config: ModelConfig) -> tuple[str, bytes]:
     packed = pack_snapshot(c.weights)
     v = c.weights.version
     record = Checkpoint(
-        0, v, v, c.weights.seen, c.ms, c.reason, c.mistakes, c.window, len(packed), 0,
-        config.to_json(),
-    ).record()  # fmt: skip
+        id=0,
+        version=v,
+        base=v,
+        seen=c.weights.seen,
+        ms=c.ms,
+        reason=c.reason,
+        mistakes=c.mistakes,
+        window=c.window,
+        bytes=len(packed),
+        past_in=0,
+        config=config.to_json(),
+    ).record()
     return record, packed
 
 
@@ -281,13 +290,13 @@ class Models:
             )
         carried = [_carried(c, file.config) for c in file.checkpoints]
         await self._replace(
-            name,
-            file.config,
-            file.weights,
-            file.counters,
-            file.created,
-            Reason.BEFORE_IMPORT,
-            carried,
+            name=name,
+            config=file.config,
+            weights=file.weights,
+            counters=file.counters,
+            created=file.created,
+            reason=Reason.BEFORE_IMPORT,
+            checkpoints=carried,
         )
         return file.config
 
@@ -295,7 +304,14 @@ class Models:
         """Zero the weights and counters; pending predictions lapse."""
         config, meta = await self.read_model(name)
         created = int(meta.get(Meta.CREATED, 0))
-        await self._replace(name, config, Weights.zeros(config), {}, created, Reason.BEFORE_RESET)
+        await self._replace(
+            name=name,
+            config=config,
+            weights=Weights.zeros(config),
+            counters={},
+            created=created,
+            reason=Reason.BEFORE_RESET,
+        )
 
     async def _replace(
         self,
@@ -315,16 +331,16 @@ class Models:
             await make_room(self.store, name, self.settings, now_ms, adding)
         await self.store.replace_model(
             name,
-            config.to_json(),
-            new_epoch(),
-            created or int(self.clock()),
-            weights.version,
-            weights.seen,
-            data,
-            counters,
-            now_ms,
-            reason,
-            carried,
+            config_json=config.to_json(),
+            epoch=new_epoch(),
+            created=created or int(self.clock()),
+            version=weights.version,
+            seen=weights.seen,
+            weights=data,
+            counters=counters,
+            now_ms=now_ms,
+            reason=reason,
+            checkpoints=carried,
         )
         self.replicas.drop(name)
         await prune_quietly(self.store, name, self.settings, now_ms)

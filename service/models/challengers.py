@@ -98,9 +98,14 @@ class Challengers:
             state = start_state(config, rep.weights if copied else None)
             version = rep.weights.version if copied else None
             position = await self.store.add_challenger(
-                name, rep.epoch, id, config.to_json(), start_tail(id, state, copied), version,
-                self.settings.max_challengers,
-            )  # fmt: skip
+                name,
+                epoch=rep.epoch,
+                id=id,
+                config=config.to_json(),
+                tail=start_tail(id, state, copied),
+                version=version,
+                most=self.settings.max_challengers,
+            )
             if position is not None:
                 state.position = position
                 return figures(id, state, rep.config)

@@ -139,7 +139,14 @@ class History:
             joining = sum(map(len, restorable.entries)) if keep and not restorable.past else 0
             now_ms = int(1000 * self.clock())
             adding, starting = snap + log_bytes + joining, snap if keep else 0
-            room = await make_room(self.store, name, self.settings, now_ms, adding, starting)
+            room = await make_room(
+                store=self.store,
+                name=name,
+                settings=self.settings,
+                now_ms=now_ms,
+                adding=adding,
+                starting=starting,
+            )
             kept_bytes = -1  # the retained log cut at the version: its bytes from its start
             if restorable.past:
                 kept_bytes = sum(
@@ -151,12 +158,12 @@ class History:
             try:
                 before = await self.store.rollback(
                     name,
-                    epoch,
-                    new_epoch(),
-                    weights.version,
-                    packed,
-                    restorable.config,
-                    now_ms,
+                    epoch=epoch,
+                    new_epoch=new_epoch(),
+                    version=weights.version,
+                    weights=packed,
+                    config=restorable.config,
+                    now_ms=now_ms,
                     keep=keep,
                     kept_bytes=kept_bytes,
                     snapshot=snapshot,
@@ -214,23 +221,28 @@ class History:
             snap, log_bytes = await self.store.read_sizes(name)
             now_ms = int(1000 * self.clock())
             room = await make_room(
-                self.store, name, self.settings, now_ms, snap + 2 * log_bytes, snap
+                store=self.store,
+                name=name,
+                settings=self.settings,
+                now_ms=now_ms,
+                adding=snap + 2 * log_bytes,
+                starting=snap,
             )
             if room.base_version != kept.base:
                 continue  # its oldest kept updates went: rebuild from those kept now
             try:
                 done = await self.store.undo_updates(
                     name,
-                    epoch,
-                    new_epoch(),
-                    version,
-                    kept.base,
-                    drops,
-                    packed,
-                    weights.version,
-                    sum(map(len, entries)),
-                    kept.base + drops[0] + 1,
-                    now_ms,
+                    epoch=epoch,
+                    new_epoch=new_epoch(),
+                    expect=version,
+                    start=kept.base,
+                    drops=drops,
+                    weights=packed,
+                    version=weights.version,
+                    kept_bytes=sum(map(len, entries)),
+                    left_from=kept.base + drops[0] + 1,
+                    now_ms=now_ms,
                     snapshot=None if kept.past else kept.weights,
                 )
             except StaleModel:

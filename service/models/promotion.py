@@ -131,15 +131,15 @@ class Promotions:
             return None  # (removed meanwhile: the swap says so)
         promotable(model, state.config, id)
         demoted = ChallengerState(
-            model,
-            rep.weights,
-            now.position,
-            int(served["mistakes"]),
-            served_marks(now),
-            int(served["defaulted"]),
-            int(served["defaulted_mistakes"]),
-            since=seen,  # (its learning curve as a challenger starts here)
-            served_mistakes=int(served["mistakes"]),  # (it served every example it saw)
+            config=model,
+            weights=rep.weights,
+            position=now.position,
+            mistakes=int(served["mistakes"]),
+            window=served_marks(now),
+            defaulted=int(served["defaulted"]),
+            defaulted_mistakes=int(served["defaulted_mistakes"]),
+            since=seen,
+            served_mistakes=int(served["mistakes"]),
         )
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)

@@ -133,7 +133,12 @@ async def prune(store: Store, name: str, settings: Settings, now_ms: int) -> boo
     if kept.base == state.base and not kept.drop:
         return False
     return await store.forget_history(
-        name, state.epoch, state.base, kept.base, kept.base_version, kept.drop
+        name,
+        epoch=state.epoch,
+        base=state.base,
+        new_base=kept.base,
+        new_version=kept.base_version,
+        ids=kept.drop,
     )
 
 
@@ -150,7 +155,12 @@ async def make_room(
         if kept.base == state.base and not kept.drop:
             return kept
         if await store.forget_history(
-            name, state.epoch, state.base, kept.base, kept.base_version, kept.drop
+            name,
+            epoch=state.epoch,
+            base=state.base,
+            new_base=kept.base,
+            new_version=kept.base_version,
+            ids=kept.drop,
         ):
             return kept
     raise ModelBusy(f"Model {name!r}'s history kept changing; retry shortly.")
@@ -163,7 +173,7 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
     weights = unpack_weights(config, restorable.weights, restorable.base, 0)
     for entry in restorable.entries:
         k, t, raw, x = unpack_entry(config, entry)
-        apply_logged(config, weights, x, raw, t, k)
+        apply_logged(config=config, weights=weights, x=x, raw=raw, t=t, k=k)
     return config, weights
 
 

@@ -128,7 +128,13 @@ async def replay_async(
     seconds = time.monotonic() - start
     outcomes = tally.outcomes()
     return Summary(
-        model, options.mode, options.batch, options.concurrency, options.delay, seconds, outcomes
+        model=model,
+        mode=options.mode,
+        batch=options.batch,
+        concurrency=options.concurrency,
+        delay=options.delay,
+        seconds=seconds,
+        outcomes=outcomes,
     )
 
 

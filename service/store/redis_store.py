@@ -321,7 +321,9 @@ class Store:
             if after:
                 got = await self.client.execute_command(*after)
             return reply, got
-        return await self._send(script, keys, args, first, before, after)
+        return await self._send(
+            script=script, keys=keys, args=args, first=first, before=before, after=after
+        )
 
     async def _send(
         self,

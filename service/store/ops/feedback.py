@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
@@ -225,14 +225,17 @@ async def feedback(
     again)."""
     k = keys_of(name)
     wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
-    call = _Call(name, when, life_s, source, now_ms, averaged, default, epoch)
+    call = _Call(
+        name=name, when=when, life_s=life_s, source=source, now_ms=now_ms, averaged=averaged,
+        default=default, epoch=epoch,
+    )  # fmt: skip
     spans = delays.split(",") if delays else []
     items: list[FeedbackItem] = []
     version = log_length = label_log = -1
     deadline = asyncio.get_running_loop().time() + HELD_AGAIN_S
     while True:
         at = len(items)
-        reply = await _run(store, call, tokens[at:], labels[at:], late[at:], spans[at:], wait)
+        reply = await _run(store, call, _Items(tokens, labels, late, spans), at, wait)
         if int(reply[0]) == Status.HELD:
             if not items:  # (sent again with wait_s, it waits for the writer to let go)
                 return Held(int(reply[1]))
@@ -264,17 +267,23 @@ class _Call:
     epoch: str = ""
 
 
+class _Items(NamedTuple):
+    """The predictions a feedback call labels: each one's token, class index, whether its
+    label came late, and its delay (the spans of ``delays``)."""
+
+    tokens: Sequence[str]
+    labels: Sequence[int]
+    late: str
+    spans: list[str]
+
+
 async def _run(
-    store: Runner,
-    call: _Call,
-    tokens: Sequence[str],
-    labels: Sequence[int],
-    late: str,
-    spans: list[str],
-    wait: tuple[str, str, float] | None,
+    store: Runner, call: _Call, items: _Items, at: int, wait: tuple[str, str, float] | None
 ) -> list[Any]:
-    """One script call, for these predictions."""
+    """One script call, for the predictions from ``at`` on."""
     k = keys_of(call.name)
+    tokens, labels = items.tokens[at:], items.labels[at:]
+    late, spans = items.late[at:], items.spans[at:]
     reply, _ = await store.run_with_wait(
         SCRIPT,
         SCRIPT.key_list(k, rest=[k.pending(t) for t in tokens]),

@@ -43,7 +43,14 @@ async def sync_data(
     _, epoch, version, seen, base, read_yourself, entries = reply
     if int(read_yourself):
         return await read_log(store, keys, from_version, int(base))
-    return SyncData(text(epoch), int(version), int(seen), int(base), None, list(entries))
+    return SyncData(
+        epoch=text(epoch),
+        version=int(version),
+        seen=int(seen),
+        base=int(base),
+        snapshot=None,
+        entries=list(entries),
+    )
 
 
 async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int) -> SyncData:
@@ -67,7 +74,7 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
         if whole and held is None:
             held = await blobs.shape_of(store.client, keys.snap)
         read = held if whole else None
-        replies, n = await _read_once(store, keys, from_version, snapv, read, last)
+        replies, n = await _read_once(store, keys, from_version, snapv, read, transaction=last)
         (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
         if epoch is None or after is None:
             raise ModelNotFound(keys.name)
@@ -120,7 +127,7 @@ async def _read_once(
     n = 0
     async with store.client.pipeline(transaction=transaction) as pipe:
         pipe.hmget(
-            keys.meta, Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH
+            keys.meta, [Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH]
         )
         if snapshot is not None:
             n = blobs.queue_read(pipe, keys.snap, snapshot)
