@@ -758,10 +758,10 @@ def test_a_hand_over_whose_reply_was_lost_after_it_took_the_lease_was_not_learne
             rep = await worker.replicas.get("m")
             real = store.hand_off
 
-            async def reply_lost(*args: Any) -> bool:
+            async def reply_lost(*args: Any, **kwargs: Any) -> bool:
                 # ran (the lease taken, nothing queued) with its first wait, which took the
                 # answer that says so
-                assert (await real(*args))[0]
+                assert (await real(*args, **kwargs))[0]
                 raise RedisConnectionError("Connection reset by peer")  # reply lost
 
             store.hand_off = reply_lost  # type: ignore[method-assign,assignment]

@@ -174,7 +174,7 @@ async def test_a_compaction_that_fails_is_logged_and_hurts_no_request(
     engine = engines(compact_every=2)
     await engine.models.create_model("m", {"n_features": 2})
 
-    async def broken(*args: Any) -> bool:
+    async def broken(*args: Any, **kwargs: Any) -> bool:
         raise RuntimeError("no room")
 
     monkeypatch.setattr(engine.store, "compact", broken)

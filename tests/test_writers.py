@@ -321,7 +321,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
 
             async def commit_feedback(*args: Any, **kwargs: Any) -> Any:
                 got = await real_feedback(*args, **kwargs)
-                calls.append((args[-1], isinstance(got, Held)))
+                calls.append((kwargs["wait_s"], isinstance(got, Held)))
                 return got
 
             a.store.commit_learn = commit  # type: ignore[method-assign]
@@ -738,7 +738,7 @@ def test_a_writer_takes_the_next_commits_requests_while_its_commit_runs(redis_ur
                 await asyncio.sleep(0.3)
                 result = await commit(*args, **kwargs)
                 if isinstance(result, LearnResult):
-                    sizes.append(len(args[5]))  # the answers: one per request
+                    sizes.append(len(kwargs["answers"]))  # the answers: one per request
                 return result
 
             worker.store.commit_learn = slow_commit  # type: ignore[method-assign]
