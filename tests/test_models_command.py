@@ -293,7 +293,8 @@ def test_challengers_a_promotion_and_an_undo_from_the_command_line(client: httpx
     assert client.get("/models/c").json()["config"]["algorithm"] == "pa1"
     again = perceptron("models", "promote", "c", "nope", url=url)
     assert again.returncode == EXIT["not_found"]
-    assert perceptron("models", "delete-challenger", "c", "old", url=url).returncode == 0
+    gone = as_json(perceptron("models", "delete-challenger", "c", "old", "--json", url=url))
+    assert gone == {"deleted": "old"}
     assert perceptron("models", "delete-challenger", "c", "old", url=url).returncode == 3
     kept = as_json(perceptron("models", "updates", "c", "--limit", "5", "--json", url=url))
     assert len(kept["updates"]) <= 5

@@ -10,6 +10,7 @@ cannot take) 4, a body the service refuses 1.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -94,7 +95,7 @@ def add_challenger(client: Client, args: argparse.Namespace) -> None:
 
 def delete(client: Client, args: argparse.Namespace) -> None:
     client.delete_challenger(args.name, args.id)
-    out(f'{{"deleted": "{args.id}"}}' if args.json else f"deleted challenger {args.id!r}")
+    out(json.dumps({"deleted": args.id}) if args.json else f"deleted challenger {args.id!r}")
 
 
 def promote(client: Client, args: argparse.Namespace) -> None:
