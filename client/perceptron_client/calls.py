@@ -291,20 +291,23 @@ def challengers(name: str) -> Call[Challengers]:
     return Call("GET", _path(name) + "/challengers", _parse(Challengers))
 
 
+def _challenger_path(name: str, id: str) -> str:
+    return f"{_path(name)}/challengers/{quote(id, safe='')}"
+
+
 def challenger(name: str, id: str) -> Call[ChallengerInfo]:
-    return Call("GET", f"{_path(name)}/challengers/{quote(id, safe='')}", _parse(ChallengerInfo))
+    return Call("GET", _challenger_path(name, id), _parse(ChallengerInfo))
 
 
 def add_challenger(
     name: str, id: str, settings: Mapping[str, Any], from_served: bool = False
 ) -> Call[ChallengerInfo]:
     body = {**settings, **({"from": "served"} if from_served else {})}
-    path = f"{_path(name)}/challengers/{quote(id, safe='')}"
-    return Call("PUT", path, _parse(ChallengerInfo), body)
+    return Call("PUT", _challenger_path(name, id), _parse(ChallengerInfo), body)
 
 
 def delete_challenger(name: str, id: str) -> Call[None]:
-    return Call("DELETE", f"{_path(name)}/challengers/{quote(id, safe='')}", _nothing)
+    return Call("DELETE", _challenger_path(name, id), _nothing)
 
 
 def promote(name: str, challenger: str, demote_as: str | None = None) -> Call[Promotion]:

@@ -96,22 +96,26 @@ def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarra
     An entry is ``b"k|t|"``, its provenance, and the prediction's whole pending record, so
     that the script that logs feedback copies the record once, without cutting it.
     """
-    k, t, record = entry.split(ENTRY_SEP, 2)
-    start = 0
-    if record[:1] == SOURCE_MARK:  # past its provenance
-        start = record.index(ENTRY_SEP, record.index(ENTRY_SEP) + 1) + 1
+    k, t, record, start = _entry_parts(entry)
     raw, x = unpack_payload(config, record[start + record_header(config) :])
     return int(k), int(t), raw, x
 
 
 def entry_served(entry: bytes) -> int:
     """The class index the model served for the prediction a log entry labels."""
-    _, _, record = entry.split(ENTRY_SEP, 2)
-    start = 0
-    if record[:1] == SOURCE_MARK:  # past its provenance
-        start = record.index(ENTRY_SEP, record.index(ENTRY_SEP) + 1) + 1
+    _, _, record, start = _entry_parts(entry)
     at = start + len(PENDING) + EPOCH_LENGTH
     return int(record[at : at + SERVED_DIGITS])
+
+
+def _entry_parts(entry: bytes) -> tuple[bytes, bytes, bytes, int]:
+    """An entry's ``k``, its true class, the rest, and where its pending record starts in the
+    rest (past the provenance, if it carries one)."""
+    k, t, rest = entry.split(ENTRY_SEP, 2)
+    start = 0
+    if rest[:1] == SOURCE_MARK:  # past its provenance
+        start = rest.index(ENTRY_SEP, rest.index(ENTRY_SEP) + 1) + 1
+    return k, t, rest, start
 
 
 def pack_weights(weights: Weights) -> bytes:
