@@ -26,6 +26,7 @@ from service.api import (
     events,
     health,
     home,
+    learner_routes,
     learning_routes,
     model_routes,
     overview,
@@ -113,6 +114,7 @@ def create_app(
 def _add_routes(app: FastAPI) -> None:
     app.include_router(learning_routes.router)  # first: the hot routes match soonest
     app.include_router(model_routes.router)
+    app.include_router(learner_routes.router)
     app.include_router(challenger_routes.router)
     app.include_router(events.router)
     app.include_router(health.router)

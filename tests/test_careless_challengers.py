@@ -55,7 +55,8 @@ def test_a_challenger_takes_the_settings_it_leaves_out_from_the_served_model(
     assert avg["promotable"] is True and "not_promotable" not in avg
     # a rule that does not take the served learner's settings: theirs are left at defaults
     pa = client.put("/models/o/challengers/pa", json={"algorithm": "pa2", "C": 0.1}).json()
-    assert pa["config"]["multiclass"] == "ovo" and pa["config"]["learning_rate"] == 1.0
+    assert pa["config"]["multiclass"] == "ovo" and pa["config"]["C"] == 0.1
+    assert "learning_rate" not in pa["config"]  # (a PA learner's configuration names its own)
     client.put("/models/p", json={"n_features": 5, "algorithm": "pa1", "C": 0.25})
     c = client.put("/models/p/challengers/c", json={"algorithm": "pa2"}).json()
     assert (c["config"]["algorithm"], c["config"]["C"]) == ("pa2", 0.25)

@@ -53,7 +53,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
-API = re.compile(r"/models(/[^?#]*)?([?#].*)?$")
+API = re.compile(r"/(models(/[^?#]*)?|learners)([?#].*)?$")
 DESKTOP: ViewportSize = {"width": 1280, "height": 900}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 

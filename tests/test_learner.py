@@ -816,7 +816,7 @@ def test_scores_cannot_overflow_at_the_value_limit() -> None:
 
 
 def test_classes_may_be_given_as_a_list() -> None:
-    assert ModelConfig(classes=["a", "b"]).classes == ("a", "b")  # type: ignore[arg-type]
+    assert ModelConfig(classes=["a", "b"]).classes == ("a", "b")
 
 
 @pytest.mark.parametrize("param", ["learning_rate", "margin"])

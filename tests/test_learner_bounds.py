@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.learner import ModelConfig
-from service.learner.config import MAX_C, MAX_WEIGHT
 from service.learner.features import MAX_ABS_VALUE, Example
-from service.learner.passive_aggressive import learner
+from service.learner.interface import MAX_WEIGHT
+from service.learner.passive_aggressive import MAX_C, learner
 from service.learner.rules import apply_logged, raw_scores, served_scores
 
 # every learner and layout (and any added later joins here)

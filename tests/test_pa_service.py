@@ -112,7 +112,7 @@ def test_real_data_through_the_service_gives_sklearns_weights_and_mistakes(
             algorithm=algorithm,
             C=c,
         )
-        assert (info.config.algorithm, info.config.C) == (algorithm, c)
+        assert (info.config.algorithm, info.config.settings()) == (algorithm, {"C": c})
         labels, mistakes = send(clients, name, data, path)
         rows = clients[0].weights(name).rows
         counted = clients[0].read_model(name).counters
@@ -169,8 +169,7 @@ def test_a_pa_model_to_sklearn_and_back_predicts_and_learns_on_as_the_service(
         assert np.array_equal(np.array([r.bias for r in rows]), est.intercept_)
 
         back = api.from_sklearn("pa-back", est)
-        assert (back.config.algorithm, back.config.C) == (algorithm, c)
-        assert back.config.learning_rate == 1.0  # (a PA model takes none of its own)
+        assert (back.config.algorithm, back.config.settings()) == (algorithm, {"C": c})
         rows = api.weights("pa-back").rows
         assert np.array_equal(np.array([r.weights for r in rows]), est.coef_)
         served = [p.label for p in api.predict_batch("pa-back", data.X[first]).predictions]
@@ -191,14 +190,14 @@ def test_from_sklearn_takes_the_deprecated_passive_aggressive_classifier_and_opt
         for name in ("pa-old", "pa-chosen", "pa-plain"):
             httpx.delete(f"{services['one-writer']}/models/{name}")
         info = api.from_sklearn("pa-old", old)
-        assert (info.config.algorithm, info.config.C) == ("pa2", 0.01)
+        assert (info.config.algorithm, info.config.settings()) == ("pa2", {"C": 0.01})
         # options choose the rule: a PA estimator may come in as a perceptron, or another PA
         plain = api.from_sklearn("pa-plain", old, algorithm="perceptron", learning_rate=0.5)
         assert (plain.config.algorithm, plain.config.learning_rate) == ("perceptron", 0.5)
         chosen = api.from_sklearn(
             "pa-chosen", Perceptron(eta0=0.5).fit(data.X, data.y), C=2.0, algorithm="pa1"
         )
-        assert (chosen.config.algorithm, chosen.config.C) == ("pa1", 2.0)
-        assert chosen.config.learning_rate == 1.0
+        assert (chosen.config.algorithm, chosen.config.settings()) == ("pa1", {"C": 2.0})
+        assert chosen.config.learning_rate is None  # (not a PA learner's setting)
         est = api.to_sklearn("pa-plain")
         assert type(est) is Perceptron and est.eta0 == 0.5

@@ -121,8 +121,8 @@ def test_an_export_of_the_service_reads_as_the_weights_it_serves(config: ModelCo
     weights.w = rng.normal(size=weights.w.shape)
     weights.b = rng.normal(size=weights.b.shape)
     if config.averaged:
-        weights.wsum = rng.normal(size=weights.w.shape) * 7
-        weights.bsum = rng.normal(size=weights.b.shape) * 7
+        weights.state["wsum"] = rng.normal(size=weights.w.shape) * 7
+        weights.state["bsum"] = rng.normal(size=weights.b.shape) * 7
     weights.version, weights.seen = 11, 13
     document = export_format.export_document("m", config, weights, {})
     est = exporting(document).to_sklearn("m")

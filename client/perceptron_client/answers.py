@@ -8,9 +8,9 @@ Fields the service may leave out or send as null default to ``None``, as there.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "ChallengerInfo",
@@ -65,20 +65,29 @@ class ErrorResponse(BaseModel):
 
 
 class ModelSpec(BaseModel):
-    """A model's configuration, fixed at creation."""
+    """A model's configuration, fixed at creation: its own fields, its learner (``algorithm``,
+    one of ``GET /learners``) and that learner's settings (``settings()``; the perceptron's
+    ``learning_rate``, ``margin`` and ``averaged`` are fields, None for another learner)."""
+
+    model_config = ConfigDict(extra="allow")
 
     classes: list[Label]
     multiclass: str
     n_features: int | None
     hash_bits: int
     fit_bias: bool
-    learning_rate: float
-    margin: float
-    averaged: bool
     feedback_ttl_s: int
     default_label: Label | None = None
-    algorithm: Literal["perceptron", "pa1", "pa2"] = "perceptron"
-    C: float = 1.0
+    algorithm: str = "perceptron"
+    learning_rate: float | None = None
+    margin: float | None = None
+    averaged: bool | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The learner's settings, by name."""
+        own = {"learning_rate": self.learning_rate, "margin": self.margin}
+        own["averaged"] = self.averaged
+        return {k: v for k, v in {**own, **(self.model_extra or {})}.items() if v is not None}
 
 
 class Counters(BaseModel):
@@ -273,6 +282,8 @@ class PredictResponse(BaseModel):
     label: Label
     score: float | None = None
     scores: dict[str, float] | None = None
+    # each class's probability, in the model's classes' order (None: its learner has none)
+    probabilities: list[float] | None = None
     version: int
 
 

@@ -6,25 +6,24 @@ and what the answers hold."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
+from service.api.learner_schemas import setting_fields
 from service.api.metrics_schemas import Curve
-from service.learner.config import ALGORITHMS, STRATEGIES
+from service.learner.interface import STRATEGIES
+from service.learner.registry import ALGORITHMS
 
 
-class ChallengerSettings(BaseModel):
-    """A challenger's learner: each setting left out is the served model's where its rule uses
-    it, else the default; its classes and features are the model's."""
+class ChallengerFields(BaseModel):
+    """A challenger's learner: each setting left out is the served model's where its learner
+    has it, else the default; its classes and features are the model's. ``ChallengerSettings``
+    adds each learner's settings, from the registry."""
 
     model_config = ConfigDict(extra="forbid")
 
     algorithm: str | None = Field(None, description=f"One of {', '.join(ALGORITHMS)}.")
-    C: float | None = Field(None, description="pa1 / pa2: the aggressiveness, in (0, 1e6].")
-    learning_rate: float | None = Field(None, description="perceptron: the step, in (0, 1e6].")
-    margin: float | None = Field(None, description="perceptron: update within this margin.")
-    averaged: bool | None = Field(None, description="perceptron: serve the averaged weights.")
     multiclass: str | None = Field(
         None,
         description=f"One of {', '.join(STRATEGIES)} (only the model's own can be promoted).",
@@ -34,6 +33,17 @@ class ChallengerSettings(BaseModel):
         alias="from",
         description="'zeros' (the default) or 'served': start from a copy of the served "
         "weights (only into the model's own 'multiclass').",
+    )
+
+
+if TYPE_CHECKING:
+    ChallengerSettings = ChallengerFields
+else:
+    ChallengerSettings = create_model(
+        "ChallengerSettings",
+        __base__=ChallengerFields,
+        __doc__=ChallengerFields.__doc__,
+        **setting_fields(),
     )
 
 

@@ -46,6 +46,7 @@ PREDICTION: dict[str, Any] = {
     "label": "virginica",
     "score": None,
     "scores": {"setosa": -30.32, "versicolor": -1.68, "virginica": 32.0},
+    "probabilities": None,
     "version": 5,
 }
 BINARY_PREDICTION: dict[str, Any] = {
@@ -53,6 +54,7 @@ BINARY_PREDICTION: dict[str, Any] = {
     "label": -1,
     "score": 0.0,
     "scores": None,
+    "probabilities": None,
     "version": 0,
 }
 FEEDBACK: dict[str, Any] = {"mistake": True, "updated": True, "version": 6, "duplicate": False}

@@ -49,6 +49,7 @@ async def predict(body: PredictRequest, who: Reader) -> Response:
             "label": p.label,
             "score": None,
             "scores": None,
+            "probabilities": None,
             **score_fields(config, p.scores),
             "version": p.version,
         }
@@ -148,12 +149,19 @@ def _checked_id(who: Caller, text: str) -> PredictionId | None:
 
 
 def score_fields(config: ModelConfig, scores: np.ndarray) -> dict[str, object]:
-    """``score`` for a binary model; ``scores`` by class otherwise (ovo: votes)."""
+    """``score`` for a binary model; ``scores`` by class otherwise (ovo: votes); and
+    ``probabilities`` where the learner has them."""
+    found: dict[str, object] = {}
+    probabilities = config.learner.probabilities(config, scores)
+    if probabilities is not None:
+        found["probabilities"] = probabilities.tolist()
     if config.binary:
-        return {"score": float(scores[0])}
+        found["score"] = float(scores[0])
+        return found
     if config.multiclass == "ovo":
         scores = class_votes(config.n_classes, scores)
-    return {"scores": {str(c): float(s) for c, s in zip(config.classes, scores, strict=True)}}
+    found["scores"] = {str(c): float(s) for c, s in zip(config.classes, scores, strict=True)}
+    return found
 
 
 def predict_batch_response(config: ModelConfig, preds: Sequence[Predicted]) -> PredictBatchResponse:

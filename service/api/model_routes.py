@@ -46,7 +46,7 @@ async def create_model(
 ) -> ModelInfo:
     """Create a model (201), or confirm one with the same configuration (200)."""
     who.check(Role.admin, name)
-    params = (spec or ModelSpec()).model_dump()
+    params = (spec or ModelSpec()).settings()
     _, created = await who.worker.models.create_model(name, params)
     if not created:
         response.status_code = 200

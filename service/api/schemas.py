@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import pybase64
@@ -16,14 +16,16 @@ from pydantic import (
     StrictInt,
     StrictStr,
     WithJsonSchema,
+    create_model,
     model_validator,
 )
 
-from service.api import examples
+from service.api import examples, learner_schemas
 from service.contract.names import NAME_MAX, NAME_PATTERN
 from service.contract.store_protocol import MAX_COUNT
 from service.errors import InvalidInput
 from service.learner import ModelConfig
+from service.learner.registry import SETTINGS
 
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 # Versions and checkpoint ids: integers (never booleans, strings or 1.0) the store keeps exact.
@@ -111,8 +113,9 @@ def _config_field(name: str, takes: str, **constraints: Any) -> Any:
     return Field(default=default, description=text, **constraints)
 
 
-class ModelSpec(Body):
-    """A model's configuration, fixed at creation."""
+class ModelSpecFields(Body):
+    """A model's configuration, fixed at creation: its own fields; ``ModelSpec`` adds each
+    learner's settings, from the registry."""
 
     model_config = with_examples(examples.MODEL_SPEC)
 
@@ -133,13 +136,6 @@ class ModelSpec(Body):
         "hash_bits", "An integer: named features are hashed into 2**hash_bits weights"
     )
     fit_bias: StrictBool = _config_field("fit_bias", "true or false: learn a bias")
-    learning_rate: FiniteFloat = _config_field(
-        "learning_rate", "A finite number: the size of each update"
-    )
-    margin: FiniteFloat = _config_field(
-        "margin", "A finite number: also update when the score's margin is at most this"
-    )
-    averaged: StrictBool = _config_field("averaged", "true or false: keep averaged weights too")
     feedback_ttl_s: StrictInt = _config_field(
         "feedback_ttl_s", "An integer: how many seconds a prediction waits for its label"
     )
@@ -148,13 +144,25 @@ class ModelSpec(Body):
         "One of the classes, or null: the label a prediction is learned with when its wait "
         "runs out with no label (null: it then takes none)",
     )
-    algorithm: Literal["perceptron", "pa1", "pa2"] = _config_field(
-        "algorithm",
-        "'perceptron', 'pa1' or 'pa2': the learning rule, the perceptron's or passive-aggressive "
-        "PA-I or PA-II (these take neither learning_rate, margin nor averaged)",
-    )
-    C: FiniteFloat = _config_field(
-        "C", "A number in (0, 1e6]: PA-I's and PA-II's aggressiveness (pa1 and pa2 only)"
+    algorithm: str = Field("perceptron", description=learner_schemas.algorithm_text())
+
+    def settings(self) -> dict[str, Any]:
+        """The configuration as ``ModelConfig`` takes it: the settings given, no others."""
+        return {k: v for k, v in self.model_dump().items() if v is not None or k not in SETTINGS}
+
+
+if TYPE_CHECKING:
+    ModelSpec = ModelSpecFields
+else:
+    ModelSpec = create_model(
+        "ModelSpec",
+        __base__=ModelSpecFields,
+        __doc__="A model's configuration, fixed at creation.",
+        algorithm=(
+            learner_schemas.AlgorithmName,
+            Field("perceptron", description=learner_schemas.algorithm_text()),
+        ),
+        **learner_schemas.setting_fields(),
     )
 
 
@@ -207,6 +215,11 @@ class PredictResponse(BaseModel):
     score: float | None = Field(None, description="Binary models: w.x + b.")
     scores: dict[str, float] | None = Field(
         None, description="Multiclass models: score per class (ovo: votes per class)."
+    )
+    probabilities: list[float] | None = Field(
+        None,
+        description="Each class's probability, in the order of the model's classes, from a "
+        "learner that has them (GET /learners); null from one that has none.",
     )
     version: int
 

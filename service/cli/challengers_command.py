@@ -13,15 +13,13 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from perceptron_client import ChallengerInfo, Client, ServedLearner
+from service.cli.learner_options import add_learner_options, describe, given_settings
 from service.cli.models_output import Usage, columns, out
-from service.learner.config import ALGORITHMS, STRATEGIES
+from service.learner.interface import STRATEGIES
 
 Action = Callable[[Client, argparse.Namespace], None]
-# A challenger's learner: what add-challenger may set (each unset: the model's, or the default)
-SETTINGS = ("algorithm", "C", "learning_rate", "margin", "averaged", "multiclass")
 
 
 def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -> None:
@@ -39,11 +37,7 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     )
     add.add_argument("id", metavar="ID", help="the challenger's id (letters, digits, -_.)")
     learner = add.add_argument_group("its learner (unset: the model's where its rule uses it)")
-    learner.add_argument("--algorithm", choices=ALGORITHMS, help="learning rule")
-    learner.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
-    learner.add_argument("--learning-rate", metavar="R", type=float, help="step of an update")
-    learner.add_argument("--margin", metavar="M", type=float, help="update within this margin")
-    learner.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
+    add_learner_options(learner)
     learner.add_argument(
         "--multiclass", choices=STRATEGIES, help="strategy (only the model's can be promoted)"
     )
@@ -88,7 +82,9 @@ def challengers(client: Client, args: argparse.Namespace) -> None:
 
 
 def add_challenger(client: Client, args: argparse.Namespace) -> None:
-    settings = {k: getattr(args, k) for k in SETTINGS if getattr(args, k) is not None}
+    settings = given_settings(args)
+    if args.multiclass is not None:
+        settings["multiclass"] = args.multiclass
     added = client.add_challenger(args.name, args.id, args.from_served, **settings)
     out(added.model_dump_json() if args.json else f"added {added.id!r}\n{_table([added])}")
 
@@ -153,7 +149,7 @@ def _table(learners: Sequence[ServedLearner | ChallengerInfo]) -> str:
         rows.append(
             (
                 one.id,
-                _learner(one.config),
+                describe(one.config),
                 since,
                 str(one.seen),
                 str(one.mistakes),
@@ -165,20 +161,6 @@ def _table(learners: Sequence[ServedLearner | ChallengerInfo]) -> str:
             )
         )
     return columns(rows)
-
-
-def _learner(config: dict[str, Any]) -> str:
-    """A configuration's learning rule in a few words: 'pa1 C=0.1', 'perceptron averaged'."""
-    algorithm = config.get("algorithm", "perceptron")
-    if algorithm != "perceptron":
-        said = f"{algorithm} C={config.get('C', 1.0):g}"
-    else:
-        said = "perceptron" + (" averaged" if config.get("averaged") else "")
-        if config.get("learning_rate", 1.0) != 1.0:
-            said += f" lr={config['learning_rate']:g}"
-        if config.get("margin", 0.0):
-            said += f" margin={config['margin']:g}"
-    return said + (f" {config['multiclass']}" if len(config.get("classes", ())) > 2 else "")
 
 
 def _rate(rate: float | None) -> str:

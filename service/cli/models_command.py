@@ -40,8 +40,9 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
+from service.cli.learner_options import add_learner_options
 from service.cli.models_output import Usage, columns, err, features_of, out, print_model
-from service.learner.config import ALGORITHMS, STRATEGIES
+from service.learner.interface import STRATEGIES
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
@@ -139,9 +140,6 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
     spec.add_argument("--n-features", metavar="N", type=int, help="dense dimension")
     spec.add_argument("--hash-bits", metavar="B", type=int, help="named features: 2**B weights")
     spec.add_argument("--multiclass", choices=STRATEGIES, help="strategy")
-    spec.add_argument("--learning-rate", metavar="R", type=float, help="step of an update")
-    spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
-    spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
     spec.add_argument(
         "--no-fit-bias", dest="fit_bias", action="store_false", default=None, help="no bias"
     )
@@ -152,8 +150,7 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         type=_label,
         help="learned when no label came within the wait (one of the classes)",
     )
-    spec.add_argument("--algorithm", choices=ALGORITHMS, help="learning rule (PA-I, PA-II)")
-    spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
+    add_learner_options(spec)
     spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
     )

@@ -31,16 +31,8 @@ def print_model(info: ModelInfo, as_json: bool) -> None:
         ("multiclass", c.multiclass),
         ("fit_bias", str(c.fit_bias).lower()),
         ("algorithm", c.algorithm),
-        # a PA model's step is its own: C, and none of the perceptron's settings
-        *(
-            [("C", str(c.C))]
-            if c.algorithm != "perceptron"
-            else [
-                ("learning_rate", str(c.learning_rate)),
-                ("margin", str(c.margin)),
-                ("averaged", str(c.averaged).lower()),
-            ]
-        ),
+        # the learner's own settings, and none of another's
+        *((k, str(v).lower() if isinstance(v, bool) else str(v)) for k, v in c.settings().items()),
         ("feedback_ttl_s", str(c.feedback_ttl_s)),
         ("default_label", "none" if c.default_label is None else str(c.default_label)),
         ("version", str(info.version)),

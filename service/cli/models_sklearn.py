@@ -18,14 +18,15 @@ from typing import Any, TypeVar
 from perceptron_client import Client
 from service.cli.estimator_files import EstimatorFileError, dump_estimator, load_estimator
 from service.cli.exit_codes import unwritable
+from service.cli.learner_options import add_learner_options
 from service.cli.models_output import Usage, out, print_model
-from service.learner.config import ALGORITHMS
+from service.learner.registry import SETTINGS
 
 Action = Callable[[Client, argparse.Namespace], None]
 T = TypeVar("T")
 
 # What from-sklearn may choose of the model; the rest comes from the estimator.
-OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s", "algorithm", "C")
+OPTIONS = ("multiclass", "feedback_ttl_s", "algorithm", *SETTINGS)
 
 FROM_SKLEARN = """\
 Create a model (or overwrite one of the same configuration) from a fitted scikit-learn linear
@@ -55,12 +56,8 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     warm.add_argument("file", metavar="FILE", help="the estimator, saved with joblib.dump")
     spec = warm.add_argument_group("the model (unset: as the estimator was trained)")
     spec.add_argument("--multiclass", choices=["ovr", "multiclass"], help="how it learns on")
-    spec.add_argument("--learning-rate", metavar="R", type=float, help="step (eta0, or 1)")
-    spec.add_argument("--margin", metavar="M", type=float, help="update within this margin")
-    spec.add_argument("--averaged", action="store_true", default=None, help="averaged weights")
     spec.add_argument("--feedback-ttl-s", metavar="S", type=int, help="label wait, seconds")
-    spec.add_argument("--algorithm", choices=ALGORITHMS, help="learning rule")
-    spec.add_argument("--C", dest="C", metavar="C", type=float, help="pa1/pa2: aggressiveness")
+    add_learner_options(spec)
     cold = action(
         "to-sklearn",
         "write a model as a fitted scikit-learn Perceptron or SGDClassifier (a joblib file)",

@@ -19,7 +19,7 @@ from service.contract.store_protocol import Field, Meta, Reason, parse_cell
 from service.errors import InvalidInput
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import pack_weights, unpack_weights
-from service.learner.config import MAX_WEIGHT
+from service.learner.interface import MAX_WEIGHT
 
 FORMAT = "perceptron-model"
 FORMAT_VERSION = 1
@@ -229,7 +229,7 @@ def _config_of(doc: Any) -> ModelConfig:
         raise _bad(f"unknown field {str(unknown[0])[:40]!r}.")
     if not isinstance(doc.get("config"), dict):
         raise _bad("'config' must be an object.")
-    unknown = sorted(set(doc["config"]) - set(ModelConfig.__dataclass_fields__))
+    unknown = sorted(set(doc["config"]) - ModelConfig.field_names())
     if unknown:
         raise _bad(f"unknown configuration field {str(unknown[0])[:40]!r}.")
     try:
@@ -254,7 +254,7 @@ def _weights_of(doc: dict[str, Any], config: ModelConfig, version: int, seen: in
         weights = unpack_weights(config, data, version, seen)
     except ValueError as e:
         raise _bad(str(e)) from e
-    for a in (weights.w, weights.b, weights.wsum, weights.bsum):
-        if a is not None and not (np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT):
+    for a in weights.arrays():
+        if not (np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT):
             raise _bad("the weights must be finite numbers within +-1e250.")
     return weights

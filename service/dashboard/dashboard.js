@@ -30,6 +30,7 @@ const state = {
   metrics: null,
   checkpoints: [],
   challengers: null, // GET .../challengers: the served learner and each challenger
+  learners: null, // GET /learners, by name: each learner's title and settings
   gen: 0,
   timer: null,
   lastOk: 0,
@@ -206,6 +207,10 @@ async function refresh() {
   let again = true;
   try {
     const list = await api('models');
+    if (!state.learners) {
+      const known = await api('learners');
+      state.learners = Object.fromEntries(known.learners.map((l) => [l.name, l]));
+    }
     if (gen !== state.gen) return;
     const models = list.models.slice().sort((a, b) => a.name.localeCompare(b.name));
     state.models = models;
@@ -831,15 +836,16 @@ function renderCharts(m) {
   $('window-legend').textContent = windowName(recent.span);
 }
 
-// A learner's settings in a few words: "PA-I C 0.1", "perceptron averaged".
+// A learner's settings in a few words, as GET /learners names them: its title, each number
+// not at its default, each boolean that is on ("PA-I C 0.1", "perceptron lr 0.5 averaged").
 function learnerLine(c) {
-  const names = { perceptron: 'perceptron', pa1: 'PA-I', pa2: 'PA-II' };
-  const parts = [names[c.algorithm || 'perceptron'] || c.algorithm];
-  if (c.algorithm === 'pa1' || c.algorithm === 'pa2') parts.push(`C ${fmtNum(c.C)}`);
-  else {
-    if (c.learning_rate !== 1) parts.push(`lr ${fmtNum(c.learning_rate)}`);
-    if (c.margin) parts.push(`margin ${fmtNum(c.margin)}`);
-    if (c.averaged) parts.push('averaged');
+  const name = c.algorithm || 'perceptron';
+  const learner = (state.learners || {})[name];
+  const parts = [learner ? learner.title : name];
+  for (const s of learner ? learner.settings : []) {
+    const v = c[s.name];
+    if (v === undefined || v === null || v === s.default) continue;
+    parts.push(s.type === 'boolean' ? s.name : `${s.short} ${fmtNum(v)}`);
   }
   if (c.classes.length > 2) parts.push(c.multiclass);
   return parts.join(' ');

@@ -105,7 +105,7 @@ async def standing(store: Store, name: str) -> Standing | None:
 
 
 def _bytes(now: Standing) -> int:
-    return sum(s.weights.w.nbytes * (2 if s.config.averaged else 1) for s in now.states.values())
+    return sum(a.nbytes for s in now.states.values() for a in s.weights.arrays())
 
 
 class Standings:

@@ -44,7 +44,7 @@ class Replica:
         self.weights = Weights.zeros(config)
         self.weights.version = -1
         w = self.weights  # every later copy of the weights has the same arrays' sizes
-        self.nbytes = sum(a.nbytes for a in (w.w, w.b, w.wsum, w.bsum) if a is not None)
+        self.nbytes = sum(a.nbytes for a in w.arrays())
         self.queues: dict[str, Any] = {}  # group-commit queues of this replica, by operation
 
     @classmethod
@@ -82,7 +82,7 @@ class Replica:
         cfg, w = self.config, self.weights
         scores = served_scores(cfg, w, x)
         served = predict_index(cfg, scores)
-        raw = scores if not cfg.averaged else raw_scores(cfg, w, x)
+        raw = raw_scores(cfg, w, x) if cfg.counts_seen else scores
         updates = updates_by_label(cfg, w, raw, x)
         record = pack_record(self.epoch, served, updates, pack_payload(raw, x))
         return Prediction(served, scores, record, w.version, w.seen)

@@ -24,8 +24,8 @@ from service.contract.store_protocol import cell_field
 from service.contract.store_values import LearnBatch
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
-from service.learner.perceptron import Plan, apply, binary_plan, predict_index
-from service.learner.rules import raw_scores, served_scores, update_plan
+from service.learner.perceptron import Plan, binary_plan, predict_index
+from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 
@@ -59,7 +59,7 @@ def run_sequence(
     """
     if provs is None:
         provs = [b""] * len(xs)
-    if cfg.binary and not cfg.averaged and not cfg.passive_aggressive:
+    if cfg.binary and cfg.algorithm == "perceptron" and not cfg.averaged:
         return _run_binary(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
     return _run_general(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
 
@@ -74,7 +74,8 @@ def _run_general(
 ) -> LearnedSequence:
     """``run_sequence`` for any model, through the learner's update plans."""
     n = len(xs)
-    work = base.copy() if cfg.averaged and n > 1 else base
+    counted = cfg.counts_seen
+    work = base.copy() if counted and n > 1 else base
     copied = work is not base
     served_all: list[int] = []
     updated: list[bool] = []
@@ -85,12 +86,12 @@ def _run_general(
     for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
         scores = served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
-        raw = raw_scores(cfg, work, x) if cfg.averaged else scores
+        raw = raw_scores(cfg, work, x) if counted else scores
         plan = update_plan(cfg, raw, t, x, work)
         served_all.append(served)
         updated.append(bool(plan))
         if plan or i >= n - RECENT:
-            k = base.seen + i + 1 if cfg.averaged else 0
+            k = base.seen + i + 1 if counted else 0
             record = pack_record(epoch, served, no_updates, pack_payload(raw, x))
             entry = entry_head(k, t) + provs[i] + record
             if plan:

@@ -2,7 +2,7 @@
 
 from service.learner.config import ConfigError, Label, ModelConfig
 from service.learner.features import Example, FeatureError, encode
-from service.learner.online import Outcome, Perceptron
+from service.learner.online import OnlineLearner, Outcome, Perceptron
 from service.learner.passive_aggressive import LearnerConfig, PassiveAggressive
 from service.learner.perceptron import Weights
 
@@ -13,6 +13,7 @@ __all__ = [
     "Label",
     "LearnerConfig",
     "ModelConfig",
+    "OnlineLearner",
     "Outcome",
     "PassiveAggressive",
     "Perceptron",

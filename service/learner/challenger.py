@@ -15,14 +15,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.contract.store_protocol import CURVE_POINTS
+from service.learner import registry
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
 from service.learner.features import Example
-from service.learner.perceptron import Weights, apply, predict_index
-from service.learner.rules import raw_scores, served_scores, update_plan
+from service.learner.perceptron import Weights, predict_index
+from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
 WINDOW = 1000  # outcomes kept: the mistake rate over the last 100 and 1000 examples
-SETTINGS = ("algorithm", "C", "learning_rate", "margin", "averaged", "multiclass")
+# What a challenger may set: its learner, that learner's settings, and its strategy.
+SETTINGS = ("algorithm", *registry.SETTINGS, "multiclass")
 
 
 @dataclass
@@ -66,7 +68,7 @@ class ChallengerState:
         cfg, w = self.config, self.weights
         scores = served_scores(cfg, w, x)
         wrong = predict_index(cfg, scores) != t
-        raw = raw_scores(cfg, w, x) if cfg.averaged else scores
+        raw = raw_scores(cfg, w, x) if cfg.counts_seen else scores
         plan = update_plan(cfg, raw, t, x, w)
         w.seen += 1
         apply(cfg, w, x, plan, w.seen)
@@ -98,15 +100,6 @@ class ChallengerState:
         }
 
 
-# The settings each rule uses: those a challenger leaves out are the served model's when its
-# rule uses them, else their defaults.
-RULE_SETTINGS: dict[str, tuple[str, ...]] = {
-    "perceptron": ("learning_rate", "margin", "averaged"),
-    "pa1": ("C",),
-    "pa2": ("C",),
-}
-
-
 def challenger_config(model: ModelConfig, settings: dict[str, object]) -> ModelConfig:
     """The configuration of a challenger of ``model`` with a learner's ``settings`` (those of
     ``SETTINGS`` it names): the model's classes and features, and each setting it leaves out
@@ -121,11 +114,12 @@ def challenger_config(model: ModelConfig, settings: dict[str, object]) -> ModelC
     >>> c.multiclass, c.learning_rate, c.C
     ('ovo', 1.0, 1.0)
     """
-    data = model.to_dict() | {"algorithm": model.algorithm, "C": model.C}
+    data = model.to_dict() | {"algorithm": model.algorithm}
     algorithm = settings.get("algorithm", model.algorithm)
-    kept = RULE_SETTINGS.get(algorithm, ()) if isinstance(algorithm, str) else ()
-    for key in SETTINGS:
-        if key != "multiclass" and key != "algorithm" and key not in kept:
+    learner = registry.LEARNERS.get(algorithm) if isinstance(algorithm, str) else None
+    kept = {s.name for s in learner.settings} if learner is not None else set()
+    for key in registry.SETTINGS:
+        if key not in kept:
             data.pop(key, None)
     data.update(settings)
     return ModelConfig.from_dict(data)

@@ -119,24 +119,23 @@ def _entry_parts(entry: bytes) -> tuple[bytes, bytes, bytes, int]:
 
 
 def pack_weights(weights: Weights) -> bytes:
-    parts = [weights.w, weights.b]
-    if weights.wsum is not None and weights.bsum is not None:
-        parts += [weights.wsum, weights.bsum]
-    return b"".join(np.ascontiguousarray(p, dtype=np.float64).tobytes() for p in parts)
+    """The weights, the biases, then each of the learner's state arrays, as float64."""
+    return b"".join(np.ascontiguousarray(p, dtype=np.float64).tobytes() for p in weights.arrays())
 
 
 def unpack_weights(config: ModelConfig, data: bytes, version: int, seen: int) -> Weights:
-    """Weights from a snapshot; an empty snapshot means all zeros."""
+    """Weights from a snapshot; an empty snapshot means the learner's start (zero weights)."""
     weights = Weights.zeros(config)
     if data:
         flat = np.frombuffer(data, dtype=np.float64).copy()
         rows, dim = config.n_rows, config.dim
-        sizes = [rows * dim, rows] * (2 if config.averaged else 1)
+        state = config.learner.state(config)
+        sizes = [rows * dim, rows] + [rows * dim if a.per_weight else rows for a in state]
         if len(flat) != sum(sizes):
             raise ValueError(f"Snapshot holds {len(flat)} numbers; this model needs {sum(sizes)}.")
-        w, b, *avg = np.split(flat, np.cumsum(sizes)[:-1])
+        w, b, *kept = np.split(flat, np.cumsum(sizes)[:-1])
         weights.w, weights.b = w.reshape(rows, dim), b
-        if avg:
-            weights.wsum, weights.bsum = avg[0].reshape(rows, dim), avg[1]
+        for a, values in zip(state, kept, strict=True):
+            weights.state[a.name] = values.reshape(rows, dim) if a.per_weight else values
     weights.version, weights.seen = version, seen
     return weights

@@ -3,27 +3,23 @@
 from __future__ import annotations
 
 import json
-import math
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from service.learner.interface import STRATEGIES, ConfigError, bad_setting
+
+if TYPE_CHECKING:
+    from service.learner.interface import Learner
+
+__all__ = ["STRATEGIES", "ConfigError", "Label", "ModelConfig", "label_key"]
 
 Label = int | str
 Strategy = Literal["multiclass", "ovr", "ovo"]
-STRATEGIES: tuple[str, ...] = ("multiclass", "ovr", "ovo")
-Algorithm = Literal["perceptron", "pa1", "pa2"]
-ALGORITHMS: tuple[str, ...] = ("perceptron", "pa1", "pa2")
-MAX_C = 1e6  # the same bound as the learning rate: every PA step stays <= 1e6 * loss
 # Upper bounds of every number a configuration holds: what the store, Redis's expiry and the
 # answers' JSON can carry without overflow or loss.
 MAX_FEEDBACK_TTL_S = 30 * 86_400
-MAX_MARGIN = 1e12
-# No learner takes a weight or bias beyond this (an update that would is not made), and no
-# export holds one: with features within 1e15 and at most 2**25 weights a row, no score can
-# overflow a double, so every step computed from one is finite.
-MAX_WEIGHT = 1e250
 MAX_LABEL_INT = 2**53  # integer labels survive a round trip through a double (JS, Lua)
 MAX_LABEL_LENGTH = 256
 
@@ -39,56 +35,120 @@ def label_key(label: Label) -> Label:
     return unicodedata.normalize("NFC", label).strip() if isinstance(label, str) else label
 
 
-class ConfigError(ValueError):
-    """A configuration parameter is out of its accepted range."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        super().__init__(message)
-        self.parameter = parameter
+# The configuration's own fields, in the order its dictionary writes them; a learner's
+# settings (``interface.Setting``, read from the registry) come after ``fit_bias``.
+_BEFORE = ("classes", "multiclass", "n_features", "hash_bits", "fit_bias")
+_AFTER = ("feedback_ttl_s", "default_label", "algorithm")
 
 
-def _bad(parameter: str, accepted: str, got: object) -> ConfigError:
-    return ConfigError(
-        parameter, f"The '{parameter}' parameter must be {accepted}. Got {got!r} instead."
-    )
-
-
-@dataclass(frozen=True)
 class ModelConfig:
     """Everything that defines a model; immutable once the model exists.
 
-    ``algorithm`` is its learning rule: the perceptron (the default), or passive-aggressive
-    PA-I / PA-II (``"pa1"``, ``"pa2"``) with their aggressiveness ``C``. A perceptron's
-    configuration names neither (``to_dict`` leaves them out), as every one made before they
-    existed; a PA model takes neither ``learning_rate``, ``margin`` nor ``averaged``.
+    ``algorithm`` names its learner (``registry.py``), and the learner's settings are given
+    by name beside the model's own fields (``learning_rate``, ``C``...): each left out is its
+    learner's default, and a setting of another learner is refused, not ignored (unless it
+    is given at the value every configuration made before learners had their own settings
+    wrote for it). A perceptron's configuration names no ``algorithm``, as every one made
+    before there were others.
 
     >>> ModelConfig().n_rows
     1
     >>> ModelConfig(classes=("a", "b", "c"), multiclass="ovo").n_rows
     3
+    >>> ModelConfig(algorithm="pa1", C=0.5).settings
+    {'C': 0.5}
     """
 
-    classes: tuple[Label, ...] = (-1, 1)
-    multiclass: Strategy = "multiclass"
-    n_features: int | None = None
-    hash_bits: int = 18
-    fit_bias: bool = True
-    learning_rate: float = 1.0
-    margin: float = 0.0
-    averaged: bool = False
-    feedback_ttl_s: int = 86_400
+    classes: tuple[Label, ...]
+    multiclass: Strategy
+    n_features: int | None
+    hash_bits: int
+    fit_bias: bool
+    feedback_ttl_s: int
     # The class a prediction is learned with when its wait (feedback_ttl_s) runs out with no
     # label; None: it then takes no label at all.
-    default_label: Label | None = None
-    algorithm: Algorithm = "perceptron"
-    C: float = 1.0
+    default_label: Label | None
+    algorithm: str
+    settings: dict[str, Any]  # the learner's, every one of them
 
-    def __post_init__(self) -> None:
-        if isinstance(self.classes, list):
-            object.__setattr__(self, "classes", tuple(self.classes))
-        self._check()
-        if isinstance(self.C, int):  # a whole number given: kept as the float it stands for
-            object.__setattr__(self, "C", float(self.C))
+    def __init__(
+        self,
+        classes: Sequence[Label] = (-1, 1),
+        multiclass: Strategy = "multiclass",
+        n_features: int | None = None,
+        hash_bits: int = 18,
+        fit_bias: bool = True,
+        feedback_ttl_s: int = 86_400,
+        default_label: Label | None = None,
+        algorithm: str = "perceptron",
+        **settings: Any,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "classes", tuple(classes) if isinstance(classes, list) else classes)
+        put(self, "multiclass", multiclass)
+        put(self, "n_features", n_features)
+        put(self, "hash_bits", hash_bits)
+        put(self, "fit_bias", fit_bias)
+        put(self, "feedback_ttl_s", feedback_ttl_s)
+        put(self, "default_label", default_label)
+        put(self, "algorithm", algorithm)
+        self._check_classes()
+        self._check_numbers()
+        put(self, "settings", self._checked_settings(settings))
+        self.learner.check(self)
+        if self.default_label is not None and self.class_index(self.default_label) is None:
+            raise bad_setting(
+                "default_label",
+                f"one of the classes {list(self.classes)} or null",
+                self.default_label,
+            )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a ModelConfig is immutable: cannot set {name!r}")
+
+    def __getattr__(self, name: str) -> Any:
+        """A learner's setting by name; one another learner has reads as its neutral value
+        (``registry.NEUTRAL``: what a configuration without it meant)."""
+        if name.startswith("_") or name == "settings":
+            raise AttributeError(name)
+        if name in self.settings:
+            return self.settings[name]
+        from service.learner.registry import NEUTRAL
+
+        if name in NEUTRAL:
+            return NEUTRAL[name]
+        raise AttributeError(f"{type(self).__name__!r} has no setting {name!r}")
+
+    def _key(self) -> str:
+        return self.to_json()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ModelConfig) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"ModelConfig({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """This configuration with ``changes`` (checked as any: a setting the new learner
+        does not use is refused unless at its neutral value)."""
+        return ModelConfig.from_dict(self.to_dict() | changes)
+
+    @property
+    def counts_seen(self) -> bool:
+        """Whether its served scores depend on the count of labelled examples seen (an
+        averaged perceptron's mean): its updates are then committed in order, each with its
+        ordinal. Only such a learner serves other scores than those it learns from."""
+        return self.learner.seen_depended(self)
+
+    @cached_property
+    def learner(self) -> Learner:
+        """The learner its ``algorithm`` names."""
+        from service.learner.registry import LEARNERS
+
+        return LEARNERS[self.algorithm]
 
     @cached_property
     def _index(self) -> dict[Label, int]:
@@ -98,34 +158,25 @@ class ModelConfig:
     def _keyed(self) -> dict[Label, int]:
         return {label_key(c): i for i, c in enumerate(self.classes)}
 
-    def _check(self) -> None:
-        self._check_classes()
-        self._check_numbers()
-        self._check_rule()
-        if self.default_label is not None and self.class_index(self.default_label) is None:
-            raise _bad(
-                "default_label",
-                f"one of the classes {list(self.classes)} or null",
-                self.default_label,
-            )
-
     def _check_classes(self) -> None:
         classes = self.classes
         if not isinstance(classes, tuple) or len(classes) < 2:
-            raise _bad("classes", "a list of at least 2 labels", classes)
+            raise bad_setting("classes", "a list of at least 2 labels", classes)
         for c in classes:
             if isinstance(c, bool) or not isinstance(c, int | str):
-                raise _bad("classes", "a list of integers or strings", list(classes))
+                raise bad_setting("classes", "a list of integers or strings", list(classes))
             if isinstance(c, int) and abs(c) > MAX_LABEL_INT:
-                raise _bad("classes", "integers within +-2**53 or strings", c)
+                raise bad_setting("classes", "integers within +-2**53 or strings", c)
             if isinstance(c, str) and not 1 <= len(c) <= MAX_LABEL_LENGTH:
-                raise _bad("classes", f"strings of 1 to {MAX_LABEL_LENGTH} characters", c[:80])
+                raise bad_setting(
+                    "classes", f"strings of 1 to {MAX_LABEL_LENGTH} characters", c[:80]
+                )
         # Distinct as text too: scores, weight rows and metrics name each class by str(c).
         if len({str(c) for c in classes}) != len(classes):
-            raise _bad("classes", "a list of distinct labels", list(classes))
+            raise bad_setting("classes", "a list of distinct labels", list(classes))
         keys = [str(label_key(c)) for c in classes]
         if "" in keys or len(set(keys)) != len(classes):
-            raise _bad(
+            raise bad_setting(
                 "classes",
                 "labels distinct and not blank once compared as labels are (strings in "
                 "Unicode NFC, without surrounding spaces)",
@@ -134,56 +185,43 @@ class ModelConfig:
 
     def _check_numbers(self) -> None:
         if self.multiclass not in STRATEGIES:
-            raise _bad("multiclass", "one of 'multiclass', 'ovr', 'ovo'", self.multiclass)
+            raise bad_setting("multiclass", "one of 'multiclass', 'ovr', 'ovo'", self.multiclass)
         n = self.n_features
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-            raise _bad("n_features", "an int >= 1 or null", n)
+            raise bad_setting("n_features", "an int >= 1 or null", n)
         hb = self.hash_bits
         if isinstance(hb, bool) or not isinstance(hb, int) or not 1 <= hb <= 30:
-            raise _bad("hash_bits", "an int in [1, 30]", hb)
-        lr = self.learning_rate
-        if not _is_real(lr) or not _finite(lr) or not 0 < lr <= 1e6:
-            raise _bad("learning_rate", "a float in (0, 1e6]", lr)
-        m = self.margin
-        if not _is_real(m) or not _finite(m) or not 0 <= m <= MAX_MARGIN:
-            raise _bad("margin", "a float in [0, 1e12]", m)
+            raise bad_setting("hash_bits", "an int in [1, 30]", hb)
         ttl = self.feedback_ttl_s
         if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= MAX_FEEDBACK_TTL_S:
-            raise _bad("feedback_ttl_s", f"an int in [1, {MAX_FEEDBACK_TTL_S}] (30 days)", ttl)
-        for name in ("fit_bias", "averaged"):
-            if not isinstance(getattr(self, name), bool):
-                raise _bad(name, "a boolean", getattr(self, name))
+            raise bad_setting(
+                "feedback_ttl_s", f"an int in [1, {MAX_FEEDBACK_TTL_S}] (30 days)", ttl
+            )
+        if not isinstance(self.fit_bias, bool):
+            raise bad_setting("fit_bias", "a boolean", self.fit_bias)
 
-    def _check_rule(self) -> None:
-        """The learning rule and its settings: a setting the rule does not use is refused,
-        not ignored."""
-        if self.algorithm not in ALGORITHMS:
-            raise _bad("algorithm", "one of 'perceptron', 'pa1', 'pa2'", self.algorithm)
-        c = self.C
-        if not _is_real(c) or not _finite(c) or not 0 < c <= MAX_C:
-            raise _bad("C", "a float in (0, 1e6]", c)
-        if self.algorithm == "perceptron":
-            if c != 1.0:
-                raise ConfigError(
-                    "C",
-                    f"The 'C' parameter is for the passive-aggressive algorithms only. Got "
-                    f"{c!r} instead.",
-                )
-            return
-        unused = {"learning_rate": 1.0, "margin": 0.0, "averaged": False}
-        for name, default in unused.items():
-            value = getattr(self, name)
-            if value != default:
+    def _checked_settings(self, given: dict[str, Any]) -> dict[str, Any]:
+        """The learner's settings, each checked (its default where left out); a setting of
+        another learner is refused, but at its neutral value."""
+        from service.learner.registry import LEARNERS, NEUTRAL
+
+        learner = LEARNERS.get(self.algorithm) if isinstance(self.algorithm, str) else None
+        if learner is None:
+            names = ", ".join(repr(n) for n in LEARNERS)
+            raise bad_setting("algorithm", f"one of {names}", self.algorithm)
+        own = {s.name: s for s in learner.settings}
+        for name, value in given.items():
+            if name in own:
+                continue
+            if name not in NEUTRAL:
+                raise TypeError(f"ModelConfig() got an unexpected keyword argument {name!r}")
+            if value != NEUTRAL[name] or isinstance(value, bool) != isinstance(NEUTRAL[name], bool):
                 raise ConfigError(
                     name,
-                    f"The '{name}' parameter is not used by '{self.algorithm}': leave it at "
-                    f"{json.dumps(default)}. Got {value!r} instead.",
+                    f"The '{name}' parameter is not used by '{self.algorithm}': leave it out. "
+                    f"Got {value!r} instead.",
                 )
-
-    @property
-    def passive_aggressive(self) -> bool:
-        """Whether the model learns by PA-I or PA-II rather than the perceptron's rule."""
-        return self.algorithm != "perceptron"
+        return {name: s.check(given.get(name, s.default)) for name, s in own.items()}
 
     @property
     def default_index(self) -> int | None:
@@ -249,28 +287,38 @@ class ModelConfig:
         >>> ModelConfig(n_features=4).differences(ModelConfig(n_features=3, margin=0.5))
         "'n_features' is 4, not 3; 'margin' is 0.0, not 0.5"
         """
-        mine, theirs = asdict(self), asdict(other)
+        mine, theirs = self.to_dict(), other.to_dict()
+        mine.setdefault("algorithm", "perceptron")
+        theirs.setdefault("algorithm", "perceptron")
         return "; ".join(
-            f"{k!r} is {json.dumps(mine[k])}, not {json.dumps(theirs[k])}"
-            for k in mine
-            if mine[k] != theirs[k]
+            f"{k!r} is {json.dumps(mine.get(k))}, not {json.dumps(theirs.get(k))}"
+            for k in {**mine, **theirs}
+            if mine.get(k) != theirs.get(k)
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """The configuration as stored, exported and answered; a perceptron's names no
-        ``algorithm`` nor ``C``, so that it is what it was before they existed."""
-        d = asdict(self)
+        """The configuration as stored, exported and answered: its fields, the learner's
+        settings after ``fit_bias``; a perceptron's names no ``algorithm``, so that it is what
+        it was before there were other learners."""
+        d: dict[str, Any] = {k: getattr(self, k) for k in _BEFORE}
         d["classes"] = list(self.classes)
-        if not self.passive_aggressive:
-            del d["algorithm"], d["C"]
+        d.update(self.settings)
+        d.update((k, getattr(self, k)) for k in _AFTER)
+        if self.algorithm == "perceptron":
+            del d["algorithm"]
         return d
+
+    @staticmethod
+    def field_names() -> frozenset[str]:
+        """Every name a configuration may hold: its fields and every learner's settings."""
+        from service.learner.registry import NEUTRAL
+
+        return frozenset(_BEFORE + _AFTER) | frozenset(NEUTRAL)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {k: v for k, v in data.items() if k in _FIELDS}
-        if "classes" in known and isinstance(known["classes"], list):
-            known["classes"] = tuple(known["classes"])
-        return cls(**known)
+        names = cls.field_names()
+        return cls(**{k: v for k, v in data.items() if k in names})
 
     def to_json(self) -> str:
         """The configuration as the store keeps it (a model's ``cfg``)."""
@@ -279,17 +327,3 @@ class ModelConfig:
     @classmethod
     def from_json(cls, text: str | bytes) -> ModelConfig:
         return cls.from_dict(json.loads(text))
-
-
-def _finite(v: float) -> bool:
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
-
-
-def _is_real(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
-
-
-_FIELDS = {f.name for f in fields(ModelConfig)}

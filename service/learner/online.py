@@ -1,4 +1,4 @@
-"""A self-contained online perceptron: the learner core with no storage behind it."""
+"""A self-contained online learner: the learner core with no storage behind it."""
 
 from __future__ import annotations
 
@@ -11,14 +11,7 @@ import numpy as np
 
 from service.learner.config import Label, ModelConfig
 from service.learner.features import Example, FeatureError, Features, encode
-from service.learner.perceptron import (
-    Weights,
-    apply,
-    predict_index,
-    raw_scores,
-    served_scores,
-    update_plan,
-)
+from service.learner.perceptron import Weights, predict_index
 
 
 @dataclass(frozen=True)
@@ -39,10 +32,11 @@ class Served:
     served: int  # the class index served
 
 
-class Perceptron:
-    """An online perceptron following the protocol: predict, then learn the true label.
+class OnlineLearner:
+    """An online learner of any algorithm following the protocol: predict, then learn the
+    true label.
 
-    >>> p = Perceptron(ModelConfig(n_features=2))
+    >>> p = OnlineLearner(ModelConfig(n_features=2))
     >>> p.learn([1.0, 0.0], 1)
     Outcome(label=-1, mistake=True, updated=True)
     >>> p.predict([2.0, 0.0])
@@ -61,7 +55,11 @@ class Perceptron:
         return self.config.classes[predict_index(self.config, self.scores(x))]
 
     def scores(self, x: Example) -> np.ndarray:
-        return served_scores(self.config, self.weights, x)
+        return self.config.learner.served_scores(self.config, self.weights, x)
+
+    def probabilities(self, features: Features) -> np.ndarray | None:
+        """Each class's probability for ``features``; None for a learner without them."""
+        return self.config.learner.probabilities(self.config, self.scores(self.encode(features)))
 
     def learn(self, features: Features, label: Label) -> Outcome:
         """Predict, then learn the true label at once (``/learn``)."""
@@ -70,8 +68,10 @@ class Perceptron:
     def serve(self, features: Features) -> Served:
         """A prediction, kept with its scores until its label comes (``/predict``)."""
         x = self.encode(features)
-        served = predict_index(self.config, served_scores(self.config, self.weights, x))
-        return Served(x, raw_scores(self.weights, x), served)
+        learner = self.config.learner
+        scores = learner.served_scores(self.config, self.weights, x)
+        raw = learner.raw_scores(self.config, self.weights, x)
+        return Served(x, raw, predict_index(self.config, scores))
 
     def feedback(self, p: Served, label: Label) -> Outcome:
         """Learn the true label of a prediction served before (``/feedback``): the update is
@@ -81,9 +81,11 @@ class Perceptron:
         if t is None:
             message = f"Label {label!r} is not one of {list(cfg.classes)}."
             raise FeatureError("unknown_label", message)
-        plan = update_plan(cfg, p.raw, t)
+        learner = cfg.learner
+        plan = learner.update_plan(cfg, p.raw, t, p.x, self.weights)
         self.weights.seen += 1
-        apply(cfg, self.weights, p.x, plan, self.weights.seen)
+        if plan:
+            learner.apply(cfg, self.weights, p.x, plan, self.weights.seen)
         return Outcome(cfg.classes[p.served], p.served != t, bool(plan))
 
     def delayed(
@@ -92,7 +94,7 @@ class Perceptron:
         """Each example served in turn, its label learned once ``delay`` more examples were
         served (the last ones at the end): each example's outcome, in the examples' order.
 
-        >>> p = Perceptron(ModelConfig(n_features=1))
+        >>> p = OnlineLearner(ModelConfig(n_features=1))
         >>> [o.mistake for o in p.delayed([[1.0], [1.0], [1.0]], [1, 1, 1], delay=1)]
         [True, True, False]
         """
@@ -106,3 +108,12 @@ class Perceptron:
         for j, p in waiting:
             out[j] = self.feedback(p, labels[j])
         return [out[i] for i in range(len(rows))]
+
+
+class Perceptron(OnlineLearner):
+    """An online perceptron (or any learner its configuration names), as ``OnlineLearner``.
+
+    >>> p = Perceptron(ModelConfig(n_features=2))
+    >>> p.learn([1.0, 0.0], 1)
+    Outcome(label=-1, mistake=True, updated=True)
+    """

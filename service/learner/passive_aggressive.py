@@ -25,32 +25,21 @@ first class, ``classes[1]`` iff ``p > 0`` for a binary model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from service.learner.config import (
-    ALGORITHMS,
-    MAX_C,
-    MAX_WEIGHT,
-    Algorithm,
-    ConfigError,
-    Label,
-    ModelConfig,
-)
-from service.learner.features import Example, FeatureError, Features
-from service.learner.online import Outcome, Perceptron, Served
-from service.learner.perceptron import (
-    NO_UPDATE,
-    Plan,
-    Weights,
-    apply,
-    ovo_pairs,
-    predict_index,
-)
+from service.learner.config import ConfigError, ModelConfig
+from service.learner.features import Example
+from service.learner.interface import MAX_WEIGHT, Learner, Setting
+from service.learner.online import Perceptron
+from service.learner.perceptron import NO_UPDATE, Plan, Weights, apply, ovo_pairs
 
-__all__ = ["ALGORITHMS", "MAX_C", "LearnerConfig", "PassiveAggressive", "learner"]
+__all__ = ["MAX_C", "PA1", "PA2", "LearnerConfig", "PassiveAggressive", "learner"]
+
+MAX_C = 1e6  # the same bound as the learning rate: every PA step stays <= 1e6 * loss
+NAMES = ("pa1", "pa2")
 
 
 _THE_MODELS: Any = None  # a rule's setting left out: the model's own
@@ -75,20 +64,20 @@ class LearnerConfig:
     """
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    algorithm: Algorithm = _THE_MODELS
+    algorithm: str = _THE_MODELS
     C: float = _THE_MODELS
 
     def __post_init__(self) -> None:
         algorithm = self.model.algorithm if self.algorithm is None else self.algorithm
         c = self.model.C if self.C is None else self.C
-        model = replace(self.model, algorithm=algorithm, C=c)
+        model = self.model.replace(algorithm=algorithm, C=c)
         object.__setattr__(self, "model", model)
         object.__setattr__(self, "algorithm", model.algorithm)
         object.__setattr__(self, "C", model.C)
 
     @property
     def passive_aggressive(self) -> bool:
-        return self.model.passive_aggressive
+        return self.model.algorithm in NAMES
 
 
 def sq_norm(x: Example) -> float:
@@ -114,8 +103,10 @@ def steps(config: ModelConfig, losses: np.ndarray, sq: float) -> np.ndarray:
         if sq == 0:
             return np.zeros(0)
         with np.errstate(over="ignore"):  # (a tiny norm: l / sq is inf, and the step C)
-            return np.minimum(config.C, losses / sq)
-    return losses / (sq + 0.5 / config.C)
+            found: np.ndarray = np.minimum(float(config.C), losses / sq)
+            return found
+    steps_: np.ndarray = losses / (sq + 0.5 / float(config.C))
+    return steps_
 
 
 def _binary_rows(
@@ -197,6 +188,44 @@ def updates_by_label(
     return [bool(plan) and bool(bounded(config, weights, x, plan)) for plan in plans]
 
 
+class PassiveAggressiveLearner(Learner):
+    """PA-I or PA-II (this module's rules)."""
+
+    text = "passive-aggressive (Crammer et al., 2006), scikit-learn's SGDClassifier's PA"
+    settings = (Setting("C", 1.0, "A number in (0, 1e6]: the aggressiveness", high=MAX_C),)
+    bound_note = (
+        "the perceptron's bound R²/γ² is not a PA-I or PA-II model's: its steps are sized by "
+        "the hinge loss, and its bound (Crammer et al., 2006) is on the cumulative squared "
+        "hinge loss of the best separator, which the service does not know"
+    )
+
+    def __init__(self, name: str, title: str) -> None:
+        self.name, self.title = name, title
+
+    def raw_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
+        return scores(weights, x)
+
+    def update_plan(
+        self, config: ModelConfig, raw: np.ndarray, t: int, x: Example, weights: Weights
+    ) -> Plan:
+        return bounded(config, weights, x, update_plan(config, raw, t, sq_norm(x)))
+
+    def apply(self, config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int) -> None:
+        apply(config, weights, x, plan, k)
+
+    def updates_by_label(
+        self, config: ModelConfig, weights: Weights, raw: np.ndarray, x: Example
+    ) -> list[bool]:
+        return updates_by_label(config, weights, raw, x)
+
+    def describe(self, settings: dict[str, Any]) -> str:
+        return f"{self.name} C={settings.get('C', 1.0):g}"
+
+
+PA1 = PassiveAggressiveLearner("pa1", "PA-I")
+PA2 = PassiveAggressiveLearner("pa2", "PA-II")
+
+
 class PassiveAggressive(Perceptron):
     """An online PA-I or PA-II learner following the protocol: predict, then learn the label.
 
@@ -217,32 +246,13 @@ class PassiveAggressive(Perceptron):
             raise ConfigError(
                 "algorithm",
                 "The 'algorithm' parameter of a PassiveAggressive must be 'pa1' or 'pa2'. "
-                "Got 'perceptron' instead.",
+                f"Got {learner.algorithm!r} instead.",
             )
         super().__init__(learner.model)
         self.learner = learner
 
-    def scores(self, x: Example) -> np.ndarray:
-        return scores(self.weights, x)
-
-    def serve(self, features: Features) -> Served:
-        x = self.encode(features)
-        raw = scores(self.weights, x)
-        return Served(x, raw, predict_index(self.config, raw))
-
-    def feedback(self, p: Served, label: Label) -> Outcome:
-        cfg = self.config
-        t = cfg.class_index(label)
-        if t is None:
-            message = f"Label {label!r} is not one of {list(cfg.classes)}."
-            raise FeatureError("unknown_label", message)
-        plan = bounded(cfg, self.weights, p.x, update_plan(cfg, p.raw, t, sq_norm(p.x)))
-        self.weights.seen += 1
-        apply(cfg, self.weights, p.x, plan, self.weights.seen)
-        return Outcome(cfg.classes[p.served], p.served != t, bool(plan))
-
 
 def learner(config: LearnerConfig | ModelConfig) -> Perceptron:
-    """The online learner a configuration names: a ``Perceptron`` or a ``PassiveAggressive``."""
+    """The online learner a configuration names: a ``PassiveAggressive`` or a ``Perceptron``."""
     model = config if isinstance(config, ModelConfig) else config.model
-    return PassiveAggressive(model) if model.passive_aggressive else Perceptron(model)
+    return PassiveAggressive(model) if model.algorithm in NAMES else Perceptron(model)

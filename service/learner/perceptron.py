@@ -22,46 +22,60 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service.learner.config import ModelConfig
 from service.learner.features import Example
+from service.learner.interface import Learner, Setting, StateArray
+
+if TYPE_CHECKING:
+    from service.learner.config import ModelConfig
 
 
 @dataclass
 class Weights:
-    """A model's learned state: one weight row (and bias) per binary or class perceptron.
+    """A model's learned state: one weight row (and bias) per binary or class learner, and the
+    arrays its learner keeps beside them (``state``, by name: ``interface.StateArray``).
 
-    With ``averaged``, ``wsum``/``bsum`` accumulate ``(k - 1) * delta`` for the update made at
-    the k-th labelled example, so that the mean of the weights after each of ``seen`` examples
-    is ``w - wsum / seen`` without keeping any history.
+    The averaged perceptron keeps ``wsum``/``bsum``: they accumulate ``(k - 1) * delta`` for
+    the update made at the k-th labelled example, so that the mean of the weights after each
+    of ``seen`` examples is ``w - wsum / seen`` without keeping any history.
     """
 
     w: np.ndarray
     b: np.ndarray
-    wsum: np.ndarray | None = None
-    bsum: np.ndarray | None = None
+    state: dict[str, np.ndarray] = field(default_factory=dict)
     version: int = 0  # number of updates applied
     seen: int = 0  # number of labelled examples counted
 
     @classmethod
     def zeros(cls, config: ModelConfig) -> Weights:
+        """Zero weights and biases, and each state array at its start."""
         rows, dim = config.n_rows, config.dim
-        avg = config.averaged
-        return cls(
-            w=np.zeros((rows, dim)),
-            b=np.zeros(rows),
-            wsum=np.zeros((rows, dim)) if avg else None,
-            bsum=np.zeros(rows) if avg else None,
-        )
+        state = {
+            a.name: np.full((rows, dim) if a.per_weight else rows, a.start)
+            for a in config.learner.state(config)
+        }
+        return cls(w=np.zeros((rows, dim)), b=np.zeros(rows), state=state)
+
+    @property
+    def wsum(self) -> np.ndarray | None:
+        return self.state.get("wsum")
+
+    @property
+    def bsum(self) -> np.ndarray | None:
+        return self.state.get("bsum")
+
+    def arrays(self) -> list[np.ndarray]:
+        """The weights, the biases, then each state array: what a snapshot packs, in order."""
+        return [self.w, self.b, *self.state.values()]
 
     def copy(self) -> Weights:
         return Weights(
             w=self.w.copy(),
             b=self.b.copy(),
-            wsum=None if self.wsum is None else self.wsum.copy(),
-            bsum=None if self.bsum is None else self.bsum.copy(),
+            state={k: a.copy() for k, a in self.state.items()},
             version=self.version,
             seen=self.seen,
         )
@@ -98,7 +112,7 @@ def raw_scores(weights: Weights, x: Example) -> np.ndarray:
 def seen_depended(config: ModelConfig, weights: Weights) -> int | None:
     """The count of labelled examples a served prediction depends on: only an averaged model's
     does (its mean divides by it); None for the others."""
-    return weights.seen if config.averaged else None
+    return weights.seen if config.counts_seen else None
 
 
 def served_scores(config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
@@ -225,3 +239,58 @@ def _add(target: np.ndarray, rows: np.ndarray, index: np.ndarray | None, delta: 
         target[rows] += delta
     else:
         target[np.ix_(rows, index)] += delta
+
+
+LEARNING_RATE = Setting(
+    "learning_rate", 1.0, "A number in (0, 1e6]: the size of each update", short="lr"
+)
+
+
+class PerceptronLearner(Learner):
+    """The perceptron: plain, with a margin, or averaged (``perceptron.py``'s rules)."""
+
+    name = "perceptron"
+    title = "perceptron"
+    text = "the perceptron's rule, with a margin and averaging if set"
+    bound_note = ""
+    settings = (
+        LEARNING_RATE,
+        Setting(
+            "margin",
+            0.0,
+            "A number in [0, 1e12]: also update when the score's margin is at most this",
+            high=1e12,
+            closed=True,
+        ),
+        Setting("averaged", False, "true or false: serve the mean of the weights over time"),
+    )
+
+    def state(self, config: ModelConfig) -> tuple[StateArray, ...]:
+        if not config.averaged:
+            return ()
+        return (StateArray("wsum", per_weight=True), StateArray("bsum", per_weight=False))
+
+    def seen_depended(self, config: ModelConfig) -> bool:
+        return bool(config.averaged)
+
+    def raw_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
+        return raw_scores(weights, x)
+
+    def served_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
+        return served_scores(config, weights, x)
+
+    def update_plan(
+        self, config: ModelConfig, raw: np.ndarray, t: int, x: Example, weights: Weights
+    ) -> Plan:
+        return update_plan(config, raw, t)
+
+    def apply(self, config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int) -> None:
+        apply(config, weights, x, plan, k)
+
+    def updates_by_label(
+        self, config: ModelConfig, weights: Weights, raw: np.ndarray, x: Example
+    ) -> list[bool]:
+        return updates_by_label(config, raw)
+
+
+LEARNER = PerceptronLearner()

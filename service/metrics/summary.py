@@ -97,11 +97,6 @@ def source_rows(meta: dict[str, str]) -> list[tuple[str, int, int, int]]:
 
 
 # What the mistake-bound card says of a PA model, whose steps the perceptron's bound knows not.
-PA_BOUND = (
-    "the perceptron's bound R²/γ² is not a PA-I or PA-II model's: its steps are sized by "
-    "the hinge loss, and its bound (Crammer et al., 2006) is on the cumulative squared hinge "
-    "loss of the best separator, which the service does not know"
-)
 
 
 def mistake_bound(
@@ -111,12 +106,12 @@ def mistake_bound(
 
     An estimate: gamma is measured on the latest labelled examples only, with the current
     weights, not the best separator. It applies to binary perceptrons (without averaging,
-    whose served predictions are not the learning perceptron's; a PA model's is not this
-    bound: ``PA_BOUND`` says why).
+    whose served predictions are not the learning perceptron's; another learner's is not
+    this bound: its ``bound_note`` says why).
     """
     out: dict[str, Any] = {"estimate": True, "mistakes": mistakes, "window": len(recent)}
-    if config.passive_aggressive:
-        return {**out, "applies": False, "reason": PA_BOUND}
+    if config.learner.bound_note:
+        return {**out, "applies": False, "reason": config.learner.bound_note}
     if not config.binary or config.averaged:
         return {**out, "applies": False, "reason": "binary, non-averaged models only"}
     bias = 1.0 if config.fit_bias else 0.0

@@ -45,8 +45,7 @@ _MAYBE_EVICTED = frozenset(
 
 def pack_snapshot(weights: Weights) -> bytes:
     """The weights as a snapshot: zeros need none (b""), any other weights do."""
-    arrays = (weights.w, weights.b, weights.wsum, weights.bsum)
-    return pack_weights(weights) if any(a is not None and a.any() for a in arrays) else b""
+    return pack_weights(weights) if any(a.any() for a in weights.arrays()) else b""
 
 
 def _carried(c: FileCheckpoint, config: ModelConfig) -> tuple[str, bytes]:

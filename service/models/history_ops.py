@@ -178,7 +178,7 @@ class History:
         by: a checkpoint's count, else that of the last update restored (its ``k``), else one
         less than the next update's; None where the count stays (not averaged, or the version
         restored is the model's own)."""
-        if not config.averaged:
+        if not config.counts_seen:
             return None
         if version is None:
             return restorable.seen
