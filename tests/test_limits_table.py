@@ -164,7 +164,7 @@ WALKS["`default_label`"] = configuration(
 )
 WALKS["`algorithm`"] = configuration("algorithm", "pa2", "pa3", n_features=1)
 WALKS["`C`"] = configuration("C", 1e6, 1.000001e6, n_features=1, algorithm="pa1")
-WALKS["`learning_rate`, `margin`, `averaged` of a PA model"] = configuration(
+WALKS["`learning_rate`, `margin`, `averaged` of another learner"] = configuration(
     "learning_rate", 1.0, 0.5, n_features=1, algorithm="pa1"
 )
 WALKS["`classes`"] = configuration(
