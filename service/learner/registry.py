@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.learner import passive_aggressive, perceptron
+from service.learner import logistic, passive_aggressive, perceptron
 from service.learner.interface import Learner, Setting
 
 LEARNERS: dict[str, Learner] = {
@@ -18,6 +18,7 @@ LEARNERS: dict[str, Learner] = {
         perceptron.LEARNER,
         passive_aggressive.PA1,
         passive_aggressive.PA2,
+        logistic.LEARNER,
     )
 }
 ALGORITHMS: tuple[str, ...] = tuple(LEARNERS)
