@@ -32,7 +32,8 @@ from service.engine.sequence import LearnedSequence, run_sequence
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance
-from service.learner.perceptron import Weights, apply, seen_depended
+from service.learner.perceptron import Weights, seen_depended
+from service.learner.rules import apply
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
