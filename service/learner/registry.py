@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.learner import logistic, passive_aggressive, perceptron
+from service.learner import arow, logistic, passive_aggressive, perceptron
 from service.learner.interface import Learner, Setting
 
 LEARNERS: dict[str, Learner] = {
@@ -19,6 +19,7 @@ LEARNERS: dict[str, Learner] = {
         passive_aggressive.PA1,
         passive_aggressive.PA2,
         logistic.LEARNER,
+        arow.LEARNER,
     )
 }
 ALGORITHMS: tuple[str, ...] = tuple(LEARNERS)
