@@ -55,8 +55,6 @@ class ModelConfig:
     1
     >>> ModelConfig(classes=("a", "b", "c"), multiclass="ovo").n_rows
     3
-    >>> ModelConfig(algorithm="pa1", C=0.5).settings
-    {'C': 0.5}
     """
 
     classes: tuple[Label, ...]
