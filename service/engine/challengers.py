@@ -78,9 +78,10 @@ def _learn(
     examples = [unpack_entry(model, e) for e in entries]
     by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in entries]
     served = [entry_served(e) for e in entries]
+    xs = [x for _, _, _, x in examples]
+    ts = [t for _, t, _, _ in examples]
     for state, at in starts:
-        for (_, t, _, x), d, s in zip(examples[at:], by_default[at:], served[at:], strict=True):
-            state.learn(x, t, d, s)
+        state.learn_all(xs[at:], ts[at:], by_default[at:], served[at:])
 
 
 def replay(data: ChallengerData) -> Standing:

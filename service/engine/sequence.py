@@ -24,6 +24,7 @@ from service.contract.store_protocol import cell_field
 from service.contract.store_values import LearnBatch
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
+from service.learner.kernel import KernelRule, learn_sequence
 from service.learner.perceptron import Plan, binary_plan, predict_index
 from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
@@ -59,9 +60,56 @@ def run_sequence(
     """
     if provs is None:
         provs = [b""] * len(xs)
+    rule = cfg.learner.kernel(cfg)
+    if rule is not None and len(xs) > 1:
+        seq = _run_kernel(cfg=cfg, epoch=epoch, base=base, learned=(xs, ts, provs), rule=rule)
+        if seq is not None:
+            return seq
     if cfg.binary and cfg.algorithm == "perceptron" and not cfg.averaged:
         return _run_binary(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
     return _run_general(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
+
+
+def _run_kernel(
+    cfg: ModelConfig,
+    epoch: str,
+    base: Weights,
+    learned: tuple[Sequence[Example], Sequence[int], Sequence[bytes]],
+    rule: KernelRule,
+) -> LearnedSequence | None:
+    """``run_sequence`` through the compiled kernel (``learner/kernel.py``), for a learner it
+    takes: the same predictions, updates and weights as the update plans, bit for bit. None
+    where the kernel is not available."""
+    xs, ts, provs = learned
+    n = len(xs)
+    work = base.copy()
+    got = learn_sequence(rule, cfg.fit_bias, work, list(xs), ts, apply_last=False)
+    if got is None:
+        return None
+    no_updates = [False] * cfg.n_classes
+    records = [pack_record(epoch, p, no_updates, b"") for p in range(cfg.n_classes)]
+    served = got.predicted.tolist()
+    updated = got.updated.tolist()
+    entries: list[bytes] = []
+    recent: list[bytes] = []
+    for i in range(n):
+        if updated[i] or i >= n - RECENT:
+            head = entry_head(0, ts[i]) + provs[i] + records[served[i]]
+            entry = head + pack_payload(got.raws[i], xs[i])
+            if updated[i]:
+                entries.append(entry)
+            if i >= n - RECENT:
+                recent.append(entry)
+    if got.moves:
+        work.seen = base.seen + n - 1
+    else:
+        work = base  # (nothing moved before the last example: the weights stay those given)
+    last = None
+    if got.last is not None:
+        rows = np.flatnonzero(got.last)
+        last = Plan(rows, got.last[rows])
+    batch = _batch(served, ts, entries, recent)
+    return LearnedSequence(work, batch, served, updated, last)
 
 
 def _run_general(

@@ -19,6 +19,7 @@ from service.learner import registry
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
 from service.learner.features import Example
+from service.learner.kernel import learn_sequence
 from service.learner.perceptron import Weights, predict_index
 from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
@@ -85,6 +86,42 @@ class ChallengerState:
             if len(self.curve) > CURVE_POINTS:
                 self.every *= 2
                 self.curve = self.curve[1::2]
+
+    def learn_all(
+        self, xs: list[Example], ts: list[int], by_default: list[bool], served: list[int]
+    ) -> None:
+        """``learn`` each example in turn: through the compiled kernel where the learner has
+        one (the same bits; ``learner/kernel.py``), else one at a time."""
+        rule = self.config.learner.kernel(self.config) if len(xs) > 1 else None
+        got = (
+            None
+            if rule is None
+            else learn_sequence(rule, self.config.fit_bias, self.weights, xs, ts)
+        )
+        if got is None:
+            for x, t, d, s in zip(xs, ts, by_default, served, strict=True):
+                self.learn(x, t, d, s)
+            return
+        n, seen = len(xs), self.seen
+        t_all = np.asarray(ts, dtype=np.int64)
+        wrong = got.predicted != t_all
+        self.weights.seen += n
+        self.position += n
+        counts = np.cumsum(wrong) + self.mistakes
+        self.mistakes = int(counts[-1])
+        if self.served_mistakes is not None:
+            self.served_mistakes += int((np.asarray(served, dtype=np.int64) != t_all).sum())
+        self.window = (self.window + np.where(wrong, 49, 48).astype(np.uint8).tobytes())[-WINDOW:]
+        defaulted = np.asarray(by_default, dtype=np.bool_)
+        self.defaulted += int(defaulted.sum())
+        self.defaulted_mistakes += int((defaulted & wrong).sum())
+        at = seen + self.every - (seen - self.since) % self.every  # the next point's count
+        while at <= seen + n:
+            self.curve.append(int(counts[at - seen - 1]))
+            if len(self.curve) > CURVE_POINTS:
+                self.every *= 2
+                self.curve = self.curve[1::2]
+            at += self.every - (at - self.since) % self.every
 
     def rates(self) -> dict[str, float | None]:
         """Mistake rates over every example seen and over the last 100 and 1000 (None: none

@@ -26,6 +26,7 @@ import numpy as np
 if TYPE_CHECKING:
     from service.learner.config import ModelConfig
     from service.learner.features import Example
+    from service.learner.kernel import KernelRule
     from service.learner.perceptron import Plan, Weights
 
 STRATEGIES: tuple[str, ...] = ("multiclass", "ovr", "ovo")
@@ -151,6 +152,12 @@ class Learner:
     ) -> list[bool]:
         """For each possible true class of ``x``, whether learning it would change ``weights``."""
         return [bool(self.update_plan(config, raw, t, x, weights)) for t in range(config.n_classes)]
+
+    def kernel(self, config: ModelConfig) -> KernelRule | None:
+        """Its rule as the compiled kernel takes it (``kernel.py``), where it does: its rows
+        learn apart from one another, and its served scores are its raw ones. None: it learns
+        through its update plans."""
+        return None
 
     def probabilities(self, config: ModelConfig, scores: np.ndarray) -> np.ndarray | None:
         """The probability of each class given the served scores; None where it has none."""

@@ -23,9 +23,11 @@ import math
 
 import numpy as np
 
+from service.learner import kernel
 from service.learner.config import ModelConfig
 from service.learner.features import Example
 from service.learner.interface import Learner, Setting
+from service.learner.kernel import KernelRule
 from service.learner.passive_aggressive import bounded, scores
 from service.learner.perceptron import NO_UPDATE, Plan, Weights, apply
 
@@ -64,6 +66,9 @@ class LogisticRegression(Learner):
 
     def raw_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
         return scores(weights, x)
+
+    def kernel(self, config: ModelConfig) -> KernelRule | None:
+        return KernelRule(kernel.LOGISTIC, float(config.learning_rate))
 
     def update_plan(
         self, config: ModelConfig, raw: np.ndarray, t: int, x: Example, weights: Weights

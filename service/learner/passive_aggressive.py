@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from service.learner import kernel
 from service.learner.config import ConfigError, ModelConfig
 from service.learner.features import Example
 from service.learner.interface import MAX_WEIGHT, Learner, Setting
+from service.learner.kernel import KernelRule
 from service.learner.online import Perceptron
 from service.learner.perceptron import NO_UPDATE, Plan, Weights, apply, ovo_pairs
 
@@ -204,6 +206,12 @@ class PassiveAggressiveLearner(Learner):
 
     def raw_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
         return scores(weights, x)
+
+    def kernel(self, config: ModelConfig) -> KernelRule | None:
+        """Binary and one-vs-rest (their rows learn apart)."""
+        if not config.binary and config.multiclass != "ovr":
+            return None
+        return KernelRule(kernel.PA1 if self.name == "pa1" else kernel.PA2, float(config.C))
 
     def update_plan(
         self, config: ModelConfig, raw: np.ndarray, t: int, x: Example, weights: Weights

@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from service.learner import kernel
 from service.learner.features import Example
 from service.learner.interface import Learner, Setting, StateArray
+from service.learner.kernel import KernelRule
 
 if TYPE_CHECKING:
     from service.learner.config import ModelConfig
@@ -272,6 +274,12 @@ class PerceptronLearner(Learner):
 
     def seen_depended(self, config: ModelConfig) -> bool:
         return bool(config.averaged)
+
+    def kernel(self, config: ModelConfig) -> KernelRule | None:
+        """A binary perceptron, not averaged (more rows score by BLAS's gemv, not its ddot)."""
+        if not config.binary or config.averaged:
+            return None
+        return KernelRule(kernel.PERCEPTRON, float(config.learning_rate), float(config.margin))
 
     def raw_scores(self, config: ModelConfig, weights: Weights, x: Example) -> np.ndarray:
         return raw_scores(weights, x)

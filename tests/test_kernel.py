@@ -1,0 +1,138 @@
+"""The learners' compiled kernel (service/learner/kernel.py) against their update plans, bit for
+bit: on every learner and layout it takes, with examples at the edges the API accepts; as a
+batch's learning (``run_sequence``: predictions, log entries, weights, the last update held) and
+as a challenger's replay (its whole packed state)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.engine.sequence import _run_binary, _run_general, run_sequence
+from service.learner import Example, ModelConfig, Weights, rules
+from service.learner.challenger import ChallengerState, pack_state, start_state
+from service.learner.kernel import compiled, learn_sequence
+from service.learner.perceptron import predict_index
+
+TAKEN: list[dict[str, Any]] = [
+    {"n_features": 20},
+    {"n_features": 20, "margin": 0.5, "learning_rate": 0.3, "fit_bias": False},
+    {"hash_bits": 6},
+    {"n_features": 20, "algorithm": "pa1", "C": 0.01},
+    {"n_features": 20, "algorithm": "pa2", "C": 1e6},
+    {"hash_bits": 5, "algorithm": "pa1", "fit_bias": False},
+    {"hash_bits": 5, "algorithm": "pa2", "C": 0.1, "classes": (0, 1, 2), "multiclass": "ovr"},
+    {"n_features": 20, "algorithm": "pa1", "classes": (0, 1, 2, 3), "multiclass": "ovr"},
+    {"n_features": 20, "algorithm": "logistic"},
+    {"n_features": 20, "algorithm": "logistic", "learning_rate": 1e6, "fit_bias": False},
+    {"hash_bits": 5, "algorithm": "logistic", "classes": (0, 1, 2), "multiclass": "ovr"},
+]
+NOT_TAKEN: list[dict[str, Any]] = [
+    {"n_features": 2, "averaged": True},
+    {"n_features": 2, "classes": (0, 1, 2)},
+    {"n_features": 2, "classes": (0, 1, 2), "multiclass": "ovr"},  # (a perceptron's gemv)
+    {"n_features": 2, "classes": (0, 1, 2), "multiclass": "ovo", "algorithm": "pa1"},
+    {"n_features": 2, "classes": (0, 1, 2), "algorithm": "pa2"},
+    {"n_features": 2, "algorithm": "arow"},
+]
+
+
+def examples(config: ModelConfig, n: int, seed: int) -> tuple[list[Example], list[int]]:
+    """A stream with the edges the API accepts: zeros, subnormals, ±1e15, scales apart."""
+    rng = np.random.default_rng(seed)
+    edges = [0.0, 5e-324, -1e-300, 1e15, -1e15]
+    xs = []
+    for i in range(n):
+        k = config.dim if config.dense else int(rng.integers(0, 6))
+        values = rng.normal(size=k) * float(rng.choice([1e-3, 1.0, 1e3]))
+        if i % 7 == 0 and k:
+            values[rng.integers(0, k)] = float(rng.choice(edges))
+        if i % 53 == 0:
+            values[:] = 0.0
+        index = None if config.dense else np.sort(rng.choice(config.dim, k, replace=False))
+        xs.append(Example(values, None if index is None else index.astype(np.int64)))
+    ts = rng.integers(0, config.n_classes, size=n).tolist()
+    return xs, ts
+
+
+def planned(config: ModelConfig, w: Weights, xs: list[Example], ts: list[int]) -> tuple[Any, ...]:
+    """The update plans' account, one example at a time."""
+    predicted, updated, raws = [], [], []
+    for x, t in zip(xs, ts, strict=True):
+        raw = rules.raw_scores(config, w, x)
+        predicted.append(predict_index(config, raw))
+        raws.append(raw.copy())
+        plan = rules.update_plan(config, raw, t, x, w)
+        updated.append(bool(plan))
+        w.seen += 1
+        rules.apply(config, w, x, plan, w.seen)
+    return predicted, updated, np.array(raws)
+
+
+def test_the_kernel_is_there() -> None:
+    assert compiled() is not None  # (numba is a dependency: a test that skips would hide it)
+
+
+@pytest.mark.parametrize("params", TAKEN, ids=str)
+def test_the_kernel_learns_as_the_update_plans_bit_for_bit(params: dict[str, Any]) -> None:
+    config = ModelConfig(**params)
+    rule = config.learner.kernel(config)
+    assert rule is not None
+    for seed in range(3):
+        xs, ts = examples(config, 1500, seed)
+        fast, slow = Weights.zeros(config), Weights.zeros(config)
+        got = learn_sequence(rule, config.fit_bias, fast, xs, ts)
+        assert got is not None
+        predicted, updated, raws = planned(config, slow, xs, ts)
+        assert got.predicted.tolist() == predicted and got.updated.tolist() == updated
+        assert np.array_equal(got.raws, raws)
+        assert np.array_equal(fast.w, slow.w) and np.array_equal(fast.b, slow.b)
+        assert fast.version == slow.version and all(np.isfinite(a).all() for a in fast.arrays())
+
+
+@pytest.mark.parametrize("params", NOT_TAKEN, ids=str)
+def test_the_others_learn_through_their_plans(params: dict[str, Any]) -> None:
+    config = ModelConfig(**params)
+    assert config.learner.kernel(config) is None
+
+
+@pytest.mark.parametrize("params", TAKEN, ids=str)
+def test_a_batch_learns_through_the_kernel_as_through_the_plans(params: dict[str, Any]) -> None:
+    config = ModelConfig(**params)
+    xs, ts = examples(config, 400, 7)
+    provs = [b"~k|%d|" % i for i in range(len(xs))]
+    base = Weights.zeros(config)
+    base.w[:] = np.random.default_rng(1).normal(size=base.w.shape)
+    kernel = run_sequence(config, "0" * 16, base, xs, ts, provs)
+    slow = _run_binary if config.binary and config.algorithm == "perceptron" else _run_general
+    plans = slow(cfg=config, epoch="0" * 16, base=base, xs=xs, ts=ts, provs=provs)
+    assert kernel.batch == plans.batch and kernel.served == plans.served
+    assert kernel.updated == plans.updated
+    assert np.array_equal(kernel.work.w, plans.work.w) and kernel.work.seen == plans.work.seen
+    assert kernel.work.version == plans.work.version
+    assert (kernel.last is None) == (plans.last is None)
+    if kernel.last is not None and plans.last is not None:
+        assert np.array_equal(kernel.last.rows, plans.last.rows)
+        assert np.array_equal(kernel.last.coefs, plans.last.coefs)
+
+
+@pytest.mark.parametrize("params", TAKEN, ids=str)
+def test_a_challenger_replays_through_the_kernel_as_one_at_a_time(
+    params: dict[str, Any],
+) -> None:
+    config = ModelConfig(**params)
+    xs, ts = examples(config, 2500, 3)  # (past 100 curve points: its spacing doubles)
+    rng = np.random.default_rng(5)
+    defaults = (rng.random(len(xs)) < 0.2).tolist()
+    served = rng.integers(0, config.n_classes, size=len(xs)).tolist()
+    one, many = start_state(config, None), start_state(config, None)
+    many.since = one.since = 3
+    for x, t, d, s in zip(xs, ts, defaults, served, strict=True):
+        one.learn(x, t, d, s)
+    for start in range(0, len(xs), 611):  # in pieces, as the log is read
+        part = slice(start, start + 611)
+        many.learn_all(xs[part], ts[part], defaults[part], served[part])
+    assert isinstance(many, ChallengerState) and pack_state(many) == pack_state(one)
+    assert (many.position, many.curve, many.every) == (one.position, one.curve, one.every)
