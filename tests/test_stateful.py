@@ -239,7 +239,7 @@ class Ref:
         cfg, w = self.config, self.weights
         plan = update_plan(cfg, raw, t, x, w)
         mistake, updated = served != t, bool(plan) if decided is None else decided
-        PA_UPDATES[0] += updated and cfg.passive_aggressive
+        PA_UPDATES[0] += updated and cfg.algorithm in ("pa1", "pa2")
         w.seen += 1
         self.counters["seen"] += 1
         self.counters["mistakes"] += mistake
