@@ -81,9 +81,11 @@ def worker_app() -> FastAPI:
     started, and auth being off said there, once for all workers."""
     from service.app import create_app
     from service.engine import worker_gc
+    from service.learner import kernel
 
     workers = int(os.environ.get(SERVE_WORKERS, "1"))
     app = create_app(warn_auth_off=False, workers=workers)
+    kernel.load()  # the learners' kernel, loaded before the heap is frozen: out of collections
     worker_gc.settle()  # the heap start-up built stays out of every collection (worker_gc.py)
     return app
 

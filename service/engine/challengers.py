@@ -23,15 +23,7 @@ import numpy as np
 from service.contract.store_protocol import DEFAULT_SOURCE
 from service.learner import Example, ModelConfig
 from service.learner.challenger import ChallengerState, pack_head, unpack_state
-from service.learner.codec import (
-    entry_head,
-    entry_provenance,
-    entry_served,
-    pack_payload,
-    pack_record,
-    pack_weights,
-    unpack_entry,
-)
+from service.learner.codec import entry_head, pack_payload, pack_record, pack_weights, read_logged
 from service.store import Store
 from service.store.ops.challengers import ChallengerData, Tail
 
@@ -49,10 +41,17 @@ def label_entries(
     """Every example's entry for the challengers, as a log entry (``codec.unpack_entry`` reads
     it): its true class and the example; the raw scores, which a challenger never reads,
     zeros."""
-    zeros = np.zeros(cfg.n_scores)
+    zeros = np.zeros(cfg.n_scores).tobytes()
     no_updates = [False] * cfg.n_classes
+    records = [pack_record(epoch, s, no_updates, zeros) for s in range(cfg.n_classes)]
+    heads = [entry_head(0, t) for t in range(cfg.n_classes)]
+    if cfg.dense:  # (pack_payload's: the raw scores, then the values)
+        return [
+            heads[t] + prov + records[s] + x.values.tobytes()
+            for x, t, s, prov in zip(xs, ts, served, provs, strict=True)
+        ]
     return [
-        entry_head(0, t) + prov + pack_record(epoch, s, no_updates, pack_payload(zeros, x))
+        heads[t] + prov + records[s] + pack_payload(np.zeros(0), x)
         for x, t, s, prov in zip(xs, ts, served, provs, strict=True)
     ]
 
@@ -75,13 +74,12 @@ def _learn(
     model: ModelConfig, starts: Sequence[tuple[ChallengerState, int]], entries: list[bytes]
 ) -> None:
     """Each state learns ``entries`` from its index in them on, in order."""
-    examples = [unpack_entry(model, e) for e in entries]
-    by_default = [entry_provenance(e)[2] == DEFAULT_SOURCE for e in entries]
-    served = [entry_served(e) for e in entries]
-    xs = [x for _, _, _, x in examples]
-    ts = [t for _, t, _, _ in examples]
+    if not starts:
+        return
+    logged = read_logged(model, entries, DEFAULT_SOURCE)
     for state, at in starts:
-        state.learn_all(xs[at:], ts[at:], by_default[at:], served[at:])
+        xs = logged.packed.since(at)
+        state.learn_all(xs, logged.ts[at:], logged.by_default[at:], logged.served[at:])
 
 
 def replay(data: ChallengerData) -> Standing:

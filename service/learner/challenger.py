@@ -19,7 +19,7 @@ from service.learner import registry
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
 from service.learner.features import Example
-from service.learner.kernel import learn_sequence
+from service.learner.kernel import Packed, learn_sequence
 from service.learner.perceptron import Weights, predict_index
 from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
@@ -88,18 +88,20 @@ class ChallengerState:
                 self.curve = self.curve[1::2]
 
     def learn_all(
-        self, xs: list[Example], ts: list[int], by_default: list[bool], served: list[int]
+        self,
+        xs: list[Example] | Packed,
+        ts: list[int],
+        by_default: list[bool],
+        served: list[int],
     ) -> None:
         """``learn`` each example in turn: through the compiled kernel where the learner has
         one (the same bits; ``learner/kernel.py``), else one at a time."""
         rule = self.config.learner.kernel(self.config) if len(xs) > 1 else None
-        got = (
-            None
-            if rule is None
-            else learn_sequence(rule, self.config.fit_bias, self.weights, xs, ts)
-        )
+        fit_bias = self.config.fit_bias
+        got = None if rule is None else learn_sequence(rule, fit_bias, self.weights, xs, ts)
         if got is None:
-            for x, t, d, s in zip(xs, ts, by_default, served, strict=True):
+            one_by_one = xs.examples() if isinstance(xs, Packed) else xs
+            for x, t, d, s in zip(one_by_one, ts, by_default, served, strict=True):
                 self.learn(x, t, d, s)
             return
         n, seen = len(xs), self.seen

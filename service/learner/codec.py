@@ -11,11 +11,13 @@ entries in log order through the learner reproduces the weights bit for bit.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 import numpy as np
 
 from service.learner.config import ModelConfig
 from service.learner.features import Example
+from service.learner.kernel import Packed
 from service.learner.perceptron import Weights
 
 # A pending record (``pack_record``): its mark, then the model's epoch, then the served class.
@@ -139,3 +141,52 @@ def unpack_weights(config: ModelConfig, data: bytes, version: int, seen: int) ->
             weights.state[a.name] = values.reshape(rows, dim) if a.per_weight else values
     weights.version, weights.seen = version, seen
     return weights
+
+
+@dataclass
+class Logged:
+    """Log entries read at once (``read_logged``): each one's true class index, the class the
+    model served, whether the model's default label labelled it, and the examples packed."""
+
+    ts: list[int]
+    served: list[int]
+    by_default: list[bool]
+    packed: Packed
+
+
+def read_logged(config: ModelConfig, entries: list[bytes], default_source: str) -> Logged:
+    """Every entry's parts in one pass (``unpack_entry``, ``entry_served`` and the provenance's
+    source, each of every entry): the dense examples' values in one array."""
+    ts, served, by_default, payloads = [], [], [], []
+    default = SOURCE_MARK + default_source.encode() + ENTRY_SEP
+    at_served = len(PENDING) + EPOCH_LENGTH
+    header, raw = record_header(config), 8 * config.n_scores
+    for entry in entries:
+        first = entry.index(ENTRY_SEP)
+        second = entry.index(ENTRY_SEP, first + 1)
+        ts.append(int(entry[first + 1 : second]))
+        start = second + 1
+        by_default.append(entry.startswith(default, start))
+        if entry[start : start + 1] == SOURCE_MARK:  # past its provenance
+            start = entry.index(ENTRY_SEP, entry.index(ENTRY_SEP, start) + 1) + 1
+        served.append(int(entry[start + at_served : start + at_served + SERVED_DIGITS]))
+        payloads.append(entry[start + header + raw :])
+    n = len(entries)
+    if config.dense:
+        values = np.frombuffer(b"".join(payloads), dtype=np.float64)
+        offsets = np.arange(n + 1, dtype=np.int64) * config.dim
+        packed = Packed(values, np.zeros(0, dtype=np.int64), offsets, True)
+    else:
+        lengths = np.array([len(p) // 12 for p in payloads], dtype=np.int64)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        parts = [(int(k), p) for p, k in zip(payloads, lengths.tolist(), strict=True)]
+        index = [np.frombuffer(p, np.int32, count=k) for k, p in parts]
+        vals = [np.frombuffer(p, np.float64, offset=4 * k) for k, p in parts]
+        packed = Packed(
+            np.concatenate(vals) if n else np.zeros(0),
+            np.concatenate(index).astype(np.int64) if n else np.zeros(0, dtype=np.int64),
+            offsets,
+            False,
+        )
+    return Logged(ts, served, by_default, packed)

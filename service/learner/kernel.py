@@ -55,6 +55,25 @@ _LEARN: Any = None
 _TRIED = False
 
 
+def load() -> None:
+    """Load the kernel now (numba and its compiled loop: compiled here the first time on a
+    machine, read from numba's cache after), so that the first batch learned does not wait for
+    it and a worker's start-up heap, which is frozen, holds numba's objects."""
+    learn = compiled()
+    if learn is not None:
+        one = Packed(np.zeros(1), np.zeros(0, dtype=np.int64), np.array([0, 1]), True)
+        learn_sequence(
+            KernelRule(PERCEPTRON, 1.0), True, _Weights(np.zeros((1, 1)), np.zeros(1)), one, [1]
+        )
+
+
+@dataclass
+class _Weights:
+    w: np.ndarray
+    b: np.ndarray
+    version: int = 0
+
+
 def compiled() -> Any:
     """The kernel's loop, compiled at its first use in a process (None: not available)."""
     global _LEARN, _TRIED
@@ -77,33 +96,74 @@ class Learned:
     last: np.ndarray | None
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A sequence of examples of one model as the kernel reads them: every value in order,
+    their bucket indices (named features; empty for dense ones), and where each example's
+    start (``offsets``, one more than the examples)."""
+
+    values: np.ndarray
+    index: np.ndarray
+    offsets: np.ndarray
+    dense: bool
+
+    @classmethod
+    def of(cls, xs: list[Any]) -> Packed:
+        n = len(xs)
+        dense = n == 0 or xs[0].index is None
+        values = np.concatenate([x.values for x in xs]) if n else np.zeros(0)
+        empty = np.zeros(0, dtype=np.int64)
+        if dense:  # (every example of a dense model has its n_features values)
+            offsets = np.arange(n + 1, dtype=np.int64) * (len(values) // max(n, 1))
+            return cls(values, empty, offsets, True)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(x.values) for x in xs], out=offsets[1:])
+        index = empty if dense else np.concatenate([x.index for x in xs]).astype(np.int64)
+        return cls(values, index, offsets, dense)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def examples(self) -> list[Any]:
+        """The examples one by one (``Example``)."""
+        from service.learner.features import Example
+
+        out = []
+        for i in range(len(self)):
+            start, end = self.offsets[i], self.offsets[i + 1]
+            index = None if self.dense else self.index[start:end]
+            out.append(Example(self.values[start:end], index))
+        return out
+
+    def since(self, at: int) -> Packed:
+        """The examples from the ``at``-th on."""
+        start = self.offsets[at]
+        index = self.index if self.dense else self.index[start:]
+        return Packed(self.values[start:], index, self.offsets[at:] - start, self.dense)
+
+
 def learn_sequence(
     rule: KernelRule,
     fit_bias: bool,
     weights: Any,
-    xs: list[Any],
+    xs: list[Any] | Packed,
     ts: Any,
     apply_last: bool = True,
 ) -> Learned | None:
-    """Learn ``xs`` (examples of one model) with true class indices ``ts`` in order on
-    ``weights`` (a ``Weights``), in place, through the kernel; the last example's update only
-    with ``apply_last``. None where the kernel is not available."""
+    """Learn ``xs`` (examples of one model, or them packed) with true class indices ``ts`` in
+    order on ``weights`` (a ``Weights``), in place, through the kernel; the last example's
+    update only with ``apply_last``. None where the kernel is not available."""
     learn = compiled()
     if learn is None:
         return None
-    n = len(xs)
-    dense = n == 0 or xs[0].index is None
-    lengths = np.fromiter((x.values.shape[0] for x in xs), dtype=np.int64, count=n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.concatenate([x.values for x in xs]) if n else np.zeros(0)
-    index = np.zeros(0, dtype=np.int64) if dense else np.concatenate([x.index for x in xs])
+    packed = xs if isinstance(xs, Packed) else Packed.of(xs)
+    n = len(packed)
     rows = weights.w.shape[0]
     predicted = np.zeros(n, dtype=np.int64)
     updated = np.zeros(n, dtype=np.bool_)
     raws = np.zeros((n, rows))
     last = np.zeros(rows)
-    examples = (values, index.astype(np.int64, copy=False), offsets, dense)
+    examples = (packed.values, packed.index, packed.offsets, packed.dense)
     labels = (np.asarray(ts, dtype=np.int64), apply_last)
     rule_of = (rule.code, rule.a, rule.b, fit_bias)
     moves = learn(
