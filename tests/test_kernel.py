@@ -5,14 +5,24 @@ as a challenger's replay (its whole packed state)."""
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 import pytest
 
+from service.contract.store_protocol import DEFAULT_SOURCE
+from service.engine.challengers import label_entries
 from service.engine.sequence import _run_binary, _run_general, run_sequence
 from service.learner import Example, ModelConfig, Weights, rules
 from service.learner.challenger import ChallengerState, pack_state, start_state
+from service.learner.codec import (
+    entry_provenance,
+    entry_served,
+    provenance,
+    read_logged,
+    unpack_entry,
+)
 from service.learner.kernel import compiled, learn_sequence
 from service.learner.perceptron import predict_index
 
@@ -136,3 +146,29 @@ def test_a_challenger_replays_through_the_kernel_as_one_at_a_time(
         many.learn_all(xs[part], ts[part], defaults[part], served[part])
     assert isinstance(many, ChallengerState) and pack_state(many) == pack_state(one)
     assert (many.position, many.curve, many.every) == (one.position, one.curve, one.every)
+
+
+@pytest.mark.parametrize(
+    "params", [{"n_features": 5}, {"hash_bits": 5, "classes": (0, 1, 2), "multiclass": "ovr"}]
+)
+def test_a_read_log_is_what_each_entry_reads_as(params: dict[str, Any]) -> None:
+    """``read_logged``, all entries in one pass, against each entry read on its own: with and
+    without provenance, the default label's source and others, a '|' in the values' bytes."""
+    config = ModelConfig(**params)
+    xs, ts = examples(config, 300, 11)
+    xs[0] = Example(np.full(len(xs[0].values), struct.unpack("<d", b"|" * 8)[0]), xs[0].index)
+    sources = [DEFAULT_SOURCE if i % 3 == 0 else "key-1" if i % 3 == 1 else "" for i in range(300)]
+    provs = [
+        b"" if i % 7 == 0 else provenance(s, 1_796_000_000_000 + i) for i, s in enumerate(sources)
+    ]
+    served = [(t + i) % config.n_classes for i, t in enumerate(ts)]
+    entries = label_entries(config, "0123456789abcdef", xs, ts, served, provs)
+    logged = read_logged(config, entries, DEFAULT_SOURCE)
+    assert logged.ts == [unpack_entry(config, e)[1] for e in entries] == ts
+    assert logged.served == [entry_served(e) for e in entries] == served
+    assert logged.by_default == [entry_provenance(e)[2] == DEFAULT_SOURCE for e in entries]
+    for x, got in zip(xs, logged.packed.examples(), strict=True):
+        assert np.array_equal(x.values, got.values)
+        assert (x.index is None) == (got.index is None)
+        if x.index is not None and got.index is not None:
+            assert np.array_equal(x.index, got.index)

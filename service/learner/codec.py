@@ -157,10 +157,27 @@ class Logged:
 def read_logged(config: ModelConfig, entries: list[bytes], default_source: str) -> Logged:
     """Every entry's parts in one pass (``unpack_entry``, ``entry_served`` and the provenance's
     source, each of every entry): the dense examples' values in one array."""
-    ts, served, by_default, payloads = [], [], [], []
     default = SOURCE_MARK + default_source.encode() + ENTRY_SEP
     at_served = len(PENDING) + EPOCH_LENGTH
     header, raw = record_header(config), 8 * config.n_scores
+    if config.dense:  # every record of the same length: its parts counted from the end
+        tail = header + raw + 8 * config.dim
+        parts = [entry.split(ENTRY_SEP, 3) for entry in entries]
+        source = default[:-1]  # (an entry without provenance: its third part is its record)
+        first, last = at_served - tail, at_served + SERVED_DIGITS - tail
+        joined = b"".join([entry[-8 * config.dim :] for entry in entries])
+        return Logged(
+            ts=[int(p[1]) for p in parts],
+            served=[int(entry[first:last]) for entry in entries],
+            by_default=[p[2] == source for p in parts],
+            packed=Packed(
+                np.frombuffer(joined, dtype=np.float64),
+                np.zeros(0, dtype=np.int64),
+                np.arange(len(entries) + 1, dtype=np.int64) * config.dim,
+                True,
+            ),
+        )
+    ts, served, by_default, payloads = [], [], [], []
     for entry in entries:
         first = entry.index(ENTRY_SEP)
         second = entry.index(ENTRY_SEP, first + 1)
@@ -172,21 +189,16 @@ def read_logged(config: ModelConfig, entries: list[bytes], default_source: str) 
         served.append(int(entry[start + at_served : start + at_served + SERVED_DIGITS]))
         payloads.append(entry[start + header + raw :])
     n = len(entries)
-    if config.dense:
-        values = np.frombuffer(b"".join(payloads), dtype=np.float64)
-        offsets = np.arange(n + 1, dtype=np.int64) * config.dim
-        packed = Packed(values, np.zeros(0, dtype=np.int64), offsets, True)
-    else:
-        lengths = np.array([len(p) // 12 for p in payloads], dtype=np.int64)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        parts = [(int(k), p) for p, k in zip(payloads, lengths.tolist(), strict=True)]
-        index = [np.frombuffer(p, np.int32, count=k) for k, p in parts]
-        vals = [np.frombuffer(p, np.float64, offset=4 * k) for k, p in parts]
-        packed = Packed(
-            np.concatenate(vals) if n else np.zeros(0),
-            np.concatenate(index).astype(np.int64) if n else np.zeros(0, dtype=np.int64),
-            offsets,
-            False,
-        )
+    lengths = np.array([len(p) // 12 for p in payloads], dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    sized = [(int(k), p) for p, k in zip(payloads, lengths.tolist(), strict=True)]
+    index = [np.frombuffer(p, np.int32, count=k) for k, p in sized]
+    vals = [np.frombuffer(p, np.float64, offset=4 * k) for k, p in sized]
+    packed = Packed(
+        np.concatenate(vals) if n else np.zeros(0),
+        np.concatenate(index).astype(np.int64) if n else np.zeros(0, dtype=np.int64),
+        offsets,
+        False,
+    )
     return Logged(ts, served, by_default, packed)
