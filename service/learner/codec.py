@@ -162,7 +162,9 @@ def read_logged(config: ModelConfig, entries: list[bytes], default_source: str) 
     header, raw = record_header(config), 8 * config.n_scores
     if config.dense:  # every record of the same length: its parts counted from the end
         tail = header + raw + 8 * config.dim
-        parts = [entry.split(ENTRY_SEP, 3) for entry in entries]
+        # (k, t and a source's mark lie in an entry's first 64 bytes: k within 2**50, a
+        # class index within 4 digits; the rest is never copied)
+        parts = [entry[:64].split(ENTRY_SEP, 3) for entry in entries]
         source = default[:-1]  # (an entry without provenance: its third part is its record)
         first, last = at_served - tail, at_served + SERVED_DIGITS - tail
         joined = b"".join([entry[-8 * config.dim :] for entry in entries])
