@@ -34,6 +34,7 @@ FITTED = Perceptron().fit(np.array([[0.0, 1.0], [1.0, 0.0]]), [0, 1])
 EXAMPLES: dict[str, list[tuple[Any, ...]]] = {
     "create_model": [("iris", {"classes": ["a", "b", "c"], "n_features": 4}), ("m", {})],
     "list_models": [()],
+    "learners": [()],
     "read_model": [("iris",)],
     "delete_model": [("iris",)],
     "reset_model": [("iris",)],

@@ -39,6 +39,9 @@ __all__ = [
     "MistakeRates",
     "ModelInfo",
     "ModelList",
+    "LearnerInfo",
+    "LearnerList",
+    "SettingInfo",
     "ModelMetrics",
     "ModelSpec",
     "PredictBatchResponse",
@@ -174,6 +177,31 @@ class RollbackResponse(BaseModel):
 
 class ModelList(BaseModel):
     models: list[ModelInfo]
+
+
+class SettingInfo(BaseModel):
+    """One setting of a learner: its default and what it takes."""
+
+    name: str
+    default: float | bool
+    description: str
+    type: str  # "number" or "boolean"
+    short: str
+
+
+class LearnerInfo(BaseModel):
+    """A learner a model's ``algorithm`` may name (``GET /learners``)."""
+
+    name: str
+    title: str
+    description: str
+    settings: list[SettingInfo]
+    strategies: list[str]
+    probabilities: bool
+
+
+class LearnerList(BaseModel):
+    learners: list[LearnerInfo]
 
 
 class WeightRow(BaseModel):

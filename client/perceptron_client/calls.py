@@ -32,6 +32,7 @@ from .answers import (
     Health,
     Label,
     LearnBatchResponse,
+    LearnerList,
     LearnResponse,
     ModelInfo,
     ModelList,
@@ -66,6 +67,7 @@ __all__ = [
     "import_model",
     "learn",
     "learn_batch",
+    "learners",
     "list_models",
     "metrics",
     "predict",
@@ -213,6 +215,10 @@ def _label(y: LabelIn) -> Label:
 
 def create_model(name: str, config: Mapping[str, Any]) -> Call[ModelInfo]:
     return Call("PUT", _path(name), _parse(ModelInfo), dict(config))
+
+
+def learners() -> Call[LearnerList]:
+    return Call("GET", "/learners", _parse(LearnerList))
 
 
 def list_models() -> Call[ModelList]:

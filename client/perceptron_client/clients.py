@@ -21,6 +21,7 @@ from .answers import (
     FeedbackResponse,
     Health,
     LearnBatchResponse,
+    LearnerList,
     LearnResponse,
     ModelInfo,
     ModelList,
@@ -103,6 +104,10 @@ class Client:
 
     def list_models(self) -> ModelList:
         return self._send(calls.list_models())
+
+    def learners(self) -> LearnerList:
+        """The learners a model's ``algorithm`` may name, with their settings."""
+        return self._send(calls.learners())
 
     def read_model(self, name: str) -> ModelInfo:
         return self._send(calls.read_model(name))
@@ -281,6 +286,10 @@ class AsyncClient:
 
     async def list_models(self) -> ModelList:
         return await self._send(calls.list_models())
+
+    async def learners(self) -> LearnerList:
+        """The learners a model's ``algorithm`` may name, with their settings."""
+        return await self._send(calls.learners())
 
     async def read_model(self, name: str) -> ModelInfo:
         return await self._send(calls.read_model(name))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from perceptron_client import LearnerList
+from service.cli.models_output import out
 from service.learner.registry import ALGORITHMS, LEARNERS, SETTINGS, learners_by_setting
 
 # Every setting's flag: its name with '-' for '_' (``--learning-rate``, ``--C``)
@@ -40,3 +42,18 @@ def describe(config: dict[str, Any]) -> str:
     learner = LEARNERS.get(config.get("algorithm", "perceptron"))
     said = learner.describe(config) if learner else str(config.get("algorithm"))
     return said + (f" {config['multiclass']}" if len(config.get("classes", ())) > 2 else "")
+
+
+def print_learners(answer: LearnerList, as_json: bool) -> None:
+    """``GET /learners``: a line per learner (its name, strategies, probabilities), then one per
+    setting with its default."""
+    if as_json:
+        out(answer.model_dump_json())
+        return
+    for learner in answer.learners:
+        kinds = "binary" + "".join(f", {s}" for s in learner.strategies)
+        said = ", probabilities" if learner.probabilities else ""
+        out(f"{learner.name}: {learner.title} ({kinds}{said})")
+        for s in learner.settings:
+            default = str(s.default).lower() if isinstance(s.default, bool) else f"{s.default:g}"
+            out(f"  {FLAGS.get(s.name, s.name)} (default {default}): {s.description}")

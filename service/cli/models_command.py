@@ -40,7 +40,7 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.learner_options import add_learner_options
+from service.cli.learner_options import add_learner_options, print_learners
 from service.cli.models_output import Usage, columns, err, features_of, out, print_model
 from service.learner.interface import STRATEGIES
 
@@ -93,11 +93,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         a.set_defaults(act=run)
-        if name != "list":
+        if name not in ("list", "learners"):
             a.add_argument("name", metavar="NAME", help="the model's name")
         return a
 
     action("list", "list every model with its classes, version and counters", _list)
+    action("learners", "list the learners a model may name, with their settings", _learners)
     action("show", "show a model's configuration, version and counters", _show)
     _add_configuration(
         action("create", "create a model (nothing changes if it exists alike)", _create)
@@ -234,6 +235,10 @@ def _list(client: Client, args: argparse.Namespace) -> None:
         out(models.model_dump_json())
         return
     out(_table(models))
+
+
+def _learners(client: Client, args: argparse.Namespace) -> None:
+    print_learners(client.learners(), args.json)
 
 
 def _show(client: Client, args: argparse.Namespace) -> None:

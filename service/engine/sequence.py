@@ -92,15 +92,17 @@ def _run_kernel(
     updated = got.updated.tolist()
     entries: list[bytes] = []
     recent: list[bytes] = []
+    counted = cfg.counts_seen  # (an averaged learner's entries carry their ordinal k)
     for i in range(n):
         if updated[i] or i >= n - RECENT:
-            head = entry_head(0, ts[i]) + provs[i] + records[served[i]]
+            k = base.seen + i + 1 if counted else 0
+            head = entry_head(k, ts[i]) + provs[i] + records[served[i]]
             entry = head + pack_payload(got.raws[i], xs[i])
             if updated[i]:
                 entries.append(entry)
             if i >= n - RECENT:
                 recent.append(entry)
-    if got.moves:
+    if got.moves or counted:  # (an averaged learner serves its mean: it counts each one)
         work.seen = base.seen + n - 1
     else:
         work = base  # (nothing moved before the last example: the weights stay those given)

@@ -2,13 +2,15 @@
 code (numba), for every learner whose rows learn apart from one another.
 
 A learner opts in with a ``KernelRule`` (``Learner.kernel``): its rule's code below and its
-numbers; the others (the multiclass perceptron and PA, one-vs-one, averaged perceptrons, AROW)
-learn through their Python update plans. The kernel makes the same floating-point operations
+numbers; the others (the multiclass perceptron and PA, one-vs-one, a perceptron of more than
+two classes, AROW) learn through their Python update plans. The kernel makes the same floating-point operations
 in the same order as those plans, so both give the same predictions, updates and weights bit
 for bit (tests/test_kernel.py compares them on every learner it takes):
 
 - scores: each row's ``w.x + b``; the perceptron's dot product is numpy's own (its BLAS
-  ``ddot``, called here), the others' summed term by term in feature order;
+  ``ddot``, called here), the others' summed term by term in feature order; an averaged
+  perceptron serves ``(w - wsum / seen).x + (b - bsum / seen)`` and keeps its sums
+  (``perceptron.py``);
 - the rule of each row (binary: one row, ``y = +1`` for class 1; one-vs-rest: one per class);
 - a plan that would take a weight beyond ``MAX_WEIGHT`` is not made (PA and logistic);
 - each update ``w += c * x``, ``b += c`` (without ``fit_bias``, ``b`` stays).
@@ -166,9 +168,10 @@ def learn_sequence(
     examples = (packed.values, packed.index, packed.offsets, packed.dense)
     labels = (np.asarray(ts, dtype=np.int64), apply_last)
     rule_of = (rule.code, rule.a, rule.b, fit_bias)
-    moves = learn(
-        rule_of, (weights.w, weights.b), examples, labels, (predicted, updated, raws, last)
-    )
+    kept = getattr(weights, "state", {})  # an averaged perceptron's sums, else none
+    wsum, bsum = kept.get("wsum", np.zeros((0, 0))), kept.get("bsum", np.zeros(0))
+    state = (weights.w, weights.b, wsum, bsum, int(getattr(weights, "seen", 0)))
+    moves = learn(rule_of, state, examples, labels, (predicted, updated, raws, last))
     weights.version += moves
     held = not apply_last and n > 0 and bool(updated[-1])
     return Learned(predicted, updated, raws, moves, last if held else None)

@@ -52,6 +52,22 @@ def blas_score(w: Any, b: float, x: Any, tmp: Any) -> float:
 
 
 @njit
+def averaged_score(state: Any, r: int, seen: int, x: Any, tmp: Any) -> float:
+    """Row ``r``'s served score of an averaged perceptron after ``seen`` examples: numpy's
+    ``(w - wsum / seen).dot(x) + (b - bsum / seen)`` (its BLAS ddot)."""
+    w, b, wsum, bsum = state
+    v, ix, dense = x
+    n = v.shape[0]
+    for j in range(n):
+        k = j if dense else ix[j]
+        tmp[j] = w[r, k] - wsum[r, k] / seen
+    bias = b[r] - bsum[r] / seen
+    if n == 0:
+        return float(0.0 + bias)
+    return float(ddot(n, tmp.ctypes.data, 1, v.ctypes.data, 1) + bias)
+
+
+@njit
 def sequential_score(w: Any, b: float, x: Any) -> float:
     """``w.x + b``, the dot product summed term by term in feature order."""
     v, ix, dense = x
@@ -111,21 +127,26 @@ def within(w: Any, b: Any, coefs: Any, x: Any, fit_bias: bool) -> bool:
 
 
 @njit
-def add(w: Any, b: Any, coefs: Any, x: Any, fit_bias: bool) -> None:
-    """``w += c * x`` and ``b += c`` for each row's ``c``."""
+def add(state: Any, coefs: Any, x: Any, fit_bias: bool, age: float) -> None:
+    """``w += c * x`` and ``b += c`` for each row's ``c``; an averaged perceptron's sums too,
+    ``wsum += age * (c * x)`` and ``bsum += age * c`` (``age``: the examples before)."""
+    w, b, wsum, bsum = state
+    averaged = wsum.shape[0] > 0
     v, ix, dense = x
     for r in range(w.shape[0]):
         c = coefs[r]
         if c == 0:
             continue
-        if dense:
-            for j in range(v.shape[0]):
-                w[r, j] += c * v[j]
-        else:
-            for j in range(v.shape[0]):
-                w[r, ix[j]] += c * v[j]
+        for j in range(v.shape[0]):
+            k = j if dense else ix[j]
+            delta = c * v[j]
+            w[r, k] += delta
+            if averaged:
+                wsum[r, k] += age * delta
         if fit_bias:
             b[r] += c
+            if averaged:
+                bsum[r] += age * c
 
 
 @njit
@@ -145,13 +166,16 @@ def learn(rule: Any, weights: Any, examples: Any, labels: Any, out: Any) -> int:
     """Learn each example in order (``kernel.learn_sequence`` says what each part holds);
     the count of updates made."""
     code, _, _, fit_bias = rule
-    w, b = weights
+    w, b, wsum, bsum, seen = weights
+    state = (w, b, wsum, bsum)
+    averaged = wsum.shape[0] > 0
     ts, apply_last = labels
     values, index, offsets, dense = examples
     predicted, updated, raws, last = out
     rows, n = w.shape[0], ts.shape[0]
     tmp = np.empty(values.shape[0])
     coefs = np.zeros(rows)
+    served = np.zeros(rows)
     moves = 0
     for i in range(n):
         v = values[offsets[i] : offsets[i + 1]]
@@ -162,7 +186,12 @@ def learn(rule: Any, weights: Any, examples: Any, labels: Any, out: Any) -> int:
                 raws[i, r] = blas_score(w[r], b[r], x, tmp)
             else:
                 raws[i, r] = sequential_score(w[r], b[r], x)
-        predicted[i] = predict(raws[i])
+        if averaged and seen + i > 0:  # served: the mean of the weights so far
+            for r in range(rows):
+                served[r] = averaged_score(state, r, seen + i, x, tmp)
+            predicted[i] = predict(served)
+        else:
+            predicted[i] = predict(raws[i])
         sq = 0.0
         if code == 1 or code == 2:
             for j in range(v.shape[0]):
@@ -178,6 +207,6 @@ def learn(rule: Any, weights: Any, examples: Any, labels: Any, out: Any) -> int:
         if moved and i == n - 1 and not apply_last:
             last[:] = coefs
         elif moved:
-            add(w, b, coefs, x, fit_bias)
+            add(state, coefs, x, fit_bias, float(seen + i))
             moves += 1
     return moves

@@ -276,8 +276,8 @@ class PerceptronLearner(Learner):
         return bool(config.averaged)
 
     def kernel(self, config: ModelConfig) -> KernelRule | None:
-        """A binary perceptron, not averaged (more rows score by BLAS's gemv, not its ddot)."""
-        if not config.binary or config.averaged:
+        """A binary perceptron, averaged or not (more rows score by BLAS's gemv, not ddot)."""
+        if not config.binary:
             return None
         return KernelRule(kernel.PERCEPTRON, float(config.learning_rate), float(config.margin))
 
