@@ -207,3 +207,20 @@ def test_in_batches_one_vs_rest_and_as_a_challenger_counted_exactly(client: http
     promoted = client.post("/models/p/promote", json={"challenger": "ar"})
     assert promoted.status_code == 200, promoted.text
     assert _weights(client.get("/models/p/export").json()) == challenger.packed()
+
+
+def test_to_scikit_learn_a_perceptron_that_predicts_alike(client: httpx.Client) -> None:
+    from sklearn.linear_model import Perceptron
+
+    from perceptron_client.sklearn_bridge import estimator_of
+
+    data = breast_cancer()
+    spec = {"classes": [0, 1], "n_features": 30, "algorithm": "arow"}
+    assert client.put("/models/a", json=spec).status_code == 201
+    body = {"model": "a", "features": data.X[:200].tolist(), "labels": data.y[:200].tolist()}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    estimator = estimator_of(client.get("/models/a/export").json())
+    assert isinstance(estimator, Perceptron)
+    served = client.post("/predict/batch", json={"model": "a", "features": data.X.tolist()})
+    labels = [p["label"] for p in served.json()["predictions"]]
+    assert estimator.predict(data.X).tolist() == labels

@@ -172,3 +172,24 @@ def test_one_vs_rest_in_batches_and_a_challenger_counted_exactly(client: httpx.C
     assert client.post("/models/p-copy/import", json=exported).status_code == 200
     again = client.post("/predict", json={"model": "p-copy", "features": X[0].tolist()}).json()
     assert again["probabilities"] == answer["probabilities"]
+
+
+def test_scikit_learn_both_ways(client: httpx.Client) -> None:
+    from perceptron_client.sklearn_bridge import estimator_document, estimator_of
+
+    data, classes = breast_cancer(), np.array([0, 1])
+    sgd = _sgd(1e-4)
+    for x, y in zip(data.X[:50], data.y[:50], strict=True):
+        sgd.partial_fit(x.reshape(1, -1), [y], classes=classes)
+    document = estimator_document("warm", sgd, {})
+    assert (document["config"]["algorithm"], document["config"]["learning_rate"]) == (
+        "logistic",
+        1e-4,
+    )
+    assert client.post("/models/warm/import", json=document).status_code == 200
+    X = data.X[50:60]
+    got = client.post("/predict", json={"model": "warm", "features": X[0].tolist()}).json()
+    assert np.allclose(got["probabilities"], sgd.predict_proba(X[:1])[0], rtol=0, atol=1e-9)
+    back = estimator_of(client.get("/models/warm/export").json())
+    assert isinstance(back, SGDClassifier) and back.loss == "log_loss"
+    assert np.allclose(back.predict_proba(X), sgd.predict_proba(X), rtol=0, atol=1e-12)

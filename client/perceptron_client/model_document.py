@@ -2,7 +2,9 @@
 
 What the bridges to other libraries read and write: a model's configuration and its weights,
 float64 little-endian, base64, with their sha256: every weight row (``rows x dim``, row after
-row), then one bias a row, then, for an averaged model, the running sums of the same shapes.
+row), then one bias a row, then, for an averaged model, the running sums of the same shapes
+(and for a learner that keeps more, such as AROW's variances, its arrays of the same shapes,
+which no prediction needs).
 A document written here is imported as any export is (``POST /models/{name}/import``); the
 service checks it whole. ``tests/test_sklearn_bridge_edges.py`` holds the layout to the
 service's own (``service/contract/export_format.py``).
@@ -87,11 +89,12 @@ def served(document: Mapping[str, Any]) -> LinearScores:
     dim = config["n_features"] or 1 << config["hash_bits"]
     flat = np.frombuffer(data, dtype=_FLOAT).astype(np.float64)
     sizes = [rows * dim, rows] * (2 if config.get("averaged") else 1)
-    if flat.size != sum(sizes):
+    extra = flat.size - sum(sizes)  # (a learner's own arrays: weights' and biases' shapes)
+    if extra < 0 or extra % (rows * dim + rows):
         raise ValueError(
             f"The export document holds {flat.size} weights; its model has {sum(sizes)}."
         )
-    w, b, *sums = np.split(flat, np.cumsum(sizes)[:-1])
+    w, b, *sums = np.split(flat[: sum(sizes)], np.cumsum(sizes)[:-1])
     w = w.reshape(rows, dim)
     seen = int(document["seen"])
     if sums and seen > 0:

@@ -38,6 +38,7 @@ __all__ = [
     "default_mode",
     "estimator_document",
     "estimator_of",
+    "logistic_step",
     "passive_aggressive_rule",
 ]
 
@@ -95,8 +96,11 @@ def estimator_document(name: str, estimator: Any, options: Mapping[str, Any]) ->
         "fit_bias": bool(getattr(estimator, "fit_intercept", True)) or bool(intercept.any()),
     }
     rule = passive_aggressive_rule(estimator)
+    step = logistic_step(estimator)
     if rule is not None:  # it learns on with the estimator's own PA rule and C
         config["algorithm"], config["C"] = rule
+    elif step is not None:  # logistic regression, with the estimator's own step
+        config["algorithm"], config["learning_rate"] = "logistic", step
     else:  # a Perceptron learns on with its own step; any other with the perceptron's classic 1
         config["learning_rate"] = (
             float(estimator.eta0) if isinstance(estimator, Perceptron) else 1.0
@@ -107,7 +111,8 @@ def estimator_document(name: str, estimator: Any, options: Mapping[str, Any]) ->
     # A rule chosen in options drops what the estimator's rule brought and the other refuses.
     if config.get("algorithm", "perceptron") == "perceptron" and "C" not in options:
         config.pop("C", None)
-    if config.get("algorithm", "perceptron") != "perceptron" and "learning_rate" not in options:
+    learns_by_step = config.get("algorithm", "perceptron") in ("perceptron", "logistic")
+    if not learns_by_step and "learning_rate" not in options:
         config.pop("learning_rate", None)
     return model_document.write(name, config, coef, intercept)
 
@@ -180,13 +185,30 @@ def _label(c: Any) -> int | str:
 # --- the service -> scikit-learn ---------------------------------------------------------------
 
 
+def logistic_step(estimator: Any) -> float | None:
+    """The step of an ``SGDClassifier(loss="log_loss", penalty=None, learning_rate="constant")``
+    (its ``eta0``), which the service's logistic regression learns on as; None for any other."""
+    if (
+        isinstance(estimator, SGDClassifier)
+        and estimator.loss == "log_loss"
+        and estimator.penalty is None
+        and estimator.learning_rate == "constant"
+    ):
+        return float(estimator.eta0)
+    return None
+
+
 def estimator_of(document: Mapping[str, Any]) -> Perceptron | SGDClassifier:
     """A fitted estimator that predicts what the document's model predicts: its served
     weights (the mean, for an averaged model) as ``coef_`` and ``intercept_``, its classes as
     ``classes_`` and its bias as ``fit_intercept``. A perceptron model gives a ``Perceptron``
     (its learning rate as ``eta0``); a PA model an ``SGDClassifier(loss="hinge",
-    penalty=None, learning_rate=algorithm, eta0=C)``, which learns on as the model does
-    (binary and 'ovr': one ``partial_fit`` an example gives the service's weights)."""
+    penalty=None, learning_rate=algorithm, eta0=C)`` and a logistic regression an
+    ``SGDClassifier(loss="log_loss", penalty=None, learning_rate="constant",
+    eta0=learning_rate)``, which learn on as the model does (binary and 'ovr': one
+    ``partial_fit`` an example gives the service's weights), the latter with its
+    ``predict_proba``; a learner scikit-learn has no estimator of (AROW) a ``Perceptron``,
+    which predicts as it does."""
     config = document["config"]
     name = document.get("name")
     if config.get("n_features") is None:
@@ -205,9 +227,7 @@ def estimator_of(document: Mapping[str, Any]) -> Perceptron | SGDClassifier:
     fit_bias = bool(config["fit_bias"])
     algorithm = config.get("algorithm", "perceptron")
     estimator: Perceptron | SGDClassifier
-    if algorithm == "perceptron":
-        estimator = Perceptron(fit_intercept=fit_bias, eta0=config["learning_rate"])
-    else:
+    if algorithm in ("pa1", "pa2"):
         estimator = SGDClassifier(
             loss="hinge",
             penalty=None,
@@ -215,6 +235,16 @@ def estimator_of(document: Mapping[str, Any]) -> Perceptron | SGDClassifier:
             eta0=config["C"],
             fit_intercept=fit_bias,
         )
+    elif algorithm == "logistic":
+        estimator = SGDClassifier(
+            loss="log_loss",
+            penalty=None,
+            learning_rate="constant",
+            eta0=config["learning_rate"],
+            fit_intercept=fit_bias,
+        )
+    else:  # the perceptron, or a learner no scikit-learn estimator learns as: it predicts alike
+        estimator = Perceptron(fit_intercept=fit_bias, eta0=config.get("learning_rate", 1.0))
     estimator.coef_ = scores.coef
     estimator.intercept_ = scores.intercept
     estimator.classes_ = _classes(config["classes"])
