@@ -3,9 +3,9 @@ code (numba), for every learner whose rows learn apart from one another.
 
 A learner opts in with a ``KernelRule`` (``Learner.kernel``): its rule's code below and its
 numbers; the others (the multiclass perceptron and PA, one-vs-one, a perceptron of more than
-two classes, AROW) learn through their Python update plans. The kernel makes the same floating-point operations
-in the same order as those plans, so both give the same predictions, updates and weights bit
-for bit (tests/test_kernel.py compares them on every learner it takes):
+two classes, AROW) learn through their Python update plans. The kernel makes the same
+floating-point operations in the same order as those plans, so both give the same predictions,
+updates and weights bit for bit (tests/test_kernel.py compares them on every learner it takes):
 
 - scores: each row's ``w.x + b``; the perceptron's dot product is numpy's own (its BLAS
   ``ddot``, called here), the others' summed term by term in feature order; an averaged
