@@ -100,7 +100,8 @@ HORIZON_S = 0.5
 # The configurations a name may be made with: dense and named features, two and three
 # classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin, a default
 # label (binary; three classes, averaged, whose updates depend on the order of every label);
-# and passive-aggressive models (PA-I and PA-II) of each kind of classes.
+# passive-aggressive models (PA-I and PA-II) of each kind of classes; logistic regression and
+# AROW (its variances beside the weights), binary and one-vs-rest.
 CONFIGS: list[dict[str, Any]] = [
     {"n_features": 2},
     {"n_features": 2, "feedback_ttl_s": WAIT_S, "default_label": 1},
@@ -119,6 +120,8 @@ CONFIGS: list[dict[str, Any]] = [
     {"n_features": 2, "algorithm": "pa1", "C": 0.5},
     {"classes": ["x", "y", "z"], "hash_bits": 3, "multiclass": "ovr", "algorithm": "pa2"},
     {"n_features": 2, "classes": [0, 1, 2], "algorithm": "pa1", "C": 1e-3},
+    {"n_features": 2, "algorithm": "logistic", "learning_rate": 0.5},
+    {"classes": ["x", "y", "z"], "hash_bits": 3, "multiclass": "ovr", "algorithm": "arow"},
 ]
 # The PA models' updates the service made and the reference checked, over every sequence: the
 # test requires some (a PA model made and learned on both workers).
@@ -142,6 +145,8 @@ CHALLENGERS: list[dict[str, Any]] = [
     {"algorithm": "pa1", "C": 0.1},
     {"algorithm": "perceptron", "multiclass": "ovo", "learning_rate": 0.5, "margin": 0.25},
     {"algorithm": "pa2", "multiclass": "ovr"},
+    {"algorithm": "logistic", "multiclass": "ovr"},
+    {"algorithm": "arow", "multiclass": "ovr", "r": 0.5},
     {"averaged": True},  # (the model's rule: refused where it is PA's)
     {"C": 0.25},  # (the model's rule: refused where it is the perceptron's)
 ]
