@@ -3,10 +3,10 @@
 ``run_sequence`` is what ``/learn`` commits: for each example in order, the prediction made
 before learning it, whether it updated the weights, and the log entries of the updates. The
 weights it starts from are never changed, so a commit the store refuses costs nothing but the
-work. Binary perceptrons that are not averaged, the common case of high-rate streams, take a
-loop of their own that skips the general update plans (a PA model's step depends on each
-example's loss and norm: it takes the general one); it makes the same floating-point operations
-in the same order, so both give the same weights bit for bit (the tests compare them).
+work. A batch of a learner the compiled kernel takes (``learner/kernel.py``) is learned there;
+without the kernel, binary perceptrons that are not averaged take a loop of their own that
+skips the general update plans. Each makes the same floating-point operations in the same
+order as the plans, so all give the same weights bit for bit (the tests compare them).
 """
 
 from __future__ import annotations
