@@ -358,6 +358,7 @@ def test_a_service_that_fails_to_start_exits_1_not_uvicorns_3(
         raise SystemExit(3)
 
     monkeypatch.setattr("uvicorn.run", failing)
+    monkeypatch.setattr(cli, "_compile_kernel", lambda: None)  # (a process of its own)
     monkeypatch.setattr("logging.config.dictConfig", lambda config: None)
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
     monkeypatch.setenv("PERCEPTRON_AUTH", "false")

@@ -391,6 +391,8 @@ def test_the_async_client_against_the_app_on_its_own_loop(service: InProcessServ
 def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch) -> None:
     ran: dict[str, Any] = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: ran.update(app=app, **kw))
+    # (the kernel compiled in a process of its own before the workers: none in a fast test)
+    monkeypatch.setattr(cli, "_compile_kernel", lambda: ran.update(compiled="app" not in ran))
     # The service's logging, set before the settings are checked (uvicorn sets it again)
     monkeypatch.setattr("logging.config.dictConfig", lambda c: ran.update(logging=c))
     # Unset, and unset again after the test (serve sets it in os.environ): set first, so that
@@ -407,6 +409,7 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     assert ran["app"] == "service.cli.main:worker_app" and ran["factory"] is True
     assert ran["logging"] == ran["log_config"]
     assert (ran["port"], ran["workers"]) == (port, 3)
+    assert ran["compiled"] is True  # before the workers started
     assert __import__("os").environ[cli.SERVE_WORKERS] == "3"  # how many, told to each worker
     folder = Path(__import__("os").environ["PROMETHEUS_MULTIPROC_DIR"])
     assert folder.is_dir()  # the workers' shared metrics folder, removed at exit

@@ -223,13 +223,13 @@ def _compile_kernel() -> None:
     import subprocess
 
     load = "from service.learner import kernel; kernel.load()"
-    code: int | str
+    status: int | str
     try:
-        code = subprocess.run([sys.executable, "-c", load], check=False, timeout=300).returncode
+        status = subprocess.run([sys.executable, "-c", load], check=False, timeout=300).returncode
     except (subprocess.TimeoutExpired, OSError) as e:
-        code = str(e)
-    if code:  # (each worker then tries itself, and learns through the plans if not)
-        logging.getLogger("perceptron").warning("compiling the learners' kernel failed: %s", code)
+        status = str(e)
+    if status:  # (each worker then tries itself, and learns through the plans if not)
+        logging.getLogger("perceptron").warning("compiling the learners' kernel failed: %s", status)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
