@@ -181,3 +181,25 @@ def test_a_read_log_is_what_each_entry_reads_as(params: dict[str, Any]) -> None:
         assert (x.index is None) == (got.index is None)
         if x.index is not None and got.index is not None:
             assert np.array_equal(x.index, got.index)
+
+
+def test_without_the_kernel_the_plans_learn_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where numba cannot load (the kernel is None), a batch and a challenger learn through
+    the plans: the same answers."""
+    from service.learner import kernel
+
+    config = ModelConfig(n_features=20, algorithm="pa1", C=0.01)
+    xs, ts = examples(config, 300, 2)
+    base = Weights.zeros(config)
+    with_kernel = run_sequence(config, "0" * 16, base, xs, ts)
+    one = start_state(config, None)
+    one.learn_all(xs, ts, [False] * len(xs), ts)
+    monkeypatch.setattr(kernel, "compiled", lambda: None)
+    rule = config.learner.kernel(config)
+    assert rule is not None
+    assert learn_sequence(rule, True, Weights.zeros(config), xs, ts) is None
+    without = run_sequence(config, "0" * 16, base, xs, ts)
+    assert without.batch == with_kernel.batch and np.array_equal(without.work.w, with_kernel.work.w)
+    other = start_state(config, None)
+    other.learn_all(xs, ts, [False] * len(xs), ts)
+    assert pack_state(other) == pack_state(one)
