@@ -303,3 +303,24 @@ def test_challengers_a_promotion_and_an_undo_from_the_command_line(client: httpx
     undone = perceptron("models", "undo", "c", "--from-time", "0", url=url)
     assert undone.returncode == 0 and "updates left out" in undone.stdout, undone.stderr
     assert perceptron("models", "undo", "c", url=url).returncode == EXIT["usage"]
+
+
+def test_the_learners_and_their_flags_from_the_command_line(client: httpx.Client) -> None:
+    url = str(client.base_url).rstrip("/")
+    listed = perceptron("models", "learners", url=url)
+    assert listed.returncode == 0, listed.stderr
+    assert "logistic: logistic regression (binary, ovr, probabilities)" in listed.stdout
+    assert "arow: AROW (binary, ovr)" in listed.stdout and "  --r (default 1):" in listed.stdout
+    answer = as_json(perceptron("models", "learners", "--json", url=url))
+    names = [learner["name"] for learner in answer["learners"]]
+    assert names == ["perceptron", "pa1", "pa2", "logistic", "arow"]
+    made = perceptron(
+        "models", "create", "ar", "--n-features", "2", "--algorithm", "arow", "--r", "0.5",
+        "--json", url=url,
+    )  # fmt: skip
+    assert (as_json(made)["config"]["algorithm"], as_json(made)["config"]["r"]) == ("arow", 0.5)
+    shown = perceptron("models", "show", "ar", url=url)
+    assert any(line.split() == ["r", "0.5"] for line in shown.stdout.splitlines()), shown.stdout
+    assert not any(line.split()[0] == "learning_rate" for line in shown.stdout.splitlines())
+    other = perceptron("models", "create", "ar2", "--algorithm", "arow", "--C", "0.5", url=url)
+    assert other.returncode == EXIT["refused"] and "not used by 'arow'" in other.stderr

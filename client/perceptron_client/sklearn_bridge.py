@@ -43,7 +43,11 @@ __all__ = [
 ]
 
 # What a caller may choose of the model a warm start makes; the rest comes from the estimator.
-OPTIONS = ("multiclass", "learning_rate", "margin", "averaged", "feedback_ttl_s", "algorithm", "C")
+# (a learner's settings: those GET /learners lists)
+OPTIONS = (
+    *("multiclass", "feedback_ttl_s", "algorithm"),
+    *("learning_rate", "margin", "averaged", "C", "r"),
+)
 _LIMIT = 2**53  # the service's integer labels (they survive a round trip through a double)
 
 

@@ -37,7 +37,7 @@ def given_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def describe(config: dict[str, Any]) -> str:
-    """A configuration's learner in a few words: 'PA-I C=0.1', 'perceptron averaged lr=0.5',
+    """A configuration's learner in a few words: 'pa1 C=0.1', 'perceptron averaged lr=0.5',
     then its strategy when it has more than two classes."""
     learner = LEARNERS.get(config.get("algorithm", "perceptron"))
     said = learner.describe(config) if learner else str(config.get("algorithm"))

@@ -40,7 +40,7 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.learner_options import add_learner_options, print_learners
+from service.cli.learner_options import add_learner_options, given_settings, print_learners
 from service.cli.models_output import Usage, columns, err, features_of, out, print_model
 from service.learner.interface import STRATEGIES
 
@@ -251,6 +251,7 @@ def _create(client: Client, args: argparse.Namespace) -> None:
         value = getattr(args, field)
         if value is not None:
             config[field] = value
+    config.update(given_settings(args))  # (each learner's: the registry's, the client's extras)
     print_model(client.create_model(args.name, **config), args.json)
 
 
