@@ -220,8 +220,12 @@ def serve(args: argparse.Namespace) -> int:
 def _compile_kernel() -> None:
     """Compile the learners' kernel once, in a process of its own, before the workers start:
     each then reads it from numba's cache (a second) instead of all compiling it at once."""
+    import shutil
     import subprocess
 
+    seed, cache = os.environ.get("NUMBA_CACHE_SEED"), os.environ.get("NUMBA_CACHE_DIR")
+    if seed and cache and os.path.isdir(seed) and not os.path.exists(cache):
+        shutil.copytree(seed, cache)  # (an image's kernel, compiled when it was built)
     load = "from service.learner import kernel; kernel.load()"
     status: int | str
     try:
