@@ -14,16 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from service.contract.store_protocol import DEFAULT_SOURCE
+from service.contract.store_values import LearnResult
 from service.learner import Example, ModelConfig
 from service.learner.challenger import ChallengerState, pack_head, unpack_state
 from service.learner.codec import entry_head, pack_payload, pack_record, pack_weights, read_logged
+from service.learner.kernel import Packed
 from service.store import Store
 from service.store.ops.challengers import ChallengerData, Tail
 
@@ -54,6 +56,22 @@ def label_entries(
         heads[t] + prov + records[s] + pack_payload(np.zeros(0), x)
         for x, t, s, prov in zip(xs, ts, served, provs, strict=True)
     ]
+
+
+# A commit's labels for the challengers: the model's name, and the examples, their true
+# classes and the classes served, in order
+CommitLabels = tuple[str, tuple[Sequence[Example], list[int], list[int]]]
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A commit's labels, as the challengers of ``epoch`` and ``gen`` learn them from label
+    number ``first`` on."""
+
+    epoch: str
+    gen: str
+    first: int
+    learned: tuple[Packed, list[int], list[int]]
 
 
 @dataclass
@@ -115,47 +133,90 @@ class Standings:
     but for the one used last, whatever its size."""
 
     KEPT_BYTES = 512 << 20
+    WAITING = 16  # commits' labels kept until the challengers stand right before them
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._kept: OrderedDict[str, Standing] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, deque[Labels]] = {}
 
     async def current(self, name: str) -> Standing | None:
         """The model's challengers as they stand now (None: no such model). Shared: the
-        states move forward in place at the next call, between two awaits of its caller."""
+        states move forward in place, at the next call or a commit's ``learned``, between two
+        awaits of its caller."""
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
-            kept = self._kept.pop(name, None)
+            kept = self._kept.get(name)
             now = None if kept is None else await self._forward(name, kept)
             if now is None:
+                self._kept.pop(name, None)
                 now = await standing(self.store, name)
             if now is not None and now.states:
                 # (their packed states and the log read are replayed: let them go)
                 now.data = replace(now.data, states={}, entries=[])
+                self._kept.pop(name, None)
                 self._kept[name] = now
                 held = sum(map(_bytes, self._kept.values()))
                 while held > self.KEPT_BYTES and len(self._kept) > 1:
                     held -= _bytes(self._kept.popitem(last=False)[1])
             return now
 
+    def learned(self, epoch: str, at: LearnResult, learned: CommitLabels) -> None:
+        """Bring the kept challengers forward by a commit's own labels (``learned``: the
+        examples, true and served classes of the log's last entries when the commit answered
+        ``at``) without reading them back: at once when they stand right before those, else
+        once a read brings them there (the labels between are read)."""
+        name, (xs, ts, served) = learned
+        first = at.label_base + at.label_log - len(xs)
+        waiting = self._waiting.setdefault(name, deque(maxlen=self.WAITING))
+        waiting.append(Labels(epoch, at.label_gen, first, (Packed.of(list(xs)), ts, served)))
+        self._catch_up(name)
+
+    def _catch_up(self, name: str) -> None:
+        """The kept challengers brought forward by the commits' labels waiting from their
+        position on; those they are past let go."""
+        kept, waiting = self._kept.get(name), self._waiting.get(name)
+        while kept is not None and waiting:
+            labels = waiting[0]
+            xs, ts, served = labels.learned
+            if (kept.data.epoch, kept.data.gen) != (labels.epoch, labels.gen):
+                waiting.popleft()  # (of challengers before these)
+            elif labels.first + len(xs) <= kept.position:
+                waiting.popleft()  # (read already)
+            elif labels.first != kept.position:
+                return  # (labels between them not known here)
+            else:
+                waiting.popleft()
+                for state in kept.states.values():
+                    state.learn_all(xs, ts, [False] * len(xs), served)
+                kept.position += len(xs)
+
+    async def fold(self, name: str) -> bool:
+        """``fold`` at the challengers' current standing, as kept here."""
+        return await fold(self.store, name, await self.current(name))
+
     async def _forward(self, name: str, kept: Standing) -> Standing | None:
-        """``kept`` brought forward by the labels logged since; None when it cannot be."""
+        """``kept`` brought forward by the labels logged since; None when it cannot be. (A
+        commit's ``learned`` may bring it forward during the read: the entries it has are
+        skipped.)"""
         offset = kept.logged
         for _ in range(2):
             news = await self.store.read_challengers_since(name, offset)
             if news is None or (news.epoch, news.gen) != (kept.data.epoch, kept.data.gen):
                 return None  # (gone, or challengers added, removed or promoted)
+            at = news.base + offset  # (the label number of the first entry read)
+            if news.base <= kept.position and at <= kept.position:
+                break
             if not news.base <= kept.position:
                 return None  # (folded past what is kept: the log before is gone)
-            if news.base + offset == kept.position:
-                break
             offset = kept.position - news.base  # (folded meanwhile: read again from there)
         else:
             return None
         model = ModelConfig.from_json(news.config)
-        _learn(model, [(s, 0) for s in kept.states.values()], news.entries)
-        kept.position += len(news.entries)
+        entries = news.entries[kept.position - at :]
+        _learn(model, [(s, 0) for s in kept.states.values()], entries)
+        kept.position += len(entries)
         kept.data = replace(news, configs=kept.data.configs, entries=[])
         return kept
 
@@ -167,7 +228,11 @@ async def fold(store: Store, name: str, now: Standing | None = None) -> bool:
     if now is None or not now.states or now.position == now.data.base:
         return False
     tails = [tail_of(id, s) for id, s in now.states.items()]
-    return await store.fold_challengers(name, now.data.gen, now.data.base, now.position, tails)
+    gen, base, position = now.data.gen, now.data.base, now.position
+    done = await store.fold_challengers(name, gen, base, position, tails)
+    if done and now.data.gen == gen:  # (the log now starts there)
+        now.data = replace(now.data, base=position)
+    return done
 
 
 def tail_of(id: str, state: ChallengerState) -> Tail:
@@ -175,9 +240,9 @@ def tail_of(id: str, state: ChallengerState) -> Tail:
     return Tail(id, pack_head(state), pack_weights(state.weights))
 
 
-async def fold_quietly(store: Store, name: str) -> None:
-    """``fold``, whose failure only leaves the log longer until the next."""
+async def fold_quietly(standings: Standings, name: str) -> None:
+    """``Standings.fold``, whose failure only leaves the log longer until the next."""
     try:
-        await fold(store, name)
+        await standings.fold(name)
     except Exception as e:  # an optimisation: never let it hurt a request
         log.warning("folding model %r's challengers failed (%s); it will be tried again", name, e)

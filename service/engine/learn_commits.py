@@ -177,6 +177,8 @@ class LearnCommits:
                 if seq.last is not None:
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
+            if res.label_log >= 0:
+                self.replicas.standings.learned(rep.epoch, res, (rep.name, (xs, ts, seq.served)))
             self.replicas.compact_after(rep.name, res.log_length, res.label_log)
             rep.challenged = res.label_log >= 0
             labels = map(cfg.classes.__getitem__, seq.served)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
-from service.engine.challengers import fold_quietly
+from service.engine.challengers import Standings, fold_quietly
 from service.engine.replica import Replica
 from service.engine.tasks import cancel_all
 from service.errors import (
@@ -52,6 +52,8 @@ class Replicas:
         self._kept_bytes = 0
         self._compacting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Each model's challengers as this worker last saw them (their learns fold from here)
+        self.standings = Standings(store)
 
     # -- the cache -----------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class Replicas:
         if key in self._compacting:
             return
         self._compacting.add(key)
-        task = asyncio.create_task(fold_quietly(self.store, name))
+        task = asyncio.create_task(fold_quietly(self.standings, name))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(lambda _: self._compacting.discard(key))

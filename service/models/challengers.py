@@ -9,7 +9,7 @@ from typing import Any
 
 from service.contract.names import check_name
 from service.contract.store_protocol import RING_SIZE, Meta
-from service.engine.challengers import Standing, Standings, fold, tail_of
+from service.engine.challengers import Standing, fold, tail_of
 from service.engine.replica_cache import Replicas
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
@@ -87,7 +87,7 @@ class Challengers:
         self.store = store
         self.settings = settings
         self.replicas = replicas
-        self.standings = Standings(store)
+        self.standings = replicas.standings
 
     async def add(self, name: str, id: str, body: Any) -> dict[str, Any]:
         """Add challenger ``id``; what ``show`` answers for it."""
@@ -118,8 +118,10 @@ class Challengers:
         now = await self.standings.current(check_name(name))
         if now is None:
             raise ModelNotFound(name)
-        if now.logged >= self.settings.compact_every:
-            await fold(self.store, name, now)
+        if now.logged >= self.settings.compact_every and await fold(self.store, name, now):
+            now = await self.standings.current(name)  # (as it stands after the await)
+            if now is None:
+                raise ModelNotFound(name)
         return now
 
     async def show(self, name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ with them; if it lives on, the commit of whichever learns a request first wins.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from service.contract.store_protocol import Status
 from service.contract.store_values import (
@@ -57,7 +58,8 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # should the writer die). The hold counts the feedback calls that found it (one each, after
 # its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
 # While a promotion holds the model (``promote.py``), nothing is written: {HELD, ms left}.
-# Returns {DONE, version, seen, log length, labels' log length (-1: none added)}, the sync reply
+# Returns {DONE, version, seen, log length, labels' log length (-1: none added), the label
+# number of the labels' log's first entry, the challengers' gen}, the sync reply
 # with STALE_COPY when stale, NO_MODEL, STALE_EPOCH, STATE_LOST, {REQUESTS_GONE, tokens} naming the
 # handed-off requests that no longer wait, {NOT_WRITER} or HELD (nothing written with these last
 # three).
@@ -149,8 +151,9 @@ for j = entries_at, stop, UNPACK_CHUNK do
   local upto = math.min(j + UNPACK_CHUNK - 1, stop)
   log_length = redis.call('RPUSH', LOG, unpack(ARGV, j, upto))
 end
-local label_log = -1
+local label_log, label_at = -1, {'0', '0'}
 if challengers > 0 then
+  label_at = redis.call('HMGET', META, META_CHALLENGER_BASE, META_CHALLENGER_GEN)
   for j = labels_at, replies_at - 1, UNPACK_CHUNK do
     label_log = redis.call('RPUSH', CLOG, unpack(ARGV, j, math.min(j + UNPACK_CHUNK - 1,
       replies_at - 1)))
@@ -167,7 +170,8 @@ if writer then
   redis.call('DEL', HOLD)
   wake(WAKE, waiting)
 end
-return {DONE, version, seen + N, log_length, label_log}
+return {DONE, version, seen + N, log_length, label_log, label_at[1] or '0',
+  label_at[2] or '0'}
 """,
 )
 
@@ -219,6 +223,13 @@ async def learn(
             n_labels=len(labels),
         ),
     )
+    return await _result(store, name, reply, made)
+
+
+async def _result(
+    store: Runner, name: str, reply: list[Any], made: Made
+) -> LearnResult | SyncData | RequestsGone | Challenged | Held:
+    """What the script's ``reply`` says."""
     status = int(reply[0])
     if status == Status.NOT_WRITER:
         raise NotWriter(name)
@@ -229,5 +240,9 @@ async def learn(
     if status == Status.REQUESTS_GONE:
         return RequestsGone(frozenset(text(t) for t in reply[1:]))
     if status_of(store, name, reply) == Status.DONE:
-        return LearnResult(int(reply[1]), int(reply[2]), int(reply[3]), int(reply[4]))
-    return await store.sync_data(keys, reply, made.version)
+        version, seen, log_length, label_log, label_base = map(int, reply[1:6])
+        return LearnResult(
+            version=version, seen=seen, log_length=log_length, label_log=label_log,
+            label_base=label_base, label_gen=text(reply[6]),
+        )  # fmt: skip
+    return await store.sync_data(keys_of(name), reply, made.version)

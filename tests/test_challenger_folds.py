@@ -1,0 +1,61 @@
+"""The writer folds a model's challengers forward from the labels it commits, without reading
+them back from the store: what it reads of the labels' log while learning batch after batch is
+at most the log of its first fold; and what it answers is what a worker that replays the whole
+log answers."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from service.store import Store
+from service.store.ops import challengers
+
+from .conftest import MakeService
+
+pytestmark = pytest.mark.in_process
+
+COMPACT_EVERY = 100
+BATCHES, SIZE, DIM = 30, 100, 5
+
+
+def _batch(rng: random.Random) -> dict[str, Any]:
+    xs = [[rng.uniform(-1, 1) for _ in range(DIM)] for _ in range(SIZE)]
+    ys = [1 if x[0] + 0.3 * x[1] > 0 else -1 for x in xs]
+    return {"model": "m", "features": xs, "labels": ys}
+
+
+def test_the_writer_folds_without_reading_its_labels_back(
+    make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read: list[int] = []  # the entries of the labels' log each read returned
+
+    def counting(op: Any) -> Any:
+        async def counted(*args: Any) -> Any:
+            data = await op(*args)
+            read.append(0 if data is None else len(data.entries))
+            return data
+
+        return counted
+
+    monkeypatch.setattr(Store, "read_challengers", counting(challengers.read))
+    monkeypatch.setattr(Store, "read_challengers_since", counting(challengers.read_since))
+    writer = make_service(compact_every=COMPACT_EVERY, default_model=False)
+    assert writer.put("/models/m", json={"n_features": DIM}).status_code == 201
+    for id, body in (("pa", {"algorithm": "pa1", "C": 0.1}), ("avg", {"averaged": True})):
+        assert writer.put(f"/models/m/challengers/{id}", json=body).status_code == 201
+    rng = random.Random(7)
+    for _ in range(BATCHES):
+        assert writer.post("/learn/batch", json=_batch(rng)).status_code == 200
+    assert read  # (folds read the standing first)
+    assert sum(read) <= 2 * COMPACT_EVERY + SIZE, read  # (each fold read all: about 15,000)
+
+    kept = writer.get("/models/m/challengers", params={"weights": "true"})
+    fresh = make_service(compact_every=COMPACT_EVERY, default_model=False)
+    replayed = fresh.get("/models/m/challengers", params={"weights": "true"})
+    assert kept.status_code == replayed.status_code == 200
+    assert kept.json() == replayed.json()
+    assert kept.json()["labels"] == BATCHES * SIZE
+    assert [c["seen"] for c in kept.json()["challengers"]] == [BATCHES * SIZE] * 2
