@@ -8,8 +8,12 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
+from service.engine.challengers import Standings
+from service.learner import Example, ModelConfig
+from service.learner.challenger import start_state
 from service.store import Store
 from service.store.ops import challengers
 
@@ -59,3 +63,52 @@ def test_the_writer_folds_without_reading_its_labels_back(
     assert kept.json() == replayed.json()
     assert kept.json()["labels"] == BATCHES * SIZE
     assert [c["seen"] for c in kept.json()["challengers"]] == [BATCHES * SIZE] * 2
+
+
+def test_states_refused_after_labels_logged_elsewhere_then_labels_sent(
+    make_service: MakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer commits its challengers' states while it knows where their labels' log ends;
+    predictions labelled through another worker log labels meanwhile: its next states are
+    refused and it sends the labels. Every challenger learns every label once, in order: its
+    weights are a reference learner's, fed the same stream one example at a time."""
+    refused: list[Any] = []
+    written: list[Any] = []
+    monkeypatch.setattr(Standings, "missed", counting(Standings.missed, refused))
+    monkeypatch.setattr(Standings, "folded", counting(Standings.folded, written))
+    writer = make_service(compact_every=COMPACT_EVERY, default_model=False)
+    other = make_service(compact_every=COMPACT_EVERY, default_model=False)
+    assert writer.put("/models/m", json={"n_features": DIM}).status_code == 201
+    body: dict[str, Any] = {"algorithm": "pa1", "C": 0.1}
+    assert writer.put("/models/m/challengers/pa", json=body).status_code == 201
+    ref = start_state(ModelConfig(n_features=DIM, **body), None)
+    rng = random.Random(11)
+    batch = _batch(rng)
+    for round in range(6):  # (labels through the other worker every second round)
+        assert writer.get("/models/m/challengers").status_code == 200
+        for x, y in list(zip(batch["features"], batch["labels"], strict=True))[: round % 2 * 3]:
+            made = other.post("/predict", json={"model": "m", "features": x}).json()
+            labelled = {"prediction_id": made["prediction_id"], "label": -y}
+            assert other.post("/feedback", json=labelled).status_code == 200
+            ref.learn(Example(np.array(x)), (-y + 1) // 2)
+        batch = _batch(rng)
+        learned = writer.post("/learn/batch", json=batch)
+        assert learned.status_code == 200, learned.text
+        for x, y in zip(batch["features"], batch["labels"], strict=True):
+            ref.learn(Example(np.array(x)), (y + 1) // 2)
+    for service in (writer, other, make_service(default_model=False)):
+        got = service.get("/models/m/challengers", params={"weights": "true"}).json()
+        (pa,) = got["challengers"]
+        assert got["labels"] == pa["seen"] == ref.seen == 6 * SIZE + 9
+        assert pa["mistakes"] == ref.mistakes
+        assert pa["weights"]["w"] == ref.weights.w.tolist()
+        assert pa["weights"]["b"] == ref.weights.b.tolist()
+    assert refused and written
+
+
+def counting(method: Any, calls: list[Any]) -> Any:
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return method(*args)
+
+    return counted

@@ -56,6 +56,19 @@ class LearnBatch:
     entries: list[bytes]  # the log entries of the examples that updated, in order
     recent: list[bytes]  # entries of the latest (at most 100) examples, oldest first
     labels: list[bytes] | None = None  # every example's entry, for the model's challengers
+    # or, for challengers small enough, their states after these examples instead
+    states: ChallengerStates | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChallengerStates:
+    """Every challenger's state after a commit's examples, written by the commit in place of
+    their labels: valid only while the challengers are ``gen``'s and their labels' log ends
+    at label number ``at`` (the commit's first example's)."""
+
+    gen: str
+    at: int
+    tails: list[tuple[str, bytes]]  # (id, its packed state with its weights) of each
 
 
 @dataclass(frozen=True, slots=True)

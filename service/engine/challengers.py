@@ -20,10 +20,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from service.contract.store_protocol import DEFAULT_SOURCE
-from service.contract.store_values import LearnResult
+from service.contract.store_protocol import DEFAULT_SOURCE, RECORD_CALL_BYTES
+from service.contract.store_values import ChallengerStates, LearnResult
 from service.learner import Example, ModelConfig
-from service.learner.challenger import ChallengerState, pack_head, unpack_state
+from service.learner.challenger import ChallengerState, pack_head, pack_state, unpack_state
 from service.learner.codec import entry_head, pack_payload, pack_record, pack_weights, read_logged
 from service.learner.kernel import Packed
 from service.store import Store
@@ -140,6 +140,8 @@ class Standings:
         self._kept: OrderedDict[str, Standing] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, deque[Labels]] = {}
+        self._ends: dict[str, int] = {}  # where each model's labels' log ended, last known
+        self._ahead: dict[str, tuple[ChallengerStates, dict[str, ChallengerState]]] = {}
 
     async def current(self, name: str) -> Standing | None:
         """The model's challengers as they stand now (None: no such model). Shared: the
@@ -152,6 +154,8 @@ class Standings:
             if now is None:
                 self._kept.pop(name, None)
                 now = await standing(self.store, name)
+                if now is not None:
+                    self._ended(name, now.position)
             if now is not None and now.states:
                 # (their packed states and the log read are replayed: let them go)
                 now.data = replace(now.data, states={}, entries=[])
@@ -169,9 +173,56 @@ class Standings:
         once a read brings them there (the labels between are read)."""
         name, (xs, ts, served) = learned
         first = at.label_base + at.label_log - len(xs)
+        self._ends[name] = first + len(xs)
         waiting = self._waiting.setdefault(name, deque(maxlen=self.WAITING))
         waiting.append(Labels(epoch, at.label_gen, first, (Packed.of(list(xs)), ts, served)))
         self._catch_up(name)
+
+    def ahead(self, epoch: str, learned: CommitLabels) -> ChallengerStates | None:
+        """Every kept challenger's state after a commit's examples (``learned``), for the
+        commit to write in place of their labels (``folded`` keeps them once it did): when they
+        stand where the labels' log ended at the last commit, and their weights are smaller
+        than the labels, and than the 1 MiB a script carries at most. None otherwise: the
+        commit logs the labels."""
+        name, (xs, ts, served) = learned
+        kept = self._kept.get(name)
+        self._ahead.pop(name, None)
+        if kept is None or kept.data.epoch != epoch or self._ends.get(name) != kept.position:
+            return None
+        sizes = (x.values.nbytes + (0 if x.index is None else x.values.nbytes // 2) for x in xs)
+        if not _bytes(kept) < min(sum(sizes), RECORD_CALL_BYTES):  # (a script's 1 MiB at most)
+            return None
+        packed = Packed.of(list(xs))
+        after = {}
+        for id, state in kept.states.items():
+            after[id] = replace(state, weights=state.weights.copy(), curve=list(state.curve))
+            after[id].learn_all(packed, ts, [False] * len(xs), served)
+        states = ChallengerStates(
+            kept.data.gen, kept.position, [(id, pack_state(a)) for id, a in after.items()]
+        )
+        self._ahead[name] = (states, after)
+        return states
+
+    def folded(self, name: str, states: ChallengerStates, at: LearnResult) -> None:
+        """A commit wrote ``states`` (``ahead``'s), answering ``at``: they are the kept
+        challengers' now."""
+        kept, (made, after) = self._kept.get(name), self._ahead.pop(name, (None, {}))
+        if kept is None or made is not states or kept.position != states.at:
+            self._kept.pop(name, None)  # (read again at the next use)
+            return
+        kept.states = after
+        kept.position = at.label_base
+        kept.data = replace(kept.data, base=at.label_base)
+        self._ends[name] = at.label_base
+
+    def _ended(self, name: str, end: int) -> None:
+        """A read found the labels' log ending at label ``end``."""
+        self._ends[name] = max(self._ends.get(name, 0), end)
+
+    def missed(self, name: str) -> None:
+        """A commit refused ``ahead``'s states: the next logs its labels."""
+        self._ahead.pop(name, None)
+        self._ends.pop(name, None)
 
     def _catch_up(self, name: str) -> None:
         """The kept challengers brought forward by the commits' labels waiting from their
@@ -217,6 +268,7 @@ class Standings:
         entries = news.entries[kept.position - at :]
         _learn(model, [(s, 0) for s in kept.states.values()], entries)
         kept.position += len(entries)
+        self._ended(name, at + len(news.entries))
         kept.data = replace(news, configs=kept.data.configs, entries=[])
         return kept
 

@@ -19,6 +19,7 @@ from service.contract.store_values import (
     Bucket,
     Challenged,
     Held,
+    LearnBatch,
     Lease,
     Made,
     RequestsGone,
@@ -164,9 +165,7 @@ class LearnCommits:
                 await asyncio.sleep(min(res.ms, PROMOTE_POLL_MS) / 1000)
                 continue
             if isinstance(res, Challenged):  # nothing written: not an attempt on the model
-                if rep.challenged:  # (sent with its labels: the store would refuse it again)
-                    raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")
-                rep.challenged = True
+                self._challenged(rep, seq.batch)
                 continue
             attempts += 1
             if isinstance(res, SyncData):
@@ -177,7 +176,9 @@ class LearnCommits:
                 if seq.last is not None:
                     apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
-            if res.label_log >= 0:
+            if seq.batch.states is not None:
+                self.replicas.standings.folded(rep.name, seq.batch.states, res)
+            elif res.label_log >= 0:
                 self.replicas.standings.learned(rep.epoch, res, (rep.name, (xs, ts, seq.served)))
             self.replicas.compact_after(rep.name, res.log_length, res.label_log)
             rep.challenged = res.label_log >= 0
@@ -190,8 +191,17 @@ class LearnCommits:
             "attempts to learn; retry shortly."
         )
 
-    @staticmethod
+    def _challenged(self, rep: Replica, sent: LearnBatch) -> None:
+        """The store refused a commit for the model's challengers: the next sends their
+        labels."""
+        if sent.states is not None:  # (the challengers moved since the states were made)
+            self.replicas.standings.missed(rep.name)
+        elif rep.challenged:  # (sent with its labels: the store would refuse it again)
+            raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")
+        rep.challenged = True
+
     def _sequence(
+        self,
         rep: Replica,
         base: Weights,
         learned: tuple[list[Example], list[int], list[bytes]],
@@ -200,8 +210,8 @@ class LearnCommits:
         spans: list[Span],
     ) -> tuple[LearnedSequence, list[tuple[str, bytes]]]:
         """The examples learned on ``base``, as the commit sends them, and the answer of each
-        handed-off request in it; with every example's entry for the model's challengers
-        when it has some."""
+        handed-off request in it; for the model's challengers, when it has some, their states
+        after these examples, or every example's entry."""
         xs, ts, provs = learned
         cfg = rep.config
         seq = run_sequence(cfg=cfg, epoch=rep.epoch, base=base, xs=xs, ts=ts, provs=provs)
@@ -213,11 +223,16 @@ class LearnCommits:
             else one_source_counts(only, b.n, b.mistakes, len(b.entries))
         )
         if rep.challenged:
+            labelled = (rep.name, (xs, ts, seq.served))
+            states = self.replicas.standings.ahead(rep.epoch, labelled)
             seq.batch = replace(
                 b,
-                labels=label_entries(
+                labels=None
+                if states
+                else label_entries(
                     cfg=cfg, epoch=rep.epoch, xs=xs, ts=ts, served=seq.served, provs=provs
                 ),
+                states=states,
             )
         before = list(accumulate(seq.updated, initial=base.version))  # version before each
         answers = [

@@ -35,6 +35,7 @@ from service.contract.store_values import (
 from service.errors import NotWriter
 from service.store.keys import keys_of
 from service.store.ops import parts
+from service.store.ops.challengers import CHALLENGER_WEIGHTS
 from service.store.script import Arg, Runner, Script, status_of, text
 
 # KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
@@ -46,7 +47,10 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # request's (token, answer). The caller formats the entries. N_LABELS: every example's entry,
 # in order, for the model's challengers (``challengers.py``): a model with challengers takes a
 # commit only with all N of them ({CHALLENGED} otherwise, nothing written) and appends them to
-# ``clog``; a model without ignores them.
+# ``clog``; a model without ignores them. Or, instead of the labels, N_STATES (id, state)
+# pairs: every challenger's state (with its weights) after the N examples, valid only if the
+# challengers are FOLD_GEN's and their log ends at label FOLD_AT ({CHALLENGED} otherwise): they
+# replace the challengers' states at label FOLD_AT + N, where the log starts, empty.
 # A writer's commit (HOLDER set) runs only while HOLDER holds the lease (else {NOT_WRITER},
 # nothing written), and renews it after its first write (a script's first write is the one
 # refused when Redis is full, and a renewal is not refused, so it must not come first). It
@@ -79,6 +83,8 @@ SCRIPT = Script(
         "writer",
         "wake",
         "clog",
+        "cstate",
+        "cweights",
     ),
     args=(
         "epoch",
@@ -96,10 +102,13 @@ SCRIPT = Script(
         "n_updates#",
         "n_recent#",
         "n_labels#",
+        "fold_gen",
+        "fold_at#",
+        "n_states#",
     ),
     rest_keys="answers",
     rest_args="cells",
-    parts=(parts.SYNC, parts.RECORD, parts.ANSWER, parts.WAKE),
+    parts=(parts.SYNC, parts.RECORD, parts.ANSWER, parts.WAKE, parts.WEIGHTS, CHALLENGER_WEIGHTS),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
 if not st[1] then return {NO_MODEL} end
@@ -126,9 +135,19 @@ if why then return {STATE_LOST, why} end
 local entries_at = CELLS_AT + 2 * N_CELLS
 local recent_at = entries_at + N_UPDATES
 local labels_at = recent_at + N_RECENT
-local replies_at = labels_at + N_LABELS
+local states_at = labels_at + N_LABELS
+local replies_at = states_at + 2 * N_STATES
 local challengers = tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0')
-if challengers > 0 and N_LABELS ~= N then return {CHALLENGED} end
+local label_at = {'0', '0'}
+if challengers > 0 then
+  label_at = redis.call('HMGET', META, META_CHALLENGER_BASE, META_CHALLENGER_GEN)
+  if N_STATES > 0 then
+    if N_STATES ~= challengers or label_at[2] ~= FOLD_GEN
+        or tonumber(label_at[1] or '0') + redis.call('LLEN', CLOG) ~= FOLD_AT then
+      return {CHALLENGED}
+    end
+  elseif N_LABELS ~= N then return {CHALLENGED} end
+end
 local answers = #KEYS - ANSWERS_AT + 1
 if answers > 0 then
   local gone = {}
@@ -151,12 +170,20 @@ for j = entries_at, stop, UNPACK_CHUNK do
   local upto = math.min(j + UNPACK_CHUNK - 1, stop)
   log_length = redis.call('RPUSH', LOG, unpack(ARGV, j, upto))
 end
-local label_log, label_at = -1, {'0', '0'}
-if challengers > 0 then
-  label_at = redis.call('HMGET', META, META_CHALLENGER_BASE, META_CHALLENGER_GEN)
-  for j = labels_at, replies_at - 1, UNPACK_CHUNK do
+local label_log = -1
+if challengers > 0 and N_STATES > 0 then
+  local at = string.format('%d', FOLD_AT + N)
+  for i = states_at, replies_at - 1, 2 do
+    redis.call('HSET', CSTATE, ARGV[i], at .. ' ' .. ARGV[i + 1])
+    forget_weights(CWEIGHTS, ARGV[i])
+  end
+  redis.call('DEL', CLOG)  -- (its entries are in the states)
+  redis.call('HSET', META, META_CHALLENGER_BASE, at)
+  label_at[1], label_log = at, 0
+elseif challengers > 0 then
+  for j = labels_at, states_at - 1, UNPACK_CHUNK do
     label_log = redis.call('RPUSH', CLOG, unpack(ARGV, j, math.min(j + UNPACK_CHUNK - 1,
-      replies_at - 1)))
+      states_at - 1)))
   end
 end
 if N_UPDATES > 0 then version = redis.call('HINCRBY', META, META_VERSION, N_UPDATES) end
@@ -197,6 +224,9 @@ async def learn(
         rest += [field, count]
     labels = batch.labels or []
     rest += [*batch.entries, *batch.recent, *labels]
+    states = batch.states
+    for id, state in states.tails if states else ():
+        rest += [id, state]
     if answers and writer is None:
         raise ValueError("only a writer's commit answers handed-off requests")
     for token, data in answers:
@@ -221,6 +251,9 @@ async def learn(
             n_updates=len(batch.entries),
             n_recent=len(batch.recent),
             n_labels=len(labels),
+            fold_gen=states.gen if states else "",
+            fold_at=states.at if states else 0,
+            n_states=len(states.tails) if states else 0,
         ),
     )
     return await _result(store, name, reply, made)
