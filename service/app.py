@@ -44,9 +44,9 @@ from service.api.edge import Edge
 from service.api.startup import load_keys
 from service.api.streams import Streams
 from service.engine.tasks import cancel_all
-from service.engine.worker import Worker
 from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
 from service.metrics.prometheus import forget_worker
+from service.models.worker import Worker
 from service.settings import Settings
 from service.store import Store, describe_store, open_store
 from service.store.connect import redis_password

@@ -11,8 +11,9 @@ import numpy as np
 import redis
 import redis.asyncio
 
-from service.contract.store_protocol import CURVE_POINTS, RING_SIZE
+from service.contract.store_protocol import RING_SIZE
 from service.contract.store_values import Bucket, LearnBatch, Made
+from service.learner.challenger import CURVE_POINTS
 from service.store import Store
 from service.store.keys import ModelKeys
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from service.cli.loopback import wait_until
-from service.engine.worker import Worker
+from service.models.worker import Worker
 from service.settings import Settings
 
 from .answers import error, with_weights

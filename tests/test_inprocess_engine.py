@@ -23,7 +23,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.contract.names import PredictionId
-from service.engine.worker import Worker
 from service.errors import (
     InvalidInput,
     PredictionNotFound,
@@ -32,6 +31,7 @@ from service.errors import (
     Unavailable,
 )
 from service.models.admin import Models
+from service.models.worker import Worker
 from service.settings import Settings
 from service.store import ModelKeys, NotSent, Store
 from service.store.connect import (

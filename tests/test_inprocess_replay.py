@@ -24,10 +24,10 @@ import pytest
 from perceptron_client import AsyncClient, Client
 from service import replay as rp
 from service.cli import main as cli
+from service.cli import replay_command as command
 from service.cli.loopback import free_port
 from service.learner import ModelConfig, Perceptron
 from service.learner.config import Strategy
-from service.replay import command
 from service.replay.tally import Tally
 from service.settings import Settings
 

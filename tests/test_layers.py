@@ -261,3 +261,55 @@ def test_no_call_passes_more_than_five_values_by_position() -> None:
                     where = f"{path.relative_to(ROOT)}:{node.lineno}"
                     found.append(f"{where} {ast.unparse(node.func)}")
     assert found == []
+
+
+# The packages of service/ by layer, lowest first (the top level's modules by their names): a
+# module imports from its own package and from those below it, never from one above, so no two
+# packages import each other.
+LAYERS = (
+    ("errors", "settings"),
+    ("learner",),
+    ("contract",),
+    ("store", "metrics"),
+    ("engine",),
+    ("models",),
+    ("api", "apidocs", "dashboard"),
+    ("app", "replay"),
+    ("cli",),
+)
+
+
+def _package_imports() -> dict[tuple[str, str], str]:
+    """(importing package, imported package) -> a module of the first that imports the
+    second, for every import between two packages of service/ (lazy ones included)."""
+    found: dict[tuple[str, str], str] = {}
+    for path in sorted((ROOT / "service").rglob("*.py")):
+        parts = path.relative_to(ROOT / "service").parts
+        package = parts[0] if len(parts) > 1 else path.stem
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                top, _, rest = name.partition(".")
+                other = rest.split(".")[0]
+                if top == "service" and other and other != package:
+                    found.setdefault((package, other), str(path.relative_to(ROOT)))
+    return found
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    floor = {p: i for i, names in enumerate(LAYERS) for p in names}
+    packages = {
+        p.stem if p.is_file() else p.name
+        for p in (ROOT / "service").iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    } - {"__init__"}
+    assert packages <= floor.keys(), packages - floor.keys()
+    imports = _package_imports()
+    assert ("cli", "replay") in imports  # (the walk sees imports between packages)
+    up = {f"{where}: {a} -> {b}" for (a, b), where in imports.items() if floor[b] > floor[a]}
+    assert sorted(up) == []

@@ -23,8 +23,8 @@ from matplotlib.lines import Line2D
 
 from perceptron_client import Client
 from service import replay as rp
+from service.cli import replay_command as command
 from service.learner import ModelConfig, Perceptron
-from service.replay import command
 from service.settings import Settings
 
 from .inprocess import BASE_URL, InProcessService

@@ -30,11 +30,11 @@ from service.cli.loopback import wait_until
 from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.contract.store_protocol import REQUEST_INLINE
 from service.contract.store_values import LearnResult
-from service.engine.worker import Worker
 from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
 from service.learner import Example
 from service.learner.features import encode_matrix
+from service.models.worker import Worker
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 

@@ -47,8 +47,8 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     from service.contract.store_values import Lease
     from service.engine import worker_gc
     from service.engine import writer as writers
-    from service.engine.worker import Worker
     from service.learner.features import encode
+    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys

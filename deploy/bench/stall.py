@@ -213,7 +213,7 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from service.api import routing
     from service.api.learning_routes import predict_batch_response
     from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
-    from service.engine.worker import Worker
+    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from tests.servers import RedisServer

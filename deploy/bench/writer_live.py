@@ -70,7 +70,7 @@ async def the_writer(url: str, lease_ms: int) -> Any:
     holding the lease of a new model, ``MODEL``, for ``lease_ms`` (run in the tree measured)."""
     from service.contract.store_values import Lease
     from service.engine import worker_gc
-    from service.engine.worker import Worker
+    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys
@@ -132,7 +132,7 @@ async def hand_over(url: str, writer_pid: int, workers: int, clients: int, secon
     import redis.asyncio as aioredis
 
     from service.contract.store_protocol import Meta
-    from service.engine.worker import Worker
+    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys

@@ -48,8 +48,8 @@ from service.api.routing import checked
 from service.api.schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
-from service.engine.worker import Worker
 from service.errors import ModelNotFound
+from service.models.worker import Worker
 
 COOKIE = "perceptron_key"
 RETRY_MS = 1000  # how soon an EventSource connects again after the stream ends

@@ -10,7 +10,7 @@ from pydantic import (
 
 from service.api import examples
 from service.api.schemas import Counters, LabelValue, with_examples
-from service.contract.store_protocol import CURVE_POINTS
+from service.learner.challenger import CURVE_POINTS
 
 
 class MistakeRates(BaseModel):

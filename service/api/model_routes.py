@@ -26,7 +26,7 @@ from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
 from service.api.views import WeightsStream, model_info, weights_body
 from service.contract.store_protocol import MAX_COUNT
-from service.engine.worker import Worker
+from service.models.worker import Worker
 
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)

@@ -36,8 +36,8 @@ from service.api.auth import (
     Unauthorized,
     key_from_headers,
 )
-from service.engine.worker import Worker
 from service.errors import ServiceError
+from service.models.worker import Worker
 
 # No request of this API nests more than 4 levels ({"features": [[...]]}, an export's config).
 # Far deeper documents are what breaks: orjson parses up to 1024 levels, and the handlers'

@@ -316,8 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         help="worker processes sharing the port; more than 1 needs PERCEPTRON_REDIS_URL",
     )
     p.set_defaults(func=serve)
-    from service import replay
     from service.cli import models_command as manage
+    from service.cli import replay_command as replay
 
     p = sub.add_parser(
         "replay",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
 
+from service.learner.challenger import CURVE_POINTS
 from service.learner.codec import (
     ANSWERED,
     ENTRY_SEP,
@@ -88,7 +89,6 @@ PROMOTING = 2**40
 # Promotions whose epochs' predictions stay labelable while their records live (Meta.PREV_EPOCH);
 # one more within that time is refused.
 PROMOTIONS_KEPT = 64
-CURVE_POINTS = 100  # points kept in the learning curve: between half of it and all of it
 # Log entries a sync reply carries itself; past that, the worker reads the log with LRANGE.
 SYNC_INLINE = 64
 # A handed-over learn request longer than this is written and read with plain commands, not

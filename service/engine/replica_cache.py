@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
@@ -25,7 +25,6 @@ from service.errors import (
 )
 from service.learner.codec import pack_weights, unpack_weights
 from service.metrics.prometheus import record_replicas
-from service.models.retention import prune
 from service.settings import Settings
 from service.store import Condition, Store, StoreError
 
@@ -38,11 +37,18 @@ class Replicas:
     """One per worker process."""
 
     def __init__(
-        self, store: Store, settings: Settings, clock: Callable[[], float] = time.time
+        self,
+        store: Store,
+        settings: Settings,
+        clock: Callable[[], float] = time.time,
+        prune: Callable[[str, int], Awaitable[object]] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.settings = settings
+        # What a compaction runs after, given the model and the time in ms: the history's
+        # policy, handed in by the layer that keeps it (``models/retention.py``)
+        self.prune = prune
         # The store's condition while it may serve no model (it may evict keys: set by the
         # worker's watch, ``models/admin.py``): every request is refused with it.
         self.refusing: Condition | None = None
@@ -211,17 +217,20 @@ class Replicas:
                 data = pack_weights(rep.weights)
                 keep = s.history_keep_updates > 0
                 every_ms = 1000 * s.checkpoint_every_s
-                if await self.store.compact(
-                    name,
-                    epoch=rep.epoch,
-                    version=rep.weights.version,
-                    data=data,
-                    now_ms=now_ms,
-                    keep=keep,
-                    every=s.checkpoint_every,
-                    every_ms=every_ms,
+                if (
+                    await self.store.compact(
+                        name,
+                        epoch=rep.epoch,
+                        version=rep.weights.version,
+                        data=data,
+                        now_ms=now_ms,
+                        keep=keep,
+                        every=s.checkpoint_every,
+                        every_ms=every_ms,
+                    )
+                    and self.prune is not None
                 ):
-                    await prune(self.store, name, s, now_ms)
+                    await self.prune(name, now_ms)
         except (StoreError, ServiceError) as e:  # the store away, full or busy: one line
             log.warning("compacting model %r failed (%s); it will be tried again", name, e)
         except Exception:  # compaction is an optimisation: never let it hurt a request

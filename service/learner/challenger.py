@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.contract.store_protocol import CURVE_POINTS
 from service.learner import registry
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
@@ -23,6 +22,7 @@ from service.learner.kernel import Packed, learn_sequence
 from service.learner.perceptron import Weights, predict_index
 from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
+CURVE_POINTS = 100  # points kept in a learning curve (the model's too): half of it to all of it
 WINDOW = 1000  # outcomes kept: the mistake rate over the last 100 and 1000 examples
 # What a challenger may set: its learner, that learner's settings, and its strategy.
 SETTINGS = ("algorithm", *registry.SETTINGS, "multiclass")

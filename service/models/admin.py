@@ -28,7 +28,7 @@ from service.errors import (
 )
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import new_epoch, pack_weights
-from service.models.retention import make_room, prune_quietly, rebuild
+from service.models.retention import make_room, prune, prune_quietly, rebuild
 from service.settings import Settings
 from service.store import Condition, Store
 
@@ -78,7 +78,9 @@ class Models:
         self.store = store
         self.settings = settings
         self.clock = clock
-        self.replicas = Replicas(store, settings, clock)
+        self.replicas = Replicas(
+            store, settings, clock, prune=lambda name, now_ms: prune(store, name, settings, now_ms)
+        )
         self.condition = Condition()  # the store's, as last checked by watch()
         self._tasks: set[asyncio.Task[None]] = set()
 

@@ -15,7 +15,6 @@ Datasets: a CSV file, a LIBSVM file, or one bundled with an installed package
 (scikit-learn's breast_cancer, digits, iris, wine; River's Phishing: the ``replay`` extra).
 """
 
-from service.replay.command import DESCRIPTION, add_arguments, run
 from service.replay.curve import (
     CUMULATIVE_LABEL,
     curve_figure,
@@ -34,7 +33,6 @@ from service.replay.summary import MODES, Before, Mode, Summary
 __all__ = [
     "CUMULATIVE_LABEL",
     "DATASETS",
-    "DESCRIPTION",
     "MODES",
     "Before",
     "Dataset",
@@ -44,7 +42,6 @@ __all__ = [
     "ReplayOptions",
     "StreamOptions",
     "Summary",
-    "add_arguments",
     "curve_figure",
     "curve_points",
     "ensure_model",
@@ -55,7 +52,6 @@ __all__ = [
     "open_model",
     "replay",
     "replay_async",
-    "run",
     "window_label",
     "write_curve",
 ]
