@@ -44,8 +44,8 @@ def test_the_writer_folds_without_reading_its_labels_back(
 
         return counted
 
-    monkeypatch.setattr(Store, "read_challengers", counting(challengers.read))
-    monkeypatch.setattr(Store, "read_challengers_since", counting(challengers.read_since))
+    for op in ("read_challengers", "read_challengers_since"):
+        monkeypatch.setattr(Store, op, counting(getattr(challengers, op)))
     writer = make_service(compact_every=COMPACT_EVERY, default_model=False)
     assert writer.put("/models/m", json={"n_features": DIM}).status_code == 201
     for id, body in (("pa", {"algorithm": "pa1", "C": 0.1}), ("avg", {"averaged": True})):

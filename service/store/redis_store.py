@@ -103,16 +103,16 @@ class Store:
     """Models in Redis. Every write is one Lua script, so it is atomic on its model: each
     operation, its script and its call, is a module of ``ops/``, and a method here."""
 
-    create_model = create.create
-    delete_model = delete.delete
-    replace_model = replace.replace
+    create_model = create.create_model
+    delete_model = delete.delete_model
+    replace_model = replace.replace_model
     sync_data = sync.sync_data  # (before ``sync``, the operation, takes the module's name)
     read_log = sync.read_log
     sync = sync.sync
-    commit_predictions = predict.predict
-    commit_feedback = feedback.feedback
+    commit_predictions = predict.commit_predictions
+    commit_feedback = feedback.commit_feedback
     apply_defaults = defaults.apply_defaults
-    commit_learn = learn.learn
+    commit_learn = learn.commit_learn
     compact = compact.compact
     # history (ops/history.py)
     read_history = history.read_history
@@ -121,26 +121,26 @@ class Store:
     read_kept = history.read_kept
     read_sizes = history.read_sizes
     rollback = rollback.rollback
-    undo_updates = undo.undo
-    forget_history = forget.forget
+    undo_updates = undo.undo_updates
+    forget_history = forget.forget_history
     # challengers (ops/challengers.py)
-    read_challengers = challengers.read
-    read_challengers_since = challengers.read_since
-    add_challenger = challengers.add
-    remove_challenger = challengers.remove
-    fold_challengers = challengers.fold
+    read_challengers = challengers.read_challengers
+    read_challengers_since = challengers.read_challengers_since
+    add_challenger = challengers.add_challenger
+    remove_challenger = challengers.remove_challenger
+    fold_challengers = challengers.fold_challengers
     # a challenger promoted (ops/promote.py)
-    hold_promotion = promote.hold
-    renew_promotion = promote.renew
-    release_promotion = promote.release
-    promote = promote.swap
+    hold_promotion = promote.hold_promotion
+    renew_promotion = promote.renew_promotion
+    release_promotion = promote.release_promotion
+    promote = promote.promote
     # one writer per model (ops/learn.py)
     hand_off = handoff.hand_off
-    claim_writer = claim.claim
-    take_learns = take.take
-    release_writer = release.release
-    refuse_learn = refuse.refuse
-    withdraw_learn = withdraw.withdraw
+    claim_writer = claim.claim_writer
+    take_learns = take.take_learns
+    release_writer = release.release_writer
+    refuse_learn = refuse.refuse_learn
+    withdraw_learn = withdraw.withdraw_learn
 
     def __init__(self, client: Client, embedded: bool = False) -> None:
         self.client = client

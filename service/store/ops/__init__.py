@@ -35,57 +35,20 @@ always holds ``version - snapv`` entries: the scripts that sync a worker check b
 served from zeros.
 """
 
-from service.store.ops import (
-    challengers,
-    claim,
-    compact,
-    create,
-    defaults,
-    delete,
-    feedback,
-    forget,
-    handoff,
-    learn,
-    predict,
-    promote,
-    purge,
-    refuse,
-    release,
-    replace,
-    rollback,
-    sync,
-    take,
-    undo,
-    withdraw,
-)
+import importlib
+import pkgutil
+from types import ModuleType
+
 from service.store.script import Script
 
-# Every operation, and so every script the store registers.
-OPS = (
-    create,
-    delete,
-    replace,
-    purge,
-    sync,
-    predict,
-    feedback,
-    defaults,
-    learn,
-    compact,
-    rollback,
-    undo,
-    forget,
-    handoff,
-    claim,
-    take,
-    release,
-    refuse,
-    withdraw,
+# Every module of this package (the operations, and the Lua they share), and every script they
+# declare: what the store registers. The operations themselves are listed once, as the
+# ``Store``'s methods (``redis_store.py``).
+MODULES: tuple[ModuleType, ...] = tuple(
+    importlib.import_module(f"{__name__}.{m.name}") for m in pkgutil.iter_modules(__path__)
 )
-SCRIPTS: tuple[Script, ...] = (
-    *(op.SCRIPT for op in OPS),
-    *challengers.SCRIPTS,
-    *promote.SCRIPTS,
+SCRIPTS: tuple[Script, ...] = tuple(
+    {s.name: s for m in MODULES for s in vars(m).values() if isinstance(s, Script)}.values()
 )
 # Those sent behind a blocking wait, loaded on each new connection (store/connect.py).
 WAITED: tuple[Script, ...] = tuple(s for s in SCRIPTS if s.waited)

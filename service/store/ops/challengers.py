@@ -180,7 +180,6 @@ redis.call('HSET', META, META_CHALLENGER_BASE, POSITION)
 return {DONE}
 """,
 )
-SCRIPTS = (ADD, REMOVE, FOLD)
 READ_ATTEMPTS = 3  # reads of the challengers, should their weights be replaced under each
 
 
@@ -222,7 +221,7 @@ class ChallengerData:
     ring: bytes  # the served model's ring of outcomes
 
 
-async def read(store: Runner, name: str) -> ChallengerData | None:
+async def read_challengers(store: Runner, name: str) -> ChallengerData | None:
     """The model's challengers, its labels' log and the served model's counters, in one
     transaction, then each challenger's weights a chunk at a time (None: no such model)."""
     keys = keys_of(name)
@@ -246,7 +245,7 @@ async def read(store: Runner, name: str) -> ChallengerData | None:
     raise ModelBusy(f"Model {name!r}'s challengers kept changing while read; retry shortly.")
 
 
-async def read_since(store: Runner, name: str, offset: int) -> ChallengerData | None:
+async def read_challengers_since(store: Runner, name: str, offset: int) -> ChallengerData | None:
     """What ``read`` reads but the challengers themselves: their labels' log from entry
     ``offset`` on (None: no such model)."""
     keys = keys_of(name)
@@ -277,7 +276,7 @@ def _data(
     )
 
 
-async def add(
+async def add_challenger(
     store: Runner,
     name: str,
     epoch: str,
@@ -319,7 +318,7 @@ async def add(
     return None if status == Status.STALE_COPY else int(reply[1])
 
 
-async def remove(store: Runner, name: str, id: str) -> None:
+async def remove_challenger(store: Runner, name: str, id: str) -> None:
     k = keys_of(name)
     reply = await store.run(
         REMOVE,
@@ -341,7 +340,7 @@ async def stage_states(store: Runner, name: str, states: Sequence[Tail]) -> Stag
     return StagedStates(named, args)
 
 
-async def fold(
+async def fold_challengers(
     store: Runner,
     name: str,
     gen: str,

@@ -23,7 +23,7 @@ return {LEASED}
 )
 
 
-async def claim(store: Runner, name: str, me: str, lease_ms: int) -> float:
+async def claim_writer(store: Runner, name: str, me: str, lease_ms: int) -> float:
     """Take the lease if no worker holds it: 0 then; else the seconds until the holder's
     lapses, unless renewed (a requester looks again then)."""
     reply = await store.run(

@@ -36,7 +36,7 @@ return {DONE}
 )
 
 
-async def create(store: Runner, name: str, config_json: str, epoch: str) -> str | None:
+async def create_model(store: Runner, name: str, config_json: str, epoch: str) -> str | None:
     """Create the model and list it, together; None when created, else the existing config
     JSON."""
     keys = keys_of(name)

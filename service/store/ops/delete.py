@@ -49,7 +49,7 @@ return {DONE, gone, epoch, previous}
 )
 
 
-async def delete(store: Runner, name: str) -> bool:
+async def delete_model(store: Runner, name: str) -> bool:
     """Delete every key of the model: its state, the requests handed to its writer, and its
     pending predictions (found by SCAN), so that deleting a model frees its memory."""
     keys = keys_of(name)

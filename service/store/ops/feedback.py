@@ -193,7 +193,7 @@ return out
 )
 
 
-async def feedback(
+async def commit_feedback(
     store: Runner,
     name: str,
     epoch: str,

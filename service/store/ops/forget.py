@@ -35,7 +35,7 @@ return {DONE}
 )
 
 
-async def forget(
+async def forget_history(
     store: Runner,
     name: str,
     epoch: str,

@@ -64,7 +64,7 @@ return {DONE}
 )
 
 
-async def predict(
+async def commit_predictions(
     store: Runner,
     name: str,
     epoch: str,

@@ -205,7 +205,6 @@ end
 return {DONE, before, demoted}
 """,
 )
-SCRIPTS = (HOLD, RENEW, RELEASE, SWAP)
 # What to do when the id the learner that served would take is a challenger's already.
 DEMOTED_NAME_TAKEN = (
     "name the learner that served with another 'demote_as', or delete that challenger first"
@@ -239,7 +238,7 @@ class Promotion:
     keep_ms: int  # how long the model's pending records live (protocol.pending_life_s)
 
 
-async def hold(store: Runner, name: str, id: str) -> Held | None:
+async def hold_promotion(store: Runner, name: str, id: str) -> Held | None:
     """Hold the model for a promotion of challenger ``id``; Held while another holds it."""
     k = keys_of(name)
     reply = await store.run(HOLD, HOLD.key_list(k), HOLD.arg_list(id=id))
@@ -249,27 +248,27 @@ async def hold(store: Runner, name: str, id: str) -> Held | None:
     return Held(int(reply[1])) if status == Status.HELD else None
 
 
-async def renew(store: Runner, name: str) -> bool:
+async def renew_promotion(store: Runner, name: str) -> bool:
     """Whether a promotion still holds the model; its hold is then PROMOTE_HOLD_MS more."""
     k = keys_of(name)
     reply = await store.run(RENEW, RENEW.key_list(k), RENEW.arg_list())
     return int(reply[0]) == Status.DONE
 
 
-async def release(store: Runner, name: str) -> None:
+async def release_promotion(store: Runner, name: str) -> None:
     """Let go of a promotion's hold (nothing when none holds the model)."""
     k = keys_of(name)
     await store.run(RELEASE, RELEASE.key_list(k), RELEASE.arg_list())
 
 
-async def swap(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None:
+async def promote(store: Runner, name: str, p: Promotion) -> tuple[int, str] | None:
     """Make the promotion: (the checkpoint's id, the demoted learner's id); None when the
     model or its challengers moved since they were read (nothing done)."""
     k = keys_of(name)
     (stage,) = await blobs.stage(store.client, k, p.weights)
     # (the demoted learner's weights first, then the others')
     staged = await stage_states(store, name, [p.demoted_tail, *p.states])
-    if not await renew(store, name):  # (the hold lapsed while the weights were written)
+    if not await renew_promotion(store, name):  # (the hold lapsed while the weights were written)
         await store.client.unlink(stage, *staged.keys)
         return None
     reply = await store.run(

@@ -22,7 +22,7 @@ return {DONE}
 )
 
 
-async def refuse(store: Runner, name: str, token: str, data: bytes) -> bool:
+async def refuse_learn(store: Runner, name: str, token: str, data: bytes) -> bool:
     """Answer a taken request without learning it; False when it no longer waited."""
     k = keys_of(name)
     reply = await store.run(

@@ -27,7 +27,7 @@ return {DONE}
 )
 
 
-async def release(store: Runner, name: str, me: str, force: bool = False) -> bool:
+async def release_writer(store: Runner, name: str, me: str, force: bool = False) -> bool:
     """Give the lease up, unless requests are waiting (or ``force``); whether it was."""
     reply = await store.run(
         SCRIPT, SCRIPT.key_list(keys_of(name)), SCRIPT.arg_list(me=me, force=int(force))

@@ -95,7 +95,7 @@ return {DONE}
 )
 
 
-async def replace(
+async def replace_model(
     store: Runner,
     name: str,
     config_json: str,

@@ -46,7 +46,7 @@ return taken
 )
 
 
-async def take(
+async def take_learns(
     store: Runner, name: str, me: str, lease_ms: int, most: int, wait_s: float = 0.0
 ) -> list[bytes] | None:
     """Renew the lease and take up to ``most`` queued requests (none: renew it only), after

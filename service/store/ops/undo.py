@@ -100,7 +100,7 @@ return {DONE, before, VERSION + later}
 )
 
 
-async def undo(
+async def undo_updates(
     store: Runner,
     name: str,
     epoch: str,

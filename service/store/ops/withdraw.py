@@ -31,7 +31,7 @@ return {UNKNOWN}
 )
 
 
-async def withdraw(store: Runner, name: str, token: str, epoch: str) -> bytes | None:
+async def withdraw_learn(store: Runner, name: str, token: str, epoch: str) -> bytes | None:
     """Give a handed-off request (for the model at ``epoch``) up: None when it was not
     learned (and never will be), else its answer; StaleModel when its model was deleted or
     replaced meanwhile (not learned either); OutcomeUnknown when its answer is gone."""
