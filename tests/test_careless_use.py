@@ -104,7 +104,7 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     class FullStore:
         embedded = False
 
-        async def take_learns(self, *args: Any) -> None:
+        async def take_learns(self, *args: Any, **kwargs: Any) -> None:
             raise OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
 
     store, settings = FullStore(), Settings(auth=False)
@@ -237,12 +237,18 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             keep = protocol.QUEUE_KEEP_S * 1000  # past the last deadline
             assert not (
                 await store.hand_off(
-                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=2_000,
+                    token=token,
+                    request=request,
+                    wait_ms=5_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
             )[0]
             for key in (keys.reqs, keys.learns):
                 assert keep < await store.client.pttl(key) <= keep + 5_000, key
-            assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+            assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == [request]
             assert keep < await store.client.pttl(keys.taken) <= keep + 5_000
             # The writer dies with it taken; a worker that takes the lease over puts it back,
             # and the queue still ends with the request's deadline.
@@ -252,9 +258,23 @@ def test_the_writers_queue_keys_expire_after_the_last_deadline(redis_url: str) -
             assert not await store.client.exists(keys.taken)
             # A later request with a later deadline extends them; an earlier one never shortens.
             later = secrets.token_urlsafe(16)
-            await store.hand_off("m", "requester", 2_000, later, request, 30_000, NOT_QUEUED_ANSWER)
             await store.hand_off(
-                "m", "requester", 2_000, secrets.token_urlsafe(16), request, 1, NOT_QUEUED_ANSWER
+                "m",
+                me="requester",
+                lease_ms=2_000,
+                token=later,
+                request=request,
+                wait_ms=30_000,
+                not_queued=NOT_QUEUED_ANSWER,
+            )
+            await store.hand_off(
+                "m",
+                me="requester",
+                lease_ms=2_000,
+                token=secrets.token_urlsafe(16),
+                request=request,
+                wait_ms=1,
+                not_queued=NOT_QUEUED_ANSWER,
             )
             assert keep + 29_000 < await store.client.pttl(keys.reqs) <= keep + 30_000
         finally:
@@ -292,10 +312,18 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
                 request = pack_request(token, 0, rep.epoch, _examples(rep, 2))
                 assert not (
                     await store.hand_off(
-                        "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                        "m",
+                        me="requester",
+                        lease_ms=2_000,
+                        token=token,
+                        request=request,
+                        wait_ms=5_000,
+                        not_queued=NOT_QUEUED_ANSWER,
                     )
                 )[0]
-                assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+                assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == [
+                    request
+                ]
                 return token
 
             await store.client.delete(ModelKeys("m").writer)
@@ -316,11 +344,17 @@ def test_a_request_whose_answer_was_evicted_is_not_told_it_was_not_learned(
             request = pack_request(token, 0, rep.epoch, _examples(rep, 1))
             assert not (
                 await store.hand_off(
-                    "m", "requester", 2_000, token, request, 5_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=2_000,
+                    token=token,
+                    request=request,
+                    wait_ms=5_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
             )[0]
             assert await store.withdraw_learn("m", token, rep.epoch) is None
-            assert await store.take_learns("m", "writer", 60_000, 10) == []
+            assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == []
             # Its model deleted while it waited (the queue's keys go with it): not learned,
             # and said so (it was learn_outcome_unknown after the whole wait).
             from service.errors import StaleModel
@@ -504,10 +538,16 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             assert await writer.store.claim_writer("m", me, 60_000) == 0
             assert not (
                 await other.store.hand_off(
-                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=60_000,
+                    token=token,
+                    request=request,
+                    wait_ms=60_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
             )[0]
-            assert await writer.store.take_learns("m", me, 60_000, 10) == [request]
+            assert await writer.store.take_learns("m", me=me, lease_ms=60_000, most=10) == [request]
             in_flight: set[asyncio.Future[Any]] = set()
             writer.learning.writers.taken.serve_all("m", [request], in_flight)
             assert len(in_flight) == 1

@@ -98,7 +98,9 @@ def test_the_curve_stays_bounded_and_exact_through_any_batches(redis_url: str) -
                 entries=[],
                 recent=[],
             )
-            r = await store.commit_learn("s", EPOCH, Made(0, ""), Bucket(1000, 10), batch)
+            r = await store.commit_learn(
+                "s", epoch=EPOCH, made=Made(0, ""), when=Bucket(1000, 10), batch=batch
+            )
             seen += len(marks)
             assert getattr(r, "seen", None) == seen
             raw = await client.hgetall(ModelKeys("s").curve)

@@ -200,8 +200,9 @@ async def test_a_read_that_compaction_moved_is_read_again(engines: Any) -> None:
     from service.learner.codec import pack_weights
 
     assert await engine.store.compact(
-        "m", rep.epoch, data.version, pack_weights(data), 0, True, 10, 1000
-    )
+        "m", epoch=rep.epoch, version=data.version, data=pack_weights(data), now_ms=0,
+        keep=True, every=10, every_ms=1000,
+    )  # fmt: skip
     # a reader that believed the snapshot older reads again, at the snapshot's version
     got = await engine.store.read_log(ModelKeys("m"), 2, snapv=0)
     assert (got.base, got.version, got.snapshot is not None) == (6, 6, True)

@@ -96,7 +96,7 @@ def test_the_kernel_learns_as_the_update_plans_bit_for_bit(params: dict[str, Any
     for seed in range(3):
         xs, ts = examples(config, 1500, seed)
         fast, slow = Weights.zeros(config), Weights.zeros(config)
-        got = learn_sequence(rule, config.fit_bias, fast, xs, ts)
+        got = learn_sequence(rule, config.fit_bias, fast, xs=xs, ts=ts)
         fast.seen += len(xs)
         assert got is not None
         predicted, updated, raws = planned(config, slow, xs, ts)
@@ -122,7 +122,7 @@ def test_a_batch_learns_through_the_kernel_as_through_the_plans(params: dict[str
     for a in base.arrays():
         a[:] = rng.normal(size=a.shape)
     base.seen, base.version = 17, 9
-    kernel = run_sequence(config, "0" * 16, base, xs, ts, provs)
+    kernel = run_sequence(config, "0" * 16, base, xs=xs, ts=ts, provs=provs)
     own_loop = config.binary and config.algorithm == "perceptron" and not config.averaged
     slow = _run_binary if own_loop else _run_general
     plans = slow(cfg=config, epoch="0" * 16, base=base, xs=xs, ts=ts, provs=provs)
@@ -171,7 +171,7 @@ def test_a_read_log_is_what_each_entry_reads_as(params: dict[str, Any]) -> None:
         b"" if i % 7 == 0 else provenance(s, 1_796_000_000_000 + i) for i, s in enumerate(sources)
     ]
     served = [(t + i) % config.n_classes for i, t in enumerate(ts)]
-    entries = label_entries(config, "0123456789abcdef", xs, ts, served, provs)
+    entries = label_entries(config, "0123456789abcdef", xs, ts=ts, served=served, provs=provs)
     logged = read_logged(config, entries, DEFAULT_SOURCE)
     assert logged.ts == [unpack_entry(config, e)[1] for e in entries] == ts
     assert logged.served == [entry_served(e) for e in entries] == served
@@ -191,14 +191,14 @@ def test_without_the_kernel_the_plans_learn_the_same(monkeypatch: pytest.MonkeyP
     config = ModelConfig(n_features=20, algorithm="pa1", C=0.01)
     xs, ts = examples(config, 300, 2)
     base = Weights.zeros(config)
-    with_kernel = run_sequence(config, "0" * 16, base, xs, ts)
+    with_kernel = run_sequence(config, "0" * 16, base, xs=xs, ts=ts)
     one = start_state(config, None)
     one.learn_all(xs, ts, [False] * len(xs), ts)
     monkeypatch.setattr(kernel, "compiled", lambda: None)
     rule = config.learner.kernel(config)
     assert rule is not None
-    assert learn_sequence(rule, True, Weights.zeros(config), xs, ts) is None
-    without = run_sequence(config, "0" * 16, base, xs, ts)
+    assert learn_sequence(rule, True, Weights.zeros(config), xs=xs, ts=ts) is None
+    without = run_sequence(config, "0" * 16, base, xs=xs, ts=ts)
     assert without.batch == with_kernel.batch and np.array_equal(without.work.w, with_kernel.work.w)
     other = start_state(config, None)
     other.learn_all(xs, ts, [False] * len(xs), ts)

@@ -62,10 +62,29 @@ def test_an_undo_keeps_the_updates_learned_since_its_read_after_the_rebuilt_weig
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=200,
+            data=b"weights@200",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         version = await learn(store, version, 20)  # after the undo's read, at 300
         done = await store.undo_updates(
-            "m", EPOCH, "f" * 16, 300, 0, [0, 250], b"rebuilt@298", 298, 0, 1, 0
+            "m",
+            epoch=EPOCH,
+            new_epoch="f" * 16,
+            expect=300,
+            start=0,
+            drops=[0, 250],
+            weights=b"rebuilt@298",
+            version=298,
+            kept_bytes=0,
+            left_from=1,
+            now_ms=0,
         )
         assert done is not None and done[1] == 318
         assert await store.client.lrange(keys.past, 0, -1) == [
@@ -86,11 +105,39 @@ def test_an_undo_takes_back_the_updates_a_compaction_moved_since_its_read(redis_
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=200,
+            data=b"weights@200",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         await learn(store, 300, 20)
-        assert await store.compact("m", EPOCH, 310, b"weights@310", 0, True, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=310,
+            data=b"weights@310",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         done = await store.undo_updates(
-            "m", EPOCH, "f" * 16, 300, 0, [0], b"rebuilt@299", 299, 0, 1, 0
+            "m",
+            epoch=EPOCH,
+            new_epoch="f" * 16,
+            expect=300,
+            start=0,
+            drops=[0],
+            weights=b"rebuilt@299",
+            version=299,
+            kept_bytes=0,
+            left_from=1,
+            now_ms=0,
         )
         assert done is not None and done[1] == 319
         assert await store.client.lrange(keys.past, 0, -1) == [entry(v) for v in range(2, 301)]
@@ -112,7 +159,9 @@ def test_weights_staged_in_chunks_arrive_whole(
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         await learn(store, 0, 10)
-        assert await store.compact("m", EPOCH, 10, weights, 0, True, 1, 1)  # (a checkpoint)
+        assert await store.compact(
+            "m", epoch=EPOCH, version=10, data=weights, now_ms=0, keep=True, every=1, every_ms=1
+        )  # (a checkpoint)
         assert await held(store, keys.snap) == weights
         kept = await store.read_kept("m", 10)
         assert kept is not None and kept[2].weights == weights
@@ -124,7 +173,15 @@ def test_weights_staged_in_chunks_arrive_whole(
         restorable = await store.read_checkpoint("m", scheduled[0].id)
         assert restorable is not None and restorable.weights == weights
         before = await store.rollback(
-            "m", EPOCH, "e" * 16, 10, weights[::-1], '{"n_features": 1}', 0, False, -1
+            "m",
+            epoch=EPOCH,
+            new_epoch="e" * 16,
+            version=10,
+            weights=weights[::-1],
+            config='{"n_features": 1}',
+            now_ms=0,
+            keep=False,
+            kept_bytes=-1,
         )
         assert await held(store, keys.snap) == weights[::-1]
         moved = await store.read_checkpoint("m", before)  # the snapshot, renamed: not copied
@@ -149,9 +206,28 @@ def test_weights_not_all_staged_are_refused_and_nothing_changes(
         keys = ModelKeys("m")
         await learn(store, 0, 10)
         monkeypatch.setattr(blobs, "stage", short)
-        assert not await store.compact("m", EPOCH, 10, b"weights@10", 0, True, 10, 1000)
+        assert not await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=10,
+            data=b"weights@10",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         with pytest.raises(ModelBusy):
-            await store.rollback("m", EPOCH, "e" * 16, 5, b"w@5", '{"n_features": 1}', 0, False, -1)
+            await store.rollback(
+                "m",
+                epoch=EPOCH,
+                new_epoch="e" * 16,
+                version=5,
+                weights=b"w@5",
+                config='{"n_features": 1}',
+                now_ms=0,
+                keep=False,
+                kept_bytes=-1,
+            )
         assert await store.client.hmget(keys.meta, "epoch", "version", "snapv") == [
             EPOCH.encode(),
             b"10",
@@ -207,7 +283,16 @@ def test_weights_kept_as_one_string_before_chunks_are_still_read(redis_url: str)
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         await learn(store, 0, 10)
-        assert await store.compact("m", EPOCH, 10, b"weights@10", 0, True, 100, 10**9)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=10,
+            data=b"weights@10",
+            now_ms=0,
+            keep=True,
+            every=100,
+            every_ms=10**9,
+        )
         # as the store wrote them before
         await store.client.delete(keys.snap)
         await store.client.set(keys.snap, b"weights@10")
@@ -221,11 +306,21 @@ def test_weights_kept_as_one_string_before_chunks_are_still_read(redis_url: str)
         restorable = await store.read_checkpoint("m", start)
         assert restorable is not None and restorable.weights == b""
         before = await store.rollback(
-            "m", EPOCH, "e" * 16, 10, b"w", '{"n_features": 1}', 0, False, -1
+            "m",
+            epoch=EPOCH,
+            new_epoch="e" * 16,
+            version=10,
+            weights=b"w",
+            config='{"n_features": 1}',
+            now_ms=0,
+            keep=False,
+            kept_bytes=-1,
         )
         moved = await store.read_checkpoint("m", before)  # the string, renamed
         assert moved is not None and moved.weights == b"weights@10"
-        assert await store.forget_history("m", "e" * 16, None, None, 10, [start, before])
+        assert await store.forget_history(
+            "m", epoch="e" * 16, base=None, new_base=None, new_version=10, ids=[start, before]
+        )
         assert await store.client.hlen(keys.checkpoints) == 0
         assert not await store.client.exists(keys.checkpoint_weights(before))
 

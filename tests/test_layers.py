@@ -313,3 +313,17 @@ def test_no_import_runs_up_a_layer() -> None:
     assert ("cli", "replay") in imports  # (the walk sees imports between packages)
     up = {f"{where}: {a} -> {b}" for (a, b), where in imports.items() if floor[b] > floor[a]}
     assert sorted(up) == []
+
+
+def test_past_five_values_a_function_takes_them_by_keyword() -> None:
+    """A function of service/ with more than five parameters (``self`` aside) takes those
+    past the fifth by keyword only: no call can pass them by position."""
+    found = []
+    for path in sorted((ROOT / "service").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                given = node.args.posonlyargs + node.args.args
+                named = [a for a in given if a.arg not in ("self", "cls")]
+                if len(named) > MOST_POSITIONAL:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    assert found == []

@@ -85,7 +85,9 @@ def test_every_update_of_every_learner_stays_finite(
         online.learn(x.values.tolist(), config.classes[t])
         finite(config, online.weights, x)
         replayed.seen += 1
-        apply_logged(config, replayed, x, raw, t, replayed.seen)  # (as every replica applies it)
+        apply_logged(
+            config, replayed, x, raw=raw, t=t, k=replayed.seen
+        )  # (as every replica applies it)
         finite(config, replayed, x)
 
 

@@ -95,10 +95,10 @@ def test_time_series_keeps_a_bounded_window(redis_url: str) -> None:
         for bucket in range(1000, 1100):  # 100 buckets, keep 10
             r = await store.commit_learn(
                 "s",
-                "0123456789abcdef",
-                Made(version, ""),
-                Bucket(bucket, 10),
-                LearnBatch(1, 1, b"1", {"cm:0:1": 1}, [entry], [entry]),
+                epoch="0123456789abcdef",
+                made=Made(version, ""),
+                when=Bucket(bucket, 10),
+                batch=LearnBatch(1, 1, b"1", {"cm:0:1": 1}, [entry], [entry]),
             )
             version += 1
             assert not hasattr(r, "entries")

@@ -100,8 +100,8 @@ def test_binary_loop_is_the_general_loop_bit_for_bit(
     before = base.copy()
     # with each example's provenance, as the learn commit gives them (two keys in turn)
     provs = [provenance(("alice", "bob")[i % 2], 1_764_000_000_000 + i) for i in range(n)]
-    fast = _run_binary(config, EPOCH, base, xs, ts, provs)
-    slow = _run_general(config, EPOCH, base, xs, ts, provs)
+    fast = _run_binary(config, EPOCH, base, xs=xs, ts=ts, provs=provs)
+    slow = _run_general(config, EPOCH, base, xs=xs, ts=ts, provs=provs)
     assert fast.served == slow.served
     assert fast.updated == slow.updated
     assert fast.batch == slow.batch  # counts, marks, cells and every log entry, byte for byte
@@ -128,7 +128,7 @@ def test_binary_loop_is_the_general_loop_bit_for_bit(
 def test_binary_sequence_counts_mistakes_and_cells() -> None:
     config = ModelConfig(n_features=2)
     xs = [encode(config, v) for v in ([1, 0], [1, 0], [0, 1], [-1, 0])]
-    seq = run_sequence(config, EPOCH, Weights.zeros(config), xs, [1, 1, 0, 0])
+    seq = run_sequence(config, EPOCH, Weights.zeros(config), xs=xs, ts=[1, 1, 0, 0])
     # 0 scores -1; learns +x: then [1,0] scores 2 (right), [0,1] scores 1 (wrong), learns -x.
     assert seq.served == [0, 1, 1, 0]
     assert seq.updated == [True, False, True, False]

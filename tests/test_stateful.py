@@ -257,7 +257,7 @@ class Ref:
             for i, happened in enumerate((True, mistake, updated)):
                 mine[i] += happened
         if updated:
-            apply_logged(cfg, w, x, raw, t, w.seen)
+            apply_logged(cfg, w, x, raw=raw, t=t, k=w.seen)
             self.kept.append(Update(x, raw, t, w.seen, source))
         self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
         self.labels += 1
@@ -272,7 +272,7 @@ class Ref:
         assert self.start_weights is not None
         w = self.start_weights.copy()
         for u in self.kept[:n]:
-            apply_logged(self.config, w, u.x, u.raw, u.t, u.k)
+            apply_logged(self.config, w, u.x, raw=u.raw, t=u.t, k=u.k)
         w.seen = self.counters["seen"]
         return w
 

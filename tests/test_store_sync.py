@@ -37,7 +37,9 @@ async def learn(store: Store, version: int, n: int) -> int:
     """Log ``n`` updates on top of ``version``; returns the new version."""
     entries = [entry(version + i + 1) for i in range(n)]
     batch = LearnBatch(n, 0, b"0" * n, {"cm:1:1": n}, entries, [])
-    result = await store.commit_learn("m", EPOCH, Made(version, ""), Bucket(1, 10), batch)
+    result = await store.commit_learn(
+        "m", epoch=EPOCH, made=Made(version, ""), when=Bucket(1, 10), batch=batch
+    )
     assert not isinstance(result, SyncData)
     return version + n
 
@@ -63,14 +65,25 @@ def test_sync_after_compaction_sends_the_snapshot_only_to_copies_behind_it(
 ) -> None:
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=200,
+            data=b"weights@200",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         version = await learn(store, version, 10)
         expect(await store.sync("m", 150), 200, version, b"weights@200")
         expect(await store.sync("m", 200), 200, version, None)
         expect(await store.sync("m", 290), 290, version, None)
         expect(await store.sync("m", 20), 200, version, b"weights@200")
         # A prediction made on a stale copy is refused with the same answer.
-        stale = await store.commit_predictions("m", EPOCH, Made(100, ""), ["a" * 16], [b"P"], 60)
+        stale = await store.commit_predictions(
+            "m", epoch=EPOCH, made=Made(100, ""), tokens=["a" * 16], records=[b"P"], ttl_s=60
+        )
         assert stale is not None
         expect(stale, 200, version, b"weights@200")
 
@@ -82,7 +95,16 @@ def test_a_read_that_compaction_moved_is_read_again(redis_url: str) -> None:
 
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 250, b"weights@250", 0, False, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=250,
+            data=b"weights@250",
+            now_ms=0,
+            keep=False,
+            every=10,
+            every_ms=1000,
+        )
         keys = ModelKeys("m")
         # As if the snapshot had been at 0 when the script answered.
         expect(await store.read_log(keys, 100, 0), 250, version, b"weights@250")
@@ -120,7 +142,16 @@ def test_a_read_under_a_compaction_before_every_read_catches_up(redis_url: str) 
                 state["version"] = await learn(store, state["version"], 1)
                 state["snap"] += 1
                 weights = b"weights@%d" % state["snap"]
-                assert await store.compact("m", EPOCH, state["snap"], weights, 0, False, 10, 1000)
+                assert await store.compact(
+                    "m",
+                    epoch=EPOCH,
+                    version=state["snap"],
+                    data=weights,
+                    now_ms=0,
+                    keep=False,
+                    every=10,
+                    every_ms=1000,
+                )
                 state["reads"] += 1
 
             pipe.execute = compacted_first  # type: ignore[method-assign]
@@ -148,16 +179,47 @@ def test_an_undo_counted_from_where_the_kept_updates_no_longer_start_changes_not
 
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact("m", EPOCH, 200, b"weights@200", 0, True, 10, 1000)
+        assert await store.compact(
+            "m",
+            epoch=EPOCH,
+            version=200,
+            data=b"weights@200",
+            now_ms=0,
+            keep=True,
+            every=10,
+            every_ms=1000,
+        )
         keys = ModelKeys("m")
         past = await store.client.lrange(keys.past, 0, -1)
         assert past == [entry(v) for v in range(1, 201)]  # kept from version 0 on
-        moved = await store.undo_updates("m", EPOCH, "f" * 16, version, 7, [0], b"", 299, 0, 1, 0)
+        moved = await store.undo_updates(
+            "m",
+            epoch=EPOCH,
+            new_epoch="f" * 16,
+            expect=version,
+            start=7,
+            drops=[0],
+            weights=b"",
+            version=299,
+            kept_bytes=0,
+            left_from=1,
+            now_ms=0,
+        )
         assert moved is None
         assert await store.client.lrange(keys.past, 0, -1) == past
         assert int(await store.client.hget(keys.meta, "version") or -1) == version
         before = await store.undo_updates(
-            "m", EPOCH, "f" * 16, version, 0, [0, 250], b"", 298, 0, 1, 0
+            "m",
+            epoch=EPOCH,
+            new_epoch="f" * 16,
+            expect=version,
+            start=0,
+            drops=[0, 250],
+            weights=b"",
+            version=298,
+            kept_bytes=0,
+            left_from=1,
+            now_ms=0,
         )
         assert before is not None
         kept = [entry(v) for v in range(2, 301) if v != 251]

@@ -237,13 +237,19 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
             assert await store.claim_writer("m", old_id, 60_000) == 0
             assert not (
                 await store.hand_off(
-                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=60_000,
+                    token=token,
+                    request=request,
+                    wait_ms=60_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
             )[0]
-            assert await store.take_learns("m", old_id, 60_000, 10) == [request]
+            assert await store.take_learns("m", me=old_id, lease_ms=60_000, most=10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
             assert await store.claim_writer("m", new_id, 60_000) == 0  # the request goes back
-            assert await store.take_learns("m", new_id, 60_000, 10) == [request]
+            assert await store.take_learns("m", me=new_id, lease_ms=60_000, most=10) == [request]
 
             if first == "lapsed writer":
                 with pytest.raises(NotWriter):
@@ -426,14 +432,14 @@ def test_feedback_that_cannot_make_the_writers_commit_stale_goes_through_its_hol
             async def send(tokens: list[str], labels: list[int]) -> FeedbackBatch | Held:
                 return await b.store.commit_feedback(
                     "m",
-                    rep.epoch,
-                    tokens,
-                    labels,
-                    time_bucket(b.settings, time.time()),
-                    rep.config.feedback_ttl_s,
-                    "tester",
-                    int(time.time() * 1000),
-                    averaged,
+                    epoch=rep.epoch,
+                    tokens=tokens,
+                    labels=labels,
+                    when=time_bucket(b.settings, time.time()),
+                    life_s=rep.config.feedback_ttl_s,
+                    source="tester",
+                    now_ms=int(time.time() * 1000),
+                    averaged=averaged,
                 )
 
             version = int(await b.store.client.hget(k.meta, "version") or 0)
@@ -518,14 +524,14 @@ def test_a_held_feedback_call_waits_exactly_when_an_item_would_move_the_writers_
             async def send(items: list[tuple[int, int | None]]) -> FeedbackBatch | Held:
                 return await worker.store.commit_feedback(
                     "m",
-                    rep.epoch,
-                    [token(i) for i, _ in items],
-                    [index(y) for _, y in items],
-                    time_bucket(own, time.time()),
-                    rep.config.feedback_ttl_s,
-                    "tester",
-                    int(time.time() * 1000),
-                    averaged,
+                    epoch=rep.epoch,
+                    tokens=[token(i) for i, _ in items],
+                    labels=[index(y) for _, y in items],
+                    when=time_bucket(own, time.time()),
+                    life_s=rep.config.feedback_ttl_s,
+                    source="tester",
+                    now_ms=int(time.time() * 1000),
+                    averaged=averaged,
                 )
 
             answered = set()
@@ -563,19 +569,44 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
             # Each sent once, on connections that loaded them.
-            assert await store.take_learns("m", "writer", 60_000, 10, 0.01) == []
+            assert (
+                await store.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
+                == []
+            )
             other, first = _request(rep)
             await store.hand_off(
-                "m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0.01
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=other,
+                request=first,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0.01,
             )
-            assert len(await store.take_learns("m", "writer", 60_000, 10, 0.01) or []) == 1
+            assert (
+                len(
+                    await store.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
+                    or []
+                )
+                == 1
+            )
             await store.client.script_flush()
             mine, answer = await store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=token,
+                request=request,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0.05,
             )
             assert not mine and answer is None
             await store.client.script_flush()
-            assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            assert await store.take_learns(
+                "m", me="writer", lease_ms=60_000, most=10, wait_s=0.05
+            ) == [request]
 
     asyncio.run(main())
 
@@ -618,11 +649,19 @@ def test_a_request_past_the_inline_limit_goes_around_the_scripts(redis_url: str,
             k = ModelKeys("m")
             async with _every_command_logged(store.client) as log:
                 mine, _ = await store.hand_off(
-                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=60_000,
+                    token=token,
+                    request=request,
+                    wait_ms=60_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
                 assert not mine
                 assert await store.client.hget(k.reqs, token) == request
-                assert await store.take_learns("m", "writer", 60_000, 10) == [request]
+                assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == [
+                    request
+                ]
             assert await store.client.smembers(k.taken) == {token.encode()}
             # (SLOWLOG lists the commands a script calls too: the one HSET either way)
             assert _long_arguments(log) == ({"HSET": 1} if past else {"HSET": 1, "EVALSHA": 1})
@@ -645,7 +684,14 @@ def test_a_long_request_its_requester_learns_itself_is_not_left_queued(redis_url
             token, short = _request(rep)
             request = short + bytes(REQUEST_INLINE)
             mine, answer = await worker.store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=token,
+                request=request,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0.05,
             )
             k = ModelKeys("m")
             assert mine and answer == NOT_QUEUED_ANSWER
@@ -670,8 +716,9 @@ def test_a_long_request_withdrawn_as_it_is_taken_is_not_taken(redis_url: str) ->
                 token, short = _request(rep)
                 requests.append((token, short + bytes(REQUEST_INLINE)))
                 await store.hand_off(
-                    "m", "requester", 60_000, *requests[-1], 60_000, NOT_QUEUED_ANSWER
-                )
+                    "m", me="requester", lease_ms=60_000, token=token, request=requests[-1][1],
+                    wait_ms=60_000, not_queued=NOT_QUEUED_ANSWER,
+                )  # fmt: skip
             real = store.client.hmget
 
             async def withdrawn_first(key: str, fields: list[str]) -> Any:
@@ -680,7 +727,9 @@ def test_a_long_request_withdrawn_as_it_is_taken_is_not_taken(redis_url: str) ->
 
             store.client.hmget = withdrawn_first
             try:
-                assert await store.take_learns("m", "writer", 60_000, 10) == [requests[1][1]]
+                assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == [
+                    requests[1][1]
+                ]
             finally:
                 del store.client.hmget
             assert await store.client.hkeys(k.reqs) == [requests[1][0].encode()]
@@ -701,8 +750,9 @@ def test_a_long_request_refused_by_a_full_redis_is_not_queued(redis_url: str) ->
             try:
                 with pytest.raises(StoreError):
                     await store.hand_off(
-                        "m", "requester", 60_000, token, short + bytes(REQUEST_INLINE),
-                        60_000, NOT_QUEUED_ANSWER, 0.01,
+                        "m", me="requester", lease_ms=60_000, token=token,
+                        request=short + bytes(REQUEST_INLINE), wait_ms=60_000,
+                        not_queued=NOT_QUEUED_ANSWER, wait_s=0.01,
                     )  # fmt: skip
             finally:
                 await store.client.config_set("maxmemory", 0)
@@ -728,7 +778,13 @@ def test_a_writer_takes_the_next_commits_requests_while_its_commit_runs(redis_ur
             for _ in range(total):  # queued for a holder that takes nothing
                 token, request = _request(rep)
                 await worker.store.hand_off(
-                    "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                    "m",
+                    me="requester",
+                    lease_ms=60_000,
+                    token=token,
+                    request=request,
+                    wait_ms=60_000,
+                    not_queued=NOT_QUEUED_ANSWER,
                 )
             commit, running = worker.store.commit_learn, asyncio.Event()
             sizes: list[int] = []  # handed-over requests each commit learned
@@ -775,15 +831,23 @@ def test_a_take_of_none_renews_the_lease_and_leaves_the_queue(redis_url: str) ->
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
             await store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=token,
+                request=request,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
             )
             k = ModelKeys("m")
             await store.client.pexpire(k.writer, 1_000)
-            assert await store.take_learns("m", "writer", 60_000, 0) == []
+            assert await store.take_learns("m", me="writer", lease_ms=60_000, most=0) == []
             assert await store.client.pttl(k.writer) > 50_000  # renewed
             assert await store.client.llen(k.learns) == 1  # nothing taken
-            assert await store.take_learns("m", "writer", 60_000, 1) == [request]
-            assert await store.take_learns("m", "other", 60_000, 0) is None  # not its lease
+            assert await store.take_learns("m", me="writer", lease_ms=60_000, most=1) == [request]
+            assert (
+                await store.take_learns("m", me="other", lease_ms=60_000, most=0) is None
+            )  # not its lease
 
     asyncio.run(main())
 
@@ -801,10 +865,19 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
             await store.client.connection_pool.disconnect()  # as a worker that just started
             await store.client.config_resetstat()
             mine, answer = await store.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=token,
+                request=request,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0.05,
             )
             assert not mine and answer is None  # queued, and its one wait ran out
-            assert await store.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            assert await store.take_learns(
+                "m", me="writer", lease_ms=60_000, most=10, wait_s=0.05
+            ) == [request]
             stats = await store.client.info("commandstats")
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
@@ -825,17 +898,43 @@ def test_after_a_redis_restart_a_hand_over_and_a_take_wait_once(store: RedisServ
     async def main() -> None:
         async with _another_writes(store.url) as (s, rep):
             # Both sent before the restart, on connections that loaded them.
-            assert await s.take_learns("m", "writer", 60_000, 10, 0.01) == []
+            assert (
+                await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01) == []
+            )
             other, first = _request(rep)
-            await s.hand_off("m", "requester", 60_000, other, first, 60_000, NOT_QUEUED_ANSWER, 0)
-            assert len(await s.take_learns("m", "writer", 60_000, 10, 0.01) or []) == 1
+            await s.hand_off(
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=other,
+                request=first,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0,
+            )
+            assert (
+                len(
+                    await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
+                    or []
+                )
+                == 1
+            )
             await asyncio.to_thread(restart)  # (the event loop sees the old connections close)
             token, request = _request(rep)
             mine, answer = await s.hand_off(
-                "m", "requester", 60_000, token, request, 60_000, NOT_QUEUED_ANSWER, 0.05
+                "m",
+                me="requester",
+                lease_ms=60_000,
+                token=token,
+                request=request,
+                wait_ms=60_000,
+                not_queued=NOT_QUEUED_ANSWER,
+                wait_s=0.05,
             )
             assert not mine and answer is None  # queued for "writer", and its one wait ran out
-            assert await s.take_learns("m", "writer", 60_000, 10, 0.05) == [request]
+            assert await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.05) == [
+                request
+            ]
             stats = await s.client.info("commandstats")
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
@@ -858,7 +957,9 @@ def test_a_wait_on_redis_fits_in_a_call_only_above_the_timeouts_floor(
             short = Settings(redis_url=redis_url).model_copy(update={"redis_timeout_s": timeout_s})
             store = open_store(short)
             try:
-                take = store.take_learns("m", "writer", 60_000, 10, writer.WAIT_S)
+                take = store.take_learns(
+                    "m", me="writer", lease_ms=60_000, most=10, wait_s=writer.WAIT_S
+                )
                 if timeout_s >= writer.WAIT_S:
                     assert await take == []
                 else:
@@ -923,7 +1024,9 @@ def test_an_answer_taken_by_a_lost_wait_is_not_learned_again_after_an_epoch_chan
                 if lost:
                     return await real_wait(name, token, wait_s)
                 # the writer learns the request; this wait takes its answer from Redis...
-                taken = await writer.store.take_learns(name, writes.me, LEASE_MS, 8, 0)
+                taken = await writer.store.take_learns(
+                    name, me=writes.me, lease_ms=LEASE_MS, most=8, wait_s=0
+                )
                 assert taken
                 in_flight: set[asyncio.Future[Any]] = set()
                 writes.taken.serve_all(name, taken, in_flight)

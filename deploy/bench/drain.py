@@ -75,7 +75,13 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
             token = new_token()
             request = pack_request(token, deadline_ms, rep.epoch, batch)
             await worker.store.hand_off(
-                "m", "requester", 400, token, request, 600_000, NOT_QUEUED_ANSWER
+                "m",
+                me="requester",
+                lease_ms=400,
+                token=token,
+                request=request,
+                wait_ms=600_000,
+                not_queued=NOT_QUEUED_ANSWER,
             )
 
         for start in range(0, requests, 20):  # (20 connections at a time)

@@ -116,15 +116,17 @@ def per_example() -> list[tuple[str, float | None, float | None]]:
 
         slow = best(plans)
         if name == "perceptron":  # the served perceptron's own loop (engine/sequence.py)
-            served = partial(run_sequence, cfg, "0" * 16, Weights.zeros(cfg), xs, ts)
+            served = partial(run_sequence, cfg, "0" * 16, Weights.zeros(cfg), xs=xs, ts=ts)
             slow = min(slow, best(served))
         rule = cfg.learner.kernel(cfg)
         fast = None
         if rule is not None:
-            learn_sequence(rule, cfg.fit_bias, Weights.zeros(cfg), xs[:10], ts[:10])  # (loaded)
+            learn_sequence(
+                rule, cfg.fit_bias, Weights.zeros(cfg), xs=xs[:10], ts=ts[:10]
+            )  # (loaded)
 
             def kernel(rule: KernelRule = rule, cfg: ModelConfig = cfg) -> None:
-                learn_sequence(rule, cfg.fit_bias, Weights.zeros(cfg), xs, ts)
+                learn_sequence(rule, cfg.fit_bias, Weights.zeros(cfg), xs=xs, ts=ts)
 
             fast = best(kernel)
         out.append((name, slow, fast))

@@ -301,7 +301,7 @@ def ceiling() -> float:
     best = float("inf")
     for _ in range(30):
         start = time.perf_counter()
-        run_sequence(cfg, "e" * 16, Weights.zeros(cfg), xs, ts)
+        run_sequence(cfg, "e" * 16, Weights.zeros(cfg), xs=xs, ts=ts)
         best = min(best, time.perf_counter() - start)
     return BATCH / best
 

@@ -36,6 +36,7 @@ def label_entries(
     cfg: ModelConfig,
     epoch: str,
     xs: Sequence[Example],
+    *,
     ts: Sequence[int],
     served: Sequence[int],
     provs: Sequence[bytes],
@@ -281,7 +282,7 @@ async def fold(store: Store, name: str, now: Standing | None = None) -> bool:
         return False
     tails = [tail_of(id, s) for id, s in now.states.items()]
     gen, base, position = now.data.gen, now.data.base, now.position
-    done = await store.fold_challengers(name, gen, base, position, tails)
+    done = await store.fold_challengers(name, gen=gen, base=base, position=position, states=tails)
     if done and now.data.gen == gen:  # (the log now starts there)
         now.data = replace(now.data, base=position)
     return done

@@ -205,6 +205,7 @@ class LearnCommits:
         rep: Replica,
         base: Weights,
         learned: tuple[list[Example], list[int], list[bytes]],
+        *,
         sources: list[str],
         heads: dict[str, bytes],
         spans: list[Span],

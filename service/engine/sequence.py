@@ -46,6 +46,7 @@ def run_sequence(
     cfg: ModelConfig,
     epoch: str,
     base: Weights,
+    *,
     xs: Sequence[Example],
     ts: Sequence[int],
     provs: Sequence[bytes] | None = None,
@@ -83,7 +84,7 @@ def _run_kernel(
     xs, ts, provs = learned
     n = len(xs)
     work = base.copy()
-    got = learn_sequence(rule, cfg.fit_bias, work, list(xs), ts, apply_last=False)
+    got = learn_sequence(rule, cfg.fit_bias, work, xs=list(xs), ts=ts, apply_last=False)
     if got is None:
         return None
     no_updates = [False] * cfg.n_classes
@@ -118,6 +119,7 @@ def _run_general(
     cfg: ModelConfig,
     epoch: str,
     base: Weights,
+    *,
     xs: Sequence[Example],
     ts: Sequence[int],
     provs: Sequence[bytes],
@@ -164,6 +166,7 @@ def _run_binary(
     cfg: ModelConfig,
     epoch: str,
     base: Weights,
+    *,
     xs: Sequence[Example],
     ts: Sequence[int],
     provs: Sequence[bytes],

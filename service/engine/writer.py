@@ -293,7 +293,7 @@ class Writers:
                 # with no room (a slow commit), renews the lease only: a request taken then
                 # would make a commit of its own.
                 taken = await self.store.take_learns(
-                    name, self.me, LEASE_MS, room, WAIT_S if room else 0
+                    name, me=self.me, lease_ms=LEASE_MS, most=room, wait_s=WAIT_S if room else 0
                 )
                 if taken is None:
                     break  # another worker writes the model now

@@ -98,7 +98,7 @@ class ChallengerState:
         one (the same bits; ``learner/kernel.py``), else one at a time."""
         rule = self.config.learner.kernel(self.config) if len(xs) > 1 else None
         fit_bias = self.config.fit_bias
-        got = None if rule is None else learn_sequence(rule, fit_bias, self.weights, xs, ts)
+        got = None if rule is None else learn_sequence(rule, fit_bias, self.weights, xs=xs, ts=ts)
         if got is None:
             one_by_one = xs.examples() if isinstance(xs, Packed) else xs
             for x, t, d, s in zip(one_by_one, ts, by_default, served, strict=True):

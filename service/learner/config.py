@@ -74,6 +74,7 @@ class ModelConfig:
         classes: Sequence[Label] = (-1, 1),
         multiclass: Strategy = "multiclass",
         n_features: int | None = None,
+        *,
         hash_bits: int = 18,
         fit_bias: bool = True,
         feedback_ttl_s: int = 86_400,

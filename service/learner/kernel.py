@@ -65,7 +65,11 @@ def load() -> None:
     if learn is not None:
         one = Packed(np.zeros(1), np.zeros(0, dtype=np.int64), np.array([0, 1]), True)
         learn_sequence(
-            KernelRule(PERCEPTRON, 1.0), True, _Weights(np.zeros((1, 1)), np.zeros(1)), one, [1]
+            KernelRule(PERCEPTRON, 1.0),
+            True,
+            _Weights(np.zeros((1, 1)), np.zeros(1)),
+            xs=one,
+            ts=[1],
         )
 
 
@@ -148,6 +152,7 @@ def learn_sequence(
     rule: KernelRule,
     fit_bias: bool,
     weights: Any,
+    *,
     xs: list[Any] | Packed,
     ts: Any,
     apply_last: bool = True,

@@ -39,7 +39,7 @@ def apply(config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int)
 
 
 def apply_logged(
-    config: ModelConfig, weights: Weights, x: Example, raw: np.ndarray, t: int, k: int
+    config: ModelConfig, weights: Weights, x: Example, *, raw: np.ndarray, t: int, k: int
 ) -> None:
     """Apply a logged update (``x``, true class index ``t``, the kept raw scores, the ``k``-th
     example), as every replica and every rebuild does. An update logged for a prediction that

@@ -319,6 +319,7 @@ class Models:
         name: str,
         config: ModelConfig,
         weights: Weights,
+        *,
         counters: dict[str, str],
         created: int,
         reason: str,
@@ -329,7 +330,7 @@ class Models:
         if await self.store.read_meta(name) is not None:  # kept first as a checkpoint
             snap, log_bytes = await self.store.read_sizes(name)
             adding = snap + log_bytes + sum(len(packed) for _, packed in carried)
-            await make_room(self.store, name, self.settings, now_ms, adding)
+            await make_room(self.store, name, self.settings, now_ms=now_ms, adding=adding)
         await self.store.replace_model(
             name,
             config_json=config.to_json(),

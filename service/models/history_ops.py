@@ -140,7 +140,7 @@ class History:
             now_ms = int(1000 * self.clock())
             adding, starting = snap + log_bytes + joining, snap if keep else 0
             room = await make_room(
-                self.store, name, self.settings, now_ms, adding, starting=starting
+                self.store, name, self.settings, now_ms=now_ms, adding=adding, starting=starting
             )
             kept_bytes = -1  # the retained log cut at the version: its bytes from its start
             if restorable.past:
@@ -216,7 +216,9 @@ class History:
             snap, log_bytes = await self.store.read_sizes(name)
             now_ms = int(1000 * self.clock())
             adding = snap + 2 * log_bytes
-            room = await make_room(self.store, name, self.settings, now_ms, adding, starting=snap)
+            room = await make_room(
+                self.store, name, self.settings, now_ms=now_ms, adding=adding, starting=snap
+            )
             if room.base_version != kept.base:
                 continue  # its oldest kept updates went: rebuild from those kept now
             try:

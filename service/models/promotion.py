@@ -142,7 +142,7 @@ class Promotions:
             served_mistakes=int(served["mistakes"]),
         )
         snap, log_bytes = await self.store.read_sizes(name)
-        await make_room(self.store, name, self.settings, now_ms, snap + log_bytes)
+        await make_room(self.store, name, self.settings, now_ms=now_ms, adding=snap + log_bytes)
         if not await self.store.renew_promotion(name):
             return None  # (the hold lapsed while the challengers were replayed)
         promotion = Promotion(

@@ -143,7 +143,7 @@ async def prune(store: Store, name: str, settings: Settings, now_ms: int) -> boo
 
 
 async def make_room(
-    store: Store, name: str, settings: Settings, now_ms: int, adding: int, starting: int = 0
+    store: Store, name: str, settings: Settings, *, now_ms: int, adding: int, starting: int = 0
 ) -> Kept:
     """Before an operation writes ``adding`` bytes of the model's history (and ``starting``
     more when the model has no retained log yet: it starts one): let go of what would not fit

@@ -135,6 +135,7 @@ class Runner(Protocol):
         script: Script,
         keys: list[str],
         args: list[Arg],
+        *,
         before: tuple[Arg, ...] | None = None,
         after: tuple[Arg, ...] | None = None,
         first: tuple[Arg, ...] | None = None,

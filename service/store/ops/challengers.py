@@ -279,6 +279,7 @@ def _data(
 async def add_challenger(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     id: str,
     config: str,
@@ -343,6 +344,7 @@ async def stage_states(store: Runner, name: str, states: Sequence[Tail]) -> Stag
 async def fold_challengers(
     store: Runner,
     name: str,
+    *,
     gen: str,
     base: int,
     position: int,

@@ -69,6 +69,7 @@ return {DONE}
 async def compact(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     version: int,
     data: bytes,

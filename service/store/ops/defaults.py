@@ -85,6 +85,7 @@ class Swept:
 async def apply_defaults(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     default: int,
     life_s: int,

@@ -196,6 +196,7 @@ return out
 async def commit_feedback(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     tokens: Sequence[str],
     labels: Sequence[int],

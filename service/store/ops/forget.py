@@ -38,6 +38,7 @@ return {DONE}
 async def forget_history(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     base: int | None,
     new_base: int | None,

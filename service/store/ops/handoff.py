@@ -47,6 +47,7 @@ return {LEASED}
 async def hand_off(
     store: Runner,
     name: str,
+    *,
     me: str,
     lease_ms: int,
     token: str,

@@ -206,6 +206,7 @@ return {DONE, version, seen + N, log_length, label_log, label_at[1] or '0',
 async def commit_learn(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     made: Made,
     when: Bucket,

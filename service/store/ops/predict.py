@@ -67,6 +67,7 @@ return {DONE}
 async def commit_predictions(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     made: Made,
     tokens: Sequence[str],

@@ -98,6 +98,7 @@ return {DONE}
 async def replace_model(
     store: Runner,
     name: str,
+    *,
     config_json: str,
     epoch: str,
     created: int,

@@ -132,6 +132,7 @@ return {DONE, before}
 async def rollback(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     new_epoch: str,
     version: int,

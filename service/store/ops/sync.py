@@ -74,7 +74,7 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
         if whole and held is None:
             held = await blobs.shape_of(store.client, keys.snap)
         read = held if whole else None
-        replies, n = await _read_once(store, keys, from_version, snapv, read, transaction=last)
+        replies, n = await _read_once(store, keys, (from_version, snapv), read, last)
         (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
         if epoch is None or after is None:
             raise ModelNotFound(keys.name)
@@ -117,13 +117,14 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
 async def _read_once(
     store: Runner,
     keys: ModelKeys,
-    from_version: int,
-    snapv: int,
+    versions: tuple[int, int],
     snapshot: blobs.Shape | None,
     transaction: bool,
 ) -> tuple[list[Any], int]:
-    """``read_log``'s one read: the meta, the snapshot held as ``snapshot`` (None: not
-    read) and how it is held after, the log, the meta again; and the snapshot's chunks."""
+    """``read_log``'s one read (``versions``: the copy's and the snapshot's): the meta, the
+    snapshot held as ``snapshot`` (None: not read) and how it is held after, the log, the
+    meta again; and the snapshot's chunks."""
+    from_version, snapv = versions
     n = 0
     async with store.client.pipeline(transaction=transaction) as pipe:
         pipe.hmget(

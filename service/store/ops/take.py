@@ -47,7 +47,7 @@ return taken
 
 
 async def take_learns(
-    store: Runner, name: str, me: str, lease_ms: int, most: int, wait_s: float = 0.0
+    store: Runner, name: str, *, me: str, lease_ms: int, most: int, wait_s: float = 0.0
 ) -> list[bytes] | None:
     """Renew the lease and take up to ``most`` queued requests (none: renew it only), after
     waiting up to ``wait_s`` for one (in the same round trip); None: another holds it."""

@@ -103,6 +103,7 @@ return {DONE, before, VERSION + later}
 async def undo_updates(
     store: Runner,
     name: str,
+    *,
     epoch: str,
     new_epoch: str,
     expect: int,
