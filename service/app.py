@@ -19,6 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
+from service.admin.worker import Worker
 from service.api import (
     challenger_routes,
     dashboard,
@@ -29,7 +30,7 @@ from service.api import (
     learner_routes,
     learning_routes,
     model_routes,
-    overview,
+    openapi_intro,
     problems,
     scrape,
 )
@@ -46,7 +47,6 @@ from service.api.streams import Streams
 from service.engine.tasks import cancel_all
 from service.errors import ServiceError, TooManyPending, Unavailable, store_unavailable
 from service.metrics.prometheus import forget_worker
-from service.models.worker import Worker
 from service.settings import Settings
 from service.store import Store, describe_store, open_store
 from service.store.connect import redis_password
@@ -96,8 +96,8 @@ def create_app(
     app = FastAPI(
         title="Perceptron service",
         summary="An online perceptron over HTTP; its weights shared through Redis.",
-        description=overview.DESCRIPTION,
-        openapi_tags=overview.TAGS,
+        description=openapi_intro.DESCRIPTION,
+        openapi_tags=openapi_intro.TAGS,
         version="0.1.0",
         lifespan=lifespan,
         docs_url=None,  # served from this host by api/docs.py, not from a CDN

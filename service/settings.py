@@ -8,7 +8,7 @@ from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # The shortest timeout of a Redis call: the service's own waits on Redis (a hand-over's answer,
-# a writer's queue, a held feedback: engine/writer.py, engine/serving.py) last up to 0.1 s
+# a writer's queue, a held feedback: engine/writer.py, engine/learning.py) last up to 0.1 s
 # each, and a shorter timeout turns each such wait that runs its course into a Redis error (an
 # idle writer's wait for requests among them, which then stops).
 MIN_REDIS_TIMEOUT_S = 0.25

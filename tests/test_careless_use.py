@@ -97,7 +97,7 @@ def test_a_writer_stopped_by_a_full_store_logs_one_line(caplog: pytest.LogCaptur
     condition of the store (requests answer 503 store_full), not a bug."""
     from redis.exceptions import OutOfMemoryError
 
-    from service.engine.replica_cache import Replicas
+    from service.engine.replicas import Replicas
     from service.engine.writer import Writers
     from service.settings import Settings
 
@@ -831,12 +831,12 @@ def test_the_weights_of_a_large_model_go_to_one_client_at_a_time_and_never_for_l
     a client that stops reading holds its turn WEIGHTS_SEND_S at most."""
     import socket
 
-    from service.api import views
+    from service.api import model_answers
     from service.settings import Settings
 
     from .servers import ServiceThread
 
-    monkeypatch.setattr(views, "WEIGHTS_SEND_S", 1.5)
+    monkeypatch.setattr(model_answers, "WEIGHTS_SEND_S", 1.5)
     settings = Settings(redis_url=redis_url, auth=False, default_model=False)
     with ServiceThread(settings) as service, httpx.Client(base_url=service.url, timeout=30) as c:
         classes = list(range(40))  # ovr: 40 rows of 100,000, past LARGE_WEIGHTS
@@ -853,7 +853,7 @@ def test_the_weights_of_a_large_model_go_to_one_client_at_a_time_and_never_for_l
             # A small model's weights do not wait for the large one's turn.
             assert ok(c.get("/models/small/weights"))["rows"][0]["weights"] == [0.0, 0.0]
             assert time.monotonic() - started < 1
-            monkeypatch.setattr(views, "WEIGHTS_SEND_S", 0.3)  # (for the next ones)
+            monkeypatch.setattr(model_answers, "WEIGHTS_SEND_S", 0.3)  # (for the next ones)
             r = c.get("/models/big/weights")  # waits its turn, and gives up
             error(r, 503, "weights_busy")
             assert r.headers["retry-after"] == "5"

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.engine.challengers import Standings
+from service.engine.standings import Standings
 from service.learner import Example, ModelConfig
 from service.learner.challenger import start_state
 from service.store import Store
-from service.store.ops import challengers
+from service.store.ops import challenger_states
 
 from .conftest import MakeService
 
@@ -45,7 +45,7 @@ def test_the_writer_folds_without_reading_its_labels_back(
         return counted
 
     for op in ("read_challengers", "read_challengers_since"):
-        monkeypatch.setattr(Store, op, counting(getattr(challengers, op)))
+        monkeypatch.setattr(Store, op, counting(getattr(challenger_states, op)))
     writer = make_service(compact_every=COMPACT_EVERY, default_model=False)
     assert writer.put("/models/m", json={"n_features": DIM}).status_code == 201
     for id, body in (("pa", {"algorithm": "pa1", "C": 0.1}), ("avg", {"averaged": True})):

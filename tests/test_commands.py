@@ -277,7 +277,7 @@ def test_a_wrong_setting_is_said_in_one_line_before_anything_starts(
 
 
 def test_the_services_own_waits_on_redis_fit_in_its_shortest_call_timeout() -> None:
-    from service.engine import serving as learning
+    from service.engine import learning as learning
     from service.engine import writer
 
     waits = (writer.WAIT_S, writer.ANSWER_WAIT_S, learning.HOLD_WAIT_S)

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import redis
 
+from service.admin.worker import Worker
 from service.cli.loopback import wait_until
-from service.models.worker import Worker
 from service.settings import Settings
 
 from .answers import error, with_weights

@@ -13,7 +13,7 @@ Commit = Callable[[list[int], list[Span]], Awaitable[list[int]]]
 
 
 class Committed:
-    """A batcher with its commit loop written as the engine writes its own (serving.py)."""
+    """A batcher with its commit loop written as the engine writes its own (learning.py)."""
 
     def __init__(self, run: Commit, limit: int, concurrency: int = 1) -> None:
         self.run = run

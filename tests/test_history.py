@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perceptron_client import CheckpointInfo, Client, ConflictError
+from service.admin.retention import rebuild
 from service.cli.loopback import wait_until
 from service.contract.store_protocol import MAX_COUNT, Meta, Reason
 from service.learner.codec import pack_weights
-from service.models.retention import rebuild
 from service.settings import Settings
 from service.store import ModelKeys
 from service.store.ops.history import Restorable

@@ -10,8 +10,8 @@ import httpx
 import numpy as np
 import pytest
 
+from service.admin.retention import KEEP_LAST
 from service.contract.store_protocol import Reason
-from service.models.retention import KEEP_LAST
 from service.store import Store
 
 from .conftest import MakeService

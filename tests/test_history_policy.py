@@ -1,4 +1,4 @@
-"""What a model's history keeps (service/models/retention.py's policy), on generated histories."""
+"""What a model's history keeps (service/admin/retention.py's policy), on generated histories."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.admin.retention import KEEP_LAST, Kept, policy
 from service.contract.store_protocol import Checkpoint, Reason
-from service.models.retention import KEEP_LAST, Kept, policy
 from service.settings import Settings
 from service.store.ops.history import HistoryState
 

@@ -22,6 +22,8 @@ from redis.exceptions import BusyLoadingError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service.admin.models import Models
+from service.admin.worker import Worker
 from service.contract.names import PredictionId
 from service.errors import (
     InvalidInput,
@@ -30,8 +32,6 @@ from service.errors import (
     StaleModel,
     Unavailable,
 )
-from service.models.admin import Models
-from service.models.worker import Worker
 from service.settings import Settings
 from service.store import ModelKeys, NotSent, Store
 from service.store.connect import (

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from service.contract.store_protocol import DEFAULT_SOURCE
-from service.engine.challengers import label_entries
 from service.engine.sequence import _run_binary, _run_general, run_sequence
+from service.engine.standings import label_entries
 from service.learner import Example, ModelConfig, Weights, rules
 from service.learner.challenger import ChallengerState, pack_state, start_state
 from service.learner.codec import (

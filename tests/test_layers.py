@@ -54,22 +54,22 @@ PURE = {
         "service.store",
         "service.api",
         "service.engine",
-        "service.models",
+        "service.admin",
     ),
     "service.store": (
         "fastapi",
         "starlette",
         "service.api",
-        "service.engine.serving",
+        "service.engine.learning",
         "service.api.startup",
     ),
-    "service.engine.replica_cache": (
+    "service.engine.replicas": (
         "fastapi",
         "starlette",
         "service.api",
-        "service.engine.serving",
+        "service.engine.learning",
     ),
-    "service.metrics": ("service.api", "service.engine.serving", "service.store"),
+    "service.metrics": ("service.api", "service.engine.learning", "service.store"),
     "service.engine.batcher": ("redis", "fastapi", "starlette", "service.store", "service.api"),
     # what users of the Python client install and import (client/, a distribution of its own,
     # perceptron-client): nothing of the server, not one service.* module, and not numpy,
@@ -207,6 +207,7 @@ def test_the_packages_top_level_holds_only_what_every_layer_shares() -> None:
     assert top == ["__init__.py", "app.py", "errors.py", "settings.py"]
     folders = sorted(p.name for p in (ROOT / "service").iterdir() if (p / "__init__.py").exists())
     assert folders == [
+        "admin",
         "api",
         "apidocs",
         "cli",
@@ -215,7 +216,6 @@ def test_the_packages_top_level_holds_only_what_every_layer_shares() -> None:
         "engine",
         "learner",
         "metrics",
-        "models",
         "replay",
         "store",
     ]
@@ -272,7 +272,7 @@ LAYERS = (
     ("contract",),
     ("store", "metrics"),
     ("engine",),
-    ("models",),
+    ("admin",),
     ("api", "apidocs", "dashboard"),
     ("app", "replay"),
     ("cli",),
@@ -327,3 +327,9 @@ def test_past_five_values_a_function_takes_them_by_keyword() -> None:
                 if len(named) > MOST_POSITIONAL:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert found == []
+
+
+def test_no_file_name_twice_under_service() -> None:
+    """Every module of service/ found by its name alone (``__init__.py`` aside)."""
+    names = [p.name for p in (ROOT / "service").rglob("*.py") if p.name != "__init__.py"]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

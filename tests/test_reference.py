@@ -21,7 +21,7 @@ import httpx
 import jsonschema
 import pytest
 
-from service.api import examples
+from service.api import openapi_examples
 from service.app import create_app
 from service.cli.exit_codes import CLIENT_CODES, MEANING, SERVE_CODES
 from service.settings import Settings
@@ -98,7 +98,7 @@ def test_the_exit_codes_of_the_command_line_are_those_it_gives() -> None:
 # Codes the source names that never reach a client, and why.
 NEVER_ANSWERED = {
     # a writer's answer to the worker that handed it a request, when the model was replaced:
-    # that worker loads the model again and retries (engine/replica_cache.py), or answers model_busy
+    # that worker loads the model again and retries (engine/replicas.py), or answers model_busy
     "stale_model",
 }
 
@@ -333,30 +333,34 @@ def test_the_request_examples_are_bodies_the_service_takes(client: httpx.Client)
         assert r.status_code == status, (path, body, r.text)
         return r.json()
 
-    iris, named = examples.MODEL_SPEC
-    assert sent("PUT", "/models/iris", iris, 201).keys() == examples.MODEL_INFO.keys()
+    iris, named = openapi_examples.MODEL_SPEC
+    assert sent("PUT", "/models/iris", iris, 201).keys() == openapi_examples.MODEL_INFO.keys()
     sent("PUT", "/models/spam", named, 201)
-    sent("POST", "/models/iris-copy/import", examples.EXPORT)
-    assert sent("GET", "/models/iris-copy/export", None)["sha256"] == examples.EXPORT["sha256"]
-    for body in examples.PREDICT_REQUEST:
-        assert sent("POST", "/predict", body).keys() == examples.PREDICTION.keys()
-    for body in examples.LEARN_REQUEST:
-        assert sent("POST", "/learn", body).keys() == examples.LEARN_RESPONSE[0].keys()
-    for body in examples.PREDICT_BATCH_REQUEST:
+    sent("POST", "/models/iris-copy/import", openapi_examples.EXPORT)
+    assert (
+        sent("GET", "/models/iris-copy/export", None)["sha256"] == openapi_examples.EXPORT["sha256"]
+    )
+    for body in openapi_examples.PREDICT_REQUEST:
+        assert sent("POST", "/predict", body).keys() == openapi_examples.PREDICTION.keys()
+    for body in openapi_examples.LEARN_REQUEST:
+        assert sent("POST", "/learn", body).keys() == openapi_examples.LEARN_RESPONSE[0].keys()
+    for body in openapi_examples.PREDICT_BATCH_REQUEST:
         answer = sent("POST", "/predict/batch", body)
         assert len(answer["predictions"]) == 2
-    (body,) = examples.LEARN_BATCH_REQUEST
-    assert sent("POST", "/learn/batch", body).keys() == examples.LEARN_BATCH_RESPONSE[0].keys()
+    (body,) = openapi_examples.LEARN_BATCH_REQUEST
+    assert (
+        sent("POST", "/learn/batch", body).keys() == openapi_examples.LEARN_BATCH_RESPONSE[0].keys()
+    )
     # The examples' prediction ids were made by another service, days ago: well formed, and
     # their wait has run out.
-    (body,) = examples.FEEDBACK_REQUEST
+    (body,) = openapi_examples.FEEDBACK_REQUEST
     assert sent("POST", "/feedback", body, 410)["code"] == "prediction_expired"
-    (body,) = examples.FEEDBACK_BATCH_REQUEST
+    (body,) = openapi_examples.FEEDBACK_BATCH_REQUEST
     results = sent("POST", "/feedback/batch", body)["results"]
     assert [r["error"]["code"] for r in results] == ["prediction_expired"] * 2
     for answer, example in [
-        (sent("GET", "/models", None), examples.MODEL_LIST[0]),
-        (sent("GET", "/models/iris/weights", None), examples.WEIGHTS[0]),
-        (sent("GET", "/models/iris/metrics", None), examples.METRICS[0]),
+        (sent("GET", "/models", None), openapi_examples.MODEL_LIST[0]),
+        (sent("GET", "/models/iris/weights", None), openapi_examples.WEIGHTS[0]),
+        (sent("GET", "/models/iris/metrics", None), openapi_examples.METRICS[0]),
     ]:
         assert answer.keys() == example.keys()

@@ -1,4 +1,4 @@
-"""/metrics' serving figures (service/metrics/serving.py), which the alert rules of
+"""/metrics' serving figures (service/metrics/readiness.py), which the alert rules of
 deploy/alerts.yml read: readiness, Redis's memory and maxmemory, each model's pending bytes
 and their cap. Each is checked against what it stands for: /readyz's answer, Redis's INFO,
 and the bytes the predict script itself counts against the cap."""

@@ -61,6 +61,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from service.admin.retention import KEEP_LAST
 from service.api.model_routes import MAX_UPDATES_LISTED
 from service.contract import store_protocol as protocol
 from service.contract.names import ISSUED_BYTES, issued_ms, new_token
@@ -79,7 +80,6 @@ from service.learner.rules import (
     update_plan,
     updates_by_label,
 )
-from service.models.retention import KEEP_LAST
 from service.store.keys import keys_of
 
 from .servers import ServiceProcess

@@ -26,6 +26,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.admin.worker import Worker
 from service.cli.loopback import wait_until
 from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.contract.store_protocol import REQUEST_INLINE
@@ -34,7 +35,6 @@ from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
 from service.learner import Example
 from service.learner.features import encode_matrix
-from service.models.worker import Worker
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 
@@ -291,7 +291,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
     from service.contract.names import PredictionId
     from service.contract.store_values import Held, SyncData
     from service.engine.feedback_answers import Feedback
-    from service.engine.serving import HOLD_WAIT_S
+    from service.engine.learning import HOLD_WAIT_S
 
     async def main() -> None:
         a, b = _worker(redis_url), _worker(redis_url)
@@ -356,9 +356,9 @@ def test_feedback_arriving_while_a_call_is_held_waits_in_redis_too(
     writer's hold is sent at once (FEEDBACK_IN_FLIGHT), and counted in the hold, rather than
     queued behind it: both are applied at the one wake-up of the commit that lets go."""
     from service.contract.names import PredictionId
-    from service.engine import serving as learning
+    from service.engine import learning as learning
     from service.engine.feedback_answers import Feedback
-    from service.engine.serving import FEEDBACK_IN_FLIGHT
+    from service.engine.learning import FEEDBACK_IN_FLIGHT
 
     assert FEEDBACK_IN_FLIGHT == 2
     # A held call waits 1.5 s (under the 2 s of a Redis call) before it looks again: the

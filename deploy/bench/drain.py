@@ -42,13 +42,13 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     import redis
     import redis.asyncio as aioredis
 
+    from service.admin.worker import Worker
     from service.contract.learn_wire import NOT_QUEUED_ANSWER, new_token, pack_request
     from service.contract.store_protocol import Meta
     from service.contract.store_values import Lease
     from service.engine import worker_gc
     from service.engine import writer as writers
     from service.learner.features import encode
-    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from service.store.keys import ModelKeys

@@ -210,10 +210,10 @@ async def best_ms_async(f: Callable[[], Awaitable[Any]], n: int = 3) -> tuple[An
 async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from pydantic import TypeAdapter
 
+    from service.admin.worker import Worker
     from service.api import routing
     from service.api.learning_routes import predict_batch_response
     from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
-    from service.models.worker import Worker
     from service.settings import Settings
     from service.store import open_store
     from tests.servers import RedisServer

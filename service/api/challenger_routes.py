@@ -16,9 +16,9 @@ from service.api.challenger_schemas import (
     Promotion,
     documented_as,
 )
+from service.api.model_answers import WeightsStream, challengers_body
 from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import error_responses
-from service.api.views import WeightsStream, challengers_body
 from service.learner import ModelConfig
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)

@@ -1,6 +1,6 @@
 """The bodies and answers of the challengers' routes: add one, list them beside the served
 learner, promote one. The routes read their bodies as JSON objects, which
-``models/challengers.parse_body`` and ``models/promotion`` check (each error names the
+``admin/challengers.parse_body`` and ``admin/promotions`` check (each error names the
 setting, with the codes the docs give); these classes are what the API's schema says of them,
 and what the answers hold."""
 

@@ -41,6 +41,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from service.admin.worker import Worker
 from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
 from service.api.metrics_view import model_metrics
 from service.api.model_routes import read_checkpoints
@@ -49,7 +50,6 @@ from service.api.schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
 from service.errors import ModelNotFound
-from service.models.worker import Worker
 
 COOKIE = "perceptron_key"
 RETRY_MS = 1000  # how soon an EventSource connects again after the stream ends

@@ -10,7 +10,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.api import history_examples
+from service.api import openapi_history_examples
 from service.api.schemas import Body, LabelValue, Time, Version, with_examples
 
 
@@ -32,7 +32,7 @@ class CheckpointInfo(BaseModel):
 
 
 class Checkpoints(BaseModel):
-    model_config = with_examples([history_examples.CHECKPOINTS])
+    model_config = with_examples([openapi_history_examples.CHECKPOINTS])
 
     name: str
     version: int = Field(description="The model's version now.")
@@ -55,7 +55,7 @@ class UpdateInfo(BaseModel):
 
 
 class Updates(BaseModel):
-    model_config = with_examples([history_examples.UPDATES])
+    model_config = with_examples([openapi_history_examples.UPDATES])
 
     name: str
     version: int = Field(description="The model's version now.")
@@ -67,7 +67,9 @@ class Updates(BaseModel):
 class RollbackRequest(Body):
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [history_examples.ROLLBACK_REQUEST, {"checkpoint": 3}]},
+        json_schema_extra={
+            "examples": [openapi_history_examples.ROLLBACK_REQUEST, {"checkpoint": 3}]
+        },
     )
 
     version: Version | None = Field(
@@ -86,7 +88,7 @@ class RollbackRequest(Body):
 
 class UndoRequest(Body):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [history_examples.UNDO_REQUEST]}
+        extra="forbid", json_schema_extra={"examples": [openapi_history_examples.UNDO_REQUEST]}
     )
 
     source: str | None = Field(
@@ -113,7 +115,7 @@ class UndoRequest(Body):
 
 
 class UndoResponse(BaseModel):
-    model_config = with_examples([history_examples.UNDO_RESPONSE])
+    model_config = with_examples([openapi_history_examples.UNDO_RESPONSE])
 
     name: str
     version: int = Field(description="The model's version now.")
@@ -129,7 +131,7 @@ class UndoResponse(BaseModel):
 
 
 class RollbackResponse(BaseModel):
-    model_config = with_examples([history_examples.ROLLBACK_RESPONSE])
+    model_config = with_examples([openapi_history_examples.ROLLBACK_RESPONSE])
 
     name: str
     version: int = Field(description="The model's version now: the one restored.")

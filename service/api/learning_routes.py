@@ -27,7 +27,7 @@ from service.api.schemas import (
     error_responses,
 )
 from service.contract.names import PredictionId
-from service.engine.serving import Predicted
+from service.engine.learning import Predicted
 from service.errors import ServiceError
 from service.learner import ModelConfig
 from service.learner.perceptron import class_votes

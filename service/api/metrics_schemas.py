@@ -8,13 +8,13 @@ from pydantic import (
     Field,
 )
 
-from service.api import examples
+from service.api import openapi_examples
 from service.api.schemas import Counters, LabelValue, with_examples
 from service.learner.challenger import CURVE_POINTS
 
 
 class MistakeRates(BaseModel):
-    cumulative: float | None = Field(description="Mistakes over all labelled examples.")
+    cumulative: float | None = Field(description="Mistakes over all labelled openapi_examples.")
     last_100: float | None
     last_1000: float | None
     without_defaults: float | None = Field(
@@ -54,7 +54,7 @@ class Series(BaseModel):
 class CurvePoint(BaseModel):
     examples: int = Field(description="Labelled examples since creation, reset or import.")
     mistakes: int = Field(description="Mistakes among them.")
-    rate: float = Field(description="mistakes / examples.")
+    rate: float = Field(description="mistakes / openapi_examples.")
 
 
 class Curve(BaseModel):
@@ -90,14 +90,14 @@ class MistakeBound(BaseModel):
 
 
 class ModelMetrics(BaseModel):
-    model_config = with_examples(examples.METRICS)
+    model_config = with_examples(openapi_examples.METRICS)
 
     model: str
     version: int
     counters: Counters
     mistake_rate: MistakeRates
     series: Series
-    curve: Curve = Field(description="The learning curve: mistakes over labelled examples.")
+    curve: Curve = Field(description="The learning curve: mistakes over labelled openapi_examples.")
     confusion: Confusion
     weight_norm: float
     max_feature_norm: float = Field(description="R: the largest feature-vector norm seen.")

@@ -16,11 +16,11 @@ from service.api.metrics_schemas import (
     SeriesPoint,
     SourceCounts,
 )
-from service.api.views import counters_of
+from service.api.model_answers import counters_of
 from service.contract.store_protocol import RING_SIZE, Meta
 from service.contract.store_values import Observations
 from service.engine.replica import Replica
-from service.metrics.summary import (
+from service.metrics.figures import (
     confusion,
     curve_points,
     defaulted_share,

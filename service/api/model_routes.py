@@ -8,7 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
-from service.api import examples
+from service.admin.worker import Worker
+from service.api import openapi_examples
 from service.api.auth import Role
 from service.api.history_schemas import (
     CheckpointInfo,
@@ -22,11 +23,10 @@ from service.api.history_schemas import (
 )
 from service.api.metrics_schemas import ModelMetrics
 from service.api.metrics_view import model_metrics
+from service.api.model_answers import WeightsStream, model_info, weights_body
 from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
-from service.api.views import WeightsStream, model_info, weights_body
 from service.contract.store_protocol import MAX_COUNT
-from service.models.worker import Worker
 
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
@@ -89,7 +89,7 @@ async def read_metrics(name: str, who: Reader) -> ModelMetrics:
         **errors,
         200: {
             "description": "The export file (`<name>.perceptron.json`)",
-            "content": {"application/json": {"example": examples.EXPORT}},
+            "content": {"application/json": {"example": openapi_examples.EXPORT}},
         },
     },
 )
@@ -113,7 +113,9 @@ async def export_model(
 
 @router.post("/{name}/import", responses=with_body)
 async def import_model(
-    name: str, who: Admin, document: Annotated[dict[str, Any], Body(examples=[examples.EXPORT])]
+    name: str,
+    who: Admin,
+    document: Annotated[dict[str, Any], Body(examples=[openapi_examples.EXPORT])],
 ) -> ModelInfo:
     """Create or overwrite a model from an export file; a bad file changes nothing."""
     who.check(Role.admin, name)

@@ -27,6 +27,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
+from service.admin.worker import Worker
 from service.api.auth import (
     NOBODY_NEEDED,
     Forbidden,
@@ -37,7 +38,6 @@ from service.api.auth import (
     key_from_headers,
 )
 from service.errors import ServiceError
-from service.models.worker import Worker
 
 # No request of this API nests more than 4 levels ({"features": [[...]]}, an export's config).
 # Far deeper documents are what breaks: orjson parses up to 1024 levels, and the handlers'

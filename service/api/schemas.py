@@ -20,7 +20,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.api import examples, learner_schemas
+from service.api import learner_schemas, openapi_examples
 from service.contract.names import NAME_MAX, NAME_PATTERN
 from service.contract.store_protocol import MAX_COUNT
 from service.errors import InvalidInput
@@ -66,7 +66,7 @@ LABEL = "The true label, one of the model's classes: an integer or a string."
 
 
 def with_examples(bodies: list[Any]) -> ConfigDict:
-    """A schema's examples (``examples.py``): what /docs and /redoc show for it."""
+    """A schema's examples (``openapi_examples.py``): what /docs and /redoc show for it."""
     return ConfigDict(json_schema_extra={"examples": bodies})
 
 
@@ -77,7 +77,7 @@ LABELLED_BY = (
 
 
 class ErrorResponse(BaseModel):
-    model_config = with_examples([examples.ERROR])
+    model_config = with_examples([openapi_examples.ERROR])
 
     detail: str
     code: str
@@ -90,7 +90,7 @@ def error_responses(statuses: Iterable[int]) -> dict[int | str, dict[str, Any]]:
     return {
         status: {
             "model": ErrorResponse,
-            "content": {"application/json": {"example": examples.ERRORS[status]}},
+            "content": {"application/json": {"example": openapi_examples.ERRORS[status]}},
         }
         for status in statuses
     }
@@ -117,7 +117,7 @@ class ModelSpecFields(Body):
     """A model's configuration, fixed at creation: its own fields; ``ModelSpec`` adds each
     learner's settings, from the registry."""
 
-    model_config = with_examples(examples.MODEL_SPEC)
+    model_config = with_examples(openapi_examples.MODEL_SPEC)
 
     classes: list[LabelValue] = _config_field(
         "classes",
@@ -185,7 +185,7 @@ class Counters(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    model_config = with_examples(examples.MODEL_INFO_EXAMPLES)
+    model_config = with_examples(openapi_examples.MODEL_INFO_EXAMPLES)
 
     name: str
     config: ModelSpec
@@ -195,20 +195,20 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
-    model_config = with_examples(examples.MODEL_LIST)
+    model_config = with_examples(openapi_examples.MODEL_LIST)
 
     models: list[ModelInfo]
 
 
 class PredictRequest(Body):
-    model_config = with_examples(examples.PREDICT_REQUEST)
+    model_config = with_examples(openapi_examples.PREDICT_REQUEST)
 
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
 
 
 class PredictResponse(BaseModel):
-    model_config = with_examples(examples.PREDICT_RESPONSE)
+    model_config = with_examples(openapi_examples.PREDICT_RESPONSE)
 
     prediction_id: str
     label: LabelValue
@@ -225,7 +225,7 @@ class PredictResponse(BaseModel):
 
 
 class FeedbackRequest(Body):
-    model_config = with_examples(examples.FEEDBACK_REQUEST)
+    model_config = with_examples(openapi_examples.FEEDBACK_REQUEST)
 
     prediction_id: Annotated[str, Field(min_length=1, max_length=200)] = Field(
         description="The prediction_id of an answer of /predict: a string."
@@ -234,7 +234,7 @@ class FeedbackRequest(Body):
 
 
 class FeedbackResponse(BaseModel):
-    model_config = with_examples(examples.FEEDBACK_RESPONSE)
+    model_config = with_examples(openapi_examples.FEEDBACK_RESPONSE)
 
     mistake: bool
     updated: bool
@@ -244,7 +244,7 @@ class FeedbackResponse(BaseModel):
 
 
 class LearnRequest(Body):
-    model_config = with_examples(examples.LEARN_REQUEST)
+    model_config = with_examples(openapi_examples.LEARN_REQUEST)
 
     model: ModelName = Field("default", description=MODEL)
     features: FeatureValues = Field(description=FEATURES)
@@ -252,7 +252,7 @@ class LearnRequest(Body):
 
 
 class LearnResponse(BaseModel):
-    model_config = with_examples(examples.LEARN_RESPONSE)
+    model_config = with_examples(openapi_examples.LEARN_RESPONSE)
 
     label: LabelValue = Field(description="The prediction made before learning.")
     mistake: bool
@@ -305,18 +305,18 @@ class _Batch(Body):
 
 
 class PredictBatchRequest(_Batch):
-    model_config = with_examples(examples.PREDICT_BATCH_REQUEST)
+    model_config = with_examples(openapi_examples.PREDICT_BATCH_REQUEST)
 
 
 class PredictBatchResponse(BaseModel):
-    model_config = with_examples(examples.PREDICT_BATCH_RESPONSE)
+    model_config = with_examples(openapi_examples.PREDICT_BATCH_RESPONSE)
 
     predictions: list[PredictResponse]
     version: int
 
 
 class FeedbackBatchRequest(Body):
-    model_config = with_examples(examples.FEEDBACK_BATCH_REQUEST)
+    model_config = with_examples(openapi_examples.FEEDBACK_BATCH_REQUEST)
 
     feedback: list[FeedbackRequest] = Field(
         min_length=1, description="A list of 1 or more objects {prediction_id, label}."
@@ -333,13 +333,13 @@ class FeedbackItemResult(BaseModel):
 
 
 class FeedbackBatchResponse(BaseModel):
-    model_config = with_examples(examples.FEEDBACK_BATCH_RESPONSE)
+    model_config = with_examples(openapi_examples.FEEDBACK_BATCH_RESPONSE)
 
     results: list[FeedbackItemResult]
 
 
 class LearnBatchRequest(_Batch):
-    model_config = with_examples(examples.LEARN_BATCH_REQUEST)
+    model_config = with_examples(openapi_examples.LEARN_BATCH_REQUEST)
 
     labels: list[LabelValue] = Field(
         min_length=1,
@@ -358,7 +358,7 @@ class LearnBatchRequest(_Batch):
 
 
 class LearnBatchResponse(BaseModel):
-    model_config = with_examples(examples.LEARN_BATCH_RESPONSE)
+    model_config = with_examples(openapi_examples.LEARN_BATCH_RESPONSE)
 
     labels: list[LabelValue] = Field(description="The prediction made before learning each.")
     mistakes: list[bool]
@@ -376,7 +376,7 @@ class WeightRow(BaseModel):
 
 
 class WeightsResponse(BaseModel):
-    model_config = with_examples(examples.WEIGHTS)
+    model_config = with_examples(openapi_examples.WEIGHTS)
 
     model: str
     version: int
@@ -386,7 +386,7 @@ class WeightsResponse(BaseModel):
 
 
 class Health(BaseModel):
-    model_config = with_examples(examples.HEALTH)
+    model_config = with_examples(openapi_examples.HEALTH)
 
     status: str
     store: str | None = None

@@ -16,14 +16,14 @@ from typing import Any
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api import examples
+from service.api import openapi_examples
 from service.api.routing import Caller, Reader
 from service.contract.store_protocol import Meta, pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError
 from service.learner import ModelConfig
 from service.metrics.prometheus import exposition
-from service.metrics.serving import Serving
+from service.metrics.readiness import Serving
 from service.store import StoreError
 
 log = logging.getLogger("perceptron")
@@ -36,7 +36,7 @@ router = APIRouter(tags=["metrics"])
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"content": {"text/plain": {"example": examples.PROMETHEUS}}}},
+    responses={200: {"content": {"text/plain": {"example": openapi_examples.PROMETHEUS}}}},
 )
 async def read_prometheus_metrics(who: Reader) -> Response:
     """Per-model and per-endpoint figures in the Prometheus text format."""

@@ -21,10 +21,10 @@ from service.cli.exit_codes import (
 )
 from service.replay.curve import write_curve
 from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset
-from service.replay.errors import ReplayError
 from service.replay.libsvm import load_libsvm
 from service.replay.options import ReplayOptions, StreamOptions
 from service.replay.progress import Progress
+from service.replay.replay_error import ReplayError
 from service.replay.stream import replay
 from service.replay.summary import MODES, Summary
 

@@ -175,7 +175,7 @@ class Meta:
     PAST_BASE = "pastck"
     PAST_VERSION = "pastv"
     PAST_IN = "pastin"
-    # Challengers (store/ops/challengers.py): how many the model has (0 or absent: none, and
+    # Challengers (store/ops/challenger_states.py): how many the model has (0 or absent: none, and
     # no label is logged for them), a count bumped by each add and removal, and the position
     # in the labels' stream of the first entry ``clog`` holds.
     CHALLENGERS = "chn"

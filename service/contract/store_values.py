@@ -136,7 +136,7 @@ class LearnResult:
     log_length: int
     label_log: int = -1  # the challengers' labels' log length after it (-1: none added)
     # With labels logged: the label number of the log's first entry, and the challengers' gen
-    # (``store/ops/challengers.py``): this commit's entries are the log's last ``n``.
+    # (``store/ops/challenger_states.py``): this commit's entries are the log's last ``n``.
     label_base: int = 0
     label_gen: str = ""
 

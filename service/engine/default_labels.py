@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from service.contract.store_protocol import DEFAULTS_PER_SWEEP, pending_life_s
 from service.engine.learn_commits import time_bucket
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
 from service.errors import ServiceError
 from service.learner import ModelConfig
 from service.settings import Settings

@@ -26,10 +26,10 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.engine.batcher import Batcher, Span, batcher_of
-from service.engine.challengers import label_entries
 from service.engine.replica import Replica
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
 from service.engine.sequence import LearnedSequence, run_sequence
+from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance

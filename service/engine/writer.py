@@ -49,7 +49,7 @@ from service.engine.learn_commits import (
     Learned,
 )
 from service.engine.replica import Replica
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
 from service.engine.taken_requests import TakenRequests
 from service.engine.tasks import cancel_all
 from service.errors import (

@@ -32,14 +32,14 @@ from service.contract import store_protocol as protocol
 from service.contract.store_protocol import RING_SIZE, Meta
 from service.contract.store_values import Observations
 from service.learner import ModelConfig
-from service.metrics.serving import Serving, ServingCollector
-from service.metrics.summary import (
+from service.metrics.figures import (
     confusion_cells,
     delay_counts,
     ring_mistakes,
     source_rows,
     without_defaults,
 )
+from service.metrics.readiness import Serving, ServingCollector
 
 log = logging.getLogger("perceptron")
 
@@ -202,7 +202,7 @@ class ModelCollector:
 
 
 class ChallengerCollector:
-    """Each challenger's figures (``models/challengers.py``'s, by model), labelled ``learner``
+    """Each challenger's figures (``admin/challengers.py``'s, by model), labelled ``learner``
     with its id."""
 
     def __init__(self, shown: list[tuple[str, list[dict[str, Any]]]]) -> None:
@@ -242,7 +242,7 @@ def exposition(
     challengers: list[tuple[str, list[dict[str, Any]]]] | None = None,
 ) -> bytes:
     """The text format of the HTTP figures (every worker's), the models' figures, and the
-    replica's serving state (``serving.py``) when given."""
+    replica's serving state (``readiness.py``) when given."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

@@ -23,10 +23,10 @@ from service.replay.curve import (
     write_curve,
 )
 from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset, model_name_for
-from service.replay.errors import ReplayError
 from service.replay.libsvm import load_libsvm
 from service.replay.options import ReplayOptions, StreamOptions
 from service.replay.progress import Progress
+from service.replay.replay_error import ReplayError
 from service.replay.stream import ensure_model, open_model, replay, replay_async
 from service.replay.summary import MODES, Before, Mode, Summary
 

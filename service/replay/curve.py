@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.replay.errors import ReplayError
+from service.replay.replay_error import ReplayError
 from service.replay.summary import Summary
 
 if TYPE_CHECKING:

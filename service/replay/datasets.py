@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from perceptron_client import Label
-from service.replay.errors import ReplayError
+from service.replay.replay_error import ReplayError
 
 DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing")
 

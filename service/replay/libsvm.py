@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.replay.datasets import Dataset, labels_from_text, model_name_for
-from service.replay.errors import ReplayError
+from service.replay.replay_error import ReplayError
 
 # A replay holds every example densely, as lists of Python floats (about 32 bytes a value):
 # a file past this (1.6 GB so held), or a mistyped index, is refused before it is made dense.

@@ -18,9 +18,9 @@ import httpx
 from perceptron_client import AsyncClient, NotFoundError
 from service.learner.config import label_key
 from service.replay.datasets import Dataset
-from service.replay.errors import ReplayError
 from service.replay.options import ReplayOptions, StreamOptions
 from service.replay.progress import Progress
+from service.replay.replay_error import ReplayError
 from service.replay.sender import Sender
 from service.replay.summary import Before, Summary
 from service.replay.tally import Tally

@@ -142,7 +142,7 @@ class ModelKeys:
 
     @property
     def chal(self) -> str:
-        """The challengers (``ops/challengers.py``): id -> configuration JSON."""
+        """The challengers (``ops/challenger_states.py``): id -> configuration JSON."""
         return f"{PREFIX}:{{{self.name}}}:chal"
 
     @property

@@ -20,7 +20,7 @@ from service.store import usage
 from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
 from service.store.ops import (
     SCRIPTS,
-    challengers,
+    challenger_states,
     claim,
     compact,
     create,
@@ -123,12 +123,12 @@ class Store:
     rollback = rollback.rollback
     undo_updates = undo.undo_updates
     forget_history = forget.forget_history
-    # challengers (ops/challengers.py)
-    read_challengers = challengers.read_challengers
-    read_challengers_since = challengers.read_challengers_since
-    add_challenger = challengers.add_challenger
-    remove_challenger = challengers.remove_challenger
-    fold_challengers = challengers.fold_challengers
+    # challengers (ops/challenger_states.py)
+    read_challengers = challenger_states.read_challengers
+    read_challengers_since = challenger_states.read_challengers_since
+    add_challenger = challenger_states.add_challenger
+    remove_challenger = challenger_states.remove_challenger
+    fold_challengers = challenger_states.fold_challengers
     # a challenger promoted (ops/promote.py)
     hold_promotion = promote.hold_promotion
     renew_promotion = promote.renew_promotion

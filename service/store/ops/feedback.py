@@ -11,7 +11,7 @@ from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.errors import ModelBusy
 from service.store.keys import keys_of
-from service.store.ops import challengers, labelling, parts
+from service.store.ops import challenger_states, labelling, parts
 from service.store.script import Runner, Script, status_of
 
 HELD_AGAIN_S = 5.0  # the writer's holds waited out, in all, once some labels were applied
@@ -41,7 +41,8 @@ HELD_WAIT_S = 0.1  # one wait for the writer's hold to be let go
 # as one made since: its update as its learner decided it (``rules.apply_logged``).
 # An answer is kept LIFE seconds after it was given, so that the same feedback sent again
 # within that time is a duplicate; its prediction's bytes no longer count as pending.
-# A model with challengers logs each label applied for them too (``clog``, challengers.LOG_LABELS).
+# A model with challengers logs each label applied for them too (``clog``,
+# challenger_states.LOG_LABELS).
 # Returns NO_MODEL, STALE_EPOCH, STATE_LOST or HELD for the whole call, else {DONE, version, log
 # length, labels' log length (-1: none added), then per prediction: status (DONE, DUPLICATE,
 # UNKNOWN, EXPIRED, CONFLICT, BAD_LABEL), mistake, updated, version (for CONFLICT: the class index
@@ -77,7 +78,7 @@ SCRIPT = Script(
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challengers.LOG_LABELS),
+    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challenger_states.LOG_LABELS),
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,

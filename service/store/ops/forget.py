@@ -1,4 +1,4 @@
-"""FORGET: let a model's old history go, as ``service/models/retention.py`` chose."""
+"""FORGET: let a model's old history go, as ``service/admin/retention.py`` chose."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ async def forget_history(
     new_version: int,
     ids: list[int],
 ) -> bool:
-    """Let the history go that ``service/models/retention.py`` chose; whether it went."""
+    """Let the history go that ``service/admin/retention.py`` chose; whether it went."""
     rest: list[Arg] = [str(i) for i in ids]
     reply = await store.run(
         SCRIPT,

@@ -1,6 +1,6 @@
 """A model's history, its checkpoints and retained log, read with plain commands (ROLLBACK,
 ``rollback.py``, makes the model a restored state; FORGET, ``forget.py``, lets old history go,
-as ``service/models/retention.py`` decides).
+as ``service/admin/retention.py`` decides).
 
 Keys (``ModelKeys.history``): ``past`` holds the update entries older than the snapshot,
 for versions ``pastv+1 .. snapv``, after the checkpoint ``pastck`` (its weights are those at

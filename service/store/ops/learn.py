@@ -35,7 +35,7 @@ from service.contract.store_values import (
 from service.errors import NotWriter
 from service.store.keys import keys_of
 from service.store.ops import parts
-from service.store.ops.challengers import CHALLENGER_WEIGHTS
+from service.store.ops.challenger_states import CHALLENGER_WEIGHTS
 from service.store.script import Arg, Runner, Script, status_of, text
 
 # KEYS: then, for a writer's commit, the answer key of each handed-off request it learns.
@@ -45,7 +45,7 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # commits its own), LEASE: the lease's ms; then N_CELLS (field, count) confusion pairs,
 # N_UPDATES log entries, N_RECENT recent examples' entries (oldest first), and each handed-off
 # request's (token, answer). The caller formats the entries. N_LABELS: every example's entry,
-# in order, for the model's challengers (``challengers.py``): a model with challengers takes a
+# in order, for the model's challengers (``challenger_states.py``): a model with challengers takes a
 # commit only with all N of them ({CHALLENGED} otherwise, nothing written) and appends them to
 # ``clog``; a model without ignores them. Or, instead of the labels, N_STATES (id, state)
 # pairs: every challenger's state (with its weights) after the N examples, valid only if the

@@ -1,5 +1,5 @@
 """PROMOTE: a challenger serves, its weights exactly as they are, and the learner that served
-becomes a challenger; in one step, while the model is held (``models/promotion.py``).
+becomes a challenger; in one step, while the model is held (``models/promotions.py``).
 
 The promotion first holds the model (HOLD): no learn commit, feedback that labels anything, or
 default-label sweep runs on it until the promotion lets go (SWAP, RELEASE) or PROMOTE_HOLD_MS
@@ -18,7 +18,7 @@ from service.contract.store_values import Held
 from service.errors import Conflict, ModelBusy
 from service.store.keys import keys_of
 from service.store.ops import blobs, parts
-from service.store.ops.challengers import (
+from service.store.ops.challenger_states import (
     CHALLENGER_WEIGHTS,
     Tail,
     challenger_exists,

@@ -1,4 +1,4 @@
-"""ROLLBACK: make a model a state of its history at once (``service/models/retention.py``)."""
+"""ROLLBACK: make a model a state of its history at once (``service/admin/retention.py``)."""
 
 from __future__ import annotations
 

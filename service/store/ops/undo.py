@@ -1,5 +1,5 @@
 """UNDO: leave some kept updates out of a model, rebuilt without them
-(``service/models/retention.py`` picks them: one API key's, or a time range's)."""
+(``service/admin/retention.py`` picks them: one API key's, or a time range's)."""
 
 from __future__ import annotations
 

@@ -10,12 +10,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from service.admin.models import EXPORT_ATTEMPTS, Models, pack_snapshot
+from service.admin.retention import make_room, prune_quietly, rebuild
 from service.contract.names import check_name
 from service.errors import Conflict, ModelBusy, ModelNotFound, ModelStateLost, NotFound, StaleModel
 from service.learner import ModelConfig, Weights
 from service.learner.codec import entry_provenance, new_epoch
-from service.models.admin import EXPORT_ATTEMPTS, Models, pack_snapshot
-from service.models.retention import make_room, prune_quietly, rebuild
 from service.store.ops.history import HistoryState, Restorable
 
 

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from service.contract.names import check_name
 from service.contract.store_values import SyncData
-from service.engine.challengers import Standings, fold_quietly
 from service.engine.replica import Replica
+from service.engine.standings import Standings, fold_quietly
 from service.engine.tasks import cancel_all
 from service.errors import (
     InvalidInput,
@@ -50,7 +50,7 @@ class Replicas:
         # policy, handed in by the layer that keeps it (``models/retention.py``)
         self.prune = prune
         # The store's condition while it may serve no model (it may evict keys: set by the
-        # worker's watch, ``models/admin.py``): every request is refused with it.
+        # worker's watch, ``models/models.py``): every request is refused with it.
         self.refusing: Condition | None = None
         # Least recently used first; their weights' bytes add up to at most the budget (but
         # the one model in use, whatever its size).

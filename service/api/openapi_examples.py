@@ -1,5 +1,5 @@
 """Example bodies of the OpenAPI document: what /docs and /redoc show for each request and
-answer, instead of placeholders (a model's history has its own: ``history_examples.py``).
+answer, instead of placeholders (a model's history has its own: ``openapi_history_examples.py``).
 
 They are answers the service gave (a three-class dense model ``iris`` and the binary
 ``default``), rounded; ``tests/test_docs.py`` checks that each one validates against the schema

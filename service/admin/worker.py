@@ -8,12 +8,12 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from service.engine.serving import Learning
+from service.admin.challengers import Challengers
+from service.admin.model_history import History
+from service.admin.models import Models
+from service.admin.promotions import Promotions
+from service.engine.learning import Learning
 from service.engine.tasks import cancel_all
-from service.models.admin import Models
-from service.models.challengers import Challengers
-from service.models.history_ops import History
-from service.models.promotion import Promotions
 from service.settings import Settings
 from service.store import Store
 

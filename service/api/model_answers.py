@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 from fastapi.responses import StreamingResponse
 
+from service.admin.challengers import figures, shown_challengers
 from service.api.routing import json_response
 from service.api.schemas import (
     Counters,
@@ -18,11 +19,10 @@ from service.api.schemas import (
     ModelSpec,
 )
 from service.contract.store_protocol import Meta
-from service.engine.challengers import Standing
 from service.engine.replica import Replica
+from service.engine.standings import Standing
 from service.learner import ModelConfig
 from service.learner.perceptron import ovo_pairs
-from service.models.challengers import figures, shown_challengers
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 

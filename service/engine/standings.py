@@ -1,5 +1,5 @@
 """A model's challengers as a worker sees them: every one's state replayed from what the store
-holds (``store/ops/challengers.py``), the same bits on every worker, and folded forward once
+holds (``store/ops/challenger_states.py``), the same bits on every worker, and folded forward once
 the labels' log is long; and the entries a learn commit logs for them.
 
 The store keeps, per challenger, a packed state at some position of the model's stream of
@@ -27,7 +27,7 @@ from service.learner.challenger import ChallengerState, pack_head, pack_state, u
 from service.learner.codec import entry_head, pack_payload, pack_record, pack_weights, read_logged
 from service.learner.kernel import Packed
 from service.store import Store
-from service.store.ops.challengers import ChallengerData, Tail
+from service.store.ops.challenger_states import ChallengerData, Tail
 
 log = logging.getLogger("perceptron")
 

@@ -1,5 +1,5 @@
 """A model's challengers administered: added (from zeros or a copy of the served weights),
-removed, and shown beside the served learner (``engine/challengers.py`` replays them)."""
+removed, and shown beside the served learner (``engine/standings.py`` replays them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from service.contract.names import check_name
 from service.contract.store_protocol import RING_SIZE, Meta
-from service.engine.challengers import Standing, fold, tail_of
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
+from service.engine.standings import Standing, fold, tail_of
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
 from service.learner.challenger import (
@@ -23,7 +23,7 @@ from service.learner.challenger import (
 from service.learner.config import ConfigError
 from service.settings import Settings
 from service.store import Store
-from service.store.ops.challengers import Tail, challenger_not_found
+from service.store.ops.challenger_states import Tail, challenger_not_found
 
 ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVED = "served"  # the id the served learner is shown under; no challenger takes it
@@ -126,7 +126,7 @@ class Challengers:
 
     async def show(self, name: str) -> dict[str, Any]:
         """The served learner and each challenger, side by side (their weights:
-        ``api/views.challengers_body``)."""
+        ``api/model_answers.challengers_body``)."""
         now = await self.standing(name)
         return shown_challengers(name, now)
 

@@ -9,12 +9,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from service.admin.retention import make_room, prune, prune_quietly, rebuild
 from service.contract.export_format import FileCheckpoint, export_document, parse_document
 from service.contract.names import check_name
 from service.contract.store_protocol import Checkpoint, Meta, Reason
 from service.contract.store_values import Observations
 from service.engine.replica import Replica
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
 from service.engine.tasks import cancel_all
 from service.errors import (
     STORE_UNAVAILABLE,
@@ -28,7 +29,6 @@ from service.errors import (
 )
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import new_epoch, pack_weights
-from service.models.retention import make_room, prune, prune_quietly, rebuild
 from service.settings import Settings
 from service.store import Condition, Store
 

@@ -10,20 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from service.admin.challengers import check_id, served_marks
+from service.admin.retention import make_room, prune_quietly
 from service.contract.names import check_name
 from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta, pending_life_s
-from service.engine.challengers import Standing, standing, tail_of
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
+from service.engine.standings import Standing, standing, tail_of
 from service.engine.tasks import cancel_all
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
 from service.learner.challenger import ChallengerState, promotion_refusal
 from service.learner.codec import new_epoch, pack_weights
-from service.models.challengers import check_id, served_marks
-from service.models.retention import make_room, prune_quietly
 from service.settings import Settings
 from service.store import Store
-from service.store.ops.challengers import Tail
+from service.store.ops.challenger_states import Tail
 from service.store.ops.promote import Promotion
 
 SWAP_ATTEMPTS = 3  # the model is held: a swap refused means the hold lapsed under a slow read

@@ -21,7 +21,7 @@ from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
 from service.engine.feedback_answers import late_s as late_of
 from service.engine.learn_commits import Learned, time_bucket
 from service.engine.replica import Replica
-from service.engine.replica_cache import Replicas
+from service.engine.replicas import Replicas
 from service.engine.writer import Writers
 from service.errors import (
     InvalidInput,

@@ -1,5 +1,5 @@
 """Example bodies of the OpenAPI document for a model's history (checkpoints, kept updates,
-rollback and undo): answers the service gave for the model ``iris`` of ``examples.py``;
+rollback and undo): answers the service gave for the model ``iris`` of ``openapi_examples.py``;
 ``tests/test_docs.py`` checks each against its schema."""
 
 from __future__ import annotations
