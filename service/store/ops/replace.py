@@ -19,10 +19,10 @@ from service.store.script import Arg, Runner, Script, has_challengers
 # first, each kept under the next id. A model there already is kept first as a checkpoint (its
 # snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE}, or {NOT_STAGED} when
 # a staged key is not whole (nothing done; the staged keys are let go whatever happens), or
-# {HAS_CHALLENGERS} while the model has challengers (nothing done: ``challenger_states.py``); the model's
-# pending predictions become unknown (the epoch changed), none awaits a default any more
-# (``deadlines`` goes, with the delays counted), though their keys, and so their count in ``pend``,
-# stay until they expire.
+# {HAS_CHALLENGERS} while the model has challengers (nothing done:
+# ``challenger_states.py``); the model's pending predictions become unknown (the epoch
+# changed), none awaits a default any more (``deadlines`` goes, with the delays counted),
+# though their keys, and so their count in ``pend``, stay until they expire.
 SCRIPT = Script(
     "replace",
     keys=(
