@@ -26,6 +26,7 @@ from service.api import (
     docs,
     events,
     health,
+    history_routes,
     home,
     learner_routes,
     learning_routes,
@@ -114,6 +115,7 @@ def create_app(
 def _add_routes(app: FastAPI) -> None:
     app.include_router(learning_routes.router)  # first: the hot routes match soonest
     app.include_router(model_routes.router)
+    app.include_router(history_routes.router)
     app.include_router(learner_routes.router)
     app.include_router(challenger_routes.router)
     app.include_router(events.router)

@@ -43,8 +43,8 @@ from fastapi.responses import Response
 
 from service.admin.worker import Worker
 from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
+from service.api.history_routes import read_checkpoints
 from service.api.metrics_view import model_metrics
-from service.api.model_routes import read_checkpoints
 from service.api.routing import checked
 from service.api.schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
