@@ -703,7 +703,7 @@ def test_a_body_is_parsed_as_written_and_refused_only_for_a_key_named_twice() ->
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from service.api.routing import DuplicateKey, parse_json
+    from service.api.json_bodies import DuplicateKey, parse_json
 
     text = st.text(alphabet=st.sampled_from('ab:"\\{}[],'), max_size=6)
     leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | text

@@ -118,7 +118,7 @@ def test_deep_nesting_is_400(dense: httpx.Client, method: str, path: str, templa
 
 
 def test_nesting_up_to_the_limit_is_parsed(dense: httpx.Client) -> None:
-    from service.api.routing import MAX_DEPTH
+    from service.api.json_bodies import MAX_DEPTH
 
     def body(depth: int) -> str:  # the document is one level, its format_version the rest
         return (
@@ -155,7 +155,7 @@ def test_deep_nesting_in_other_encodings(dense: httpx.Client, encoding: str) -> 
 
 def test_big_bodies_take_the_same_checks(dense: httpx.Client) -> None:
     # Past THREAD_BYTES a body is checked and parsed in a worker thread: same answers.
-    from service.api.routing import THREAD_BYTES
+    from service.api.json_bodies import THREAD_BYTES
 
     pad = " " * (THREAD_BYTES + 1)
     headers = {"content-type": "application/json"}
@@ -197,7 +197,7 @@ def random_value(rng: random.Random, depth: int) -> Any:
 
 
 def test_depth_check_agrees_with_the_parser() -> None:
-    from service.api.routing import nesting_deeper_than
+    from service.api.json_bodies import nesting_deeper_than
 
     rng = random.Random(7)
     for _ in range(3000):

@@ -42,7 +42,11 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     import redis
     import redis.asyncio as aioredis
 
-    from service.admin.worker import Worker
+    try:  # (this tree; a baseline's before admin/)
+        from service.admin.worker import Worker
+
+    except ImportError:
+        from service.engine.worker import Worker  # type: ignore[import-not-found,no-redef]
     from service.contract.learn_wire import NOT_QUEUED_ANSWER, new_token, pack_request
     from service.contract.store_protocol import Meta
     from service.contract.store_values import Lease

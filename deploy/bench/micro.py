@@ -11,7 +11,7 @@ alternative.
 3. /predict d=100 requests/s of two services side by side (2 workers each, wrk -c64), one
    with connection recycling (PERCEPTRON_CONNECTION_MAX_AGE_S=2), one without; five
    alternating 4-second runs each.
-4. What refusing a key named twice costs (service/api/routing.py: colons counted against
+4. What refusing a key named twice costs (service/api/callers.py: colons counted against
    parsed members): the body's parse with it and without it (orjson and the nesting check
    alone), on a small /learn body, 100,000 named features (with and without colons in their
    names) and a batch of 1,000 feedback items (usec per body, best of 20).
@@ -55,7 +55,7 @@ from redis.asyncio import Redis
 from writers import on_service_loop
 
 sys.path.insert(0, str(ROOT))
-from service.api.routing import MAX_DEPTH, nesting_deeper_than, parse_json  # noqa: E402
+from service.api.json_bodies import MAX_DEPTH, nesting_deeper_than, parse_json  # noqa: E402
 from service.api.schemas import LearnBatchRequest
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402

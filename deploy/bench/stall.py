@@ -210,8 +210,15 @@ async def best_ms_async(f: Callable[[], Awaitable[Any]], n: int = 3) -> tuple[An
 async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
     from pydantic import TypeAdapter
 
-    from service.admin.worker import Worker
-    from service.api import routing
+    try:  # (this tree; a baseline's before admin/)
+        from service.admin.worker import Worker
+
+    except ImportError:
+        from service.engine.worker import Worker  # type: ignore[import-not-found,no-redef]
+    try:  # (this tree; a baseline's before json_bodies.py)
+        from service.api import json_bodies as routing
+    except ImportError:
+        from service.api import routing  # type: ignore[attr-defined,no-redef]
     from service.api.learning_routes import predict_batch_response
     from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
     from service.settings import Settings

@@ -68,7 +68,10 @@ def pin(cpu: int) -> None:
 async def the_writer(url: str, lease_ms: int) -> Any:
     """A worker of the service on CPU 0 (its garbage collected as ``perceptron serve``'s are),
     holding the lease of a new model, ``MODEL``, for ``lease_ms`` (run in the tree measured)."""
-    from service.admin.worker import Worker
+    try:  # (this tree; a baseline's before admin/)
+        from service.admin.worker import Worker
+    except ImportError:
+        from service.engine.worker import Worker  # type: ignore[import-not-found,no-redef]
     from service.contract.store_values import Lease
     from service.engine import worker_gc
     from service.settings import Settings
@@ -131,7 +134,11 @@ async def hand_over(url: str, writer_pid: int, workers: int, clients: int, secon
     import redis
     import redis.asyncio as aioredis
 
-    from service.admin.worker import Worker
+    try:  # (this tree; a baseline's before admin/)
+        from service.admin.worker import Worker
+
+    except ImportError:
+        from service.engine.worker import Worker  # type: ignore[no-redef]
     from service.contract.store_protocol import Meta
     from service.settings import Settings
     from service.store import open_store

@@ -1,5 +1,5 @@
 """API keys with roles. Keys are kept only as SHA-256 digests and compared in constant time.
-(The routes' dependencies that resolve them per request: ``routing.py``.)"""
+(The routes' dependencies that resolve them per request: ``callers.py``.)"""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 
 from service.api.auth import Role
+from service.api.callers import Admin, FastJSONRoute, Reader
 from service.api.challenger_schemas import (
     ChallengerInfo,
     ChallengersAnswer,
@@ -17,7 +18,6 @@ from service.api.challenger_schemas import (
     documented_as,
 )
 from service.api.model_answers import WeightsStream, challengers_body
-from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import error_responses
 from service.learner import ModelConfig
 

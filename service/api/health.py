@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.routing import WorkerDep
+from service.api.callers import WorkerDep
 from service.api.schemas import ErrorResponse, Health
 from service.errors import Unavailable
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from service.admin.worker import Worker
 from service.api.auth import Role
+from service.api.callers import Admin, FastJSONRoute, Reader
 from service.api.history_schemas import (
     CheckpointInfo,
     Checkpoints,
@@ -19,7 +20,6 @@ from service.api.history_schemas import (
     UpdateInfo,
     Updates,
 )
-from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import error_responses
 from service.contract.store_protocol import MAX_COUNT
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.api.callers import Reader
 from service.api.learner_schemas import LearnerList, learner_list
-from service.api.routing import Reader
 from service.api.schemas import error_responses
 
 router = APIRouter(tags=["models"])

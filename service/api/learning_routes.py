@@ -8,7 +8,8 @@ import numpy as np
 from fastapi import APIRouter, Response
 
 from service.api.auth import Role
-from service.api.routing import Caller, FastJSONRoute, Reader, Trainer, json_response
+from service.api.callers import Caller, FastJSONRoute, Reader, Trainer
+from service.api.json_bodies import json_response
 from service.api.schemas import (
     ErrorResponse,
     FeedbackBatchRequest,

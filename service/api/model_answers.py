@@ -12,7 +12,7 @@ import orjson
 from fastapi.responses import StreamingResponse
 
 from service.admin.challengers import figures, shown_challengers
-from service.api.routing import json_response
+from service.api.json_bodies import json_response
 from service.api.schemas import (
     Counters,
     ModelInfo,

@@ -10,10 +10,10 @@ from fastapi.responses import JSONResponse
 
 from service.api import openapi_examples
 from service.api.auth import Role
+from service.api.callers import Admin, FastJSONRoute, Reader
 from service.api.metrics_schemas import ModelMetrics
 from service.api.metrics_view import model_metrics
 from service.api.model_answers import WeightsStream, model_info, weights_body
-from service.api.routing import Admin, FastJSONRoute, Reader
 from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
