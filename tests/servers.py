@@ -152,13 +152,20 @@ class ServiceProcess:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> ServiceProcess:
-        self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=Path(__file__).parents[1])
-        wait_until(
-            lambda: httpx.get(self.url + "/readyz", timeout=1).status_code == 200,
-            timeout=timeout,
-            what=f"service on port {self.port}",
-        )
+    def start(self, timeout: float = 60.0) -> ServiceProcess:
+        """Start it and wait until it is ready (stopped again when it is not: no process of a
+        test outlives it)."""
+        proc = self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=Path(__file__).parents[1])
+        try:
+            wait_until(
+                lambda: httpx.get(self.url + "/readyz", timeout=1).status_code == 200,
+                timeout=timeout,
+                what=f"service on port {self.port}",
+                alive=lambda: proc.poll() is None,
+            )
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
