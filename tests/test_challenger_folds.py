@@ -8,9 +8,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import fakeredis
 import numpy as np
 import pytest
 
+from service.contract.store_values import LearnResult
 from service.engine.standings import Standings
 from service.learner import Example, ModelConfig
 from service.learner.challenger import start_state
@@ -112,3 +114,13 @@ def counting(method: Any, calls: list[Any]) -> Any:
         return method(*args)
 
     return counted
+
+
+def test_a_commits_labels_are_not_kept_for_challengers_nobody_keeps() -> None:
+    """A worker keeps a commit's labels only for challengers it keeps, or is reading: a model
+    whose challengers it never showed nor folded holds no example of it in memory."""
+    standings = Standings(Store(fakeredis.FakeAsyncRedis(), embedded=True))
+    xs = [Example(np.ones(DIM))] * SIZE
+    done = LearnResult(1, SIZE, 0, label_log=SIZE, label_base=0, label_gen="1")
+    standings.learned("e" * 16, done, ("m", (xs, [1] * SIZE, [0] * SIZE)))
+    assert standings._waiting == {}

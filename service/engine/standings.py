@@ -164,7 +164,9 @@ class Standings:
                 self._kept[name] = now
                 held = sum(map(_bytes, self._kept.values()))
                 while held > self.KEPT_BYTES and len(self._kept) > 1:
-                    held -= _bytes(self._kept.popitem(last=False)[1])
+                    gone, old = self._kept.popitem(last=False)
+                    held -= _bytes(old)
+                    self._waiting.pop(gone, None)
             return now
 
     def learned(self, epoch: str, at: LearnResult, learned: CommitLabels) -> None:
@@ -175,6 +177,9 @@ class Standings:
         name, (xs, ts, served) = learned
         first = at.label_base + at.label_log - len(xs)
         self._ends[name] = first + len(xs)
+        lock = self._locks.get(name)
+        if name not in self._kept and not (lock is not None and lock.locked()):
+            return  # (nothing kept, nor being read: the next use reads them)
         waiting = self._waiting.setdefault(name, deque(maxlen=self.WAITING))
         waiting.append(Labels(epoch, at.label_gen, first, (Packed.of(list(xs)), ts, served)))
         self._catch_up(name)
