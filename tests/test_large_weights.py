@@ -22,7 +22,7 @@ from service.store.ops import blobs
 from service.store.script import raw, text
 
 from .servers import ServiceProcess, running
-from .test_store_sync import EPOCH, entry, learn, run
+from .test_store_sync import EPOCH, compact, entry, learn, run
 
 JSON = {"content-type": "application/json"}
 pytestmark = pytest.mark.servers  # a real redis-server: its SLOWLOG, its RENAMEs
@@ -62,16 +62,7 @@ def test_an_undo_keeps_the_updates_learned_since_its_read_after_the_rebuilt_weig
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         version = await learn(store, 0, 300)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=200,
-            data=b"weights@200",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 200, b"weights@200")
         version = await learn(store, version, 20)  # after the undo's read, at 300
         done = await store.undo_updates(
             "m",
@@ -105,27 +96,9 @@ def test_an_undo_takes_back_the_updates_a_compaction_moved_since_its_read(redis_
     async def body(store: Store) -> None:
         keys = ModelKeys("m")
         await learn(store, 0, 300)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=200,
-            data=b"weights@200",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 200, b"weights@200")
         await learn(store, 300, 20)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=310,
-            data=b"weights@310",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 310, b"weights@310")
         done = await store.undo_updates(
             "m",
             epoch=EPOCH,
@@ -206,16 +179,7 @@ def test_weights_not_all_staged_are_refused_and_nothing_changes(
         keys = ModelKeys("m")
         await learn(store, 0, 10)
         monkeypatch.setattr(blobs, "stage", short)
-        assert not await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=10,
-            data=b"weights@10",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert not await compact(store, 10, b"weights@10")
         with pytest.raises(ModelBusy):
             await store.rollback(
                 "m",

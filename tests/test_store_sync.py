@@ -16,6 +16,15 @@ from service.store import ModelKeys, Store
 EPOCH = "0123456789abcdef"
 
 
+async def compact(store: Store, version: int, data: bytes, keep: bool = True) -> bool:
+    """Model "m"'s log compacted up to ``version`` into ``data`` (a checkpoint every 10
+    updates or second, kept with ``keep``)."""
+    return await store.compact(
+        "m", epoch=EPOCH, version=version, data=data, now_ms=0, keep=keep, every=10,
+        every_ms=1000,
+    )  # fmt: skip
+
+
 def entry(version: int) -> bytes:
     return b"0|1|entry-%d" % version + bytes(800)  # the size of a d=100 entry
 
@@ -65,16 +74,7 @@ def test_sync_after_compaction_sends_the_snapshot_only_to_copies_behind_it(
 ) -> None:
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=200,
-            data=b"weights@200",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 200, b"weights@200")
         version = await learn(store, version, 10)
         expect(await store.sync("m", 150), 200, version, b"weights@200")
         expect(await store.sync("m", 200), 200, version, None)
@@ -95,16 +95,7 @@ def test_a_read_that_compaction_moved_is_read_again(redis_url: str) -> None:
 
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=250,
-            data=b"weights@250",
-            now_ms=0,
-            keep=False,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 250, b"weights@250", keep=False)
         keys = ModelKeys("m")
         # As if the snapshot had been at 0 when the script answered.
         expect(await store.read_log(keys, 100, 0), 250, version, b"weights@250")
@@ -142,16 +133,7 @@ def test_a_read_under_a_compaction_before_every_read_catches_up(redis_url: str) 
                 state["version"] = await learn(store, state["version"], 1)
                 state["snap"] += 1
                 weights = b"weights@%d" % state["snap"]
-                assert await store.compact(
-                    "m",
-                    epoch=EPOCH,
-                    version=state["snap"],
-                    data=weights,
-                    now_ms=0,
-                    keep=False,
-                    every=10,
-                    every_ms=1000,
-                )
+                assert await compact(store, state["snap"], weights, keep=False)
                 state["reads"] += 1
 
             pipe.execute = compacted_first  # type: ignore[method-assign]
@@ -179,16 +161,7 @@ def test_an_undo_counted_from_where_the_kept_updates_no_longer_start_changes_not
 
     async def body(store: Store) -> None:
         version = await learn(store, 0, 300)
-        assert await store.compact(
-            "m",
-            epoch=EPOCH,
-            version=200,
-            data=b"weights@200",
-            now_ms=0,
-            keep=True,
-            every=10,
-            every_ms=1000,
-        )
+        assert await compact(store, 200, b"weights@200")
         keys = ModelKeys("m")
         past = await store.client.lrange(keys.past, 0, -1)
         assert past == [entry(v) for v in range(1, 201)]  # kept from version 0 on

@@ -132,6 +132,12 @@ async def prune(store: Store, name: str, settings: Settings, now_ms: int) -> boo
     kept = policy(state, settings, now_ms)
     if kept.base == state.base and not kept.drop:
         return False
+    return await _forget(store, name, state, kept)
+
+
+async def _forget(store: Store, name: str, state: HistoryState, kept: Kept) -> bool:
+    """Let go of what the policy did not keep of ``state``; whether it went (not when the
+    history moved since it was read)."""
     return await store.forget_history(
         name,
         epoch=state.epoch,
@@ -154,14 +160,7 @@ async def make_room(
         kept = policy(state, settings, now_ms, more)
         if kept.base == state.base and not kept.drop:
             return kept
-        if await store.forget_history(
-            name,
-            epoch=state.epoch,
-            base=state.base,
-            new_base=kept.base,
-            new_version=kept.base_version,
-            ids=kept.drop,
-        ):
+        if await _forget(store, name, state, kept):
             return kept
     raise ModelBusy(f"Model {name!r}'s history kept changing; retry shortly.")
 
