@@ -14,7 +14,7 @@ import pytest
 from service.contract.store_protocol import DEFAULT_SOURCE
 from service.engine.sequence import _run_binary, _run_general, run_sequence
 from service.engine.standings import label_entries
-from service.learner import Example, ModelConfig, Weights, rules
+from service.learner import Example, ModelConfig, Weights
 from service.learner.challenger import ChallengerState, pack_state, start_state
 from service.learner.codec import (
     entry_provenance,
@@ -74,13 +74,14 @@ def planned(config: ModelConfig, w: Weights, xs: list[Example], ts: list[int]) -
     """The update plans' account, one example at a time."""
     predicted, updated, raws = [], [], []
     for x, t in zip(xs, ts, strict=True):
-        raw = rules.raw_scores(config, w, x)
-        predicted.append(predict_index(config, rules.served_scores(config, w, x)))
+        raw = config.learner.raw_scores(config, w, x)
+        predicted.append(predict_index(config, config.learner.served_scores(config, w, x)))
         raws.append(raw.copy())
-        plan = rules.update_plan(config, raw, t, x, w)
+        plan = config.learner.update_plan(config, raw, t, x, w)
         updated.append(bool(plan))
         w.seen += 1
-        rules.apply(config, w, x, plan, w.seen)
+        if plan:
+            config.learner.apply(config, w, x, plan, w.seen)
     return predicted, updated, np.array(raws)
 
 

@@ -18,7 +18,6 @@ from service.learner import ModelConfig
 from service.learner.features import MAX_ABS_VALUE, Example
 from service.learner.interface import MAX_WEIGHT
 from service.learner.passive_aggressive import MAX_C, learner
-from service.learner.rules import apply_logged, raw_scores, served_scores
 
 # every learner and layout (and any added later joins here)
 LEARNERS: list[dict[str, Any]] = [
@@ -59,8 +58,8 @@ def finite(config: ModelConfig, weights: Any, x: Example) -> None:
     for a in (weights.w, weights.b, weights.wsum, weights.bsum):
         if a is not None:
             assert np.isfinite(a).all() and np.abs(a).max() <= MAX_WEIGHT
-    assert np.isfinite(served_scores(config, weights, x)).all()
-    assert np.isfinite(raw_scores(config, weights, x)).all()
+    assert np.isfinite(config.learner.served_scores(config, weights, x)).all()
+    assert np.isfinite(config.learner.raw_scores(config, weights, x)).all()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda d: d.get("multiclass", "binary"))
@@ -81,11 +80,11 @@ def test_every_update_of_every_learner_stays_finite(
         )
     )
     for x, t in stream:
-        raw = raw_scores(config, online.weights, x).copy()
+        raw = config.learner.raw_scores(config, online.weights, x).copy()
         online.learn(x.values.tolist(), config.classes[t])
         finite(config, online.weights, x)
         replayed.seen += 1
-        apply_logged(
+        config.learner.apply_logged(
             config, replayed, x, raw=raw, t=t, k=replayed.seen
         )  # (as every replica applies it)
         finite(config, replayed, x)

@@ -14,8 +14,6 @@ import pytest
 from service.learner import ModelConfig
 from service.learner.features import encode
 from service.learner.passive_aggressive import learner
-from service.learner.perceptron import apply
-from service.learner.rules import raw_scores, update_plan
 
 from .conftest import MakeService
 from .inprocess import Clock
@@ -189,16 +187,21 @@ def test_an_undo_replays_the_pa_updates_that_stay_with_their_own_steps(
     assert r.status_code == 200, r.text
     assert r.json()["removed"] == len(made) - len(bobs)
     rebuilt = learner(config).weights
+    learner_of = config.learner
     for x, raw, t in bobs:
-        apply(config, rebuilt, x, update_plan(config, raw, t, x, rebuilt), 0)
+        plan = learner_of.update_plan(config, raw, t, x, rebuilt)
+        if plan:
+            learner_of.apply(config, rebuilt, x, plan, 0)
     got = client.get("/models/m/export", headers=ADMIN).json()["weights"]
     assert got == packed(rebuilt.w, rebuilt.b)
     # Re-learning bob's examples instead would not give these weights: the steps depend on
     # the scores, which alice's updates had moved.
     relearned = learner(config).weights
     for x, _, t in bobs:
-        plan = update_plan(config, raw_scores(config, relearned, x), t, x, relearned)
-        apply(config, relearned, x, plan, 0)
+        raw = learner_of.raw_scores(config, relearned, x)
+        plan = learner_of.update_plan(config, raw, t, x, relearned)
+        if plan:
+            learner_of.apply(config, relearned, x, plan, 0)
     assert packed(relearned.w, relearned.b) != got
 
 

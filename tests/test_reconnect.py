@@ -194,7 +194,8 @@ def test_a_learn_whose_reply_is_lost_is_a_503_and_is_not_sent_again(
     wait_until(lambda: api.get("/readyz").status_code == 200, timeout=10, what="readyz")
     # The scripts the stalled /learn sent (its learn, maybe a sync first): each once.
     watch.stop()
-    calls = watch.calls(*(op.SCRIPT.lua for op in (ops.learn, ops.sync, ops.handoff, ops.withdraw)))
+    scripts = (ops.learn.SCRIPT, ops.sync.SCRIPT, ops.handover.HANDOFF, ops.handover.WITHDRAW)
+    calls = watch.calls(*(s.lua for s in scripts))
     after = api.get("/models/d").json()
     ran = after["counters"]["learned"] - before["counters"]["learned"]
     log.info("the learn whose reply was lost ran %d time(s); %d script call(s)", ran, calls)

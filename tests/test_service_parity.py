@@ -11,8 +11,7 @@ import pytest
 
 from service.cli.loopback import wait_until
 from service.learner import ModelConfig, Weights, encode
-from service.learner.perceptron import apply, predict_index
-from service.learner.rules import raw_scores, served_scores, update_plan
+from service.learner.perceptron import predict_index
 
 from .conftest import MakeService
 
@@ -63,13 +62,16 @@ class Reference:
 
     def predict(self, features: Any) -> tuple[int, np.ndarray, Any]:
         x = encode(self.config, features)
-        served = predict_index(self.config, served_scores(self.config, self.weights, x))
-        return served, raw_scores(self.config, self.weights, x), x
+        served = predict_index(
+            self.config, self.config.learner.served_scores(self.config, self.weights, x)
+        )
+        return served, self.config.learner.raw_scores(self.config, self.weights, x), x
 
     def learn(self, served: int, raw: np.ndarray, x: Any, t: int) -> tuple[bool, bool]:
-        plan = update_plan(self.config, raw, t, x, self.weights)
+        plan = self.config.learner.update_plan(self.config, raw, t, x, self.weights)
         self.weights.seen += 1
-        apply(self.config, self.weights, x, plan, self.weights.seen)
+        if plan:
+            self.config.learner.apply(self.config, self.weights, x, plan, self.weights.seen)
         return served != t, bool(plan)
 
 

@@ -73,13 +73,6 @@ from service.learner.config import ConfigError
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
 from service.learner.perceptron import predict_index
-from service.learner.rules import (
-    apply_logged,
-    raw_scores,
-    served_scores,
-    update_plan,
-    updates_by_label,
-)
 from service.store.keys import keys_of
 
 from .servers import ServiceProcess
@@ -230,8 +223,8 @@ class Ref:
     def learn(self, features: Any, t: int, source: str) -> tuple[bool, bool]:
         cfg, w = self.config, self.weights
         x = encode(cfg, features)
-        served = predict_index(cfg, served_scores(cfg, w, x))
-        return self.labelled(x, raw_scores(cfg, w, x).copy(), served, t, source)
+        served = predict_index(cfg, cfg.learner.served_scores(cfg, w, x))
+        return self.labelled(x, cfg.learner.raw_scores(cfg, w, x).copy(), served, t, source)
 
     def labelled(
         self, x: Example, raw: np.ndarray, served: int, t: int, source: str,
@@ -242,7 +235,7 @@ class Ref:
         ``decided``: whether the learner that served it would update (it logs an update or
         not; the learner that serves now makes it, from those scores)."""
         cfg, w = self.config, self.weights
-        plan = update_plan(cfg, raw, t, x, w)
+        plan = cfg.learner.update_plan(cfg, raw, t, x, w)
         mistake, updated = served != t, bool(plan) if decided is None else decided
         PA_UPDATES[0] += updated and cfg.algorithm in ("pa1", "pa2")
         w.seen += 1
@@ -257,7 +250,7 @@ class Ref:
             for i, happened in enumerate((True, mistake, updated)):
                 mine[i] += happened
         if updated:
-            apply_logged(cfg, w, x, raw=raw, t=t, k=w.seen)
+            cfg.learner.apply_logged(cfg, w, x, raw=raw, t=t, k=w.seen)
             self.kept.append(Update(x, raw, t, w.seen, source))
         self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
         self.labels += 1
@@ -272,7 +265,7 @@ class Ref:
         assert self.start_weights is not None
         w = self.start_weights.copy()
         for u in self.kept[:n]:
-            apply_logged(self.config, w, u.x, raw=u.raw, t=u.t, k=u.k)
+            self.config.learner.apply_logged(self.config, w, u.x, raw=u.raw, t=u.t, k=u.k)
         w.seen = self.counters["seen"]
         return w
 
@@ -1025,13 +1018,13 @@ class Service(RuleBasedStateMachine):
     def predicted(self, ref: Ref, name: str, features: Any, answer: dict[str, Any]) -> str:
         cfg, w = ref.config, ref.weights
         encoded = encode(cfg, features)
-        served = predict_index(cfg, served_scores(cfg, w, encoded))
+        served = predict_index(cfg, cfg.learner.served_scores(cfg, w, encoded))
         assert answer["label"] == cfg.classes[served], (answer, served)
         assert answer["version"] == ref.version
         ref.counters["predictions"] += 1
         pid: str = answer["prediction_id"]
-        raw = raw_scores(cfg, w, encoded).copy()
-        decided = updates_by_label(cfg, w, raw, encoded)
+        raw = cfg.learner.raw_scores(cfg, w, encoded).copy()
+        decided = cfg.learner.updates_by_label(cfg, w, raw, encoded)
         p = self.pending[pid] = Pending(name, ref.generation, encoded, raw, served, decided)
         if cfg.default_label is not None:
             token = pid.split(":", 1)[1]

@@ -28,7 +28,6 @@ from service.contract.store_protocol import Checkpoint, Reason
 from service.errors import ModelBusy, ServiceError
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry, unpack_weights
-from service.learner.rules import apply_logged
 from service.settings import Settings
 from service.store import Store, StoreError
 from service.store.ops.history import HistoryState, Restorable
@@ -172,7 +171,7 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
     weights = unpack_weights(config, restorable.weights, restorable.base, 0)
     for entry in restorable.entries:
         k, t, raw, x = unpack_entry(config, entry)
-        apply_logged(config=config, weights=weights, x=x, raw=raw, t=t, k=k)
+        config.learner.apply_logged(config, weights, x, raw=raw, t=t, k=k)
     return config, weights
 
 

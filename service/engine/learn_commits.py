@@ -26,15 +26,13 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.engine.batcher import Batcher, Span, batcher_of
-from service.engine.replica import Replica
-from service.engine.replicas import Replicas
+from service.engine.replicas import Replica, Replicas
 from service.engine.sequence import LearnedSequence, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance
 from service.learner.perceptron import Weights, seen_depended
-from service.learner.rules import apply
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
@@ -174,7 +172,7 @@ class LearnCommits:
             if rep.weights is base and base.version == made.version:
                 rep.weights = seq.work
                 if seq.last is not None:
-                    apply(cfg, seq.work, xs[-1], seq.last, res.seen)
+                    cfg.learner.apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
             if seq.batch.states is not None:
                 self.replicas.standings.folded(rep.name, seq.batch.states, res)

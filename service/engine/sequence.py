@@ -26,7 +26,6 @@ from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
 from service.learner.kernel import KernelRule, learn_sequence
 from service.learner.perceptron import Plan, binary_plan, predict_index
-from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
 _pack_f64 = struct.Struct("=d").pack  # native order, as numpy's tobytes
 
@@ -136,10 +135,10 @@ def _run_general(
     plan = None
     no_updates = [False] * cfg.n_classes  # the record's bitmap matters only while pending
     for i, (x, t) in enumerate(zip(xs, ts, strict=True)):
-        scores = served_scores(cfg, work, x)
+        scores = cfg.learner.served_scores(cfg, work, x)
         served = predict_index(cfg, scores)
-        raw = raw_scores(cfg, work, x) if counted else scores
-        plan = update_plan(cfg, raw, t, x, work)
+        raw = cfg.learner.raw_scores(cfg, work, x) if counted else scores
+        plan = cfg.learner.update_plan(cfg, raw, t, x, work)
         served_all.append(served)
         updated.append(bool(plan))
         if plan or i >= n - RECENT:
@@ -155,7 +154,8 @@ def _run_general(
                 work, copied = base.copy(), True
             if copied:
                 work.seen += 1
-                apply(cfg, work, x, plan, work.seen)
+            if copied and plan:
+                cfg.learner.apply(cfg, work, x, plan, work.seen)
     if copied:
         work.seen = base.seen + n - 1
     batch = _batch(served_all, ts, entries, recent)

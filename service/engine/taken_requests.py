@@ -1,6 +1,7 @@
 """The requests a model's writer took from its queue (``writer.py``), served: those made for its
 replica queued for its next commit at once, the others looked at first, and each that is not
-learned answered with the error that kept it from being learned (``store/ops/refuse.py``)."""
+learned answered with the error that kept it from being learned (REFUSE,
+``store/ops/handover.py``)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from service.contract.learn_wire import (
 )
 from service.engine.batcher import GROUP_MOST, Span
 from service.engine.learn_commits import Examples, LearnCommits
-from service.engine.replica import Replica
-from service.engine.replicas import Replicas
+from service.engine.replicas import Replica, Replicas
 from service.errors import NotWriter, OutcomeUnknown, ServiceError, StaleModel, Unavailable
 from service.store import Store, StoreError
 

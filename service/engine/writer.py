@@ -5,7 +5,7 @@ Every /learn must be computed on the model's latest weights. When workers each c
 commit their own, a commit often finds the model changed by another worker's, catches up and
 computes again: the more workers, the more work thrown away, and requests can fail. Here one
 worker at a time, the writer, learns for the model: it holds a lease in Redis, renewed while it
-works; the other workers hand the examples they have checked (``store/ops/handoff.py``) to the
+works; the other workers hand the examples they have checked (``store/ops/handover.py``) to the
 model's queue in Redis and wait for the answer. The writer takes the queue in order and learns
 everything waiting in one group commit (``learn_commits.py``), so its replica is always current:
 no catch-up, no retry, whatever the number of workers. A worker that finds no writer becomes it
@@ -48,8 +48,7 @@ from service.engine.learn_commits import (
     LearnCommits,
     Learned,
 )
-from service.engine.replica import Replica
-from service.engine.replicas import Replicas
+from service.engine.replicas import Replica, Replicas
 from service.engine.taken_requests import TakenRequests
 from service.engine.tasks import cancel_all
 from service.errors import (

@@ -20,7 +20,6 @@ from service.learner.config import ModelConfig
 from service.learner.features import Example
 from service.learner.kernel import Packed, learn_sequence
 from service.learner.perceptron import Weights, predict_index
-from service.learner.rules import apply, raw_scores, served_scores, update_plan
 
 CURVE_POINTS = 100  # points kept in a learning curve (the model's too): half of it to all of it
 WINDOW = 1000  # outcomes kept: the mistake rate over the last 100 and 1000 examples
@@ -67,12 +66,13 @@ class ChallengerState:
         ``by_default``: ``t`` is the model's default label; ``served``: the class index the
         model served for ``x``, counted against ``t`` in ``served_mistakes``."""
         cfg, w = self.config, self.weights
-        scores = served_scores(cfg, w, x)
+        scores = cfg.learner.served_scores(cfg, w, x)
         wrong = predict_index(cfg, scores) != t
-        raw = raw_scores(cfg, w, x) if cfg.counts_seen else scores
-        plan = update_plan(cfg, raw, t, x, w)
+        raw = cfg.learner.raw_scores(cfg, w, x) if cfg.counts_seen else scores
+        plan = cfg.learner.update_plan(cfg, raw, t, x, w)
         w.seen += 1
-        apply(cfg, w, x, plan, w.seen)
+        if plan:
+            cfg.learner.apply(cfg, w, x, plan, w.seen)
         self.position += 1
         self.mistakes += int(wrong)
         if self.served_mistakes is not None and served is not None:

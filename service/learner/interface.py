@@ -8,7 +8,7 @@ current ``Weights`` (``w``, ``b`` and its named state arrays) of one model's con
 - ``raw_scores``: each row's score under the weights that learn (what updates decide from);
 - ``served_scores``: the scores a prediction is served with (an averaged learner's mean);
 - ``update_plan``: what learning the true class index ``t`` changes (no update: an empty plan);
-- ``apply``: make a plan, in place, as the ``k``-th labelled example;
+- ``apply``: make a plan (never an empty one), in place, as the ``k``-th labelled example;
 - ``probabilities``: the served scores as class probabilities, where the learner has them.
 
 Every function is pure and deterministic: every worker that replays a logged example decides
@@ -146,6 +146,20 @@ class Learner:
 
     def apply(self, config: ModelConfig, weights: Weights, x: Example, plan: Plan, k: int) -> None:
         raise NotImplementedError
+
+    def apply_logged(
+        self, config: ModelConfig, weights: Weights, x: Example, *, raw: np.ndarray, t: int, k: int
+    ) -> None:
+        """Apply a logged update (``x``, true class index ``t``, the kept raw scores, the
+        ``k``-th example), as every replica and every rebuild does. An update logged for a
+        prediction that another learner served (a label that came after a promotion) was
+        decided by that learner; one that moves nothing under this learner's rules still
+        counts as a version."""
+        plan = self.update_plan(config, raw, t, x, weights)
+        if plan:
+            self.apply(config, weights, x, plan, k)
+        else:
+            weights.version += 1
 
     def updates_by_label(
         self, config: ModelConfig, weights: Weights, raw: np.ndarray, x: Example

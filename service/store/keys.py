@@ -105,7 +105,7 @@ class ModelKeys:
 
     @property
     def writer(self) -> str:
-        """The lease of the worker that learns for the model now (ops/handoff.py)."""
+        """The lease of the worker that learns for the model now (ops/handover.py)."""
         return f"{PREFIX}:{{{self.name}}}:writer"
 
     @property

@@ -21,26 +21,21 @@ from service.store.keys import DEFAULT_MADE, REGISTRY, keys_of
 from service.store.ops import (
     SCRIPTS,
     challenger_states,
-    claim,
     compact,
     create,
     defaults,
     delete,
     feedback,
     forget,
-    handoff,
+    handover,
     history,
     learn,
     predict,
     promote,
-    refuse,
-    release,
     replace,
     rollback,
     sync,
-    take,
     undo,
-    withdraw,
 )
 from service.store.script import Arg, Client, Script, raw, text
 
@@ -135,12 +130,12 @@ class Store:
     release_promotion = promote.release_promotion
     promote = promote.promote
     # one writer per model (ops/learn.py)
-    hand_off = handoff.hand_off
-    claim_writer = claim.claim_writer
-    take_learns = take.take_learns
-    release_writer = release.release_writer
-    refuse_learn = refuse.refuse_learn
-    withdraw_learn = withdraw.withdraw_learn
+    hand_off = handover.hand_off
+    claim_writer = handover.claim_writer
+    take_learns = handover.take_learns
+    release_writer = handover.release_writer
+    refuse_learn = handover.refuse_learn
+    withdraw_learn = handover.withdraw_learn
 
     def __init__(self, client: Client, embedded: bool = False) -> None:
         self.client = client

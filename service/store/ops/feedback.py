@@ -38,7 +38,7 @@ HELD_WAIT_S = 0.1  # one wait for the writer's hold to be let go
 # duplicate, unknown, expired, a conflict) goes through, as it cannot make that commit stale.
 # While a promotion holds it (``promote.py``), a call that would label any prediction waits so.
 # A prediction made before a promotion whose epoch is kept (``Meta.PREV_EPOCH``) is labelled
-# as one made since: its update as its learner decided it (``rules.apply_logged``).
+# as one made since: its update as its learner decided it (``Learner.apply_logged``).
 # An answer is kept LIFE seconds after it was given, so that the same feedback sent again
 # within that time is a duplicate; its prediction's bytes no longer count as pending.
 # A model with challengers logs each label applied for them too (``clog``,

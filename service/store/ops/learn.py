@@ -2,18 +2,17 @@
 writer, also answer the handed-over requests the commit learns.
 
 One writer per model (``service/engine/writer.py``): the worker that holds ``writer`` (a lease,
-renewed while it works) learns every /learn of the model; the other workers hand their
-checked examples over (``contract/learn_wire.py``) and wait for the answer. A request waiting
-for the writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
-token -> request); the writer moves the tokens it takes into ``taken`` (a set, ``take.py``)
-and the commit that learns a request takes it out of both keys and pushes its answer, in this
-one script. A request leaves ``reqs`` once: learned and answered, answered with an error
-(``refuse.py``), withdrawn by its requester (``withdraw.py``), or gone with its keys (the model
-deleted, a key evicted or expired), so it is learned at most once; its requester learns which,
-or (its answer gone too) that nobody can tell. A worker that takes the lease puts every taken
-token back at the head of the queue (``parts.ACQUIRE``): the writer before it may have died
-with them; if it lives on, the commit of whichever learns a request first wins.
-"""
+renewed while it works) learns every /learn of the model; the other workers hand their checked
+examples over (``contract/learn_wire.py``) and wait for the answer. A request waiting for the
+writer has its token in ``learns`` (a list, oldest first) and its bytes in ``reqs`` (a hash,
+token -> request); the writer moves the tokens it takes into ``taken`` (a set; TAKE,
+``handover.py``) and the commit that learns a request takes it out of both keys and pushes its
+answer, in this one script. A request leaves ``reqs`` once: learned and answered, answered with
+an error (``handover.py``: REFUSE), withdrawn by its requester (WITHDRAW), or gone with its keys
+(the model deleted, a key evicted or expired), so it is learned at most once; its requester
+learns which, or (its answer gone too) that nobody can tell. A worker that takes the lease puts
+every taken token back at the head of the queue (``parts.ACQUIRE``): the writer before it may
+have died with them; if it lives on, the commit of whichever learns a request first wins."""
 
 from __future__ import annotations
 
