@@ -14,7 +14,8 @@ from service.contract.export_format import FileCheckpoint, export_document, pars
 from service.contract.names import check_name
 from service.contract.store_protocol import Checkpoint, Meta, Reason
 from service.contract.store_values import Observations
-from service.engine.replicas import Replica, Replicas
+from service.engine.replica import Replica
+from service.engine.replicas import Replicas
 from service.engine.tasks import cancel_all
 from service.errors import (
     STORE_UNAVAILABLE,

@@ -19,7 +19,7 @@ from service.api.metrics_schemas import (
 from service.api.model_answers import counters_of
 from service.contract.store_protocol import RING_SIZE, Meta
 from service.contract.store_values import Observations
-from service.engine.replicas import Replica
+from service.engine.replica import Replica
 from service.metrics.figures import (
     confusion,
     curve_points,

@@ -19,7 +19,7 @@ from service.api.schemas import (
     ModelSpec,
 )
 from service.contract.store_protocol import Meta
-from service.engine.replicas import Replica
+from service.engine.replica import Replica
 from service.engine.standings import Standing
 from service.learner import ModelConfig
 from service.learner.perceptron import ovo_pairs

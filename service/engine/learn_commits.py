@@ -26,7 +26,8 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.engine.batcher import Batcher, Span, batcher_of
-from service.engine.replicas import Replica, Replicas
+from service.engine.replica import Replica
+from service.engine.replicas import Replicas
 from service.engine.sequence import LearnedSequence, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown

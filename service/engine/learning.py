@@ -20,7 +20,8 @@ from service.engine.default_labels import DefaultLabels
 from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
 from service.engine.feedback_answers import late_s as late_of
 from service.engine.learn_commits import Learned, time_bucket
-from service.engine.replicas import Replica, Replicas
+from service.engine.replica import Replica
+from service.engine.replicas import Replicas
 from service.engine.writer import Writers
 from service.errors import (
     InvalidInput,

@@ -21,7 +21,8 @@ from service.contract.learn_wire import (
 )
 from service.engine.batcher import GROUP_MOST, Span
 from service.engine.learn_commits import Examples, LearnCommits
-from service.engine.replicas import Replica, Replicas
+from service.engine.replica import Replica
+from service.engine.replicas import Replicas
 from service.errors import NotWriter, OutcomeUnknown, ServiceError, StaleModel, Unavailable
 from service.store import Store, StoreError
 

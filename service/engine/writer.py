@@ -48,7 +48,8 @@ from service.engine.learn_commits import (
     LearnCommits,
     Learned,
 )
-from service.engine.replicas import Replica, Replicas
+from service.engine.replica import Replica
+from service.engine.replicas import Replicas
 from service.engine.taken_requests import TakenRequests
 from service.engine.tasks import cancel_all
 from service.errors import (
