@@ -20,7 +20,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException
 
 from service.admin.worker import Worker
-from service.api import (
+from service.api import problems
+from service.api.auth import Unauthorized
+from service.api.connections import (
+    RecycleConnections,
+    ShedWhileWriting,
+    usable_cores,
+    writer_sheds,
+)
+from service.api.edge import Edge
+from service.api.openapi import openapi_intro
+from service.api.routes import (
     challenger_routes,
     dashboard,
     docs,
@@ -31,18 +41,8 @@ from service.api import (
     learner_routes,
     learning_routes,
     model_routes,
-    openapi_intro,
-    problems,
     scrape,
 )
-from service.api.auth import Unauthorized
-from service.api.connections import (
-    RecycleConnections,
-    ShedWhileWriting,
-    usable_cores,
-    writer_sheds,
-)
-from service.api.edge import Edge
 from service.api.startup import load_keys
 from service.api.streams import Streams
 from service.engine.tasks import cancel_all
@@ -101,7 +101,7 @@ def create_app(
         openapi_tags=openapi_intro.TAGS,
         version="0.1.0",
         lifespan=lifespan,
-        docs_url=None,  # served from this host by api/docs.py, not from a CDN
+        docs_url=None,  # served from this host by api/routes/docs.py, not from a CDN
         redoc_url=None,
     )
     _add_routes(app)

@@ -18,7 +18,7 @@ from perceptron_client import (
     UnavailableError,
     calls,
 )
-from service.api.schemas import LearnBatchRequest
+from service.api.schemas.model_schemas import LearnBatchRequest
 
 INFO = {
     "name": "m",

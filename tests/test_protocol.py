@@ -256,7 +256,7 @@ def test_per_key_counts_are_a_tally_of_each_example(
 
 
 def test_every_view_of_the_counters_is_the_protocols() -> None:
-    from service.api.schemas import Counters
+    from service.api.schemas.model_schemas import Counters
     from service.contract.export_format import COUNTERS as EXPORTED
     from service.contract.store_protocol import COUNTERS
     from service.metrics.prometheus import COUNTERS as SCRAPED
@@ -268,7 +268,7 @@ def test_every_view_of_the_counters_is_the_protocols() -> None:
 
 
 def test_every_field_of_a_models_configuration_is_in_the_api_schema() -> None:
-    from service.api.schemas import ModelSpec
+    from service.api.schemas.model_schemas import ModelSpec
     from service.learner import ModelConfig
 
     assert set(ModelSpec.model_fields) == ModelConfig.field_names()

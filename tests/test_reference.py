@@ -21,7 +21,7 @@ import httpx
 import jsonschema
 import pytest
 
-from service.api import openapi_examples
+from service.api.openapi import openapi_examples
 from service.app import create_app
 from service.cli.exit_codes import CLIENT_CODES, MEANING, SERVE_CODES
 from service.settings import Settings

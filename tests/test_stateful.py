@@ -62,7 +62,7 @@ from hypothesis.stateful import (
 )
 
 from service.admin.retention import KEEP_LAST
-from service.api.history_routes import MAX_UPDATES_LISTED
+from service.api.routes.history_routes import MAX_UPDATES_LISTED
 from service.contract import store_protocol as protocol
 from service.contract.names import ISSUED_BYTES, issued_ms, new_token
 from service.contract.store_protocol import Reason

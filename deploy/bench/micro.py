@@ -56,7 +56,7 @@ from writers import on_service_loop
 
 sys.path.insert(0, str(ROOT))
 from service.api.json_bodies import MAX_DEPTH, nesting_deeper_than, parse_json  # noqa: E402
-from service.api.schemas import LearnBatchRequest
+from service.api.schemas.model_schemas import LearnBatchRequest
 from service.learner import ModelConfig  # noqa: E402
 from service.learner.features import encode_many, encode_matrix  # noqa: E402
 from service.settings import Settings  # noqa: E402

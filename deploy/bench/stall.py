@@ -219,8 +219,12 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
         from service.api import json_bodies as routing
     except ImportError:
         from service.api import routing  # type: ignore[attr-defined,no-redef]
-    from service.api.learning_routes import predict_batch_response
-    from service.api.schemas import LearnBatchRequest, PredictBatchRequest, PredictBatchResponse
+    from service.api.routes.learning_routes import predict_batch_response
+    from service.api.schemas.model_schemas import (
+        LearnBatchRequest,
+        PredictBatchRequest,
+        PredictBatchResponse,
+    )
     from service.settings import Settings
     from service.store import open_store
     from tests.servers import RedisServer

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from service.api.metrics_schemas import (
+from service.api.model_answers import counters_of
+from service.api.schemas.metrics_schemas import (
     Confusion,
     Curve,
     CurvePoint,
@@ -16,7 +17,6 @@ from service.api.metrics_schemas import (
     SeriesPoint,
     SourceCounts,
 )
-from service.api.model_answers import counters_of
 from service.contract.store_protocol import RING_SIZE, Meta
 from service.contract.store_values import Observations
 from service.engine.replica import Replica

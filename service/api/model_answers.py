@@ -13,7 +13,7 @@ from fastapi.responses import StreamingResponse
 
 from service.admin.challengers import figures, shown_challengers
 from service.api.json_bodies import json_response
-from service.api.schemas import (
+from service.api.schemas.model_schemas import (
     Counters,
     ModelInfo,
     ModelSpec,

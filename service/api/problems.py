@@ -2,10 +2,11 @@
 
 FastAPI reports a body it cannot accept as pydantic's errors, whose locations name internals
 (``features.list[any]``: one member of a union) and whose messages speak of validation. Here
-each error becomes a sentence that names the field as the client wrote it, says what was
-wrong with it, and says what the field takes: the description of the request schema's field
-(``service.api.schemas``), so that the documented API and its errors say the same. A query
-parameter's error names the parameter, its value as sent, and what it takes (its description).
+each error becomes a sentence that names the field as the client wrote it, says what was wrong
+with it, and says what the field takes: the description of the request schema's field
+(``service.api.schemas.model_schemas``), so that the documented API and its errors say the same.
+A query parameter's error names the parameter, its value as sent, and what it takes (its
+description).
 """
 
 from __future__ import annotations

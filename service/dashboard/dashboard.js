@@ -12,7 +12,7 @@ const KEY_STORAGE = 'perceptron-api-key';
 const REFRESH_MS = 2000; // reading the API, without a stream
 const LIST_MS = 15000; // reading the list of models, while the stream brings the figures
 const STREAM_RETRY_MS = 30000; // after a stream failed, polling until this long has passed
-const KEY_COOKIE = 'perceptron_key'; // the key, for the stream alone (api/events.py)
+const KEY_COOKIE = 'perceptron_key'; // the key, for the stream alone (api/routes/events.py)
 const BASE = new URL('.', location.href); // the API sits beside /dashboard
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = (id) => document.getElementById(id);

@@ -260,7 +260,7 @@ class Store:
     async def read_stamp(self, name: str) -> tuple[bytes | str | None, ...] | None:
         """What changes whenever the model's figures do (its epoch, version, counters, and
         its history's checkpoints and start), in one HMGET; None without the model. An event
-        stream reads it every ``PERCEPTRON_STREAM_POLL_S`` (api/events.py)."""
+        stream reads it every ``PERCEPTRON_STREAM_POLL_S`` (api/routes/events.py)."""
         got = await self.client.hmget(keys_of(name).meta, STAMP_FIELDS)
         return None if got[0] is None else tuple(got)
 

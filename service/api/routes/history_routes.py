@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from service.admin.worker import Worker
 from service.api.auth import Role
 from service.api.callers import Admin, FastJSONRoute, Reader
-from service.api.history_schemas import (
+from service.api.schemas.history_schemas import (
     CheckpointInfo,
     Checkpoints,
     RollbackRequest,
@@ -20,7 +20,7 @@ from service.api.history_schemas import (
     UpdateInfo,
     Updates,
 )
-from service.api.schemas import error_responses
+from service.api.schemas.model_schemas import error_responses
 from service.contract.store_protocol import MAX_COUNT
 
 MAX_UPDATES_LISTED = 10_000  # one page of GET /models/{name}/updates

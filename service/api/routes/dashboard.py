@@ -11,7 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from service.contract.store_protocol import COUNTERS
 
-PAGES = Path(__file__).resolve().parent.parent / "dashboard"
+PAGES = Path(__file__).resolve().parents[2] / "dashboard"
 
 router = APIRouter(tags=["dashboard"])
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-from service.api.learner_schemas import setting_fields
-from service.api.metrics_schemas import Curve
+from service.api.schemas.learner_schemas import setting_fields
+from service.api.schemas.metrics_schemas import Curve
 from service.learner.interface import STRATEGIES
 from service.learner.registry import ALGORITHMS
 

@@ -44,9 +44,9 @@ from fastapi.responses import Response
 from service.admin.worker import Worker
 from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
 from service.api.callers import checked
-from service.api.history_routes import read_checkpoints
 from service.api.metrics_view import model_metrics
-from service.api.schemas import error_responses
+from service.api.routes.history_routes import read_checkpoints
+from service.api.schemas.model_schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
 from service.errors import ModelNotFound

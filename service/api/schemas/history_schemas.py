@@ -10,8 +10,8 @@ from pydantic import (
     model_validator,
 )
 
-from service.api import openapi_history_examples
-from service.api.schemas import Body, LabelValue, Time, Version, with_examples
+from service.api.openapi import openapi_history_examples
+from service.api.schemas.model_schemas import Body, LabelValue, Time, Version, with_examples
 
 
 class CheckpointInfo(BaseModel):

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Body, Query, Response
 
 from service.api.auth import Role
 from service.api.callers import Admin, FastJSONRoute, Reader
-from service.api.challenger_schemas import (
+from service.api.model_answers import WeightsStream, challengers_body
+from service.api.schemas.challenger_schemas import (
     ChallengerInfo,
     ChallengersAnswer,
     ChallengerSettings,
@@ -17,8 +18,7 @@ from service.api.challenger_schemas import (
     Promotion,
     documented_as,
 )
-from service.api.model_answers import WeightsStream, challengers_body
-from service.api.schemas import error_responses
+from service.api.schemas.model_schemas import error_responses
 from service.learner import ModelConfig
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)

@@ -16,8 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api import openapi_examples
 from service.api.callers import Caller, Reader
+from service.api.openapi import openapi_examples
 from service.contract.store_protocol import Meta, pending_life_s
 from service.contract.store_values import Observations
 from service.errors import STORE_UNAVAILABLE, ServiceError

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.callers import WorkerDep
-from service.api.schemas import ErrorResponse, Health
+from service.api.schemas.model_schemas import ErrorResponse, Health
 from service.errors import Unavailable
 
 router = APIRouter(tags=["health"])

@@ -15,7 +15,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-PAGES = Path(__file__).resolve().parent.parent / "apidocs"
+PAGES = Path(__file__).resolve().parents[2] / "apidocs"
 ASSETS = "fastapi_standalone_docs"
 
 router = APIRouter(tags=["docs"], include_in_schema=False)

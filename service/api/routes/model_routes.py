@@ -8,13 +8,19 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Query, Response
 from fastapi.responses import JSONResponse
 
-from service.api import openapi_examples
 from service.api.auth import Role
 from service.api.callers import Admin, FastJSONRoute, Reader
-from service.api.metrics_schemas import ModelMetrics
 from service.api.metrics_view import model_metrics
 from service.api.model_answers import WeightsStream, model_info, weights_body
-from service.api.schemas import ModelInfo, ModelList, ModelSpec, WeightsResponse, error_responses
+from service.api.openapi import openapi_examples
+from service.api.schemas.metrics_schemas import ModelMetrics
+from service.api.schemas.model_schemas import (
+    ModelInfo,
+    ModelList,
+    ModelSpec,
+    WeightsResponse,
+    error_responses,
+)
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 OptionalSpec = Annotated[ModelSpec | None, Body()]

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from service.api.auth import Role
 from service.api.callers import Caller, FastJSONRoute, Reader, Trainer
 from service.api.json_bodies import json_response
-from service.api.schemas import (
+from service.api.schemas.model_schemas import (
     ErrorResponse,
     FeedbackBatchRequest,
     FeedbackBatchResponse,

@@ -8,8 +8,8 @@ from pydantic import (
     Field,
 )
 
-from service.api import openapi_examples
-from service.api.schemas import Counters, LabelValue, with_examples
+from service.api.openapi import openapi_examples
+from service.api.schemas.model_schemas import Counters, LabelValue, with_examples
 from service.learner.challenger import CURVE_POINTS
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.callers import Reader
-from service.api.learner_schemas import LearnerList, learner_list
-from service.api.schemas import error_responses
+from service.api.schemas.learner_schemas import LearnerList, learner_list
+from service.api.schemas.model_schemas import error_responses
 
 router = APIRouter(tags=["models"])
 

@@ -20,7 +20,8 @@ from pydantic import (
     model_validator,
 )
 
-from service.api import learner_schemas, openapi_examples
+from service.api.openapi import openapi_examples
+from service.api.schemas import learner_schemas
 from service.contract.names import NAME_MAX, NAME_PATTERN
 from service.contract.store_protocol import MAX_COUNT
 from service.errors import InvalidInput

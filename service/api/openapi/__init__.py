@@ -1,0 +1,1 @@
+"""The OpenAPI document's text: its introduction, each group's description, example bodies."""
