@@ -84,6 +84,6 @@ def test_each_request_runs_few_of_the_projects_files(redis_url: str, tmp_path: P
     logging.getLogger(__name__).info("files each request ran, per run: %s", counts)
     for route, most in MOST.items():
         files = min(runs[route], key=len)
-        assert "service/api/learning_routes.py" in files  # the probe saw the request
+        assert "service/api/routes/learning_routes.py" in files  # the probe saw the request
         assert counts[route][0] <= most, (route, counts, sorted(files))
         assert counts[route][-1] <= most + BACKGROUND, (route, counts)

@@ -172,7 +172,7 @@ class LearnCommits:
                 continue
             if rep.weights is base and base.version == made.version:
                 rep.weights = seq.work
-                if seq.last is not None:
+                if seq.last:  # (an empty plan moves nothing)
                     cfg.learner.apply(cfg, seq.work, xs[-1], seq.last, res.seen)
             rep.weights.seen = max(rep.weights.seen, res.seen)
             if seq.batch.states is not None:
