@@ -16,6 +16,7 @@ import pytest
 from service.contract import store_protocol as protocol
 
 from .answers import error, with_weights
+from .handover_calls import hand_off
 
 pytestmark = pytest.mark.in_process  # on the service in-process and on the real one
 
@@ -516,7 +517,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
     misread; every copy of the model then failed to apply its log (500 on export)."""
     import secrets
 
-    from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
+    from service.contract.learn_wire import pack_request, unpack_answer
     from service.learner.features import encode_matrix
     from service.store import ModelKeys
 
@@ -536,17 +537,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             request = pack_request(token, deadline_ms, rep.epoch, [(xs[0], 0, ""), (xs[1], 1, "")])
             me = writer.learning.writers.me
             assert await writer.store.claim_writer("m", me, 60_000) == 0
-            assert not (
-                await other.store.hand_off(
-                    "m",
-                    me="requester",
-                    lease_ms=60_000,
-                    token=token,
-                    request=request,
-                    wait_ms=60_000,
-                    not_queued=NOT_QUEUED_ANSWER,
-                )
-            )[0]
+            assert not (await hand_off(other.store, token=token, request=request))[0]
             assert await writer.store.take_learns("m", me=me, lease_ms=60_000, most=10) == [request]
             in_flight: set[asyncio.Future[Any]] = set()
             writer.learning.writers.taken.serve_all("m", [request], in_flight)

@@ -38,6 +38,7 @@ from service.learner.features import encode_matrix
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 
+from .handover_calls import hand_off, take
 from .servers import RedisServer, ServiceProcess, running
 
 D = 4
@@ -235,17 +236,7 @@ def test_a_request_taken_by_two_writers_is_learned_by_the_leases_holder(
             request = pack_request(token, int(time.time() * 1000) + 60_000, reps[0].epoch, examples)
             old_id, new_id = lapsed.learning.writers.me, new.learning.writers.me
             assert await store.claim_writer("m", old_id, 60_000) == 0
-            assert not (
-                await store.hand_off(
-                    "m",
-                    me="requester",
-                    lease_ms=60_000,
-                    token=token,
-                    request=request,
-                    wait_ms=60_000,
-                    not_queued=NOT_QUEUED_ANSWER,
-                )
-            )[0]
+            assert not (await hand_off(store, token=token, request=request))[0]
             assert await store.take_learns("m", me=old_id, lease_ms=60_000, most=10) == [request]
             await store.client.delete(ModelKeys("m").writer)  # the lease lapses
             assert await store.claim_writer("m", new_id, 60_000) == 0  # the request goes back
@@ -569,44 +560,15 @@ def test_a_hand_over_and_a_take_after_redis_forgot_its_scripts_load_them(redis_u
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
             # Each sent once, on connections that loaded them.
-            assert (
-                await store.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
-                == []
-            )
+            assert await take(store) == []
             other, first = _request(rep)
-            await store.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=other,
-                request=first,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0.01,
-            )
-            assert (
-                len(
-                    await store.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
-                    or []
-                )
-                == 1
-            )
+            await hand_off(store, token=other, request=first, wait_s=0.01)
+            assert len(await take(store) or []) == 1
             await store.client.script_flush()
-            mine, answer = await store.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=token,
-                request=request,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0.05,
-            )
+            mine, answer = await hand_off(store, token=token, request=request, wait_s=0.05)
             assert not mine and answer is None
             await store.client.script_flush()
-            assert await store.take_learns(
-                "m", me="writer", lease_ms=60_000, most=10, wait_s=0.05
-            ) == [request]
+            assert await take(store, wait_s=0.05) == [request]
 
     asyncio.run(main())
 
@@ -648,15 +610,7 @@ def test_a_request_past_the_inline_limit_goes_around_the_scripts(redis_url: str,
             assert len(request) == REQUEST_INLINE + past
             k = ModelKeys("m")
             async with _every_command_logged(store.client) as log:
-                mine, _ = await store.hand_off(
-                    "m",
-                    me="requester",
-                    lease_ms=60_000,
-                    token=token,
-                    request=request,
-                    wait_ms=60_000,
-                    not_queued=NOT_QUEUED_ANSWER,
-                )
+                mine, _ = await hand_off(store, token=token, request=request)
                 assert not mine
                 assert await store.client.hget(k.reqs, token) == request
                 assert await store.take_learns("m", me="writer", lease_ms=60_000, most=10) == [
@@ -683,16 +637,7 @@ def test_a_long_request_its_requester_learns_itself_is_not_left_queued(redis_url
             rep = await worker.replicas.get("m")
             token, short = _request(rep)
             request = short + bytes(REQUEST_INLINE)
-            mine, answer = await worker.store.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=token,
-                request=request,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0.05,
-            )
+            mine, answer = await hand_off(worker.store, token=token, request=request, wait_s=0.05)
             k = ModelKeys("m")
             assert mine and answer == NOT_QUEUED_ANSWER
             assert await worker.store.client.get(k.writer) == b"requester"
@@ -715,10 +660,7 @@ def test_a_long_request_withdrawn_as_it_is_taken_is_not_taken(redis_url: str) ->
             for _ in range(2):
                 token, short = _request(rep)
                 requests.append((token, short + bytes(REQUEST_INLINE)))
-                await store.hand_off(
-                    "m", me="requester", lease_ms=60_000, token=token, request=requests[-1][1],
-                    wait_ms=60_000, not_queued=NOT_QUEUED_ANSWER,
-                )  # fmt: skip
+                await hand_off(store, token=token, request=requests[-1][1])  # fmt: skip
             real = store.client.hmget
 
             async def withdrawn_first(key: str, fields: list[str]) -> Any:
@@ -749,11 +691,8 @@ def test_a_long_request_refused_by_a_full_redis_is_not_queued(redis_url: str) ->
             await store.client.config_set("maxmemory", 1)
             try:
                 with pytest.raises(StoreError):
-                    await store.hand_off(
-                        "m", me="requester", lease_ms=60_000, token=token,
-                        request=short + bytes(REQUEST_INLINE), wait_ms=60_000,
-                        not_queued=NOT_QUEUED_ANSWER, wait_s=0.01,
-                    )  # fmt: skip
+                    long = short + bytes(REQUEST_INLINE)
+                    await hand_off(store, token=token, request=long, wait_s=0.01)
             finally:
                 await store.client.config_set("maxmemory", 0)
             assert await store.client.hlen(k.reqs) == 0
@@ -777,15 +716,7 @@ def test_a_writer_takes_the_next_commits_requests_while_its_commit_runs(redis_ur
             total = 3 * MOST_WAITING
             for _ in range(total):  # queued for a holder that takes nothing
                 token, request = _request(rep)
-                await worker.store.hand_off(
-                    "m",
-                    me="requester",
-                    lease_ms=60_000,
-                    token=token,
-                    request=request,
-                    wait_ms=60_000,
-                    not_queued=NOT_QUEUED_ANSWER,
-                )
+                await hand_off(worker.store, token=token, request=request)
             commit, running = worker.store.commit_learn, asyncio.Event()
             sizes: list[int] = []  # handed-over requests each commit learned
 
@@ -830,15 +761,7 @@ def test_a_take_of_none_renews_the_lease_and_leaves_the_queue(redis_url: str) ->
     async def main() -> None:
         async with _another_writes(redis_url) as (store, rep):
             token, request = _request(rep)
-            await store.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=token,
-                request=request,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-            )
+            await hand_off(store, token=token, request=request)
             k = ModelKeys("m")
             await store.client.pexpire(k.writer, 1_000)
             assert await store.take_learns("m", me="writer", lease_ms=60_000, most=0) == []
@@ -864,20 +787,9 @@ def test_a_first_hand_over_and_take_wait_once(redis_url: str) -> None:
             await store.client.script_flush()
             await store.client.connection_pool.disconnect()  # as a worker that just started
             await store.client.config_resetstat()
-            mine, answer = await store.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=token,
-                request=request,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0.05,
-            )
+            mine, answer = await hand_off(store, token=token, request=request, wait_s=0.05)
             assert not mine and answer is None  # queued, and its one wait ran out
-            assert await store.take_learns(
-                "m", me="writer", lease_ms=60_000, most=10, wait_s=0.05
-            ) == [request]
+            assert await take(store, wait_s=0.05) == [request]
             stats = await store.client.info("commandstats")
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
@@ -898,43 +810,15 @@ def test_after_a_redis_restart_a_hand_over_and_a_take_wait_once(store: RedisServ
     async def main() -> None:
         async with _another_writes(store.url) as (s, rep):
             # Both sent before the restart, on connections that loaded them.
-            assert (
-                await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01) == []
-            )
+            assert await take(s) == []
             other, first = _request(rep)
-            await s.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=other,
-                request=first,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0,
-            )
-            assert (
-                len(
-                    await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.01)
-                    or []
-                )
-                == 1
-            )
+            await hand_off(s, token=other, request=first)
+            assert len(await take(s) or []) == 1
             await asyncio.to_thread(restart)  # (the event loop sees the old connections close)
             token, request = _request(rep)
-            mine, answer = await s.hand_off(
-                "m",
-                me="requester",
-                lease_ms=60_000,
-                token=token,
-                request=request,
-                wait_ms=60_000,
-                not_queued=NOT_QUEUED_ANSWER,
-                wait_s=0.05,
-            )
+            mine, answer = await hand_off(s, token=token, request=request, wait_s=0.05)
             assert not mine and answer is None  # queued for "writer", and its one wait ran out
-            assert await s.take_learns("m", me="writer", lease_ms=60_000, most=10, wait_s=0.05) == [
-                request
-            ]
+            assert await take(s, wait_s=0.05) == [request]
             stats = await s.client.info("commandstats")
             assert stats["cmdstat_blpop"]["calls"] == 1  # the hand-over's wait, once
             assert stats["cmdstat_blmove"]["calls"] == 1  # the take's, once
@@ -957,14 +841,14 @@ def test_a_wait_on_redis_fits_in_a_call_only_above_the_timeouts_floor(
             short = Settings(redis_url=redis_url).model_copy(update={"redis_timeout_s": timeout_s})
             store = open_store(short)
             try:
-                take = store.take_learns(
+                taking = store.take_learns(
                     "m", me="writer", lease_ms=60_000, most=10, wait_s=writer.WAIT_S
                 )
                 if timeout_s >= writer.WAIT_S:
-                    assert await take == []
+                    assert await taking == []
                 else:
                     with pytest.raises(redis.exceptions.TimeoutError):
-                        await take
+                        await taking
             finally:
                 await store.close()
 
