@@ -456,3 +456,35 @@ def test_wide_examples_are_labelled_in_calls_that_never_hold_redis(redis_url: st
         counters = c.get("/models/wide").json()["counters"]
         assert (counters["feedback"], counters["defaulted"]) == (labelled, n - labelled)
         assert held_redis(r) == [], r.slowlog_get(128)
+
+
+class _Queued:
+    """What ``blobs.queue_stage`` queues on a pipeline, in order: (command, its arguments)."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __getattr__(self, command: str) -> Any:
+        return lambda *args: self.commands.append((command, args))
+
+
+def test_a_staging_cut_short_anywhere_leaves_no_key_for_good(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A timeout that cuts a staging pipeline short (Redis ran the commands before the cut,
+    none after) leaves no staged key without a time to live, wherever it cuts; run whole, the
+    key holds the bytes in chunks, as the scripts check them (``parts.staged``)."""
+    monkeypatch.setattr(blobs, "CHUNK", 4)
+    data = bytes(range(10))
+    queued = _Queued()
+    key = ModelKeys("cut").stage("t" * 16)
+    blobs.queue_stage(queued, key, data)
+    with redis.Redis.from_url(redis_url) as r:
+        for cut in range(len(queued.commands) + 1):
+            r.delete(key)
+            for command, args in queued.commands[:cut]:
+                getattr(r, command)(*args)
+            assert r.pttl(key) != -1, queued.commands[:cut]  # -2: no key; else it expires
+        assert r.lrange(key, 0, -1) == [data[0:4], data[4:8], data[8:10]]
+        assert 0 < r.pttl(key) <= blobs.STAGE_TTL_MS
+        r.delete(key)

@@ -23,6 +23,9 @@ from service.store.keys import ModelKeys
 
 CHUNK = 1024 * 1024  # bytes of one chunk: about a millisecond of Redis to write, less to read
 STAGE_TTL_MS = 600_000  # a staged key outlives a worker that died before its script ran
+# A staged key made with its time to live in one step, holding an empty element (taken off
+# once the chunks are in); a few bytes of Lua, never the chunks (``queue_stage``).
+_MAKE_STAGE = "redis.call('RPUSH', KEYS[1], '') return redis.call('PEXPIRE', KEYS[1], ARGV[1])"
 
 
 def chunks(length: int) -> int:
@@ -36,12 +39,18 @@ def new_stage(keys: ModelKeys) -> str:
 
 
 def queue_stage(pipe: Any, key: str, data: bytes | memoryview) -> None:
-    """Queue the writes that stage ``data`` at ``key`` (nothing for no bytes: no key)."""
+    """Queue the writes that stage ``data`` at ``key`` (nothing for no bytes: no key).
+
+    The key is made with its time to live first, in one step sent before any chunk: a
+    pipeline that a timeout cuts short wherever it does leaves a key that expires, never one
+    kept for good."""
     view = memoryview(data)
+    if not len(view):
+        return
+    pipe.eval(_MAKE_STAGE, 1, key, STAGE_TTL_MS)
     for at in range(0, len(view), CHUNK):
         pipe.rpush(key, view[at : at + CHUNK])  # (a view: no copy on the event loop)
-    if len(view):
-        pipe.pexpire(key, STAGE_TTL_MS)
+    pipe.lpop(key)
 
 
 async def stage(client: Any, keys: ModelKeys, *blobs: bytes | memoryview) -> list[str]:
