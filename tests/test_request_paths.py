@@ -86,4 +86,5 @@ def test_each_request_runs_few_of_the_projects_files(redis_url: str, tmp_path: P
         files = min(runs[route], key=len)
         assert "service/api/routes/learning_routes.py" in files  # the probe saw the request
         assert counts[route][0] <= most, (route, counts, sorted(files))
-        assert counts[route][-1] <= most + BACKGROUND, (route, counts)
+        extra = sorted(max(runs[route], key=len) - files)  # what the busiest run added
+        assert counts[route][-1] <= most + BACKGROUND, (route, counts, extra)
