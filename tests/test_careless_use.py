@@ -517,6 +517,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
     misread; every copy of the model then failed to apply its log (500 on export)."""
     import secrets
 
+    from service.contract.labelled import Labelled
     from service.contract.learn_wire import pack_request, unpack_answer
     from service.learner.features import encode_matrix
     from service.store import ModelKeys
@@ -534,7 +535,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
             xs = encode_matrix(rep.config, np.array([1.0, 2.0, -3.0, 0.5]))
             token = secrets.token_urlsafe(16)
             deadline_ms = int(time.time() * 1000) + 60_000
-            request = pack_request(token, deadline_ms, rep.epoch, [(xs[0], 0, ""), (xs[1], 1, "")])
+            request = pack_request(token, deadline_ms, rep.epoch, Labelled.of(xs, [0, 1]))
             me = writer.learning.writers.me
             assert await writer.store.claim_writer("m", me, 60_000) == 0
             assert not (await hand_off(other.store, token=token, request=request))[0]

@@ -17,7 +17,7 @@ class Committed:
 
     def __init__(self, run: Commit, limit: int, concurrency: int = 1) -> None:
         self.run = run
-        self.batcher: Batcher[int, int] = Batcher(limit, concurrency)
+        self.batcher: Batcher[list[int], int] = Batcher(limit, concurrency)
 
     def enqueue(self, items: list[int], spans: Sequence[Span] = ()) -> asyncio.Future[list[int]]:
         done = self.batcher.put(items, spans)

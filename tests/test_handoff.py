@@ -1,13 +1,24 @@
-"""A hand-over's answer: what the writer answered a handed-over request is what its requester
-answers, a 503's Retry-After included (or left out, for an outcome that must not be retried)."""
+"""A hand-over's request holds the examples as sent; its answer: what the writer answered a
+handed-over request is what its requester answers, a 503's Retry-After included (or left out,
+for an outcome that must not be retried)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from redis.exceptions import OutOfMemoryError
 
 from service.app import _answer
-from service.contract.learn_wire import pack_error, unpack_answer
+from service.contract.labelled import Labelled
+from service.contract.learn_wire import (
+    pack_error,
+    pack_request,
+    request_head,
+    unpack_answer,
+    unpack_examples,
+)
 from service.errors import (
     ModelBusy,
     OutcomeUnknown,
@@ -15,6 +26,8 @@ from service.errors import (
     Unavailable,
     store_unavailable,
 )
+from service.learner import Example
+from service.learner.features import Rows
 from service.store.refusals import service_error
 
 
@@ -54,3 +67,47 @@ def test_any_other_error_keeps_its_status_and_code() -> None:
     back = handed_back(error)
     assert (back.status, back.code, back.message) == (error.status, error.code, error.message)
     assert "retry-after" not in _answer(back).headers
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 40),
+    st.sampled_from([None, 1, 7]),
+    st.lists(st.sampled_from(["", "a", "bé"]), min_size=1, max_size=3),
+    st.data(),
+)
+def test_a_handed_over_request_holds_its_examples_as_sent(
+    n: int, d: int | None, names: list[str], data: st.DataObject
+) -> None:
+    """Dense rows of one matrix or examples one by one, sent by one key or several: the
+    writer reads the same examples, classes and keys, and the two forms are the same bytes."""
+    rng = np.random.default_rng(n)
+    sources = [data.draw(st.sampled_from(names)) for _ in range(n)]
+    ts = [int(t) for t in rng.integers(0, 3, size=n)]
+    if d is None:  # named features: sparse examples of 0 to 4 buckets
+        xs: list[Example] = []
+        for _ in range(n):
+            index = np.sort(rng.choice(50, int(rng.integers(0, 5)), replace=False))
+            xs.append(Example(rng.normal(size=len(index)), index.astype(np.int64)))
+    else:
+        rows = Rows(rng.normal(size=(n, d)), np.zeros(n))
+        rows.sq[:] = [x.sq_norm for x in rows]
+        xs = list(rows)
+        assert pack_request("t" * 22, 5, "e" * 16, Labelled(rows, ts, sources)) == pack_request(
+            "t" * 22, 5, "e" * 16, Labelled(xs, ts, sources)
+        )
+    request = pack_request("t" * 22, 5, "e" * 16, Labelled(xs, ts, sources))
+    head = request_head(request)
+    got = unpack_examples(request, head, d)
+    assert (head.n, got.ts, got.sources) == (n, ts, sources)
+    for a, b in zip(got.xs, xs, strict=True):
+        assert np.array_equal(a.values, b.values) and a.sq_norm == b.sq_norm
+        assert (a.index is None) == (b.index is None)
+        assert a.index is None or b.index is None or np.array_equal(a.index, b.index)
+    kept = [bool(k) for k in rng.integers(0, 2, size=n)]
+    joined = Labelled.join([got, got.keep(kept)])
+    assert joined.ts == ts + [t for t, k in zip(ts, kept, strict=True) if k]
+    assert joined.sources == sources + [s for s, k in zip(sources, kept, strict=True) if k]
+    assert [x.sq_norm for x in joined.xs] == [x.sq_norm for x in got.xs] + [
+        x.sq_norm for x, k in zip(got.xs, kept, strict=True) if k
+    ]

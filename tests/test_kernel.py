@@ -23,6 +23,7 @@ from service.learner.codec import (
     read_logged,
     unpack_entry,
 )
+from service.learner.features import Rows
 from service.learner.kernel import compiled, learn_sequence
 from service.learner.perceptron import predict_index
 
@@ -124,6 +125,13 @@ def test_a_batch_learns_through_the_kernel_as_through_the_plans(params: dict[str
         a[:] = rng.normal(size=a.shape)
     base.seen, base.version = 17, 9
     kernel = run_sequence(config, "0" * 16, base, xs=xs, ts=ts, provs=provs)
+    if config.dense:  # a packed batch: its rows one matrix, learned and logged alike
+        rows = Rows(np.stack([x.values for x in xs]), np.array([x.sq_norm for x in xs]))
+        packed = run_sequence(config, "0" * 16, base, xs=rows, ts=ts, provs=provs)
+        assert packed.batch == kernel.batch and packed.served == kernel.served
+        assert packed.updated == kernel.updated and packed.work.seen == kernel.work.seen
+        pairs = zip(kernel.work.arrays(), packed.work.arrays(), strict=True)
+        assert all(np.array_equal(a, b) for a, b in pairs)
     own_loop = config.binary and config.algorithm == "perceptron" and not config.averaged
     slow = _run_binary if own_loop else _run_general
     plans = slow(cfg=config, epoch="0" * 16, base=base, xs=xs, ts=ts, provs=provs)

@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 
 from service.admin.worker import Worker
 from service.cli.loopback import wait_until
+from service.contract.labelled import Labelled
 from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
 from service.contract.store_protocol import REQUEST_INLINE
 from service.contract.store_values import LearnResult
 from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
-from service.learner import Example
 from service.learner.features import encode_matrix
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
@@ -210,10 +210,10 @@ def _request(rep: Any) -> tuple[str, bytes]:
     return token, pack_request(token, deadline, rep.epoch, _examples(rep, 1))
 
 
-def _examples(rep: Any, n: int) -> list[tuple[Example, int, str]]:
+def _examples(rep: Any, n: int) -> Labelled:
     rng = np.random.default_rng(n)
     xs = encode_matrix(rep.config, rng.integers(-3, 4, size=n * D).astype(float))
-    return [(x, int(rng.integers(0, 2)), "tester") for x in xs]
+    return Labelled.of(xs, [int(rng.integers(0, 2)) for _ in xs], "tester")
 
 
 @pytest.mark.parametrize("first", ["new writer", "lapsed writer"])

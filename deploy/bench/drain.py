@@ -27,6 +27,7 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from harness.redis_stats import cpu_seconds
@@ -50,6 +51,18 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     from service.contract.learn_wire import NOT_QUEUED_ANSWER, new_token, pack_request
     from service.contract.store_protocol import Meta
     from service.contract.store_values import Lease
+
+    try:  # (a tree from before a request's examples were columns sends them as tuples)
+        from service.contract.labelled import Labelled
+
+        def as_sent(batch: list[Any]) -> Any:
+            xs, ts, srcs = zip(*batch, strict=True)
+            return Labelled(list(xs), list(ts), list(srcs))
+    except ImportError:
+
+        def as_sent(batch: list[Any]) -> Any:
+            return batch
+
     from service.engine import worker_gc
     from service.engine import writer as writers
     from service.learner.features import encode
@@ -77,7 +90,7 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
             rows = range(i * examples, (i + 1) * examples)
             batch = [(encode(rep.config, xs[r].tolist()), ys[r], "bench") for r in rows]
             token = new_token()
-            request = pack_request(token, deadline_ms, rep.epoch, batch)
+            request = pack_request(token, deadline_ms, rep.epoch, as_sent(batch))
             await worker.store.hand_off(
                 "m",
                 me="requester",

@@ -25,13 +25,15 @@ import json
 import secrets
 import struct
 from dataclasses import dataclass
-from itertools import accumulate, repeat
+from itertools import accumulate
 
 import numpy as np
 
+from service.contract.labelled import Labelled
 from service.errors import ServiceError, Unavailable
 from service.learner import Example
 from service.learner.codec import EPOCH_LENGTH
+from service.learner.features import Rows
 
 TOKEN_BYTES = 16
 TOKEN_LENGTH = 22  # new_token()'s characters: TOKEN_BYTES in URL-safe base64, unpadded
@@ -48,37 +50,29 @@ def new_token() -> str:
     return secrets.token_urlsafe(TOKEN_BYTES)
 
 
-def pack_request(
-    token: str, deadline_ms: int, epoch: str, examples: list[tuple[Example, int, str]]
-) -> bytes:
-    xs = [x for x, _, _ in examples]
-    ts = np.fromiter((t for _, t, _ in examples), dtype="<i4", count=len(examples))
-    sq = np.fromiter((x.sq_norm for x in xs), dtype="<f8", count=len(xs))
-    names: dict[str, int] = {}
-    at = np.fromiter(
-        (names.setdefault(src, len(names)) for _, _, src in examples), "<u2", len(examples)
-    )
+def pack_request(token: str, deadline_ms: int, epoch: str, examples: Labelled) -> bytes:
+    xs, n = examples.xs, len(examples)
+    ts = np.asarray(examples.ts, dtype="<i4")
+    names: dict[str, int] = dict.fromkeys(examples.sources, 0)
+    if len(names) == 1:  # (the usual case: one key sent them all)
+        at = np.zeros(n, dtype="<u2")
+    else:
+        names = {name: i for i, name in enumerate(names)}
+        at = np.fromiter(map(names.__getitem__, examples.sources), "<u2", n)
     sources = "".join(f"\n{name}" for name in names).encode()
-    fields = (b"L", token.encode(), deadline_ms, epoch.encode(), len(examples), len(sources))
-    head = _HEAD.pack(*fields) + (sources + at.tobytes() + ts.tobytes() + sq.tobytes())
+    fields = (b"L", token.encode(), deadline_ms, epoch.encode(), n, len(sources))
+    head = _HEAD.pack(*fields) + sources + at.tobytes() + ts.tobytes()
+    if isinstance(xs, Rows):  # (a packed batch: its matrix as it is)
+        sq, values = xs.sq.astype("<f8", copy=False), xs.matrix.astype("<f8", copy=False)
+        return b"".join((head, sq.tobytes(), np.ascontiguousarray(values).data.cast("B")))
+    sq = np.fromiter((x.sq_norm for x in xs), dtype="<f8", count=n)
     if xs[0].index is None:
-        return b"".join((head, _dense_values(xs)))
-    counts = np.fromiter((len(x.values) for x in xs), dtype="<i4", count=len(xs))
+        values = np.concatenate([x.values for x in xs]).astype("<f8", copy=False)
+        return b"".join((head, sq.tobytes(), values.tobytes()))
+    counts = np.fromiter((len(x.values) for x in xs), dtype="<i4", count=n)
     index = np.concatenate([x.index for x in xs if x.index is not None]).astype("<i4")
     values = np.concatenate([x.values for x in xs]).astype("<f8", copy=False)
-    return head + counts.tobytes() + index.tobytes() + values.tobytes()
-
-
-def _dense_values(xs: list[Example]) -> memoryview | bytes:
-    """Every example's values end to end: without a copy when they are the consecutive rows
-    of one array (a packed batch), else joined."""
-    first, base = xs[0].values, xs[0].values.base
-    if isinstance(base, np.ndarray) and base.flags.c_contiguous and base.dtype == "<f8":
-        d, start = first.size, base.__array_interface__["data"][0]
-        rows = [v.__array_interface__["data"][0] for v in (first, xs[-1].values)]
-        if base.size == d * len(xs) and rows == [start, start + 8 * d * (len(xs) - 1)]:
-            return base.data.cast("B")
-    return np.concatenate([x.values for x in xs]).astype("<f8", copy=False).tobytes()
+    return head + sq.tobytes() + counts.tobytes() + index.tobytes() + values.tobytes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +93,7 @@ def request_head(data: bytes) -> RequestHead:
     return RequestHead(token.decode(), deadline_ms, epoch.decode(), n, sources_length)
 
 
-def unpack_examples(
-    data: bytes, head: RequestHead, dense_dim: int | None
-) -> list[tuple[Example, int, str]]:
+def unpack_examples(data: bytes, head: RequestHead, dense_dim: int | None) -> Labelled:
     """The examples of the request whose head is ``head`` (``request_head(data)``), each with
     its true class index and the key that sent it; ``dense_dim`` is the model's n_features
     (None: named features)."""
@@ -112,29 +104,26 @@ def unpack_examples(
     # (struct, not numpy, for the numbers of each example: most requests hold one)
     srcs = [names[i] for i in struct.unpack_from(f"<{n}H", data, at)]
     at += 2 * n
-    ts = struct.unpack_from(f"<{n}i", data, at)
+    ts = list(struct.unpack_from(f"<{n}i", data, at))
     at += 4 * n
-    sq = struct.unpack_from(f"<{n}d", data, at)
+    sq = np.frombuffer(data, dtype="<f8", count=n, offset=at)
     at += 8 * n
-    xs: list[Example]
     if dense_dim is not None:
         values = np.frombuffer(data, dtype="<f8", count=n * dense_dim, offset=at)
         # read-only views of the request
-        rows = [values] if n == 1 else values.reshape(n, dense_dim)
-        xs = list(map(Example, rows, repeat(None), sq))
-    else:
-        counts = np.frombuffer(data, dtype="<i4", count=n, offset=at)
-        at += 4 * n
-        total = int(counts.sum())
-        index = np.frombuffer(data, dtype="<i4", count=total, offset=at).astype(np.int64)
-        at += 4 * total
-        values = np.frombuffer(data, dtype="<f8", count=total, offset=at).astype(np.float64)
-        cuts = np.cumsum(counts)[:-1]
-        xs = [
-            Example(v, i, s)
-            for v, i, s in zip(np.split(values, cuts), np.split(index, cuts), sq, strict=True)
-        ]
-    return list(zip(xs, ts, srcs, strict=True))
+        return Labelled(Rows(values.reshape(n, dense_dim), sq), ts, srcs)
+    counts = np.frombuffer(data, dtype="<i4", count=n, offset=at)
+    at += 4 * n
+    total = int(counts.sum())
+    index = np.frombuffer(data, dtype="<i4", count=total, offset=at).astype(np.int64)
+    at += 4 * total
+    values = np.frombuffer(data, dtype="<f8", count=total, offset=at).astype(np.float64)
+    cuts = np.cumsum(counts)[:-1]
+    xs = [
+        Example(v, i, s)
+        for v, i, s in zip(np.split(values, cuts), np.split(index, cuts), sq.tolist(), strict=True)
+    ]
+    return Labelled(xs, ts, srcs)
 
 
 def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:

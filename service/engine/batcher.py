@@ -6,7 +6,8 @@ order, into the next commit: one Redis round trip for many requests when busy, n
 when idle. Every item keeps its own place in the sequence, so the result is the one the same
 requests would get one after another. A request may hold tagged requests (handed-off learns,
 by their tokens; several queued as one by a writer's take): a batch tells, beside its items,
-where each tagged request's items lie.
+where each tagged request's items lie. A request's items are a list, or columns of them
+(``join`` puts a commit's requests end to end: learns keep a packed batch one matrix).
 
 A ``Batcher`` holds the queue only; each operation writes its own commit loop, where a reader
 sees what runs::
@@ -26,11 +27,11 @@ sees what runs::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence, Sized
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
-Item = TypeVar("Item")
+Part = TypeVar("Part", bound=Sized)  # one request's items (a list, or columns of them)
 Result = TypeVar("Result")
 # A tagged request in one batch: (its tag, where its items start, where they stop).
 Span = tuple[str, int, int]
@@ -39,16 +40,24 @@ Span = tuple[str, int, int]
 GROUP_MOST = 10_000
 
 
-class Batcher(Generic[Item, Result]):
+def chain(parts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Lists of items end to end: how a batch joins its requests' items, unless told."""
+    return [item for items in parts for item in items]
+
+
+class Batcher(Generic[Part, Result]):
     """Requests queued for the next commit: at most ``limit`` items a commit (one request
     alone may exceed it) and ``committers`` commits at a time (one, for a commit that must
-    see the one before)."""
+    see the one before); ``join`` puts the items of a commit's requests end to end."""
 
-    def __init__(self, limit: int, committers: int = 1) -> None:
+    def __init__(
+        self, limit: int, committers: int = 1, join: Callable[[list[Part]], Part] | None = None
+    ) -> None:
         self._limit = limit
         self._most = committers
+        self._join: Callable[[list[Part]], Part] = join or cast(Any, chain)
         # (items, where its tagged requests lie in them, its future)
-        self._queue: list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]] = []
+        self._queue: list[tuple[Part, Sequence[Span], asyncio.Future[list[Result]]]] = []
         self._committers: set[asyncio.Task[None]] = set()
 
     @property
@@ -64,7 +73,7 @@ class Batcher(Generic[Item, Result]):
             sum(len(items) for items, _, _ in self._queue),
         )
 
-    def put(self, items: list[Item], spans: Sequence[Span] = ()) -> asyncio.Future[list[Result]]:
+    def put(self, items: Part, spans: Sequence[Span] = ()) -> asyncio.Future[list[Result]]:
         """Queue a request at once (in the caller's turn of the event loop); its results come
         in the future returned. ``spans``: the tagged requests it holds (tag, start, stop in
         ``items``), queued as one: they go in one commit, and its error reaches them all."""
@@ -85,7 +94,7 @@ class Batcher(Generic[Item, Result]):
         committer; a committer cancelled leaves none behind (their requests are cancelled)."""
         return _Committing(self)
 
-    def next_batch(self) -> Batch[Item, Result] | None:
+    def next_batch(self) -> Batch[Part, Result] | None:
         """The requests of the next commit, off the queue: the oldest, and those after it that
         keep the commit within the limit of items; None when none waits."""
         if not self._queue:
@@ -97,7 +106,7 @@ class Batcher(Generic[Item, Result]):
             size += len(self._queue[taken][0])
             taken += 1
         requests, self._queue = self._queue[:taken], self._queue[taken:]
-        return Batch(requests)
+        return Batch(requests, self._join)
 
 
 class _Committing:
@@ -119,7 +128,7 @@ class _Committing:
             b._queue.clear()
 
 
-class Batch(Generic[Item, Result]):
+class Batch(Generic[Part, Result]):
     """The requests of one commit: ``items`` end to end, ``spans`` where the tagged requests
     lie in them. Used as ``with batch:``, around the commit that sets ``results`` (one per
     item): each request gets its own, or the commit's error (which the block then swallows,
@@ -128,10 +137,12 @@ class Batch(Generic[Item, Result]):
     __slots__ = ("_requests", "items", "spans", "results")
 
     def __init__(
-        self, requests: list[tuple[list[Item], Sequence[Span], asyncio.Future[list[Result]]]]
+        self,
+        requests: list[tuple[Part, Sequence[Span], asyncio.Future[list[Result]]]],
+        join: Callable[[list[Part]], Part],
     ) -> None:
         self._requests = requests
-        self.items: list[Item] = [item for items, _, _ in requests for item in items]
+        self.items: Part = join([items for items, _, _ in requests])
         self.spans: list[Span] = []
         start = 0
         for items, tagged, _ in requests:
@@ -139,7 +150,7 @@ class Batch(Generic[Item, Result]):
             start += len(items)
         self.results: list[Result] = []
 
-    def __enter__(self) -> Batch[Item, Result]:
+    def __enter__(self) -> Batch[Part, Result]:
         return self
 
     def __exit__(
@@ -167,11 +178,15 @@ class Batch(Generic[Item, Result]):
 
 
 def batcher_of(
-    queues: dict[str, Any], op: str, max_batch: int, committers: int = 1
+    queues: dict[str, Any],
+    op: str,
+    max_batch: int,
+    committers: int = 1,
+    join: Callable[[list[Any]], Any] = chain,
 ) -> Batcher[Any, Any]:
     """The group-commit queue of one operation in ``queues`` (a replica's), made at its first
     use: a commit holds GROUP_MOST items, or one request of up to ``max_batch``."""
     queue: Batcher[Any, Any] | None = queues.get(op)
     if queue is None:
-        queue = queues[op] = Batcher(max(max_batch, GROUP_MOST), committers)
+        queue = queues[op] = Batcher(max(max_batch, GROUP_MOST), committers, join)
     return queue

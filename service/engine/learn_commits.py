@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import accumulate, islice
 
+from service.contract.labelled import Labelled
 from service.contract.learn_wire import pack_answer
 from service.contract.sources import one_source_counts, source_counts
 from service.contract.store_values import (
@@ -33,6 +34,7 @@ from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
 from service.learner import Example, Label
 from service.learner.codec import provenance
+from service.learner.features import Rows
 from service.learner.perceptron import Weights, seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
@@ -41,11 +43,7 @@ from service.store import Store, StoreError, reply_lost
 # mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
 # makes thousands.
 Learned = tuple[Label, bool, bool, int]
-# Examples with their true class index and the name of the key that sent them (the history
-# records it with each update).
-Example3 = tuple[Example, int, str]
 PROMOTE_POLL_MS = 5  # a commit that a promotion holds back tries again this often (it takes ms)
-Examples = list[Example3]
 # In a group commit's results, what stands for the examples of a handed-off request that the
 # commit left out (another writer learned it, or its requester withdrew it): never read.
 NOT_LEARNED: Learned = ("", False, False, -1)
@@ -80,18 +78,18 @@ class LearnCommits:
         self.lease = lease
 
     def queue(
-        self, rep: Replica, examples: Examples, handed: Sequence[Span] = ()
+        self, rep: Replica, examples: Labelled, handed: Sequence[Span] = ()
     ) -> asyncio.Future[list[Learned]]:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
         at once; ``handed``: where each request handed over by another worker lies in
         ``examples`` (its token, start, stop; ``writer.py``)."""
-        queue = batcher_of(rep.queues, QUEUE, self.settings.max_batch)
+        queue = batcher_of(rep.queues, QUEUE, self.settings.max_batch, join=Labelled.join)
         learned = queue.put(examples, handed)
         if queue.needs_committer():
             queue.add_committer(asyncio.create_task(self._commit_learns(rep, queue)))
         return learned
 
-    async def _commit_learns(self, rep: Replica, queue: Batcher[Example3, Learned]) -> None:
+    async def _commit_learns(self, rep: Replica, queue: Batcher[Labelled, Learned]) -> None:
         """The replica's group commits of learns, while any are queued."""
         with queue.committing():
             while batch := queue.next_batch():
@@ -108,38 +106,40 @@ class LearnCommits:
         queue = self._queue_of(name)
         return (0, 0) if queue is None else queue.waiting
 
-    def _queue_of(self, name: str) -> Batcher[Example3, Learned] | None:
+    def _queue_of(self, name: str) -> Batcher[Labelled, Learned] | None:
         rep = self.replicas.peek(name)
         return rep.queues.get(QUEUE) if rep is not None else None
 
-    async def _learn(self, rep: Replica, examples: Examples, handed: list[Span]) -> list[Learned]:
+    async def _learn(self, rep: Replica, examples: Labelled, handed: list[Span]) -> list[Learned]:
         """Learn a group commit's examples; the commit answers each handed-off request in it,
         unless it no longer waits (then it is left out: its results are never read)."""
         self.replicas.check_current(rep)
         keep = [True] * len(examples)
+        kept, spans = examples, handed
         while True:
-            at = list(accumulate(keep, initial=0))  # where each example lands among those kept
-            spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
-            kept = [e for e, k in zip(examples, keep, strict=True) if k]
-            res = await self._commit(rep, kept, spans) if kept else []
+            res = await self._commit(rep, kept, spans) if any(keep) else []
             if isinstance(res, RequestsGone):
                 for tag, a, b in handed:
                     if tag in res.tokens:
                         keep[a:b] = [False] * (b - a)
+                at = list(accumulate(keep, initial=0))  # where each example lands among those kept
+                spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
+                kept = examples.keep(keep)
                 continue
             results = iter(res)
             return [next(results) if k else NOT_LEARNED for k in keep]
 
     async def _commit(
-        self, rep: Replica, examples: Examples, spans: list[Span]
+        self, rep: Replica, examples: Labelled, spans: list[Span]
     ) -> list[Learned] | RequestsGone:
         cfg = rep.config
-        xs, ts = [x for x, _, _ in examples], [t for _, t, _ in examples]
+        xs, ts = examples.xs, examples.ts
         now_ms = int(1000 * self.clock())
-        heads = {src: provenance(src, now_ms) for src in {src for _, _, src in examples}}
-        provs = [heads[src] for _, _, src in examples]
-        sources = [src for _, _, src in examples] if len(heads) > 1 else []
-        r2 = max(x.sq_norm for x in xs)
+        heads = {src: provenance(src, now_ms) for src in set(examples.sources)}
+        one = next(iter(heads.values())) if len(heads) == 1 else None
+        provs = [one] * len(ts) if one is not None else [heads[s] for s in examples.sources]
+        sources = examples.sources if len(heads) > 1 else []
+        r2 = float(xs.sq.max()) if isinstance(xs, Rows) else max(x.sq_norm for x in xs)
         attempts = 0
         while attempts < self.settings.learn_attempts:
             base = rep.weights
@@ -203,7 +203,7 @@ class LearnCommits:
         self,
         rep: Replica,
         base: Weights,
-        learned: tuple[list[Example], list[int], list[bytes]],
+        learned: tuple[Sequence[Example], list[int], list[bytes]],
         *,
         sources: list[str],
         heads: dict[str, bytes],

@@ -7,11 +7,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import cast
 
 import numpy as np
 
+from service.contract.labelled import Labelled
 from service.contract.names import PredictionId, new_token
 from service.contract.store_protocol import NO_CLASS, pending_life_s
 from service.contract.store_values import Held, Made
@@ -32,7 +32,7 @@ from service.errors import (
     TooLarge,
 )
 from service.learner import Example, FeatureError, Label, ModelConfig
-from service.learner.features import Features, encode, encode_many, encode_matrix
+from service.learner.features import Features, Rows, encode, encode_many, encode_matrix
 from service.learner.perceptron import seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError
@@ -77,7 +77,7 @@ class Learning:
     async def close(self) -> None:
         await self.writers.close()
 
-    def encode_batch(self, config: ModelConfig, batch: Batch) -> list[Example]:
+    def encode_batch(self, config: ModelConfig, batch: Batch) -> Sequence[Example]:
         """A batch's examples, checked and encoded; at least one (the HTTP schemas ask for
         one already: this is for callers in Python)."""
         if not len(batch):
@@ -118,14 +118,16 @@ class Learning:
                 return rep.config, await predicted
         raise self.replicas.busy(name)
 
-    async def _commit_predictions(self, rep: Replica, queue: Batcher[Example, Predicted]) -> None:
+    async def _commit_predictions(
+        self, rep: Replica, queue: Batcher[Sequence[Example], Predicted]
+    ) -> None:
         """The replica's group commits of predictions, while any are queued."""
         with queue.committing():
             while batch := queue.next_batch():
                 with batch:
                     batch.results = await self._predict(rep, batch.items)
 
-    async def _predict(self, rep: Replica, xs: list[Example]) -> list[Predicted]:
+    async def _predict(self, rep: Replica, xs: Sequence[Example]) -> list[Predicted]:
         self.replicas.check_current(rep)
         r2 = max(x.sq_norm for x in xs)
         now_ms = int(1000 * self.clock())
@@ -222,7 +224,10 @@ class Learning:
         raise self.replicas.busy(name)
 
     async def _commit_feedback(
-        self, rep: Replica, queue: Batcher[tuple[str, int], Feedback | ServiceError], source: str
+        self,
+        rep: Replica,
+        queue: Batcher[list[tuple[str, int]], Feedback | ServiceError],
+        source: str,
     ) -> None:
         """The replica's group commits of one key's feedback, while any is queued."""
         with queue.committing():
@@ -286,8 +291,7 @@ class Learning:
                         code="length_mismatch",
                     )
                 ts = _class_indices(rep.config, labels)
-                examples = list(zip(xs, ts, repeat(source), strict=False))
-                return await self.writers.learn(rep, examples)
+                return await self.writers.learn(rep, Labelled.of(xs, ts, source))
         raise self.replicas.busy(name)
 
 
@@ -314,7 +318,7 @@ def _encode_list(config: ModelConfig, batch: Sequence[Features], limit: int) -> 
     return xs
 
 
-def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> list[Example]:
+def _encode_packed(config: ModelConfig, values: np.ndarray, limit: int) -> Rows:
     try:
         xs = encode_matrix(config, values)
     except FeatureError as e:

@@ -24,6 +24,7 @@ from service.contract.store_protocol import cell_field
 from service.contract.store_values import LearnBatch
 from service.learner import Example, ModelConfig, Weights
 from service.learner.codec import entry_head, pack_payload, pack_record
+from service.learner.features import Rows
 from service.learner.kernel import KernelRule, learn_sequence
 from service.learner.perceptron import Plan, binary_plan, predict_index
 
@@ -83,7 +84,7 @@ def _run_kernel(
     xs, ts, provs = learned
     n = len(xs)
     work = base.copy()
-    got = learn_sequence(rule, cfg.fit_bias, work, xs=list(xs), ts=ts, apply_last=False)
+    got = learn_sequence(rule, cfg.fit_bias, work, xs=xs, ts=ts, apply_last=False)
     if got is None:
         return None
     no_updates = [False] * cfg.n_classes
@@ -93,15 +94,14 @@ def _run_kernel(
     entries: list[bytes] = []
     recent: list[bytes] = []
     counted = cfg.counts_seen  # (an averaged learner's entries carry their ordinal k)
-    for i in range(n):
-        if updated[i] or i >= n - RECENT:
-            k = base.seen + i + 1 if counted else 0
-            head = entry_head(k, ts[i]) + provs[i] + records[served[i]]
-            entry = head + pack_payload(got.raws[i], xs[i])
-            if updated[i]:
-                entries.append(entry)
-            if i >= n - RECENT:
-                recent.append(entry)
+    logged = np.flatnonzero(got.updated | (np.arange(n) >= n - RECENT)).tolist()
+    for i, payload in zip(logged, _payloads(got.raws, xs, logged), strict=True):
+        k = base.seen + i + 1 if counted else 0
+        entry = entry_head(k, ts[i]) + provs[i] + records[served[i]] + payload
+        if updated[i]:
+            entries.append(entry)
+        if i >= n - RECENT:
+            recent.append(entry)
     if got.moves or counted:  # (an averaged learner serves its mean: it counts each one)
         work.seen = base.seen + n - 1
     else:
@@ -112,6 +112,16 @@ def _run_kernel(
         last = Plan(rows, got.last[rows])
     batch = _batch(served, ts, entries, recent)
     return LearnedSequence(work, batch, served, updated, last)
+
+
+def _payloads(raws: np.ndarray, xs: Sequence[Example], at: list[int]) -> list[bytes]:
+    """``pack_payload`` of the examples at ``at``: their raw scores, then the example; a packed
+    batch's rows in one go."""
+    if not isinstance(xs, Rows) or not at:
+        return [pack_payload(raws[i], xs[i]) for i in at]
+    rows = np.concatenate((raws[at], xs.matrix[at]), axis=1).tobytes()  # float64, C order
+    size = len(rows) // max(len(at), 1)
+    return [rows[j : j + size] for j in range(0, len(rows), size)]
 
 
 def _run_general(

@@ -181,7 +181,7 @@ class Standings:
         if name not in self._kept and not (lock is not None and lock.locked()):
             return  # (nothing kept, nor being read: the next use reads them)
         waiting = self._waiting.setdefault(name, deque(maxlen=self.WAITING))
-        waiting.append(Labels(epoch, at.label_gen, first, (Packed.of(list(xs)), ts, served)))
+        waiting.append(Labels(epoch, at.label_gen, first, (Packed.of(xs), ts, served)))
         self._catch_up(name)
 
     def ahead(self, epoch: str, learned: CommitLabels) -> ChallengerStates | None:
@@ -195,10 +195,10 @@ class Standings:
         self._ahead.pop(name, None)
         if kept is None or kept.data.epoch != epoch or self._ends.get(name) != kept.position:
             return None
-        sizes = (x.values.nbytes + (0 if x.index is None else x.values.nbytes // 2) for x in xs)
-        if not _bytes(kept) < min(sum(sizes), RECORD_CALL_BYTES):  # (a script's 1 MiB at most)
+        packed = Packed.of(xs)
+        size = packed.values.nbytes + packed.index.nbytes // 2  # (int32 indices, as logged)
+        if not _bytes(kept) < min(size, RECORD_CALL_BYTES):  # (a script's 1 MiB at most)
             return None
-        packed = Packed.of(list(xs))
         after = {}
         for id, state in kept.states.items():
             after[id] = replace(state, weights=state.weights.copy(), curve=list(state.curve))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from service.contract.labelled import Labelled
 from service.contract.learn_wire import (
     STALE,
     UNLEARNED_ANSWER,
@@ -20,7 +21,7 @@ from service.contract.learn_wire import (
     unpack_examples,
 )
 from service.engine.batcher import GROUP_MOST, Span
-from service.engine.learn_commits import Examples, LearnCommits
+from service.engine.learn_commits import LearnCommits
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.errors import NotWriter, OutcomeUnknown, ServiceError, StaleModel, Unavailable
@@ -56,8 +57,9 @@ class TakenRequests:
         queued = 0
         # The first group tops up the commit waiting last, so that the two go as one.
         cap = GROUP_MOST - self.commits.waiting(name)[1] % GROUP_MOST
-        examples: Examples = []
+        examples: list[Labelled] = []  # (joined as one once full)
         spans: list[Span] = []
+        size = 0
         for data in taken:
             try:
                 head = request_head(data)
@@ -72,18 +74,19 @@ class TakenRequests:
             except Exception as e:
                 in_flight.add(asyncio.ensure_future(self._refuse(name, head.token, e)))
                 continue
-            if spans and len(examples) + len(request) > cap:
-                self._queue(rep, examples, spans, in_flight)
-                examples, spans, cap = [], [], GROUP_MOST
-            spans.append((head.token, len(examples), len(examples) + len(request)))
-            examples += request
+            if spans and size + len(request) > cap:
+                self._queue(rep, Labelled.join(examples), spans, in_flight)
+                examples, spans, cap, size = [], [], GROUP_MOST, 0
+            spans.append((head.token, size, size + len(request)))
+            examples.append(request)
+            size += len(request)
             queued += len(request)
         if spans and rep is not None:
-            self._queue(rep, examples, spans, in_flight)
+            self._queue(rep, Labelled.join(examples), spans, in_flight)
         return queued
 
     def _queue(
-        self, rep: Replica, examples: Examples, spans: list[Span], in_flight: set[Any]
+        self, rep: Replica, examples: Labelled, spans: list[Span], in_flight: set[Any]
     ) -> None:
         learned = self.commits.queue(rep, examples, spans)  # (queued now, in this turn)
         in_flight.add(asyncio.ensure_future(self._refuse_unless_learned(rep.name, spans, learned)))

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+from service.contract.labelled import Labelled
 from service.contract.learn_wire import (
     NOT_QUEUED_ANSWER,
     STALE,
@@ -42,12 +43,7 @@ from service.contract.learn_wire import (
 )
 from service.contract.store_values import Lease
 from service.engine.batcher import GROUP_MOST, Batcher, batcher_of
-from service.engine.learn_commits import (
-    Example3,
-    Examples,
-    LearnCommits,
-    Learned,
-)
+from service.engine.learn_commits import LearnCommits, Learned
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.taken_requests import TakenRequests
@@ -116,7 +112,7 @@ class Writers:
         last take of one of its models brought some."""
         return bool(self._fed)
 
-    async def learn(self, rep: Replica, examples: Examples) -> list[Learned]:
+    async def learn(self, rep: Replica, examples: Labelled) -> list[Learned]:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
 
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
@@ -129,20 +125,22 @@ class Writers:
                 return await self.commits.queue(rep, examples)
             except NotWriter:
                 pass  # its lease moved on: hand them over, as any other worker does
-        queue = batcher_of(rep.queues, "hand-over", self.settings.max_batch, HAND_OVERS_IN_FLIGHT)
+        queue = batcher_of(
+            rep.queues, "hand-over", self.settings.max_batch, HAND_OVERS_IN_FLIGHT, Labelled.join
+        )
         learned: asyncio.Future[list[Learned]] = queue.put(examples)
         if queue.needs_committer():
             queue.add_committer(asyncio.create_task(self._hand_over_queued(rep, queue)))
         return await learned
 
-    async def _hand_over_queued(self, rep: Replica, queue: Batcher[Example3, Learned]) -> None:
+    async def _hand_over_queued(self, rep: Replica, queue: Batcher[Labelled, Learned]) -> None:
         """This worker's hand-overs of the model's learns, while any are queued."""
         with queue.committing():
             while batch := queue.next_batch():
                 with batch:
                     batch.results = await self._hand_over(rep, batch.items)
 
-    async def _hand_over(self, rep: Replica, examples: Examples) -> list[Learned]:
+    async def _hand_over(self, rep: Replica, examples: Labelled) -> list[Learned]:
         # A lease that moves between the hand-over and this worker's commit (it lapsed while
         # the worker was slow) makes the commit NotWriter: the examples are handed over again.
         for _attempt in range(LEASE_MOVES):
@@ -150,7 +148,7 @@ class Writers:
                 return await self._hand_over_once(rep, examples)
         raise NotWriter(rep.name)
 
-    async def _hand_over_once(self, rep: Replica, examples: Examples) -> list[Learned]:
+    async def _hand_over_once(self, rep: Replica, examples: Labelled) -> list[Learned]:
         if rep.name in self._writing:  # this worker became the writer meanwhile
             with suppress(NotWriter):  # (and lost the lease since: hand them over)
                 return await self.commits.queue(rep, examples)
@@ -189,7 +187,7 @@ class Writers:
         classes = rep.config.classes
         return [
             (classes[s], s != t, u, v)
-            for s, u, v, (_, t, _) in zip(served, updated, versions, examples, strict=True)
+            for s, u, v, t in zip(served, updated, versions, examples.ts, strict=True)
         ]
 
     async def _answer(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
+from typing import overload
 
 import numpy as np
 
@@ -45,6 +46,50 @@ class Example:
             # (einsum, as encode_matrix computes a whole batch's at once: bit for bit the same)
             self.sq = float(np.einsum("i,i->", self.values, self.values))
         return self.sq
+
+
+class Rows(Sequence[Example]):
+    """Dense examples as the rows of one matrix, with their squared norms: a packed batch from
+    the route to the commit without an object per example. Indexed, a row is an ``Example``
+    (a view of the matrix, as ``encode_matrix`` made them before); the kernel and the hand-over
+    read the matrix itself."""
+
+    __slots__ = ("matrix", "sq")
+
+    def __init__(self, matrix: np.ndarray, sq: np.ndarray) -> None:
+        self.matrix = matrix  # (examples, n_features), float64, C order
+        self.sq = sq  # each row's squared norm, float64
+
+    def __len__(self) -> int:
+        return len(self.matrix)
+
+    @overload
+    def __getitem__(self, i: int) -> Example: ...
+    @overload
+    def __getitem__(self, i: slice) -> Rows: ...
+    def __getitem__(self, i: int | slice) -> Example | Rows:
+        if isinstance(i, slice):
+            return Rows(self.matrix[i], self.sq[i])
+        return Example(self.matrix[i], None, float(self.sq[i]))
+
+    def __iter__(self) -> Iterator[Example]:
+        return map(Example, self.matrix, repeat(None), self.sq.tolist())
+
+    def take(self, at: np.ndarray) -> Rows:
+        """The rows at the indices ``at``, in that order."""
+        return Rows(self.matrix[at], self.sq[at])
+
+    @staticmethod
+    def join(parts: Sequence[Sequence[Example]]) -> Sequence[Example]:
+        """Examples of one model end to end: one matrix where every part is rows."""
+        if len(parts) == 1:
+            return parts[0]
+        if all(isinstance(p, Rows) for p in parts):
+            rows = [p for p in parts if isinstance(p, Rows)]
+            return Rows(
+                np.concatenate([r.matrix for r in rows]), np.concatenate([r.sq for r in rows])
+            )
+        return [x for p in parts for x in p]
 
 
 def bucket(name: str, hash_bits: int) -> int:
@@ -113,7 +158,7 @@ def encode_many(config: ModelConfig, batch: Sequence[Features]) -> list[Example]
     return [encode(config, features) for features in batch]
 
 
-def encode_matrix(config: ModelConfig, values: np.ndarray) -> list[Example]:
+def encode_matrix(config: ModelConfig, values: np.ndarray) -> Rows:
     """Examples of a dense model from its feature values laid end to end, one example after
     another (``n_features`` numbers each): what packed batches carry."""
     d = config.n_features
@@ -129,8 +174,7 @@ def encode_matrix(config: ModelConfig, values: np.ndarray) -> list[Example]:
             f"got {values.size} values.",
         )
     arr = _in_range(values.astype(np.float64, copy=False).reshape(-1, d))
-    sq = np.einsum("ij,ij->i", arr, arr).tolist()  # each row's squared norm, as sq_norm's
-    return list(map(Example, arr, repeat(None), sq))  # (map: a third less time per row)
+    return Rows(arr, np.einsum("ij,ij->i", arr, arr))  # each row's squared norm, as sq_norm's
 
 
 def _finite_array(values: Sequence[float]) -> np.ndarray:

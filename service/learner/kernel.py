@@ -23,10 +23,13 @@ in ``NUMBA_CACHE_DIR``); where numba cannot be imported the plans are used, whic
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from service.learner.features import Example, Rows
 
 log = logging.getLogger("perceptron")
 
@@ -114,8 +117,13 @@ class Packed:
     dense: bool
 
     @classmethod
-    def of(cls, xs: list[Any]) -> Packed:
+    def of(cls, xs: Sequence[Any]) -> Packed:
         n = len(xs)
+        if isinstance(xs, Rows):  # (a packed batch's matrix, as it is)
+            d = xs.matrix.shape[1]
+            values = np.ascontiguousarray(xs.matrix).reshape(-1)
+            offsets = np.arange(n + 1, dtype=np.int64) * d
+            return cls(values, np.zeros(0, dtype=np.int64), offsets, True)
         dense = n == 0 or xs[0].index is None
         values = np.concatenate([x.values for x in xs]) if n else np.zeros(0)
         empty = np.zeros(0, dtype=np.int64)
@@ -130,10 +138,8 @@ class Packed:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def examples(self) -> list[Any]:
-        """The examples one by one (``Example``)."""
-        from service.learner.features import Example
-
+    def examples(self) -> list[Example]:
+        """The examples one by one."""
         out = []
         for i in range(len(self)):
             start, end = self.offsets[i], self.offsets[i + 1]
@@ -153,7 +159,7 @@ def learn_sequence(
     fit_bias: bool,
     weights: Any,
     *,
-    xs: list[Any] | Packed,
+    xs: Sequence[Any] | Packed,
     ts: Any,
     apply_last: bool = True,
 ) -> Learned | None:
