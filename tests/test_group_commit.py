@@ -6,8 +6,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from service.engine.batcher import Batcher, Span
+from service.engine.learn_results import Learned, LearnedRows, columns
+from service.learner import Label
 
 Commit = Callable[[list[int], list[Span]], Awaitable[list[int]]]
 
@@ -19,14 +23,16 @@ class Committed:
         self.run = run
         self.batcher: Batcher[list[int], int] = Batcher(limit, concurrency)
 
-    def enqueue(self, items: list[int], spans: Sequence[Span] = ()) -> asyncio.Future[list[int]]:
+    def enqueue(
+        self, items: list[int], spans: Sequence[Span] = ()
+    ) -> asyncio.Future[Sequence[int]]:
         done = self.batcher.put(items, spans)
         if self.batcher.needs_committer():
             self.batcher.add_committer(asyncio.create_task(self._commit_queued()))
         return done
 
     async def submit(self, items: list[int], spans: Sequence[Span] = ()) -> list[int]:
-        return await self.enqueue(items, spans)
+        return list(await self.enqueue(items, spans))
 
     async def _commit_queued(self) -> None:
         with self.batcher.committing():
@@ -199,3 +205,23 @@ def test_a_cancelled_committer_leaves_no_request_waiting_and_the_next_starts_ane
         assert await c.submit([3]) == [3]
 
     asyncio.run(main())
+
+
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans()), max_size=30))
+def test_learned_rows_answer_as_the_tuples_they_stand_for(
+    rows: list[tuple[int, int, bool]],
+) -> None:
+    """A commit's results kept as columns read, whole and sliced per request, as the tuples
+    made one by one: the label served, the mistake, the update, the version after it."""
+    classes: list[Label] = ["a", 7, "c"]
+    served, ts, updated = [s for s, _, _ in rows], [t for _, t, _ in rows], [u for *_, u in rows]
+    got = LearnedRows.after(classes, served, ts, updated, version=4)
+    version, want = 4, list[Learned]()
+    for s, t, u in rows:
+        version += u
+        want.append((classes[s], s != t, u, version))
+    assert list(got) == want and [got[i] for i in range(len(got))] == want
+    for a in range(len(rows) + 1):
+        assert list(got[a:]) == want[a:] and list(got[:a]) == want[:a]
+    if rows:
+        assert columns(got) == columns(want) == tuple(map(list, zip(*want, strict=True)))

@@ -79,7 +79,9 @@ async def test_a_learn_on_a_model_that_moves_under_every_attempt_is_model_busy(
     with pytest.raises(Unavailable, match="changed under every one of 1 attempts") as e:
         await a.learning.learn("m", [[0.0, 1.0]], [1])
     assert e.value.code == "model_busy"
-    assert await a.learning.learn("m", [[0.0, 1.0]], [1]) == [(1, False, False, 1)]  # caught up now
+    assert list(await a.learning.learn("m", [[0.0, 1.0]], [1])) == [
+        (1, False, False, 1)
+    ]  # caught up
 
 
 async def test_feedback_waits_while_the_writer_holds_the_model(engines: Any) -> None:

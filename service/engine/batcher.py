@@ -57,7 +57,7 @@ class Batcher(Generic[Part, Result]):
         self._most = committers
         self._join: Callable[[list[Part]], Part] = join or cast(Any, chain)
         # (items, where its tagged requests lie in them, its future)
-        self._queue: list[tuple[Part, Sequence[Span], asyncio.Future[list[Result]]]] = []
+        self._queue: list[tuple[Part, Sequence[Span], asyncio.Future[Sequence[Result]]]] = []
         self._committers: set[asyncio.Task[None]] = set()
 
     @property
@@ -73,11 +73,11 @@ class Batcher(Generic[Part, Result]):
             sum(len(items) for items, _, _ in self._queue),
         )
 
-    def put(self, items: Part, spans: Sequence[Span] = ()) -> asyncio.Future[list[Result]]:
+    def put(self, items: Part, spans: Sequence[Span] = ()) -> asyncio.Future[Sequence[Result]]:
         """Queue a request at once (in the caller's turn of the event loop); its results come
         in the future returned. ``spans``: the tagged requests it holds (tag, start, stop in
         ``items``), queued as one: they go in one commit, and its error reaches them all."""
-        future: asyncio.Future[list[Result]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Sequence[Result]] = asyncio.get_running_loop().create_future()
         self._queue.append((items, spans, future))
         return future
 
@@ -138,7 +138,7 @@ class Batch(Generic[Part, Result]):
 
     def __init__(
         self,
-        requests: list[tuple[Part, Sequence[Span], asyncio.Future[list[Result]]]],
+        requests: list[tuple[Part, Sequence[Span], asyncio.Future[Sequence[Result]]]],
         join: Callable[[list[Part]], Part],
     ) -> None:
         self._requests = requests
@@ -148,7 +148,7 @@ class Batch(Generic[Part, Result]):
         for items, tagged, _ in requests:
             self.spans += [(tag, start + a, start + b) for tag, a, b in tagged]
             start += len(items)
-        self.results: list[Result] = []
+        self.results: Sequence[Result] = []
 
     def __enter__(self) -> Batch[Part, Result]:
         return self

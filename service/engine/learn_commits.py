@@ -8,10 +8,9 @@ model's writer (``writer.py``, which calls this with its lease): the same code, 
 from __future__ import annotations
 
 import asyncio
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from itertools import accumulate, islice
+from itertools import accumulate
 
 from service.contract.labelled import Labelled
 from service.contract.learn_wire import pack_answer
@@ -27,26 +26,20 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.engine.batcher import Batcher, Span, batcher_of
+from service.engine.learn_results import NOT_LEARNED, Learned, LearnedRows
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.sequence import LearnedSequence, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
-from service.learner import Example, Label
+from service.learner import Example
 from service.learner.codec import provenance
 from service.learner.features import Rows
 from service.learner.perceptron import Weights, seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
-# What learning one example did: (the label predicted before learning it, whether that was a
-# mistake, whether the weights changed, the model's version after it). Plain tuples: a batch
-# makes thousands.
-Learned = tuple[Label, bool, bool, int]
 PROMOTE_POLL_MS = 5  # a commit that a promotion holds back tries again this often (it takes ms)
-# In a group commit's results, what stands for the examples of a handed-off request that the
-# commit left out (another writer learned it, or its requester withdrew it): never read.
-NOT_LEARNED: Learned = ("", False, False, -1)
 QUEUE = "learn"  # the replica's group-commit queue of learns
 
 
@@ -79,7 +72,7 @@ class LearnCommits:
 
     def queue(
         self, rep: Replica, examples: Labelled, handed: Sequence[Span] = ()
-    ) -> asyncio.Future[list[Learned]]:
+    ) -> asyncio.Future[Sequence[Learned]]:
         """Learn on this worker's replica, in the group commit of the model's learns, queued
         at once; ``handed``: where each request handed over by another worker lies in
         ``examples`` (its token, start, stop; ``writer.py``)."""
@@ -110,14 +103,18 @@ class LearnCommits:
         rep = self.replicas.peek(name)
         return rep.queues.get(QUEUE) if rep is not None else None
 
-    async def _learn(self, rep: Replica, examples: Labelled, handed: list[Span]) -> list[Learned]:
+    async def _learn(
+        self, rep: Replica, examples: Labelled, handed: list[Span]
+    ) -> Sequence[Learned]:
         """Learn a group commit's examples; the commit answers each handed-off request in it,
         unless it no longer waits (then it is left out: its results are never read)."""
         self.replicas.check_current(rep)
         keep = [True] * len(examples)
         kept, spans = examples, handed
         while True:
-            res = await self._commit(rep, kept, spans) if any(keep) else []
+            res: Sequence[Learned] | RequestsGone = (
+                await self._commit(rep, kept, spans) if any(keep) else []
+            )
             if isinstance(res, RequestsGone):
                 for tag, a, b in handed:
                     if tag in res.tokens:
@@ -126,12 +123,14 @@ class LearnCommits:
                 spans = [(tag, at[a], at[b]) for tag, a, b in handed if keep[a]]
                 kept = examples.keep(keep)
                 continue
+            if all(keep):
+                return res
             results = iter(res)
             return [next(results) if k else NOT_LEARNED for k in keep]
 
     async def _commit(
         self, rep: Replica, examples: Labelled, spans: list[Span]
-    ) -> list[Learned] | RequestsGone:
+    ) -> LearnedRows | RequestsGone:
         cfg = rep.config
         xs, ts = examples.xs, examples.ts
         now_ms = int(1000 * self.clock())
@@ -181,10 +180,7 @@ class LearnCommits:
                 self.replicas.standings.learned(rep.epoch, res, (rep.name, (xs, ts, seq.served)))
             self.replicas.compact_after(rep.name, res.log_length, res.label_log)
             rep.challenged = res.label_log >= 0
-            labels = map(cfg.classes.__getitem__, seq.served)
-            mistakes = map(operator.ne, seq.served, ts)
-            versions = islice(accumulate(seq.updated, initial=made.version), 1, None)
-            return list(zip(labels, mistakes, seq.updated, versions, strict=True))
+            return LearnedRows.after(cfg.classes, seq.served, ts, seq.updated, version=made.version)
         raise ModelBusy(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
             "attempts to learn; retry shortly."

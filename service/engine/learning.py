@@ -19,7 +19,8 @@ from service.engine.batcher import Batcher, batcher_of
 from service.engine.default_labels import DefaultLabels
 from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
 from service.engine.feedback_answers import late_s as late_of
-from service.engine.learn_commits import Learned, time_bucket
+from service.engine.learn_commits import time_bucket
+from service.engine.learn_results import Learned
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.writer import Writers
@@ -106,7 +107,7 @@ class Learning:
 
     # -- learning ----------------------------------------------------------------------
 
-    async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, list[Predicted]]:
+    async def predict(self, name: str, batch: Batch) -> tuple[ModelConfig, Sequence[Predicted]]:
         """Predict each example with the model's latest weights; keep them for feedback."""
         for attempt in self.replicas.attempts(name):
             async with attempt as rep:
@@ -278,7 +279,7 @@ class Learning:
 
     async def learn(
         self, name: str, batch: Batch, labels: Sequence[Label], source: str = ""
-    ) -> list[Learned]:
+    ) -> Sequence[Learned]:
         """Predict then learn each example in order, atomically, as a sequential perceptron;
         ``source``: the name of the key that sends them, which the history records."""
 

@@ -110,7 +110,7 @@ def _run_kernel(
     if got.last is not None:
         rows = np.flatnonzero(got.last)
         last = Plan(rows, got.last[rows])
-    batch = _batch(served, ts, entries, recent)
+    batch = _batch(got.predicted, ts, entries, recent)
     return LearnedSequence(work, batch, served, updated, last)
 
 
@@ -244,7 +244,7 @@ def _entry(x: Example, head: bytes, score: float) -> bytes:
 
 
 def _batch(
-    served: list[int], ts: Sequence[int], entries: list[bytes], recent: list[bytes]
+    served: Sequence[int] | np.ndarray, ts: Sequence[int], entries: list[bytes], recent: list[bytes]
 ) -> LearnBatch:
     """The store's account of a learned sequence: mistake marks and confusion-matrix cells."""
     s = np.asarray(served, dtype=np.int64)

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import secrets
 from asyncio import FIRST_COMPLETED
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -43,7 +43,8 @@ from service.contract.learn_wire import (
 )
 from service.contract.store_values import Lease
 from service.engine.batcher import GROUP_MOST, Batcher, batcher_of
-from service.engine.learn_commits import LearnCommits, Learned
+from service.engine.learn_commits import LearnCommits
+from service.engine.learn_results import Learned, LearnedRows
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.taken_requests import TakenRequests
@@ -112,7 +113,7 @@ class Writers:
         last take of one of its models brought some."""
         return bool(self._fed)
 
-    async def learn(self, rep: Replica, examples: Labelled) -> list[Learned]:
+    async def learn(self, rep: Replica, examples: Labelled) -> Sequence[Learned]:
         """Learn ``examples`` in order on the model's latest weights, wherever its writer is.
 
         Requests of this worker for one model that arrive while HAND_OVERS_IN_FLIGHT of its
@@ -128,7 +129,7 @@ class Writers:
         queue = batcher_of(
             rep.queues, "hand-over", self.settings.max_batch, HAND_OVERS_IN_FLIGHT, Labelled.join
         )
-        learned: asyncio.Future[list[Learned]] = queue.put(examples)
+        learned: asyncio.Future[Sequence[Learned]] = queue.put(examples)
         if queue.needs_committer():
             queue.add_committer(asyncio.create_task(self._hand_over_queued(rep, queue)))
         return await learned
@@ -140,7 +141,7 @@ class Writers:
                 with batch:
                     batch.results = await self._hand_over(rep, batch.items)
 
-    async def _hand_over(self, rep: Replica, examples: Labelled) -> list[Learned]:
+    async def _hand_over(self, rep: Replica, examples: Labelled) -> Sequence[Learned]:
         # A lease that moves between the hand-over and this worker's commit (it lapsed while
         # the worker was slow) makes the commit NotWriter: the examples are handed over again.
         for _attempt in range(LEASE_MOVES):
@@ -148,7 +149,7 @@ class Writers:
                 return await self._hand_over_once(rep, examples)
         raise NotWriter(rep.name)
 
-    async def _hand_over_once(self, rep: Replica, examples: Labelled) -> list[Learned]:
+    async def _hand_over_once(self, rep: Replica, examples: Labelled) -> Sequence[Learned]:
         if rep.name in self._writing:  # this worker became the writer meanwhile
             with suppress(NotWriter):  # (and lost the lease since: hand them over)
                 return await self.commits.queue(rep, examples)
@@ -184,11 +185,7 @@ class Writers:
             if e.code == STALE:
                 raise StaleModel(rep.name) from e
             raise
-        classes = rep.config.classes
-        return [
-            (classes[s], s != t, u, v)
-            for s, u, v, t in zip(served, updated, versions, examples.ts, strict=True)
-        ]
+        return LearnedRows(rep.config.classes, served, examples.ts, updated, versions)
 
     async def _answer(
         self, rep: Replica, token: str, deadline: float, first: bytes | None

@@ -28,6 +28,7 @@ from service.api.schemas.model_schemas import (
     error_responses,
 )
 from service.contract.names import PredictionId
+from service.engine.learn_results import columns
 from service.engine.learning import Predicted
 from service.errors import ServiceError
 from service.learner import ModelConfig
@@ -125,7 +126,7 @@ async def learn_batch(body: LearnBatchRequest, who: Trainer) -> Response:
     """Predict then learn many labelled examples in order, atomically, as one sequence."""
     who.check(Role.train, body.model)
     results = await who.worker.learning.learn(body.model, body.examples(), body.labels, who.source)
-    labels, mistakes, updated, versions = zip(*results, strict=True)
+    labels, mistakes, updated, versions = columns(results)
     return json_response(
         {
             "labels": labels,
