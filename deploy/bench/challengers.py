@@ -28,14 +28,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from harness.client import call
+from harness.common import DIM, ROOT, say
+from harness.data import feedback_bodies, predict_bodies
+from harness.load import start_wrk, wrk_summary
+from harness.packed import packed_client
+from harness.servers import ready, redis_server, serve, stop
 from harness.tools import ensure_debian_tool
-from mixed import DIM, feedback_bodies, summary, wrk
-from writers import bodies, call, ready, redis_server, say, send, serve, stop
 
 from service.cli.loopback import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 COUNTS = (0, 1, 4)
 LEARNERS: list[dict[str, Any]] = [
     {"averaged": True},
@@ -43,21 +45,6 @@ LEARNERS: list[dict[str, Any]] = [
     {"algorithm": "pa2", "C": 1.0},
     {"learning_rate": 0.5},
 ]
-
-
-def predict_bodies(path: Path) -> Path:
-    rng = np.random.default_rng(3)
-    with path.open("w") as f:
-        for _ in range(2000):
-            x = rng.normal(size=DIM).round(4).tolist()
-            f.write(json.dumps({"model": "m", "features": x}) + "\n")
-    return path
-
-
-def packed(port: int, seed: int, start: float, until: float, out: Any) -> None:
-    batches = [b.replace(b'"model": "w"', b'"model": "p"') for b in bodies(seed)]
-    time.sleep(max(0.0, start - time.time()))
-    out.put(send(port, batches, until))
 
 
 def run(n: int, tmp: Path, seconds: float, clients: int) -> dict[str, Any]:
@@ -73,15 +60,15 @@ def run(n: int, tmp: Path, seconds: float, clients: int) -> dict[str, Any]:
                 assert call(port, "PUT", path, LEARNERS[i % len(LEARNERS)])[0] == 201
         fb = feedback_bodies(port, tmp / "feedback_0", 1.0)
         got: dict[str, Any] = {}
-        w = wrk(port, "/predict", predict_bodies(tmp / "predict"), "cycle", 16, seconds, 0)
-        got["predict"] = summary(w)
-        w = wrk(port, "/feedback", fb.with_name("feedback_%d"), "once", 16, seconds, 0)
-        got["feedback"] = summary(w)
+        w = start_wrk(port, "/predict", predict_bodies(tmp / "predict"), "cycle", 16, seconds, 0)
+        got["predict"] = wrk_summary(w)
+        w = start_wrk(port, "/feedback", fb.with_name("feedback_%d"), "once", 16, seconds, 0)
+        got["feedback"] = wrk_summary(w)
         before = json.loads(call(port, "GET", "/models/p")[1])["counters"]["learned"]
         queue: Any = mp.Queue()
         start = time.time() + 2.0
         procs = [
-            mp.Process(target=packed, args=(port, 1 + i, start, start + seconds, queue))
+            mp.Process(target=packed_client, args=(port, 1 + i, start, start + seconds, queue, "p"))
             for i in range(clients)
         ]
         for p in procs:

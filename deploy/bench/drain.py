@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from harness.common import DIM, say
+from harness.in_process import child_on_fresh_redis, on_service_loop
 from harness.redis_stats import cpu_seconds
-from writers import child_on_fresh_redis, designs, on_service_loop, say
+from harness.tools import designs
 
-ROOT = Path(__file__).resolve().parents[2]
-DIM = 100
 HELD = "nobody"  # the lease's holder while the requests are queued, then the writer's id
 
 

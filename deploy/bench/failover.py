@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from writers import call, designs, ready, redis_server, say, serve, stop
+from harness.client import call
+from harness.common import DIM, say
+from harness.servers import ready, redis_server, serve, stop
+from harness.tools import designs
 
 from service.cli.loopback import free_port, wait_until
-
-ROOT = Path(__file__).resolve().parents[2]
-DIM = 100
 
 
 class Client(threading.Thread):

@@ -35,19 +35,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import mixed
 import numpy as np
 import psutil
-from challengers import predict_bodies
+from harness.client import call
+from harness.common import HERE, ROOT, say
 from harness.cpu import process_cpu, tree_cpu, tree_delta
+from harness.data import learn_bodies, predict_bodies
+from harness.load import start_wrk, wrk_summary
+from harness.servers import ready, redis_server, serve, stop
 from harness.tools import ensure_debian_tool
-from mixed import learn_bodies, summary
-from writers import call, ready, redis_server, say, serve, stop
 
 from service.cli.loopback import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 DESIGNS = ("floor", "predict", "learn one writer", "learn each commits", "feedback")
 
 
@@ -75,7 +74,7 @@ def wrk(
 ) -> dict[str, Any]:
     """wrk -t2 -c``conns`` on ``path`` for ``seconds``, its bodies from ``bodies`` in turn
     (``once``: each sent once, a file per thread)."""
-    return summary(mixed.wrk(port, path, bodies, mode, conns, seconds, 0, 2, timeout_s=10))
+    return wrk_summary(start_wrk(port, path, bodies, mode, conns, seconds, 0, 2, timeout_s=10))
 
 
 def fresh_feedback(port: int, tmp: Path, n: float, threads: int) -> Path:

@@ -7,10 +7,10 @@ Memory: for each dimension in --dims, a fresh redis-server and ``perceptron serv
 worker) on loopback, one dense binary model learning packed batches (1000 x d; fewer rows
 past d=300) until it has made --updates updates; then Redis's own MEMORY USAGE of the kept
 log (``past``) over its entries, and of the checkpoints' weights and records over their
-count. Speed: writers.py's run (6 writer processes, one model, d=100, --workers workers), with
-the history kept (the defaults) and with PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled
-checkpoint), alternated run by run, and their ratio. Every process is started here, bound to
-127.0.0.1, and stopped by its PID.
+count. Speed: writers.py's run (``harness.packed.PackedRun``: 6 writer processes, one model,
+d=100, --workers workers), with the history kept (the defaults) and with
+PERCEPTRON_HISTORY_KEEP_UPDATES=0 (none kept, no scheduled checkpoint), alternated run by run,
+and their ratio. Every process is started here, bound to 127.0.0.1, and stopped by its PID.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ from typing import Any
 
 import numpy as np
 import redis
-from writers import ROOT, Run, call, ready, redis_server, say, serve, stop
+from harness.client import call
+from harness.common import ROOT, say
+from harness.packed import PackedRun
+from harness.servers import ready, redis_server, serve, stop
 
 from service.cli.loopback import free_port, wait_until
 from service.store import ModelKeys
@@ -110,7 +113,7 @@ def main() -> None:
     for i in range(args.repeat):
         order = list(designs) if i % 2 == 0 else list(reversed(designs))
         for name in order:
-            r = Run(ROOT, designs[name], args.workers, 6, args.seconds)()
+            r = PackedRun(ROOT, designs[name], args.workers, 6, args.seconds)()
             runs[name].append(r)
             say(f"{name}: {r['examples_per_s']:,.0f} examples/s, exact {r['exact']}")
     med = {n: statistics.median(r["examples_per_s"] for r in rs) for n, rs in runs.items()}

@@ -24,7 +24,6 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -33,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from challengers import packed
-from writers import call, ready, redis_server, say, serve, stop
+from harness.client import call
+from harness.common import DIM, ROOT, say
+from harness.packed import packed_client
+from harness.servers import ready, redis_server, serve, stop
+from harness.tools import worktree
 
 from service.cli.loopback import free_port, wait_until
 from service.engine.sequence import run_sequence
@@ -42,8 +44,6 @@ from service.learner import Example, ModelConfig, Weights
 from service.learner.challenger import start_state
 from service.learner.kernel import KernelRule, learn_sequence
 
-ROOT = Path(__file__).resolve().parents[2]
-DIM = 100
 PA1 = {"algorithm": "pa1", "C": 0.1}
 COUNTS = (0, 1)
 
@@ -61,7 +61,7 @@ def run(tree: Path, n: int, tmp: Path, seconds: float, clients: int) -> dict[str
         warm = time.time() + 1.0
         start, until = warm + 1.0, warm + 1.0 + seconds
         procs = [
-            mp.Process(target=packed, args=(port, 1 + i, warm, until, queue))
+            mp.Process(target=packed_client, args=(port, 1 + i, warm, until, queue, "p"))
             for i in range(clients)
         ]
         for p in procs:
@@ -140,13 +140,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
     args = ap.parse_args()
-    made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-    subprocess.run(
-        ["git", "worktree", "add", "-q", "--detach", str(made), args.baseline], cwd=ROOT, check=True
-    )
-    trees = {"this tree": ROOT, args.baseline: made}
     table: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    try:
+    with worktree(args.baseline) as made:
+        assert made is not None
+        trees = {"this tree": ROOT, args.baseline: made}
         for r in range(args.repeat):
             order = [(t, n) for t in trees for n in COUNTS]
             for name, n in order if r % 2 == 0 else reversed(order):
@@ -154,8 +151,6 @@ def main() -> None:
                     got = run(trees[name], n, Path(folder), args.seconds, args.clients)
                 table.setdefault((name, n), []).append(got)
                 say(f"{name}, {n} challengers: {got['packed']:,.0f} examples/s; {got}")
-    finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
 
     def med(name: str, n: int) -> float:
         return float(statistics.median(g["packed"] for g in table[(name, n)]))

@@ -49,10 +49,10 @@ import redis
 from harness.client import request
 from harness.common import API_KEY, LUA, ROOT
 from harness.data import write_lines
+from harness.in_process import on_service_loop
 from harness.runner import Bench
 from harness.tools import ensure_debian_tool
 from redis.asyncio import Redis
-from writers import on_service_loop
 
 sys.path.insert(0, str(ROOT))
 from service.api.json_bodies import MAX_DEPTH, nesting_deeper_than, parse_json  # noqa: E402

@@ -29,62 +29,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import redis
-from writers import call, designs, ready, redis_server, say, serve, stop
+from harness.client import call
+from harness.common import DIM, say
+from harness.data import feedback_bodies, learn_bodies
+from harness.load import start_wrk, wrk_summary
+from harness.servers import ready, redis_server, serve, stop
+from harness.tools import designs
 
 from service.cli.loopback import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
-LUA = Path(__file__).resolve().parent / "wrk_bodies.lua"
-DIM = 100
-PREDICTIONS = 60_000  # fresh ids for one run's /feedback: more than it can send
 ELSEWHERE = "learn elsewhere"  # one writer, /learn on a second model: feedback's floor
-
-
-def learn_bodies(path: Path, model: str = "m") -> Path:
-    rng = np.random.default_rng(1)
-    truth = np.random.default_rng(0).normal(size=DIM)
-    with path.open("w") as f:
-        for _ in range(2000):
-            x = rng.normal(size=DIM).round(4)
-            y = 1 if float(x @ truth) + rng.normal(scale=2.0) > 0 else -1
-            f.write(json.dumps({"model": model, "features": x.tolist(), "label": y}) + "\n")
-    return path
-
-
-def feedback_bodies(port: int, path: Path, wrong: float) -> Path:
-    """One /feedback body per fresh prediction, its label the other class for a share
-    ``wrong`` of them (each an update), the class served for the rest (none an update: the
-    model is taught first, so that no score is 0, where either label updates)."""
-    rng = np.random.default_rng(2)
-    if wrong < 1:
-        truth = np.random.default_rng(0).normal(size=DIM)
-        xs = rng.normal(size=(1000, DIM)).round(4)
-        ys = np.where(xs @ truth > 0, 1, -1).tolist()
-        body = {"model": "m", "features": xs.tolist(), "labels": ys}
-        assert call(port, "POST", "/learn/batch", body)[0] == 200
-    with path.open("w") as f:
-        for _ in range(PREDICTIONS // 1000):
-            xs = rng.normal(size=(1000, DIM)).round(4).tolist()
-            status, data = call(port, "POST", "/predict/batch", {"model": "m", "features": xs})
-            assert status == 200, data
-            for p in json.loads(data)["predictions"]:
-                against = rng.random() < wrong
-                label = (-1 if p["label"] == 1 else 1) if against else p["label"]
-                f.write(json.dumps({"prediction_id": p["prediction_id"], "label": label}) + "\n")
-    return path
 
 
 def held_calls(redis_port: int) -> int:
@@ -95,36 +58,6 @@ def held_calls(redis_port: int) -> int:
         return int(client.info("commandstats").get("cmdstat_incr", {}).get("calls", 0))
     finally:
         client.close()
-
-
-def wrk(
-    port: int,
-    path: str,
-    body_file: Path,
-    mode: str,
-    conns: int,
-    seconds: float,
-    pause_ms: int,
-    threads: int = 1,
-    timeout_s: int = 2,  # (wrk's own default)
-) -> Any:
-    """wrk started on ``path`` with wrk_bodies.lua's bodies from ``body_file`` (``summary``
-    reads its result)."""
-    return subprocess.Popen(
-        ["wrk", f"-t{threads}", f"-c{conns}", f"-d{round(seconds)}s", f"--timeout={timeout_s}s"]
-        + ["-s", str(LUA), f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "WRK_PAUSE_MS": str(pause_ms)},
-    )
-
-
-def summary(proc: Any) -> dict[str, Any]:
-    out = proc.communicate(timeout=120)[0]
-    m = re.search(r"^BENCH (\{.*\})$", out, re.M)
-    assert m, out
-    result: dict[str, Any] = json.loads(m.group(1))
-    return result
 
 
 def run(
@@ -148,11 +81,11 @@ def run(
         learned = learn_bodies(tmp / "learn", learn_model)
         before = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
         held = held_calls(rport)
-        learn = wrk(port, "/learn", learned, "cycle", conns, seconds, pause_ms)
-        feedback = wrk(
+        learn = start_wrk(port, "/learn", learned, "cycle", conns, seconds, pause_ms)
+        feedback = start_wrk(
             port, "/feedback", fb.with_name("feedback_%d"), "once", conns, seconds, pause_ms
         )
-        got = {"learn": summary(learn), "feedback": summary(feedback)}
+        got = {"learn": wrk_summary(learn), "feedback": wrk_summary(feedback)}
         after = {n: json.loads(call(port, "GET", f"/models/{n}")[1]) for n in ("m", learn_model)}
         held = held_calls(rport) - held
     finally:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import subprocess
 import tempfile
 import threading
 import time
@@ -32,7 +31,9 @@ from typing import Any
 import httpx
 import numpy as np
 import redis
-from writers import ROOT, ready, redis_server, say, serve, stop
+from harness.common import ROOT, say
+from harness.servers import ready, redis_server, serve, stop
+from harness.tools import worktree
 
 from service.cli.loopback import free_port, wait_until
 
@@ -157,23 +158,13 @@ def main() -> None:
     a = ap.parse_args()
 
     trees = {"this tree": ROOT}
-    made = None
-    if a.baseline:
-        made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
-        subprocess.run(
-            ["git", "worktree", "add", "-q", "--detach", str(made), a.baseline],
-            cwd=ROOT,
-            check=True,
-        )
-        trees[a.baseline] = made
-    try:
+    with worktree(a.baseline) as made:
+        if made is not None:
+            trees[a.baseline] = made
         results = {}
         for name, tree in trees.items():
             say(f"{name}: 2^{a.bits} buckets, three clients learning")
             results[name] = one_tree(tree, a.bits, a.labelled, a.pause)
-    finally:
-        if made is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
     say(f"\n`deploy/bench/restore.py --bits {a.bits}` ({datetime.date.today()}):\n")
     say("| tree | operation | answer | wall s |")
     say("|---|---|---:|---:|")

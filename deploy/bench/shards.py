@@ -40,7 +40,11 @@ from typing import Any
 
 import psutil
 import redis
-from writers import BATCH, DIM, ROOT, bodies, call, ceiling, ready, say, send
+from harness.client import call, send
+from harness.common import BATCH, DIM, ROOT, say
+from harness.data import packed_bodies
+from harness.packed import ceiling
+from harness.servers import ready
 
 from service.cli.loopback import free_port, redis_server_command, wait_until
 
@@ -81,15 +85,10 @@ def model_names(n: int = N_MODELS) -> list[str]:
     return order
 
 
-def named_bodies(model: str, seed: int, n: int = 8) -> list[bytes]:
-    """writers.bodies (whose model is "w"), sent to ``model``."""
-    return [json.dumps({**json.loads(b), "model": model}).encode() for b in bodies(seed, n)]
-
-
 def model_writer(port: int, model: str, seed: int, seconds: float, go: Any, out: Any) -> None:
-    """writers.send, for one named model; its bodies are made before the clock starts (all
+    """``send``, for one named model; its bodies are made before the clock starts (all
     clients pass ``go``, a barrier, together)."""
-    batches = named_bodies(model, seed)
+    batches = packed_bodies(seed, model=model)
     go.wait(120)
     ok, updates, statuses = send(port, batches, time.time() + seconds)
     out.put((model, ok, updates, statuses))
@@ -221,7 +220,7 @@ def run(store: str, workers: int, clients: int, seconds: float, names: list[str]
             status, text = call(port, "PUT", f"/models/{name}", {"n_features": DIM})
             assert status == 201, (name, status, text)
         for name in names:  # every worker loads every model
-            warm = named_bodies(name, 99, 1)[0]
+            warm = packed_bodies(99, 1, model=name)[0]
             for _ in range(2 * workers):
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
                 conn.request(

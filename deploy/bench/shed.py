@@ -41,14 +41,15 @@ from typing import Any
 
 import psutil
 import redis
+from harness.client import call
+from harness.common import DIM, ROOT, say
+from harness.load import start_wrk, wrk_summary
+from harness.servers import ready, redis_server, serve, stop
 from harness.tools import ensure_debian_tool
-from mixed import summary, wrk
-from writers import ROOT, call, ready, redis_server, say, serve, stop
 
 from service.api.connections import usable_cores
 from service.cli.loopback import free_port, wait_until
 
-DIM = 100
 MODEL = "m"
 PERIOD_US = 10_000  # the cap's period: the writer runs at most F of each 10 ms
 
@@ -68,7 +69,7 @@ def bodies(folder: Path, models: int) -> Path:
 
 def learned_per_s(port: int, connections: int, seconds: float, body_file: Path) -> float:
     """wrk's /learn for ``seconds``: requests a second, each answered 200."""
-    s = summary(wrk(port, "/learn", body_file, "cycle", connections, seconds, pause_ms=0))
+    s = wrk_summary(start_wrk(port, "/learn", body_file, "cycle", connections, seconds, 0))
     if s.get("statuses"):
         raise RuntimeError(f"answers other than 200: {s['statuses']}")
     return float(s["requests"]) / (float(s["duration_us"]) / 1e6)

@@ -32,8 +32,10 @@ import multiprocessing as mp
 import random
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -42,16 +44,12 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
+import redis
+from harness.common import ROOT, say
 
-ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 4 * 1024 * 1024  # the service's defaults; --max-body and --max-batch change both
 MAX_BATCH = 1000
 NAMED_PER_EXAMPLE = 300
-
-
-def out(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
 
 
 def floats_per_example() -> int:
@@ -129,7 +127,10 @@ def small_client(url: str, stop: Event, results: Queue[list[tuple[float, float]]
 
 
 def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> None:
-    from tests.servers import RedisServer, ServiceProcess
+    # (imported here, once --tree's checkout is on the path: the service's code is that tree's)
+    from harness.servers import ready, redis_server, serve, stop
+
+    from service.cli.loopback import free_port, wait_until
 
     env = {
         "PERCEPTRON_MAX_BODY_BYTES": str(MAX_BODY),
@@ -137,11 +138,13 @@ def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> No
         # Repeated predict batches would fill a model's pending predictions: no limit here.
         "PERCEPTRON_MAX_PENDING_BYTES": "0",
     }
-    redis_server = RedisServer("--appendonly", "no").start()
-    service = ServiceProcess(redis_server.url, workers=1, **env)
+    redis_proc, redis_port = redis_server(tempfile.mkdtemp(prefix="pcp-stall-"))
+    port = free_port()
+    service = serve(args.tree.resolve(), redis_port, port, 1, env)
+    url = f"http://127.0.0.1:{port}"
     try:
-        service.start()
-        with httpx.Client(base_url=service.url, timeout=300) as c:
+        wait_until(partial(ready, port), 60, "service")
+        with httpx.Client(base_url=url, timeout=300) as c:
             models = {
                 **MODELS,
                 "floats": {"n_features": floats_per_example()},
@@ -149,15 +152,15 @@ def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> No
             }
             for name, spec in models.items():
                 assert c.put(f"/models/{name}", json=spec).status_code == 201
-            out(
+            say(
                 "| scenario | body MiB | status | big request s, each | small p50 ms before "
                 "| longest small request ms, during each big one |"
             )
-            out("|---|---|---|---|---|---|")
+            say("|---|---|---|---|---|---|")
             for name, (route, body) in bodies.items():
-                stop = mp.Event()
+                done = mp.Event()
                 results: Queue[list[tuple[float, float]]] = mp.Queue()
-                client = mp.Process(target=small_client, args=(service.url, stop, results))
+                client = mp.Process(target=small_client, args=(url, done, results))
                 client.start()
                 time.sleep(1.5)
                 spans, statuses = [], set()
@@ -167,7 +170,7 @@ def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> No
                     spans.append((t0, time.perf_counter()))
                     statuses.add(r.status_code)
                     time.sleep(0.5)
-                stop.set()
+                done.set()
                 latencies = results.get(timeout=120)
                 client.join()
                 failed = sum(1 for _, s in latencies if s != s)
@@ -177,7 +180,7 @@ def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> No
                     max((s for t, s in latencies if a - 0.01 <= t + s and t <= b), default=0.0)
                     for a, b in spans
                 ]
-                out(
+                say(
                     f"| {name} | {len(body) / 2**20:.1f} | {sorted(statuses)} | "
                     f"{', '.join(f'{b - a:.2f}' for a, b in spans)} | "
                     f"{statistics.median(before) * 1e3:.1f} | "
@@ -185,8 +188,7 @@ def stalls(args: argparse.Namespace, bodies: dict[str, tuple[str, bytes]]) -> No
                     + (f" ({failed} small requests failed)" if failed else "")
                 )
     finally:
-        service.stop()
-        redis_server.stop()
+        stop(service, redis_proc)
 
 
 def best_ms(f: Callable[[], Any], n: int = 3) -> tuple[Any, float]:
@@ -219,20 +221,25 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
         from service.api import json_bodies as routing
     except ImportError:
         from service.api import routing  # type: ignore[attr-defined,no-redef]
+    from harness.servers import redis_server, stop
+
     from service.api.routes.learning_routes import predict_batch_response
     from service.api.schemas.model_schemas import (
         LearnBatchRequest,
         PredictBatchRequest,
         PredictBatchResponse,
     )
+    from service.cli.loopback import wait_until
     from service.settings import Settings
     from service.store import open_store
-    from tests.servers import RedisServer
 
-    redis_server = RedisServer("--appendonly", "no").start()
+    redis_proc, redis_port = redis_server(tempfile.mkdtemp(prefix="pcp-stall-"))
     try:
+        probe = redis.Redis(port=redis_port)
+        wait_until(probe.ping, what="redis-server")
+        probe.close()
         settings = Settings(
-            redis_url=redis_server.url,
+            redis_url=f"redis://127.0.0.1:{redis_port}/0",
             auth=False,
             default_model=False,
             max_body_bytes=MAX_BODY,
@@ -244,11 +251,11 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
         for name, spec in {**models, "dense": {"n_features": dense}}.items():
             await worker.models.create_model(name, spec)
         check = getattr(routing, "nesting_deeper_than", None)
-        out(
+        say(
             "| scenario | MiB | nesting check | orjson | validation | encoding "
             "| predict or learn, with encoding and commit | response | sum |"
         )
-        out("|---|---|---|---|---|---|---|---|---|")
+        say("|---|---|---|---|---|---|---|---|---|")
 
         async def measure(name: str, route: str, body: bytes) -> None:
             t_check = best_ms(lambda: check(body, 32))[1] if check else 0.0
@@ -285,7 +292,7 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
 
             _, t_respond = best_ms(respond)
             total = t_check + t_parse + t_valid + t_run + t_respond
-            out(
+            say(
                 f"| {name} | {len(body) / 2**20:.1f} | {t_check:.0f} | {t_parse:.0f} | "
                 f"{t_valid:.0f} | {t_encode:.0f} | {t_run:.0f} | {t_respond:.0f} | {total:.0f} |"
             )
@@ -295,7 +302,7 @@ async def phases(bodies: dict[str, tuple[str, bytes]], dense: int) -> None:
         await worker.close()
         await worker.store.close()
     finally:
-        redis_server.stop()
+        stop(redis_proc)
 
 
 def main() -> None:

@@ -25,14 +25,15 @@ import time
 from functools import partial
 from pathlib import Path
 
-import mixed
-from challengers import predict_bodies
+from harness.client import call
+from harness.common import ROOT, say
+from harness.data import predict_bodies
+from harness.load import start_wrk, wrk_summary
+from harness.servers import ready, redis_server, serve, stop
 from harness.tools import ensure_debian_tool
-from writers import call, ready, redis_server, say, serve, stop
 
 from service.cli.loopback import free_port, wait_until
 
-ROOT = Path(__file__).resolve().parents[2]
 RECORDER = """\
 import gc, os, time
 _started = [0.0]
@@ -69,11 +70,11 @@ def main() -> None:
             bodies = predict_bodies(tmp / "predict")
             started = time.monotonic()
             for i, seconds in enumerate(runs, 1):
-                load = mixed.wrk(
+                load = start_wrk(
                     port, "/predict", bodies, "cycle", args.connections, seconds,
                     pause_ms=0, threads=2, timeout_s=10,
                 )  # fmt: skip
-                s = mixed.summary(load)
+                s = wrk_summary(load)
                 p50, p99 = s["p50_us"] / 1000, s["p99_us"] / 1000
                 say(
                     f"run {i} ({seconds:g} s, -c{args.connections}): "

@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import httpx
 import psutil
-
-ROOT = Path(__file__).resolve().parents[2]
+from harness.common import ROOT
 
 
 def main() -> None:
@@ -32,16 +33,20 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
     args = ap.parse_args()
     sys.path.insert(0, str(args.tree.resolve()))
-    from tests.servers import RedisServer, ServiceProcess
+    # (imported here, once --tree's checkout is on the path: the service's code is that tree's)
+    from harness.servers import ready, redis_server, serve, stop
 
-    redis_server = RedisServer("--appendonly", "no").start()
-    service = ServiceProcess(redis_server.url, workers=1)
+    from service.cli.loopback import free_port, wait_until
+
+    redis_proc, redis_port = redis_server(tempfile.mkdtemp(prefix="pcp-weights-"))
+    port = free_port()
+    service = serve(args.tree.resolve(), redis_port, port, 1, {})
+    url = f"http://127.0.0.1:{port}"
     try:
-        service.start()
-        assert service.proc is not None
-        serve = psutil.Process(service.proc.pid)
-        worker = (serve.children() or [serve])[-1]  # (one worker: serve itself)
-        with httpx.Client(base_url=service.url, timeout=600) as c:
+        wait_until(partial(ready, port), 60, "service")
+        serve_proc = psutil.Process(service.pid)
+        worker = (serve_proc.children() or [serve_proc])[-1]  # (one worker: serve itself)
+        with httpx.Client(base_url=url, timeout=600) as c:
             spec = {"n_features": args.features, "classes": list(range(args.classes))}
             assert c.put("/models/big", json=spec).status_code == 201
             for k in range(args.classes):  # every row learns: weights that are not all zeros
@@ -75,8 +80,7 @@ def main() -> None:
             f"answers equal: {all(b == bodies[0] for b in bodies)}\n"
         )
     finally:
-        service.stop()
-        redis_server.stop()
+        stop(service, redis_proc)
 
 
 if __name__ == "__main__":

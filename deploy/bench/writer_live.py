@@ -40,18 +40,12 @@ from typing import Any
 
 import numpy as np
 import psutil
+from harness.common import DIM, say
+from harness.in_process import child_env, child_on_fresh_redis, on_service_loop
 from harness.redis_stats import cpu_seconds
-from writers import (
-    child_env,
-    child_on_fresh_redis,
-    designs,
-    fresh_redis,
-    on_service_loop,
-    say,
-    stop,
-)
+from harness.servers import fresh_redis, stop
+from harness.tools import designs
 
-DIM = 100
 MODEL = "m"
 # Redis's commands that count the writer's work (run inside its scripts): a commit checks the
 # log's length once, a take pops the queue once, a learned hand-over is looked for once.

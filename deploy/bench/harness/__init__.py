@@ -1,5 +1,5 @@
-"""The benchmark's parts: servers, load, CPU accounting, scenarios (one per figure), report.
-
-``benchmark.py`` beside this folder is the command; ``scale.py`` and ``micro.py`` reuse the
-runner and the servers. Run from ``deploy/bench`` on ``sys.path`` (as the commands do).
+"""What the benchmark commands beside this folder share: servers, clients, bodies, load, CPU
+accounting, and benchmark.py's scenarios (one per figure) and report. The commands import only
+this package, the service and libraries, never one another. Run from ``deploy/bench`` on
+``sys.path`` (as the commands do).
 """

@@ -1,8 +1,11 @@
-"""HTTP calls to the service (and the floor) outside of wrk: set-up, checks, prediction ids."""
+"""HTTP calls to the service (and the floor) outside of wrk: set-up, checks, prediction ids;
+``call`` and ``send`` for a service started without keys (``servers.serve``)."""
 
 from __future__ import annotations
 
 import http.client
+import json
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -63,3 +66,35 @@ def predict_batches(
 
     with ThreadPoolExecutor(clients) as pool:
         return [p for chunk in pool.map(post, bodies) for p in chunk]
+
+
+def call(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One request without a key to 127.0.0.1:``port``, ``body`` as JSON: (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    data = json.dumps(body).encode() if body is not None else None
+    conn.request(method, path, body=data, headers={"content-type": "application/json"})
+    r = conn.getresponse()
+    out = r.status, r.read()
+    conn.close()
+    return out
+
+
+def send(port: int, batches: list[bytes], until: float) -> tuple[int, int, dict[int, int]]:
+    """POST the batches to /learn/batch in turn, back to back on one keep-alive connection,
+    until ``until``: (answers 200, updates they acknowledged, other statuses by count)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"content-type": "application/json"}
+    sent = ok = updates = 0
+    statuses: dict[int, int] = {}
+    while time.time() < until:
+        conn.request("POST", "/learn/batch", body=batches[sent % len(batches)], headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        sent += 1
+        if r.status == 200:
+            ok += 1
+            updates += sum(json.loads(data)["updated"])
+        else:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+    conn.close()
+    return ok, updates, statuses

@@ -1,7 +1,11 @@
-"""The examples the benchmark sends, and the files wrk reads its bodies from (one a line)."""
+"""The examples the benchmarks send, and the files wrk reads its bodies from (one a line):
+benchmark.py's (``make_data``), and the dense d=100 bodies of the other commands (packed
+batches, /learn, /predict and /feedback files)."""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,7 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.client import dumps
+from harness.client import call, dumps
+from harness.common import BATCH, DIM
+
+PREDICTIONS = 60_000  # fresh ids for one run's /feedback (feedback_bodies): more than it can send
 
 
 def r4(a: np.ndarray) -> list[float]:
@@ -74,3 +81,65 @@ def feedback_files(
     for t in range(threads):
         write_lines(tmp / f"{tag}.{t}", lines[t * per : (t + 1) * per])
     return str(tmp / f"{tag}.%d")
+
+
+def packed_bodies(seed: int, n: int = 8, model: str = "w") -> list[bytes]:
+    """Packed batches (BATCH x DIM) of a linearly separable problem with some noise (updates
+    throughout), for ``model``."""
+    rng = np.random.default_rng(seed)
+    truth = np.random.default_rng(0).normal(size=DIM)
+    out = []
+    for _ in range(n):
+        x = rng.normal(size=(BATCH, DIM))
+        y = np.where(x @ truth + rng.normal(scale=2.0, size=BATCH) > 0, 1, -1)
+        packed = base64.b64encode(x.astype("<f8").tobytes()).decode()
+        out.append(
+            json.dumps({"model": model, "packed_features": packed, "labels": y.tolist()}).encode()
+        )
+    return out
+
+
+def learn_bodies(path: Path, model: str = "m") -> Path:
+    """2,000 /learn bodies of one example each, a noisy linear teacher's, written to ``path``."""
+    rng = np.random.default_rng(1)
+    truth = np.random.default_rng(0).normal(size=DIM)
+    with path.open("w") as f:
+        for _ in range(2000):
+            x = rng.normal(size=DIM).round(4)
+            y = 1 if float(x @ truth) + rng.normal(scale=2.0) > 0 else -1
+            f.write(json.dumps({"model": model, "features": x.tolist(), "label": y}) + "\n")
+    return path
+
+
+def predict_bodies(path: Path) -> Path:
+    """2,000 /predict bodies of model ``m``, one example each, written to ``path``."""
+    rng = np.random.default_rng(3)
+    with path.open("w") as f:
+        for _ in range(2000):
+            x = rng.normal(size=DIM).round(4).tolist()
+            f.write(json.dumps({"model": "m", "features": x}) + "\n")
+    return path
+
+
+def feedback_bodies(port: int, path: Path, wrong: float) -> Path:
+    """One /feedback body per fresh prediction of model ``m`` (PREDICTIONS of them), its label
+    the other class for a share ``wrong`` of them (each an update), the class served for the
+    rest (none an update: the model is taught first, so that no score is 0, where either label
+    updates)."""
+    rng = np.random.default_rng(2)
+    if wrong < 1:
+        truth = np.random.default_rng(0).normal(size=DIM)
+        xs = rng.normal(size=(1000, DIM)).round(4)
+        ys = np.where(xs @ truth > 0, 1, -1).tolist()
+        body = {"model": "m", "features": xs.tolist(), "labels": ys}
+        assert call(port, "POST", "/learn/batch", body)[0] == 200
+    with path.open("w") as f:
+        for _ in range(PREDICTIONS // 1000):
+            xs = rng.normal(size=(1000, DIM)).round(4).tolist()
+            status, data = call(port, "POST", "/predict/batch", {"model": "m", "features": xs})
+            assert status == 200, data
+            for p in json.loads(data)["predictions"]:
+                against = rng.random() < wrong
+                label = (-1 if p["label"] == 1 else 1) if against else p["label"]
+                f.write(json.dumps({"prediction_id": p["prediction_id"], "label": label}) + "\n")
+    return path

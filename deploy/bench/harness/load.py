@@ -1,12 +1,17 @@
-"""The load: wrk with wrk_bodies.lua, posting bodies read from a file, one per line."""
+"""The load: wrk with wrk_bodies.lua, posting bodies read from a file, one per line. ``Wrk``
+metered and with the benchmark's key (benchmark.py, scale.py); ``start_wrk`` and
+``wrk_summary`` plain, keyless, several at once (the other commands)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from harness.common import API_KEY, LUA, log
 from harness.cpu import CpuMeter
@@ -112,3 +117,35 @@ class Wrk:
         )
         time.sleep(0.3)
         return run
+
+
+def start_wrk(
+    port: int,
+    path: str,
+    body_file: Path,
+    mode: str,
+    conns: int,
+    seconds: float,
+    pause_ms: int,
+    threads: int = 1,
+    timeout_s: int = 2,  # (wrk's own default)
+) -> Any:
+    """wrk started on ``path`` with wrk_bodies.lua's bodies from ``body_file`` (``mode``: as
+    ``Wrk.run``'s; ``pause_ms``: each connection's pause before a request); ``wrk_summary``
+    reads its result."""
+    return subprocess.Popen(
+        ["wrk", f"-t{threads}", f"-c{conns}", f"-d{round(seconds)}s", f"--timeout={timeout_s}s"]
+        + ["-s", str(LUA), f"http://127.0.0.1:{port}{path}", "--", str(body_file), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "WRK_PAUSE_MS": str(pause_ms)},
+    )
+
+
+def wrk_summary(proc: Any) -> dict[str, Any]:
+    """The JSON summary wrk_bodies.lua printed for a wrk of ``start_wrk``, once it ended."""
+    out = proc.communicate(timeout=120)[0]
+    m = re.search(r"^BENCH (\{.*\})$", out, re.M)
+    assert m, out
+    result: dict[str, Any] = json.loads(m.group(1))
+    return result

@@ -1,5 +1,8 @@
 """The servers a benchmark starts on loopback and stops by PID: redis-server, the service, the
-floor app (baseline_app.py) and VW's daemon."""
+floor app (baseline_app.py) and VW's daemon. ``Servers`` keeps each one's log and runs the
+service with a key (benchmark.py, scale.py, micro.py); ``redis_server``, ``serve``, ``ready``
+and ``stop`` start and stop plain processes, the service without keys and its output dropped
+(the other commands)."""
 
 from __future__ import annotations
 
@@ -7,14 +10,16 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import redis
 
-from harness.client import dumps, request
+from harness.client import call, dumps, request
 from harness.common import API_KEY, BLAS_ENV, HERE, PY, ROOT
 from service.cli.loopback import free_port, redis_server_command, wait_until
 
@@ -279,3 +284,61 @@ def wait_vw(proc: Proc, port: int) -> None:
                 pass
         time.sleep(0.1)
     time.sleep(0.5)  # the probe connection ends a child; the parent forks another
+
+
+def redis_server(folder: str | Path) -> tuple[subprocess.Popen[bytes], int]:
+    """A redis-server on a free loopback port, without persistence, its files in ``folder``;
+    stop it by its PID."""
+    port = free_port()
+    return subprocess.Popen(redis_server_command(port, folder), stdout=subprocess.DEVNULL), port
+
+
+@contextmanager
+def fresh_redis(cpu: int | None = None) -> Iterator[str]:
+    """The URL of a redis-server started for the block (pinned to ``cpu``, if given), stopped
+    by its PID after it."""
+    proc, port = redis_server(tempfile.mkdtemp(prefix="pcp-child-"))
+    if cpu is not None:
+        os.sched_setaffinity(proc.pid, {cpu})
+    try:
+        time.sleep(0.3)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop(proc)
+
+
+def serve(
+    tree: Path, redis_port: int, port: int, workers: int, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``perceptron serve`` of ``tree`` started on loopback ``port`` (auth off, no default
+    model, its output dropped), on the Redis at ``redis_port``, with ``env`` on top; it
+    answers once its /readyz does (``ready``). Stop it with ``stop``."""
+    service = subprocess.Popen(
+        [PY, "-m", "service.cli.main", "serve", "--port", str(port)] + ["--workers", str(workers)],
+        cwd=tree,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "PERCEPTRON_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "PERCEPTRON_AUTH": "false",
+            "PERCEPTRON_DEFAULT_MODEL": "false",
+            **env,
+        },
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return service
+
+
+def ready(port: int) -> bool:
+    """Whether the service on ``port`` answers /readyz with 200."""
+    return bool(call(port, "GET", "/readyz")[0] == 200)
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    """Stop the processes started here, by their PIDs (one stopped with SIGSTOP too)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)

@@ -1,10 +1,14 @@
-"""What the benchmark needs from the machine: Debian tools, and the code under test."""
+"""What the benchmarks need from the machine: Debian tools, and the code under test (this
+tree's, HEAD's, another revision's; the designs a command compares)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness.common import ROOT, log
@@ -54,3 +58,37 @@ def export_head(tmp: Path) -> Path:
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=data, check=True, timeout=60)
     return dest
+
+
+@contextmanager
+def worktree(revision: str | None) -> Iterator[Path | None]:
+    """A checkout of ``revision`` for the block (a git worktree made here, removed at the end);
+    None without one."""
+    made = None
+    try:
+        if revision:
+            made = Path(tempfile.mkdtemp(prefix="pcp-baseline-")) / "tree"
+            subprocess.run(
+                ["git", "worktree", "add", "-q", "--detach", str(made), revision],
+                cwd=ROOT,
+                check=True,
+            )
+        yield made
+    finally:
+        if made is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(made)], cwd=ROOT)
+
+
+@contextmanager
+def designs(baseline: str | None) -> Iterator[dict[str, tuple[Path, dict[str, str]]]]:
+    """Where and how each design runs, by its name: this tree with one writer per model and
+    with each worker committing its own, and with ``baseline`` a checkout of that revision with
+    one writer (a git worktree made here, removed at the end)."""
+    trees: dict[str, tuple[Path, dict[str, str]]] = {
+        "one writer": (ROOT, {"PERCEPTRON_ONE_WRITER": "true"}),
+        "each commits": (ROOT, {"PERCEPTRON_ONE_WRITER": "false"}),
+    }
+    with worktree(baseline) as made:
+        if made is not None:
+            trees[f"one writer at {baseline}"] = (made, {"PERCEPTRON_ONE_WRITER": "true"})
+        yield trees
