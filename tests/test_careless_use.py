@@ -517,8 +517,7 @@ def test_a_writer_reads_a_request_with_the_configuration_of_the_model_it_was_mad
     misread; every copy of the model then failed to apply its log (500 on export)."""
     import secrets
 
-    from service.contract.labelled import Labelled
-    from service.contract.learn_wire import pack_request, unpack_answer
+    from service.contract.learn_wire import Labelled, pack_request, unpack_answer
     from service.learner.features import encode_matrix
     from service.store import ModelKeys
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from service.engine.batcher import Batcher, Span
-from service.engine.learn_results import Learned, LearnedRows, columns
+from service.engine.learn_commits import Learned, LearnedRows, columns
 from service.learner import Label
 
 Commit = Callable[[list[int], list[Span]], Awaitable[list[int]]]

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from redis.exceptions import OutOfMemoryError
 
 from service.app import _answer
-from service.contract.labelled import Labelled
 from service.contract.learn_wire import (
+    Labelled,
     pack_error,
     pack_request,
     request_head,

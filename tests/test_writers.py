@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 
 from service.admin.worker import Worker
 from service.cli.loopback import wait_until
-from service.contract.labelled import Labelled
-from service.contract.learn_wire import NOT_QUEUED_ANSWER, pack_request, unpack_answer
+from service.contract.learn_wire import NOT_QUEUED_ANSWER, Labelled, pack_request, unpack_answer
 from service.contract.store_protocol import REQUEST_INLINE
 from service.contract.store_values import LearnResult
 from service.engine.writer import LEASE_MS, MOST_WAITING

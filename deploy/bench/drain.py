@@ -53,7 +53,7 @@ async def drain(url: str, requests: int, examples: int) -> dict[str, float]:
     from service.contract.store_values import Lease
 
     try:  # (a tree from before a request's examples were columns sends them as tuples)
-        from service.contract.labelled import Labelled
+        from service.contract.learn_wire import Labelled
 
         def as_sent(batch: list[Any]) -> Any:
             xs, ts, srcs = zip(*batch, strict=True)

@@ -1,4 +1,5 @@
-"""Learn requests handed to a model's writer, and its answers: byte layouts. Pure: no I/O.
+"""Learn requests handed to a model's writer, their examples (``Labelled``), and its answers:
+byte layouts. Pure: no I/O.
 
 A worker that does not write a model sends the examples it has already checked, as the
 learner holds them, so the writer only decodes arrays:
@@ -24,12 +25,12 @@ from __future__ import annotations
 import json
 import secrets
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
 import numpy as np
 
-from service.contract.labelled import Labelled
 from service.errors import ServiceError, Unavailable
 from service.learner import Example
 from service.learner.codec import EPOCH_LENGTH
@@ -43,6 +44,46 @@ STALE = "stale_model"  # an error answer's code when the model was replaced sinc
 _HEAD = struct.Struct(f"<c{TOKEN_LENGTH}sq{EPOCH_LENGTH}sII")
 _START = struct.Struct("<q")
 _ONE_ANSWER = struct.Struct("<cqiB")  # an answer of one example: its pair as numpy lays it
+
+
+@dataclass(frozen=True, slots=True)
+class Labelled:
+    """Examples of one model with their true class indices and the names of the keys that sent
+    them, as three columns: what ``/learn`` queues, a worker hands to the model's writer, and a
+    commit learns. A packed batch's examples stay one matrix (``Rows``) all the way."""
+
+    xs: Sequence[Example]  # Rows for a packed batch
+    ts: list[int]  # true class indices
+    sources: list[str]  # the name of the key that sent each example ("" for none)
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    @classmethod
+    def of(cls, xs: Sequence[Example], ts: list[int], source: str = "") -> Labelled:
+        """Examples sent by one key."""
+        return cls(xs, ts, [source] * len(ts))
+
+    @classmethod
+    def join(cls, parts: Sequence[Labelled]) -> Labelled:
+        """The parts end to end, in order (a group commit's requests)."""
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            Rows.join([p.xs for p in parts]),
+            [t for p in parts for t in p.ts],
+            [s for p in parts for s in p.sources],
+        )
+
+    def keep(self, kept: Sequence[bool]) -> Labelled:
+        """The examples where ``kept`` is true, in order."""
+        at = np.flatnonzero(np.asarray(kept, dtype=bool))
+        xs = self.xs
+        return Labelled(
+            xs.take(at) if isinstance(xs, Rows) else [xs[i] for i in at.tolist()],
+            [self.ts[i] for i in at.tolist()],
+            [self.sources[i] for i in at.tolist()],
+        )
 
 
 def new_token() -> str:

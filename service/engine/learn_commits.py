@@ -8,12 +8,13 @@ model's writer (``writer.py``, which calls this with its lease): the same code, 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from itertools import accumulate
+from itertools import accumulate, islice
+from typing import overload
 
-from service.contract.labelled import Labelled
-from service.contract.learn_wire import pack_answer
+from service.contract.learn_wire import Labelled, pack_answer
 from service.contract.sources import one_source_counts, source_counts
 from service.contract.store_values import (
     Bucket,
@@ -26,19 +27,25 @@ from service.contract.store_values import (
     SyncData,
 )
 from service.engine.batcher import Batcher, Span, batcher_of
-from service.engine.learn_results import NOT_LEARNED, Learned, LearnedRows
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.sequence import LearnedSequence, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
-from service.learner import Example
+from service.learner import Example, Label
 from service.learner.codec import provenance
 from service.learner.features import Rows
 from service.learner.perceptron import Weights, seen_depended
 from service.settings import Settings
 from service.store import Store, StoreError, reply_lost
 
+# What learning one example did: (the label predicted before learning it, whether that was a
+# mistake, whether the weights changed, the model's version after it); a commit keeps its
+# examples' as columns (LearnedRows), since a batch makes thousands.
+Learned = tuple[Label, bool, bool, int]
+# In a group commit's results, what stands for the examples of a handed-off request that the
+# commit left out (another writer learned it, or its requester withdrew it): never read.
+NOT_LEARNED: Learned = ("", False, False, -1)
 PROMOTE_POLL_MS = 5  # a commit that a promotion holds back tries again this often (it takes ms)
 QUEUE = "learn"  # the replica's group-commit queue of learns
 
@@ -235,3 +242,72 @@ class LearnCommits:
             (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b])) for tag, a, b in spans
         ]
         return seq, answers
+
+
+class LearnedRows(Sequence[Learned]):
+    """Each example's ``Learned``, from the classes served (indices into ``classes``), the
+    true ones, whether each updated, and the version after each."""
+
+    __slots__ = ("classes", "served", "ts", "updated", "versions")
+
+    def __init__(
+        self,
+        classes: Sequence[Label],
+        served: list[int],
+        ts: list[int],
+        updated: list[bool],
+        versions: list[int],
+    ) -> None:
+        self.classes, self.served, self.ts = classes, served, ts
+        self.updated, self.versions = updated, versions
+
+    @classmethod
+    def after(
+        cls,
+        classes: Sequence[Label],
+        served: list[int],
+        ts: list[int],
+        updated: list[bool],
+        *,
+        version: int,
+    ) -> LearnedRows:
+        """The rows of examples learned in order from the model's ``version``."""
+        versions = list(islice(accumulate(updated, initial=version), 1, None))
+        return cls(classes, served, ts, updated, versions)
+
+    def __len__(self) -> int:
+        return len(self.served)
+
+    @overload
+    def __getitem__(self, i: int) -> Learned: ...
+    @overload
+    def __getitem__(self, i: slice) -> LearnedRows: ...
+    def __getitem__(self, i: int | slice) -> Learned | LearnedRows:
+        if isinstance(i, slice):
+            return LearnedRows(
+                self.classes, self.served[i], self.ts[i], self.updated[i], self.versions[i]
+            )
+        s = self.served[i]
+        return (self.classes[s], s != self.ts[i], self.updated[i], self.versions[i])
+
+    def __iter__(self) -> Iterator[Learned]:
+        return zip(
+            map(self.classes.__getitem__, self.served),
+            map(operator.ne, self.served, self.ts),
+            self.updated,
+            self.versions,
+            strict=True,
+        )
+
+
+def columns(results: Sequence[Learned]) -> tuple[list[Label], list[bool], list[bool], list[int]]:
+    """The labels, mistakes, updates and versions of ``results``, each a list."""
+    if isinstance(results, LearnedRows):
+        return (
+            list(map(results.classes.__getitem__, results.served)),
+            list(map(operator.ne, results.served, results.ts)),
+            results.updated,
+            results.versions,
+        )
+    labels, mistakes, updated, versions = zip(*results, strict=True)
+    return list(labels), list(mistakes), list(updated), list(versions)

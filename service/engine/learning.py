@@ -11,7 +11,7 @@ from typing import cast
 
 import numpy as np
 
-from service.contract.labelled import Labelled
+from service.contract.learn_wire import Labelled
 from service.contract.names import PredictionId, new_token
 from service.contract.store_protocol import NO_CLASS, pending_life_s
 from service.contract.store_values import Held, Made
@@ -19,8 +19,7 @@ from service.engine.batcher import Batcher, batcher_of
 from service.engine.default_labels import DefaultLabels
 from service.engine.feedback_answers import BadLabel, Feedback, answers, delay
 from service.engine.feedback_answers import late_s as late_of
-from service.engine.learn_commits import time_bucket
-from service.engine.learn_results import Learned
+from service.engine.learn_commits import Learned, time_bucket
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.writer import Writers

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from service.contract.labelled import Labelled
 from service.contract.learn_wire import (
     STALE,
     UNLEARNED_ANSWER,
+    Labelled,
     RequestHead,
     pack_error,
     request_head,

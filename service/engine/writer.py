@@ -32,19 +32,18 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
-from service.contract.labelled import Labelled
 from service.contract.learn_wire import (
     NOT_QUEUED_ANSWER,
     STALE,
     UNLEARNED_ANSWER,
+    Labelled,
     new_token,
     pack_request,
     unpack_answer,
 )
 from service.contract.store_values import Lease
 from service.engine.batcher import GROUP_MOST, Batcher, batcher_of
-from service.engine.learn_commits import LearnCommits
-from service.engine.learn_results import Learned, LearnedRows
+from service.engine.learn_commits import LearnCommits, Learned, LearnedRows
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.taken_requests import TakenRequests

@@ -28,7 +28,7 @@ from service.api.schemas.model_schemas import (
     error_responses,
 )
 from service.contract.names import PredictionId
-from service.engine.learn_results import columns
+from service.engine.learn_commits import columns
 from service.engine.learning import Predicted
 from service.errors import ServiceError
 from service.learner import ModelConfig
