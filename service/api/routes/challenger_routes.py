@@ -20,14 +20,15 @@ from service.api.schemas.challenger_schemas import (
 )
 from service.api.schemas.model_schemas import error_responses
 from service.learner import ModelConfig
+from service.learner.passive_aggressive import PA1
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 errors = error_responses((401, 403, 404, 409, 422, 503))
 with_body = error_responses((400, 401, 403, 404, 409, 413, 422, 503))
-CHALLENGER_EXAMPLE = {"algorithm": "pa1", "C": 0.1, "from": "served"}
-BODY_EXAMPLES: dict[str, Any] = {"pa1": {"value": CHALLENGER_EXAMPLE}}
+CHALLENGER_EXAMPLE = {"algorithm": PA1.name, "C": 0.1, "from": "served"}
+BODY_EXAMPLES: dict[str, Any] = {PA1.name: {"value": CHALLENGER_EXAMPLE}}
 RATES = {"all": 0.125, "last_100": 0.1, "last_1000": 0.125}
-CONFIG = {"classes": [-1, 1], "n_features": 2, "algorithm": "pa1", "C": 0.1}
+CONFIG = {"classes": [-1, 1], "n_features": 2, "algorithm": PA1.name, "C": 0.1}
 CURVE = {"every": 100, "points": [{"examples": 100, "mistakes": 14, "rate": 0.14},
                                   {"examples": 200, "mistakes": 25, "rate": 0.125}]}  # fmt: skip
 CHALLENGER = {"promotable": True, "id": "pa", "config": CONFIG, "since": 40, "seen": 200,
