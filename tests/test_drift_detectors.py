@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+import redis
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from river import drift
 
@@ -21,8 +22,12 @@ from service.learner.drift_detectors import (
     Detector,
     DetectorError,
     detector_of,
+    feed,
+    spec_of,
     status_of,
 )
+from service.store.ops.drift import DRIFT
+from service.store.script import Script
 
 
 def river_of(detector: Detector) -> Any:
@@ -161,6 +166,7 @@ def test_a_drift_starts_the_detector_afresh_at_the_next_example() -> None:
         {"detector": "ddm", "drift_threshold": math.nan},
         {"detector": "ddm", "warning_threshold": 3.5},
         {"detector": "ddm", "alpha": 0.9},
+        {"detector": "ddm", "name": "x"},
         {"detector": "eddm", "alpha": 0.8, "beta": 0.9},
         {"detector": "eddm", "beta": 0},
         {"detector": "eddm", "alpha": 1.01},
@@ -181,3 +187,67 @@ def test_the_defaults_are_rivers() -> None:
     assert detector_of({"detector": "ddm", "warm_start": 1, "drift_threshold": 2.0})[0] == DDM(
         1, 2.0, 2.0
     )
+
+
+# The same detectors in the store's Lua (store/ops/drift.py), run by a real redis-server.
+PROBE = Script(
+    name="drift_probe",
+    keys=(),
+    args=("spec", "state", "marks"),
+    parts=(DRIFT,),
+    body="local state, events = drift_feed(SPEC, STATE, MARKS)\nreturn {state, events}\n",
+)
+
+
+def fed_in_lua(client: Any, detector: Detector, mistakes: list[int], cuts: list[int]) -> Any:
+    """The events after ``mistakes`` fed through the Lua in pieces cut at ``cuts`` (as commits
+    feed it), each piece from the state the last one left; and each piece's state, bit for bit
+    the detector's."""
+    state, events, start = b"", [], 0
+    ours = detector.start()
+    for end in [*sorted(set(cuts)), len(mistakes)]:
+        marks = "".join(map(str, mistakes[start:end]))
+        state, got = client.eval(PROBE.lua, 0, spec_of(detector), state, marks)
+        events += [(start + got[i], STATUS[got[i + 1]]) for i in range(0, len(got), 2)]
+        ours, _ = feed(detector, ours, mistakes[start:end])
+        assert state == np.array(ours, dtype="<f8").tobytes(), end
+        start = end
+    return state, events
+
+
+STATUS = {1: "warning", 2: "drift"}
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_the_stores_lua_decides_as_the_detector_bit_for_bit(redis_url: str, name: str) -> None:
+    """The state's every bit, and each flag raised, on streams of every kind fed in pieces."""
+    client = redis.Redis.from_url(redis_url)
+    detector = DETECTORS[name]()
+    rng = np.random.default_rng(3)
+    for kind in ("stable", "abrupt", "slow"):
+        mistakes = stream(kind, 6_000, 2)
+        state, events = feed(detector, detector.start(), mistakes)
+        cuts = rng.integers(0, len(mistakes), size=400).tolist()
+        got_state, got_events = fed_in_lua(client, detector, mistakes, cuts)
+        assert got_state == np.array(state, dtype="<f8").tobytes()
+        assert got_events == [(i, kind) for i, kind in events]
+        assert events or kind == "stable"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(st.integers(0, 1), min_size=1, max_size=300),
+    st.sampled_from(sorted(DETECTORS)),
+    st.integers(1, 20),
+    st.lists(st.integers(0, 300), max_size=4),
+)
+def test_any_stream_decides_alike_in_lua(
+    redis_url: str, mistakes: list[int], name: str, warm_start: int, cuts: list[int]
+) -> None:
+    detector = DDM(warm_start, 1.5, 2.5) if name == "ddm" else EDDM(warm_start, 0.97, 0.93)
+    state, events = feed(detector, detector.start(), mistakes)
+    client = redis.Redis.from_url(redis_url)
+    cuts = [c for c in cuts if c <= len(mistakes)]
+    got_state, got_events = fed_in_lua(client, detector, mistakes, cuts)
+    assert got_state == np.array(state, dtype="<f8").tobytes()
+    assert got_events == [(i, kind) for i, kind in events]

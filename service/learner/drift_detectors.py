@@ -18,7 +18,8 @@ is a short list of floats (``state``), what the model keeps beside its weights.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Literal
 
 Status = Literal["stable", "warning", "drift"]
@@ -159,11 +160,35 @@ def detector_of(config: dict[str, Any]) -> tuple[Detector, str]:
     if on_drift not in ON_DRIFT:
         raise DetectorError(f"drift.on_drift must be one of {list(ON_DRIFT)}; got {on_drift!r}.")
     kind = DETECTORS[name]
-    known = set(kind.__dataclass_fields__)
+    known = {f.name for f in fields(kind)}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise DetectorError(f"{kind.__name__} takes {sorted(known)}; got {unknown}.")
     return kind(**settings), on_drift
+
+
+def spec_of(detector: Detector) -> str:
+    """The detector as the store's scripts read it (``store/ops/drift.py``)."""
+    numbers = [getattr(detector, f.name) for f in fields(detector)]
+    return " ".join([detector.name, *(f"{float(v):.17g}" for v in numbers)])
+
+
+def feed(
+    detector: Detector, state: list[float], mistakes: Sequence[int]
+) -> tuple[list[float], list[tuple[int, Status]]]:
+    """The state after ``mistakes`` in order, and the flags they raised: each example (from 1)
+    whose update raised River's warning or drift flag, and which."""
+    events: list[tuple[int, Status]] = []
+    warned, drifted = detector.flags(state)
+    for i, m in enumerate(mistakes, 1):
+        state = detector.update(state, m)
+        w, d = detector.flags(state)
+        if w and not warned:
+            events.append((i, "warning"))
+        if d and not drifted:
+            events.append((i, "drift"))
+        warned, drifted = w, d
+    return state, events
 
 
 def status_of(detector: Detector, state: list[float]) -> Status:
