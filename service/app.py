@@ -34,6 +34,7 @@ from service.api.routes import (
     challenger_routes,
     dashboard,
     docs,
+    drift_routes,
     events,
     health,
     history_routes,
@@ -117,6 +118,7 @@ def _add_routes(app: FastAPI) -> None:
     app.include_router(model_routes.router)
     app.include_router(history_routes.router)
     app.include_router(learner_routes.router)
+    app.include_router(drift_routes.router)
     app.include_router(challenger_routes.router)
     app.include_router(events.router)
     app.include_router(health.router)

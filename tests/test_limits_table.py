@@ -158,7 +158,28 @@ WALKS["a string class label"] = configuration("classes", ["a", "s" * 256], ["a",
 WALKS["`learning_rate`"] = configuration("learning_rate", 1e6, 1.000001e6, n_features=1)
 WALKS["`margin`"] = configuration("margin", 1e12, 1.000001e12, n_features=1)
 WALKS["`feedback_ttl_s`"] = configuration("feedback_ttl_s", 2_592_000, 2_592_001, n_features=1)
+
+
 # The last of many classes is one of them; a label beside them (of the type of the others) not
+@walks("`drift`")
+def _drift(c: httpx.Client, past: str) -> None:
+    for at, over in [
+        (
+            {"detector": "ddm", "warm_start": 1_000_000},
+            {"detector": "ddm", "warm_start": 1_000_001},
+        ),
+        ({"detector": "eddm", "warm_start": 1}, {"detector": "eddm", "warm_start": 0}),
+        (
+            {"detector": "ddm", "warning_threshold": 3.0, "drift_threshold": 3.0},
+            {"detector": "ddm", "warning_threshold": 3.0000001, "drift_threshold": 3.0},
+        ),
+        ({"detector": "eddm", "alpha": 1.0, "beta": 1.0}, {"detector": "eddm", "alpha": 1.0000001}),
+    ]:
+        accepted(put(c, "at", n_features=1, drift=at))
+        assert c.delete("/models/at").status_code == 204
+        answers(put(c, "past", n_features=1, drift=over), past)
+
+
 WALKS["`default_label`"] = configuration(
     "default_label", 999, 1000, classes=list(range(1000)), n_features=1, multiclass="ovr"
 )

@@ -70,6 +70,7 @@ from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.challenger import ChallengerState, challenger_config, start_state
 from service.learner.codec import pack_weights
 from service.learner.config import ConfigError
+from service.learner.drift_detectors import detector_of, feed, status_of
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
 from service.learner.perceptron import predict_index
@@ -96,7 +97,15 @@ HORIZON_S = 0.5
 # passive-aggressive models (PA-I and PA-II) of each kind of classes; logistic regression and
 # AROW (its variances beside the weights), binary and one-vs-rest.
 CONFIGS: list[dict[str, Any]] = [
-    {"n_features": 2},
+    {
+        "n_features": 2,
+        "drift": {
+            "detector": "ddm",
+            "warm_start": 2,
+            "warning_threshold": 0.3,
+            "drift_threshold": 0.6,
+        },
+    },
     {"n_features": 2, "feedback_ttl_s": WAIT_S, "default_label": 1},
     {
         "n_features": 2,
@@ -105,6 +114,7 @@ CONFIGS: list[dict[str, Any]] = [
         "averaged": True,
         "feedback_ttl_s": WAIT_S,
         "default_label": "z",
+        "drift": {"detector": "eddm", "warm_start": 2, "alpha": 0.99, "beta": 0.95},
     },
     {"n_features": 2, "classes": ["x", "y", "z"], "multiclass": "ovr", "averaged": True},
     {"n_features": 2, "classes": [0, 1, 2], "multiclass": "ovo", "fit_bias": False},
@@ -119,6 +129,7 @@ CONFIGS: list[dict[str, Any]] = [
 # The PA models' updates the service made and the reference checked, over every sequence: the
 # test requires some (a PA model made and learned on both workers).
 PA_UPDATES: list[int] = [0]
+DRIFT_EVENTS: Counter[str] = Counter()  # the drift detectors' events, by kind
 PROMOTIONS: list[int] = [0, 0]  # promotions made, and labels of a prediction made before one
 COUNTERS = [c.name for c in protocol.COUNTERS]
 # Every answer a step may get, by status: the documented codes, and never a 500
@@ -192,6 +203,9 @@ class Ref:
     challengers: dict[str, ChallengerState] = field(default_factory=dict)
     labels: int = 0  # the challengers' count of the model's labels (their positions)
     marks: bytearray = field(default_factory=bytearray)  # the served outcomes, '0'/'1'
+    # the drift detector's state (None: fresh) and its events (the examples seen, the kind)
+    drift_state: list[float] | None = None
+    drift_events: list[tuple[int, str]] = field(default_factory=list)
     # the generations before its promotions since it was made, reset, imported or rolled back:
     # their predictions are still its own (a sequence is shorter than their life)
     previous: set[int] = field(default_factory=set)
@@ -253,6 +267,7 @@ class Ref:
             cfg.learner.apply_logged(cfg, w, x, raw=raw, t=t, k=w.seen)
             self.kept.append(Update(x, raw, t, w.seen, source))
         self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
+        self.feed_drift(mistake)
         self.labels += 1
         for challenger in self.challengers.values():  # every label, in the model's order
             challenger.learn(x, t, source == protocol.DEFAULT_SOURCE, served)
@@ -296,6 +311,19 @@ class Ref:
         if self.base is None:
             assert self.start_weights is not None
             self.base = self.checkpoint(Reason.START, self.start_weights, self.start)
+
+    def feed_drift(self, mistake: bool) -> None:
+        """The model's drift detector fed one more mistake; its events counted and kept."""
+        if self.config.drift is None:
+            return
+        detector, _ = detector_of(self.config.drift)
+        state = detector.start() if self.drift_state is None else self.drift_state
+        self.drift_state, events = feed(detector, state, [int(mistake)])
+        for _, kind in events:
+            DRIFT_EVENTS[kind] += 1
+            self.drift_events.append((self.counters["seen"], kind))
+            self.counters["drift_warnings" if kind == "warning" else "drifts"] += 1
+        self.drift_events = self.drift_events[-protocol.DRIFT_EVENTS_KEPT :]
 
     def prune(self) -> None:
         """What the service lets go after an operation that adds to the history: all but the
@@ -394,6 +422,7 @@ class Ref:
         self.counters, self.generation, self.previous = dict(counters), generation, set()
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
+        self.drift_state, self.drift_events = None, []  # (and starts its detector afresh)
         # (and the ring of outcomes: the window reads as that many examples, none wrong)
         self.marks = bytearray(b"0" * min(self.counters["seen"], protocol.RING_SIZE))
         self.restart(weights.copy())
@@ -813,6 +842,20 @@ class Service(RuleBasedStateMachine):
         ref.previous.add(ref.generation)
         ref.generation = next(self.generations)
         ref.prune()
+
+    def drift_holds(self, name: str, ref: Ref) -> None:
+        """The model's drift detector: each warning and drift at the example the reference's
+        found it, and the state it is in now."""
+        got = self.expect(self.call("GET", f"/models/{name}/drift"), 200)
+        if ref.config.drift is None:
+            assert got == {"drift": None, "learners": [], "events": []}
+            return
+        assert [(e["at_seen"], e["kind"]) for e in got["events"]] == ref.drift_events, name
+        detector, _ = detector_of(ref.config.drift)
+        state = detector.start() if ref.drift_state is None else ref.drift_state
+        assert got["learners"] == [
+            {"learner": "served", "state": status_of(detector, state), "seen": ref.counters["seen"]}
+        ]
 
     def served_weights_hold(self, name: str, ref: Ref) -> None:
         """What an averaged model predicts from, its mean weights and biases, bit for bit (a
@@ -1292,6 +1335,7 @@ class Service(RuleBasedStateMachine):
                 ref.delays,
             )
             self.checkpoints_listed(name)
+            self.drift_holds(name, ref)
             self.served_weights_hold(name, ref)
             self.challengers_hold(name, ref)
 
@@ -1348,5 +1392,6 @@ def test_random_sequences_of_what_users_do_match_the_reference(service_url: str)
             ),
         )
     assert PA_UPDATES[0] > 0, "no passive-aggressive model learned in any sequence"
+    assert DRIFT_EVENTS["warning"] > 0 and DRIFT_EVENTS["drift"] > 0, DRIFT_EVENTS
     assert PROMOTIONS[0] > 0, ("no challenger was promoted in any sequence", PROMOTIONS)
     assert PROMOTIONS[1] > 0, "no prediction made before a promotion was labelled after it"

@@ -107,6 +107,8 @@ class Counters(BaseModel):
     expired: int = 0
     defaulted: int = 0
     defaulted_mistakes: int = 0
+    drift_warnings: int = 0
+    drifts: int = 0
     seen: int = 0
 
 

@@ -56,6 +56,7 @@ class Status(IntEnum):
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
+DRIFT_EVENTS_KEPT = 100  # a model's drift detector's last warnings and drifts, kept
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
@@ -184,6 +185,11 @@ class Meta:
     # The epochs before promotions, "<epoch>:<unix ms of the promotion>," each, those whose
     # records may still live: their predictions are labelled as this epoch's (parts.OURS).
     PREV_EPOCH = "pepoch"
+    # The drift detector of the served learner (store/ops/drift.py): its state (its numbers
+    # as %.17g, separated by spaces) and its last DRIFT_EVENTS_KEPT events,
+    # "<seen> <warning|drift> <unix ms>\n" each.
+    DRIFT_STATE = "dstate"
+    DRIFT_EVENTS = "devents"
 
     @classmethod
     def fields(cls) -> dict[str, str]:
@@ -237,6 +243,8 @@ COUNTERS = (
         "Feedback for unknown predictions (never issued, or gone within their wait).",
         warns=True,
     ),
+    Counter("drift_warnings", "Drift warnings", "Warnings of the model's drift detector."),
+    Counter("drifts", "Drifts", "Drifts its detector found in the served learner's mistakes."),
     Counter(
         "expired",
         "Expired feedback",
@@ -325,6 +333,7 @@ _NUMBERS = {
     "NO_CLASS": NO_CLASS,
     "WINDOW": RING_SIZE,
     "RECENT_KEPT": RECENT_KEPT,
+    "DRIFT_EVENTS_KEPT": DRIFT_EVENTS_KEPT,
     "RECENT_MAX_BYTES": RECENT_MAX_BYTES,
     "PENDING_BUCKETS": PENDING_BUCKETS,
     "PENDING_OVERHEAD": PENDING_OVERHEAD,

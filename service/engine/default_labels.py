@@ -28,18 +28,22 @@ MOST_ROUNDS = 64  # sweeps of one model in a row, at most, before the next model
 
 @dataclass(frozen=True, slots=True)
 class Defaulting:
-    """What a sweep of one model needs: its epoch, its default class, its records' life."""
+    """What a sweep of one model needs: its epoch, its default class, its records' life, its
+    drift detector."""
 
     epoch: str
     default: int
     life_s: int
+    detector: str = ""
 
 
 def defaulting(epoch: str, config: ModelConfig) -> Defaulting | None:
     default = config.default_index
     if default is None:
         return None
-    return Defaulting(epoch, default, pending_life_s(config.feedback_ttl_s, True))
+    return Defaulting(
+        epoch, default, pending_life_s(config.feedback_ttl_s, True), config.drift_spec
+    )
 
 
 class DefaultLabels:
@@ -104,6 +108,7 @@ class DefaultLabels:
                 when=time_bucket(self.settings, now),
                 now_ms=int(1000 * now),
                 most=DEFAULTS_PER_SWEEP,
+                detector=known.detector,
             )
             labelled += swept.labelled
             if swept.log_length >= 0 or swept.label_log >= 0:

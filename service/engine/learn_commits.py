@@ -159,6 +159,7 @@ class LearnCommits:
                 res = await self.store.commit_learn(
                     rep.name, epoch=rep.epoch, made=made, batch=seq.batch, answers=answers,
                     when=time_bucket(self.settings, self.clock()), writer=self.lease,
+                    detector=cfg.drift_spec,
                 )  # fmt: skip
             except StoreError as e:
                 if reply_lost(e):  # sent, and its reply lost: it may have run

@@ -263,6 +263,7 @@ class Learning:
                 late=late,
                 default=NO_CLASS if default is None else default,
                 delays=delays,
+                detector=rep.config.drift_spec,
             )
             if not isinstance(batch, Held):
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import asdict
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -68,6 +69,9 @@ class ModelConfig:
     default_label: Label | None
     algorithm: str
     settings: dict[str, Any]  # the learner's, every one of them
+    # The drift detector on the served learner's mistakes, every parameter given
+    # (``drift_detectors.py``); None: none.
+    drift: dict[str, Any] | None
 
     def __init__(
         self,
@@ -80,6 +84,7 @@ class ModelConfig:
         feedback_ttl_s: int = 86_400,
         default_label: Label | None = None,
         algorithm: str = "perceptron",
+        drift: dict[str, Any] | None = None,
         **settings: Any,
     ) -> None:
         put = object.__setattr__
@@ -91,6 +96,7 @@ class ModelConfig:
         put(self, "feedback_ttl_s", feedback_ttl_s)
         put(self, "default_label", default_label)
         put(self, "algorithm", algorithm)
+        put(self, "drift", _checked_drift(drift))
         self._check_classes()
         self._check_numbers()
         put(self, "settings", self._checked_settings(settings))
@@ -141,6 +147,13 @@ class ModelConfig:
         averaged perceptron's mean): its updates are then committed in order, each with its
         ordinal. Only such a learner serves other scores than those it learns from."""
         return self.learner.seen_depended(self)
+
+    @cached_property
+    def drift_spec(self) -> str:
+        """Its drift detector as the store's scripts read it; '' for none."""
+        from service.learner.drift_detectors import detector_of, spec_of
+
+        return "" if self.drift is None else spec_of(detector_of(self.drift)[0])
 
     @cached_property
     def learner(self) -> Learner:
@@ -305,6 +318,8 @@ class ModelConfig:
         d.update((k, getattr(self, k)) for k in _AFTER)
         if self.algorithm == "perceptron":
             del d["algorithm"]
+        if self.drift is not None:
+            d["drift"] = dict(self.drift)
         return d
 
     @staticmethod
@@ -312,7 +327,7 @@ class ModelConfig:
         """Every name a configuration may hold: its fields and every learner's settings."""
         from service.learner.registry import NEUTRAL
 
-        return frozenset(_BEFORE + _AFTER) | frozenset(NEUTRAL)
+        return frozenset((*_BEFORE, *_AFTER, "drift")) | frozenset(NEUTRAL)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
@@ -326,3 +341,20 @@ class ModelConfig:
     @classmethod
     def from_json(cls, text: str | bytes) -> ModelConfig:
         return cls.from_dict(json.loads(text))
+
+
+def _checked_drift(drift: Any) -> dict[str, Any] | None:
+    """A drift configuration with every parameter given, or None."""
+    from service.learner.drift_detectors import DetectorError, detector_of
+
+    if drift is None:
+        return None
+    if not isinstance(drift, dict):
+        raise bad_setting("drift", "an object naming its detector, or null", drift)
+    try:
+        detector, on_drift = detector_of(drift)
+    except DetectorError as e:
+        raise ConfigError("drift", str(e)) from e
+    if on_drift != "alert":  # (retraining at a drift: not served yet)
+        raise ConfigError("drift", "drift.on_drift can only be 'alert' for now.")
+    return {"detector": detector.name, "on_drift": on_drift, **asdict(detector)}

@@ -22,6 +22,7 @@ from pydantic import (
 
 from service.api.openapi import openapi_examples
 from service.api.schemas import learner_schemas
+from service.api.schemas.drift_schemas import DRIFT_TEXT, DriftSpec
 from service.contract.names import NAME_MAX, NAME_PATTERN
 from service.contract.store_protocol import MAX_COUNT
 from service.errors import InvalidInput
@@ -146,10 +147,12 @@ class ModelSpecFields(Body):
         "runs out with no label (null: it then takes none)",
     )
     algorithm: str = Field("perceptron", description=learner_schemas.algorithm_text())
+    drift: DriftSpec | None = Field(None, description=DRIFT_TEXT)
 
     def settings(self) -> dict[str, Any]:
         """The configuration as ``ModelConfig`` takes it: the settings given, no others."""
-        return {k: v for k, v in self.model_dump().items() if v is not None or k not in SETTINGS}
+        given = {k: v for k, v in self.model_dump().items() if v is not None or k not in SETTINGS}
+        return given | {"drift": None if self.drift is None else self.drift.given()}
 
 
 if TYPE_CHECKING:
@@ -182,6 +185,8 @@ class Counters(BaseModel):
     expired: int = 0
     defaulted: int = 0
     defaulted_mistakes: int = 0
+    drift_warnings: int = 0
+    drifts: int = 0
     seen: int = 0
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket
 from service.store.keys import keys_of
-from service.store.ops import challenger_states, labelling, parts
+from service.store.ops import challenger_states, drift, labelling, parts
 from service.store.script import Runner, Script, status_of
 
 # EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE: how
@@ -26,15 +26,22 @@ from service.store.script import Runner, Script, status_of
 SCRIPT = Script(
     "defaults",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
-    args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#"),
-    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challenger_states.LOG_LABELS),
+    args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#", "detector"),
+    parts=(
+        drift.DRIFT,
+        parts.RECORD,
+        parts.PENDING,
+        parts.OURS,
+        labelling.LABEL,
+        challenger_states.LOG_LABELS,
+    ),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
   META_PREV_EPOCH)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]))
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR)
 s.now = clock()
 local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', math.floor(s.now * 1000),
   'LIMIT', 0, MOST)
@@ -92,6 +99,7 @@ async def apply_defaults(
     when: Bucket,
     now_ms: int,
     most: int,
+    detector: str = "",
 ) -> Swept:
     """Learn up to ``most`` predictions of the model whose wait ran out with its default
     class index ``default``, each once, whichever worker calls."""
@@ -107,6 +115,7 @@ async def apply_defaults(
             keep=when.keep,
             now_ms=now_ms,
             most=most,
+            detector=detector,
         ),
     )
     if int(reply[0]) == Status.HELD:

@@ -4,10 +4,14 @@ that a model's detector decides alike whichever script or worker feeds it.
 
 ``drift_feed(spec, state, marks)``: the detector ``spec`` names (``"ddm <warm_start>
 <warning_threshold> <drift_threshold>"`` or ``"eddm <warm_start> <alpha> <beta>"``, its numbers
-as ``%.17g``) fed ``marks`` ('1' a mistake, '0' not, in order) from ``state`` (its floats
-packed little-endian, as ``drift_state``; '' for a fresh one); returns the new state, packed,
-and the events: for each example that raised a flag, its place in ``marks`` (from 1) and
-``1`` (a warning) or ``2`` (a drift), flattened.
+as ``%.17g``) fed ``marks`` ('1' a mistake, '0' not, in order) from ``state`` (its numbers as
+``%.17g``, which reads back exactly, separated by spaces; '' for a fresh one); returns the new
+state, so written, and the events: for each example that raised a flag, its place in ``marks``
+(from 1) and ``1`` (a warning) or ``2`` (a drift), flattened.
+
+``drift_record(meta, spec, seen, marks)``: the model's detector fed a commit's marks (the
+served learner had seen ``seen`` examples before them), its state kept in the model's hash,
+each event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT).
 """
 
 DRIFT = """
@@ -68,12 +72,10 @@ local function drift_feed(spec, state, marks)
   warm, a, b = tonumber(warm), tonumber(a), tonumber(b)
   local update, size = drift_ddm, 6
   if kind == 'eddm' then update, size = drift_eddm, 9 end
-  local st
-  if state == '' then
+  local st = {}
+  for v in string.gmatch(state, '%S+') do st[#st + 1] = tonumber(v) end
+  if #st ~= size then
     st = (kind == 'ddm') and {0, 0, 0, 0, 0, math.huge} or {0, 0, 0, 0, 0, 0, 0, -1, 0}
-  else
-    st = {struct.unpack('<' .. string.rep('d', size), state)}
-    st[size + 1] = nil  -- (unpack's last value: where it stopped)
   end
   local events = {}
   local warned, drifted = drift_flags(kind, st)
@@ -90,6 +92,28 @@ local function drift_feed(spec, state, marks)
     end
     warned, drifted = w, d
   end
-  return struct.pack('<' .. string.rep('d', size), unpack(st)), events
+  for i = 1, size do st[i] = string.format('%.17g', st[i]) end
+  return table.concat(st, ' '), events
+end
+local function drift_record(meta, spec, seen, marks)
+  local state = redis.call('HGET', meta, META_DRIFT_STATE) or ''
+  local new, events = drift_feed(spec, state, marks)
+  redis.call('HSET', meta, META_DRIFT_STATE, new)
+  if #events == 0 then return end
+  local now = redis.call('TIME')
+  local ms = string.format(' %d\\n', now[1] * 1000 + math.floor(now[2] / 1000))
+  local lines = {redis.call('HGET', meta, META_DRIFT_EVENTS) or ''}
+  for i = 1, #events, 2 do
+    local warned = events[i + 1] == 1
+    lines[#lines + 1] = string.format('%d', seen + events[i]) .. (warned and ' warning' or ' drift')
+      .. ms
+    redis.call('HINCRBY', meta, warned and COUNT_DRIFT_WARNINGS or COUNT_DRIFTS, 1)
+  end
+  local log = table.concat(lines)
+  local _, held = string.gsub(log, '\\n', '')
+  for _ = 1, held - DRIFT_EVENTS_KEPT do
+    log = string.sub(log, string.find(log, '\\n', 1, true) + 1)
+  end
+  redis.call('HSET', meta, META_DRIFT_EVENTS, log)
 end
 """

@@ -11,7 +11,7 @@ from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.errors import ModelBusy
 from service.store.keys import keys_of
-from service.store.ops import challenger_states, labelling, parts
+from service.store.ops import challenger_states, drift, labelling, parts
 from service.store.script import Runner, Script, status_of
 
 HELD_AGAIN_S = 5.0  # the writer's holds waited out, in all, once some labels were applied
@@ -75,10 +75,18 @@ SCRIPT = Script(
         "late",
         "default#",
         "delays_given",
+        "detector",
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(parts.RECORD, parts.PENDING, parts.OURS, labelling.LABEL, challenger_states.LOG_LABELS),
+    parts=(
+        drift.DRIFT,
+        parts.RECORD,
+        parts.PENDING,
+        parts.OURS,
+        labelling.LABEL,
+        challenger_states.LOG_LABELS,
+    ),
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
@@ -114,7 +122,7 @@ end
 if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]))
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR)
 local out, n = {}, 0
 local function answer(status, m, u, v, by)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, m, u, v, by
@@ -210,6 +218,7 @@ async def commit_feedback(
     late: str = "",
     default: int = NO_CLASS,
     delays: str = "",
+    detector: str = "",
 ) -> FeedbackBatch | Held:
     """Apply the true class index of each pending prediction, once each; or nothing, while
     the model's writer holds it and one of them would update the weights (for an
@@ -219,7 +228,7 @@ async def commit_feedback(
     as soon as it is woken, before the writer can hold the model again. ``late``: '1' for
     each prediction whose id tells that its wait ran out, '0' (or nothing) for the others;
     ``default``: the class index of the model's default label (NO_CLASS: none); ``delays``:
-    each prediction's delay from prediction to label, as the script takes them.
+    each prediction's delay, as the script takes them; ``detector``: its drift detector's.
 
     A script reads RECORD_CALL_BYTES of records at most: the predictions it left are sent
     again, each call waiting out the writer's hold (HELD_AGAIN_S in all) once some were
@@ -229,7 +238,7 @@ async def commit_feedback(
     wait = ("BLPOP", k.wake, wait_s) if wait_s > 0 else None
     call = _Call(
         name=name, when=when, life_s=life_s, source=source, now_ms=now_ms, averaged=averaged,
-        default=default, epoch=epoch,
+        default=default, epoch=epoch, detector=detector,
     )  # fmt: skip
     spans = delays.split(",") if delays else []
     items: list[FeedbackItem] = []
@@ -267,6 +276,7 @@ class _Call:
     averaged: bool
     default: int
     epoch: str = ""
+    detector: str = ""
 
 
 class _Items(NamedTuple):
@@ -301,6 +311,7 @@ async def _run(
             late=late,
             default=call.default,
             delays_given=",".join(spans),
+            detector=call.detector,
         ),
         before=wait,
     )

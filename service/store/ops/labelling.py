@@ -2,14 +2,15 @@
 defaults.py): each label counted, logged and answered once."""
 
 # Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
-# uses RECORD and PENDING). A state ``s`` from labels_begin gathers what each label adds;
+# uses RECORD and PENDING). A state ``s`` from labels_begin (the model's version, examples
+# seen, its drift detector: RECORD's) gathers what each label adds;
 # label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``
 # (a string) and answers it, ``by`` '' or DEFAULTED (counted apart); labels_end writes it all
 # and returns the log's length (-1: no entry added).
 LABEL = """
-local function labels_begin(version, seen)
+local function labels_begin(version, seen, detector)
   return {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
-    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0}
+    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0, detector = detector}
 end
 local function label_one(s, key, p, t, provenance, epoch, life, by)
   local served, ti = tonumber(string.sub(p, SERVED_AT, SERVED_END)), tonumber(t)
@@ -57,7 +58,7 @@ local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bu
   end
   if #s.marks > 0 then
     record(meta, series, ring, recentkey, curve, bucket, keep, s.seen - #s.marks, #s.marks,
-      table.concat(s.marks), s.mistakes, s.cells, s.recent)
+      table.concat(s.marks), s.mistakes, s.cells, s.recent, s.detector)
   end
   local log_length = -1
   for i = 1, #s.entries, UNPACK_CHUNK do

@@ -33,7 +33,7 @@ from service.contract.store_values import (
 )
 from service.errors import NotWriter
 from service.store.keys import keys_of
-from service.store.ops import parts
+from service.store.ops import drift, parts
 from service.store.ops.challenger_states import CHALLENGER_WEIGHTS
 from service.store.script import Arg, Runner, Script, status_of, text
 
@@ -104,10 +104,19 @@ SCRIPT = Script(
         "fold_gen",
         "fold_at#",
         "n_states#",
+        "detector",
     ),
     rest_keys="answers",
     rest_args="cells",
-    parts=(parts.SYNC, parts.RECORD, parts.ANSWER, parts.WAKE, parts.WEIGHTS, CHALLENGER_WEIGHTS),
+    parts=(
+        parts.SYNC,
+        drift.DRIFT,
+        parts.RECORD,
+        parts.ANSWER,
+        parts.WAKE,
+        parts.WEIGHTS,
+        CHALLENGER_WEIGHTS,
+    ),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
 if not st[1] then return {NO_MODEL} end
@@ -162,7 +171,8 @@ local cells = {}
 for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local recent = {}
 for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
-record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent)
+record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent,
+  DETECTOR)
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
 local log_length, stop = -1, recent_at - 1
 for j = entries_at, stop, UNPACK_CHUNK do
@@ -212,12 +222,14 @@ async def commit_learn(
     batch: LearnBatch,
     answers: Sequence[tuple[str, bytes]] = (),
     writer: Lease | None = None,
+    detector: str = "",
 ) -> LearnResult | SyncData | RequestsGone | Challenged | Held:
     """Count and log learned examples, if the caller's copy was current. A model's
     ``writer`` commits only while it holds the lease, renews it, and holds the model when its
     copy was not current (NotWriter when another worker holds the lease, or none does);
     ``answers``: (token, answer) of each handed-off request the commit learns, only with a
-    ``writer``."""
+    ``writer``; ``detector``: the model's drift detector, fed the examples' mistakes
+    (``ModelConfig.drift_spec``, '' none)."""
     keys = keys_of(name)
     rest: list[Arg] = []
     for field, count in batch.cells.items():
@@ -254,6 +266,7 @@ async def commit_learn(
             fold_gen=states.gen if states else "",
             fold_at=states.at if states else 0,
             n_states=len(states.tails) if states else 0,
+            detector=detector,
         ),
     )
     return await _result(store, name, reply, made)

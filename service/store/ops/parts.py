@@ -85,7 +85,9 @@ end
 # counts per time bucket (buckets older than the retention are dropped), the learning curve,
 # and the most recent labelled examples (as log entries, "k|t|" .. payload).
 # record(..., seen before, n examples, marks: '0'/'1' per example in order, all n of them,
-# mistakes, cells: {meta field = count to add}, recent: entries, oldest first)
+# mistakes, cells: {meta field = count to add}, recent: entries, oldest first, the model's
+# drift detector: ``ModelConfig.drift_spec``, '' none), whose functions (``drift.DRIFT``) go
+# before.
 RECORD = """
 local function curve_add(curve, meta, seen, n, marks)
   local total = seen + n
@@ -115,8 +117,9 @@ local function curve_add(curve, meta, seen, n, marks)
   redis.call('HSET', curve, unpack(points))
 end
 local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
-    mistakes, cells, recent)
+    mistakes, cells, recent, detector)
   curve_add(curve, meta, seen, n, marks)  -- before the mistakes counter counts these
+  if detector ~= '' then drift_record(meta, detector, seen, marks) end
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
   local start = (seen + n - #marks) % WINDOW
   local first = math.min(#marks, WINDOW - start)

@@ -1,0 +1,22 @@
+"""``GET /models/{name}/drift``: a model's drift detector, each learner's state, its events."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.auth import Role
+from service.api.callers import FastJSONRoute, Reader
+from service.api.schemas.drift_schemas import DriftAnswer, drift_answer
+from service.api.schemas.model_schemas import error_responses
+
+router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
+
+
+@router.get("/{name}/drift", responses=error_responses((401, 403, 404, 422, 503)))
+async def read_drift(name: str, who: Reader) -> DriftAnswer:
+    """The model's drift detector (its configuration's ``drift``), whether each learner's
+    mistakes are stable, warn or drifted now, and the last warnings and drifts, oldest first,
+    each with the examples that learner had seen when it came."""
+    who.check(Role.predict, name)
+    config, meta = await who.worker.models.read_model(name)
+    return drift_answer(config.drift, meta)

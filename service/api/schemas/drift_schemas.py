@@ -1,0 +1,106 @@
+"""A model's drift detector: its configuration (``drift`` in a model's), and what
+``GET /models/{name}/drift`` answers."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+from service.contract.store_protocol import Meta
+from service.learner.drift_detectors import DDM, EDDM, detector_of, status_of
+
+DRIFT_TEXT = (
+    "A drift detector on the served learner's mistakes, or null (none, the default): "
+    '{"detector": "ddm" | "eddm", "on_drift": "alert", ...its parameters}. DDM (River\'s '
+    "drift.binary.DDM; warm_start, warning_threshold, drift_threshold) suits abrupt changes; "
+    "EDDM (River's drift.binary.EDDM; warm_start, alpha, beta) gradual ones. A parameter left "
+    "out is River's default. Its warnings and drifts are GET /models/{name}/drift's."
+)
+
+
+class DriftSpec(BaseModel):
+    """A drift detector's configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detector: Literal["ddm", "eddm"] = Field(description="ddm or eddm")
+    on_drift: Literal["alert"] = Field("alert", description="what a drift does: alert")
+    warm_start: StrictInt | None = Field(
+        None, description=f"examples (ddm) or mistakes (eddm) before it decides ({DDM.warm_start})"
+    )
+    warning_threshold: float | None = Field(
+        None, description=f"ddm: deviations over the best that warn ({DDM.warning_threshold})"
+    )
+    drift_threshold: float | None = Field(
+        None, description=f"ddm: deviations over the best that detect ({DDM.drift_threshold})"
+    )
+    alpha: float | None = Field(
+        None, description=f"eddm: the level under which it warns ({EDDM.alpha})"
+    )
+    beta: float | None = Field(
+        None, description=f"eddm: the level under which it detects ({EDDM.beta})"
+    )
+
+    def given(self) -> dict[str, object]:
+        """The parameters given, as a model's configuration takes them."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class DriftEvent(BaseModel):
+    learner: Literal["served"] = Field(description="whose mistakes: the served learner's")
+    kind: Literal["warning", "drift"]
+    at_seen: int = Field(description="labelled examples the learner had seen when it came")
+    time: float = Field(description="when, Unix seconds")
+    action: None = Field(None, description="what it did: nothing but the alert (null)")
+
+
+class LearnerDrift(BaseModel):
+    learner: Literal["served"]
+    state: Literal["stable", "warning", "drift"] = Field(
+        description="its detector after the last labelled example"
+    )
+    seen: int = Field(description="labelled examples the learner has seen")
+
+
+class DriftAnswer(BaseModel):
+    """A model's drift detector, each learner's state, and their last events (oldest first)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "drift": {"detector": "ddm", "on_drift": "alert", "warm_start": 30,
+                              "warning_threshold": 2.0, "drift_threshold": 3.0},
+                    "learners": [{"learner": "served", "state": "warning", "seen": 6120}],
+                    "events": [
+                        {"learner": "served", "kind": "warning", "at_seen": 3021,
+                         "time": 1796380112.5, "action": None},
+                        {"learner": "served", "kind": "drift", "at_seen": 3077,
+                         "time": 1796380113.25, "action": None},
+                        {"learner": "served", "kind": "warning", "at_seen": 6102,
+                         "time": 1796380190.0, "action": None},
+                    ],
+                }
+            ]
+        }
+    )  # fmt: skip
+
+    drift: DriftSpec | None = Field(description="the detector configured; null: none")
+    learners: list[LearnerDrift]
+    events: list[DriftEvent]
+
+
+def drift_answer(config: dict[str, Any] | None, meta: dict[str, str]) -> DriftAnswer:
+    """What ``GET /models/{name}/drift`` answers, from the model's configuration and hash."""
+    if config is None:
+        return DriftAnswer(drift=None, learners=[], events=[])
+    detector, _ = detector_of(config)
+    state = [float(v) for v in meta.get(Meta.DRIFT_STATE, "").split()] or detector.start()
+    events = []
+    for line in meta.get(Meta.DRIFT_EVENTS, "").splitlines():
+        at, kind, ms = line.split()
+        events.append(DriftEvent(learner="served", kind=kind, at_seen=int(at), time=int(ms) / 1000))
+    seen = int(meta.get(Meta.SEEN, 0))
+    served = LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)
+    return DriftAnswer(drift=DriftSpec(**config), learners=[served], events=events)

@@ -1,0 +1,137 @@
+"""A model's drift detector in the service: fed every labelled example's mistake once, by
+whichever way it comes (a batch learned, feedback on a prediction) and whichever of two
+workers takes it; its warnings and drifts at the examples the detector itself finds on the
+same mistakes; counted, listed, reset with the model; and a configuration that cannot be is
+refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from service.learner.drift_detectors import DDM, EDDM, Detector, feed, status_of
+
+from .servers import ServiceProcess, running
+
+N = 960  # labelled examples: 6 batches of 80, and 480 predictions with their feedback
+
+
+def turned_stream(n: int, seed: int) -> tuple[list[list[float]], list[int]]:
+    """Two features whose label is the sign of x0, then, from the middle on, of -x0: a
+    perceptron learns the first concept and then makes mistakes until it turns."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 2))
+    ys = np.where(xs[:, 0] > 0, 1, -1)
+    ys[n // 2 :] *= -1
+    return xs.tolist(), ys.tolist()
+
+
+@pytest.mark.parametrize(
+    "drift", [{"detector": "ddm"}, {"detector": "eddm", "warm_start": 10}], ids=str
+)
+def test_the_services_detector_flags_what_the_detector_does_on_its_mistakes(
+    redis_url: str, drift: dict[str, Any]
+) -> None:
+    with (
+        running(ServiceProcess(redis_url, workers=2)) as service,
+        httpx.Client(base_url=service.url, timeout=30) as c,
+    ):
+        assert c.put("/models/d", json={"n_features": 2, "drift": drift}).status_code == 201
+        assert c.get("/models/d").json()["config"]["drift"]["detector"] == drift["detector"]
+        xs, ys = turned_stream(N, 5)
+        mistakes: list[int] = []
+        for i in range(0, N, 80):  # batches, and then predictions and their feedback
+            if i % 160 == 0:
+                body = {"model": "d", "features": xs[i : i + 80], "labels": ys[i : i + 80]}
+                got = c.post("/learn/batch", json=body).json()
+                mistakes += [int(m) for m in got["mistakes"]]
+                continue
+            for at in range(i, i + 80, 8):
+                with httpx.Client(base_url=service.url, timeout=30) as one:  # (either worker)
+                    for x, y in zip(xs[at : at + 8], ys[at : at + 8], strict=True):
+                        p = one.post("/predict", json={"model": "d", "features": x}).json()
+                        label = {"prediction_id": p["prediction_id"], "label": y}
+                        f = one.post("/feedback", json=label).json()
+                        mistakes.append(int(f["mistake"]))
+        detector: Detector = DDM(**{k: v for k, v in drift.items() if k != "detector"})
+        if drift["detector"] == "eddm":
+            detector = EDDM(**{k: v for k, v in drift.items() if k != "detector"})
+        state, events = feed(detector, detector.start(), mistakes)
+        answer = c.get("/models/d/drift").json()
+        assert [(e["at_seen"], e["kind"]) for e in answer["events"]] == events
+        assert any(kind == "drift" for _, kind in events)  # (the stream turns)
+        assert answer["learners"] == [
+            {"learner": "served", "state": status_of(detector, state), "seen": N}
+        ]
+        assert answer["drift"]["detector"] == drift["detector"]
+        counters = c.get("/models/d").json()["counters"]
+        assert counters["drifts"] == sum(kind == "drift" for _, kind in events)
+        assert counters["drift_warnings"] == sum(kind == "warning" for _, kind in events)
+        metrics = c.get("/metrics").text
+        assert f'perceptron_model_drifts_total{{model="d"}} {counters["drifts"]}.0' in metrics
+        assert c.post("/models/d/reset").status_code == 200
+        answer = c.get("/models/d/drift").json()
+        assert answer["events"] == [] and answer["learners"][0]["seen"] == 0
+
+
+def test_a_model_without_a_detector_answers_none(redis_url: str) -> None:
+    with (
+        running(ServiceProcess(redis_url)) as service,
+        httpx.Client(base_url=service.url, timeout=30) as c,
+    ):
+        assert c.put("/models/m", json={"n_features": 2}).status_code == 201
+        assert c.get("/models/m").json()["config"]["drift"] is None
+        c.post("/learn", json={"model": "m", "features": [1.0, 2.0], "label": 1})
+        assert c.get("/models/m/drift").json() == {"drift": None, "learners": [], "events": []}
+        assert c.get("/models/nope/drift").status_code == 404
+
+
+REFUSED = [
+    {"detector": "adwin"},
+    {"detector": "ddm", "on_drift": "retrain"},
+    {"detector": "ddm", "warm_start": 0},
+    {"detector": "ddm", "warm_start": 1_000_001},
+    {"detector": "ddm", "warm_start": 1.5},
+    {"detector": "ddm", "warning_threshold": 4.0},
+    {"detector": "ddm", "drift_threshold": 0},
+    {"detector": "ddm", "alpha": 0.9},
+    {"detector": "eddm", "alpha": 0.5},
+    {"detector": "eddm", "beta": 1.5},
+    {"detector": "ddm", "window": 3},
+    "ddm",
+    [],
+]
+
+
+def test_a_detector_that_cannot_be_is_a_422_and_makes_no_model(redis_url: str) -> None:
+    """Each limit at its edge is accepted, one past it refused."""
+    with running(ServiceProcess(redis_url)) as service:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            for drift in REFUSED:
+                r = c.put("/models/m", json={"n_features": 2, "drift": drift})
+                assert r.status_code == 422, (drift, r.text)
+                assert c.get("/models/m").status_code == 404
+            for drift in ({"detector": "ddm", "warm_start": 1_000_000},
+                          {"detector": "ddm", "warm_start": 1, "warning_threshold": 3.0},
+                          {"detector": "eddm", "alpha": 1.0, "beta": 1.0}):  # fmt: skip
+                assert c.put("/models/m", json={"n_features": 2, "drift": drift}).status_code == 201
+                assert c.delete("/models/m").status_code in (200, 204)
+
+
+@pytest.mark.in_process  # on the service in-process (the embedded store's Lua) and a real one
+def test_batches_feed_the_detector_as_the_detector_is_fed(client: httpx.Client) -> None:
+    drift = {"detector": "ddm", "warm_start": 20, "warning_threshold": 1.5}
+    assert client.put("/models/b", json={"n_features": 2, "drift": drift}).status_code == 201
+    xs, ys = turned_stream(600, 9)
+    mistakes: list[int] = []
+    for i in range(0, 600, 37):
+        body = {"model": "b", "features": xs[i : i + 37], "labels": ys[i : i + 37]}
+        mistakes += [int(m) for m in client.post("/learn/batch", json=body).json()["mistakes"]]
+    detector = DDM(20, 1.5)
+    state, events = feed(detector, detector.start(), mistakes)
+    answer = client.get("/models/b/drift").json()
+    assert [(e["at_seen"], e["kind"]) for e in answer["events"]] == events and events
+    assert answer["learners"][0]["state"] == status_of(detector, state)
