@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from service.contract.store_protocol import Status
 from service.contract.store_values import Bucket
 from service.store.keys import keys_of
-from service.store.ops import challenger_states, drift, labelling, parts
+from service.store.ops import labelling
 from service.store.script import Runner, Script, status_of
 
 # EPOCH: of the caller's configuration; DEFAULT: the class index of its default label; LIFE: how
@@ -27,14 +27,7 @@ SCRIPT = Script(
     "defaults",
     keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#", "detector"),
-    parts=(
-        drift.DRIFT,
-        parts.RECORD,
-        parts.PENDING,
-        parts.OURS,
-        labelling.LABEL,
-        challenger_states.LOG_LABELS,
-    ),
+    parts=labelling.PARTS,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
   META_PREV_EPOCH)

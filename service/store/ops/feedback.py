@@ -11,7 +11,7 @@ from service.contract.store_protocol import NO_CLASS, Status
 from service.contract.store_values import Bucket, FeedbackBatch, FeedbackItem, Held
 from service.errors import ModelBusy
 from service.store.keys import keys_of
-from service.store.ops import challenger_states, drift, labelling, parts
+from service.store.ops import labelling
 from service.store.script import Runner, Script, status_of
 
 HELD_AGAIN_S = 5.0  # the writer's holds waited out, in all, once some labels were applied
@@ -79,14 +79,7 @@ SCRIPT = Script(
     ),  # fmt: skip
     rest_keys="pending",
     rest_args="labels",
-    parts=(
-        drift.DRIFT,
-        parts.RECORD,
-        parts.PENDING,
-        parts.OURS,
-        labelling.LABEL,
-        challenger_states.LOG_LABELS,
-    ),
+    parts=labelling.PARTS,
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,

@@ -1,6 +1,8 @@
 """Lua functions shared by the scripts that label pending predictions (feedback.py,
 defaults.py): each label counted, logged and answered once."""
 
+from service.store.ops import challenger_states, drift, parts
+
 # Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
 # uses RECORD and PENDING). A state ``s`` from labels_begin (the model's version, examples
 # seen, its drift detector: RECORD's) gathers what each label adds;
@@ -69,3 +71,6 @@ local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bu
   return log_length
 end
 """
+
+# Every Lua part a labelling script is made of, in the order each needs the ones before.
+PARTS = (drift.DRIFT, parts.RECORD, parts.PENDING, parts.OURS, LABEL, challenger_states.LOG_LABELS)
