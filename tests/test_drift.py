@@ -89,6 +89,24 @@ def test_a_model_without_a_detector_answers_none(redis_url: str) -> None:
         assert c.get("/models/nope/drift").status_code == 404
 
 
+@pytest.mark.in_process
+def test_each_detector_answers_its_own_parameters_every_one_given(client: httpx.Client) -> None:
+    """A model's configuration and its drift answer name the detector's parameters, those left
+    out at River's defaults, and none of the other detector's."""
+    answers = {
+        "ddm": {"detector": "ddm", "on_drift": "alert", "warm_start": 30,
+                "warning_threshold": 2.0, "drift_threshold": 3.0},
+        "eddm": {"detector": "eddm", "on_drift": "alert", "warm_start": 30, "alpha": 0.95,
+                 "beta": 0.9},
+    }  # fmt: skip
+    for kind, whole in answers.items():
+        spec = {"n_features": 2, "drift": {"detector": kind}}
+        assert client.put(f"/models/{kind}", json=spec).status_code == 201
+        assert client.get(f"/models/{kind}").json()["config"]["drift"] == whole
+        assert client.get(f"/models/{kind}/drift").json()["drift"] == whole
+        assert client.delete(f"/models/{kind}").status_code in (200, 204)
+
+
 REFUSED = [
     {"detector": "adwin"},
     {"detector": "ddm", "on_drift": "retrain"},

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -19,32 +19,44 @@ DRIFT_TEXT = (
 )
 
 
-class DriftSpec(BaseModel):
-    """A drift detector's configuration."""
+class _DetectorSpec(BaseModel):
+    """What every drift detector's configuration takes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    detector: Literal["ddm", "eddm"] = Field(description="ddm or eddm")
     on_drift: Literal["alert"] = Field("alert", description="what a drift does: alert")
     warm_start: StrictInt | None = Field(
         None, description=f"examples (ddm) or mistakes (eddm) before it decides ({DDM.warm_start})"
-    )
-    warning_threshold: float | None = Field(
-        None, description=f"ddm: deviations over the best that warn ({DDM.warning_threshold})"
-    )
-    drift_threshold: float | None = Field(
-        None, description=f"ddm: deviations over the best that detect ({DDM.drift_threshold})"
-    )
-    alpha: float | None = Field(
-        None, description=f"eddm: the level under which it warns ({EDDM.alpha})"
-    )
-    beta: float | None = Field(
-        None, description=f"eddm: the level under which it detects ({EDDM.beta})"
     )
 
     def given(self) -> dict[str, object]:
         """The parameters given, as a model's configuration takes them."""
         return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class DDMSpec(_DetectorSpec):
+    """DDM's configuration (River's drift.binary.DDM)."""
+
+    detector: Literal["ddm"] = Field(description="ddm")
+    warning_threshold: float | None = Field(
+        None, description=f"deviations over the best that warn ({DDM.warning_threshold})"
+    )
+    drift_threshold: float | None = Field(
+        None, description=f"deviations over the best that detect ({DDM.drift_threshold})"
+    )
+
+
+class EDDMSpec(_DetectorSpec):
+    """EDDM's configuration (River's drift.binary.EDDM)."""
+
+    detector: Literal["eddm"] = Field(description="eddm")
+    alpha: float | None = Field(None, description=f"the level under which it warns ({EDDM.alpha})")
+    beta: float | None = Field(None, description=f"the level under which it detects ({EDDM.beta})")
+
+
+# A drift detector's configuration: its parameters are those of the detector it names.
+DriftSpec = Annotated[DDMSpec | EDDMSpec, Field(discriminator="detector")]
+SPECS: dict[str, type[DDMSpec] | type[EDDMSpec]] = {"ddm": DDMSpec, "eddm": EDDMSpec}
 
 
 class DriftEvent(BaseModel):
@@ -103,4 +115,4 @@ def drift_answer(config: dict[str, Any] | None, meta: dict[str, str]) -> DriftAn
         events.append(DriftEvent(learner="served", kind=kind, at_seen=int(at), time=int(ms) / 1000))
     seen = int(meta.get(Meta.SEEN, 0))
     served = LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)
-    return DriftAnswer(drift=DriftSpec(**config), learners=[served], events=events)
+    return DriftAnswer(drift=SPECS[config["detector"]](**config), learners=[served], events=events)
