@@ -4,6 +4,8 @@ two workers on a real redis-server, and nginx in front as deploy/ ships it.
 * A label applied through the other worker than the one holding the stream arrives as an
   event within a second (the worker each connection landed on is read from the processes'
   sockets).
+* A model with a drift detector pushes ``drift`` (the body of ``GET .../drift``) at once and
+  at each warning and drift, and only then.
 * With keys on the stream needs the ``predict`` role on the model: in a header, or in the
   cookie ``perceptron_key`` (what a browser's EventSource sends); no key, a wrong key or a key
   for other models is refused with the API's JSON errors.
@@ -197,6 +199,34 @@ def test_a_label_applied_by_the_other_worker_arrives_within_a_second(
         assert stream.ended.wait(2)
     finally:
         stream.close()
+
+
+def test_a_detectors_events_are_pushed_as_they_come(two_workers: ServiceProcess) -> None:
+    drift = {"detector": "ddm", "warm_start": 10, "warning_threshold": 1.2}
+    with httpx.Client(base_url=two_workers.url, timeout=10) as c:
+        assert c.put("/models/drifting", json={**MODEL, "drift": drift}).status_code == 201
+        assert c.put("/models/still", json=MODEL).status_code == 201
+        quiet = Stream(two_workers.port, "/models/still/events")
+        stream = Stream(two_workers.port, "/models/drifting/events")
+        try:
+            first = stream.wait_for(lambda k, b: k == "drift", 5)[2]
+            assert first == c.get("/models/drifting/drift").json() and first["events"] == []
+            # Right of x0 = 0 is 1, then -1: the perceptron errs until it turns.
+            for label in (1, -1):
+                body = {"model": "drifting", "features": [[1, 0]] * 60, "labels": [label] * 60}
+                assert c.post("/learn/batch", json=body).status_code == 200
+                c.post("/learn", json={"model": "still", "features": [1, 0], "label": label})
+            answer = c.get("/models/drifting/drift").json()
+            assert answer["events"], answer  # (the stream did warn and detect)
+            stream.wait_for(lambda k, b: k == "drift" and b == answer, 2)
+            kinds = [k for _, k, _ in stream.events]
+            assert kinds.count("drift") <= 3, kinds  # (at once, then once per batch at most)
+            assert kinds.count("metrics") >= 2
+            quiet.wait_for(lambda k, b: k == "metrics" and b["counters"]["seen"] == 2, 2)
+            assert all(k != "drift" for _, k, _ in quiet.events)  # (no detector, no event)
+        finally:
+            stream.close()
+            quiet.close()
 
 
 def test_the_stream_needs_the_predict_role_on_the_model(keyed: ServiceProcess) -> None:

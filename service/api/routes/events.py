@@ -9,6 +9,8 @@ The stream sends, as they change, the bodies a client would otherwise poll for:
 - ``event: challengers``, the answer of ``GET /models/{name}/challengers``: at once, then
   whenever a label, an add, a removal or a promotion changes it, while the model has
   challengers (and once more when its last one goes);
+- ``event: drift``, the answer of ``GET /models/{name}/drift``, for a model with a drift
+  detector: at once, then whenever the detector warns or detects, or the model starts afresh;
 - ``event: gone``, ``{"detail", "code": "model_not_found"}``, when the model is deleted; the
   stream ends;
 - a comment (``: keep-alive``) after ``PERCEPTRON_STREAM_KEEPALIVE_S`` without an event;
@@ -46,10 +48,13 @@ from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthoriz
 from service.api.callers import checked
 from service.api.metrics_view import model_metrics
 from service.api.routes.history_routes import read_checkpoints
+from service.api.schemas.drift_schemas import drift_answer
 from service.api.schemas.model_schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
+from service.contract.store_protocol import Meta
 from service.errors import ModelNotFound
+from service.store.redis_store import STAMP_FIELDS
 
 COOKIE = "perceptron_key"
 RETRY_MS = 1000  # how soon an EventSource connects again after the stream ends
@@ -57,6 +62,8 @@ RETRY_MS = 1000  # how soon an EventSource connects again after the stream ends
 # pastck, pastv (not the version, which every update moves).
 HISTORY = (0, 2, 3, 4, 5)
 CHALLENGERS = -2  # the stamp's count of challengers (Store.read_stamp)
+# The stamp's fields that the drift detector's events follow: epoch, warnings, drifts.
+DRIFT = tuple(STAMP_FIELDS.index(f) for f in (Meta.EPOCH, "drift_warnings", "drifts"))
 
 EXAMPLE = (
     "retry: 1000\n\n"
@@ -74,16 +81,16 @@ router = APIRouter(prefix="/models", tags=["models"])
     response_class=Response,
     responses={
         200: {
-            "description": "Server-Sent Events: `metrics`, `checkpoints` and `challengers` as "
-            "they change",
+            "description": "Server-Sent Events: `metrics`, `checkpoints`, `challengers` and "
+            "`drift` as they change",
             "content": {EVENT_STREAM: {"example": EXAMPLE}},
         },
         **error_responses((401, 403, 404, 422, 503)),
     },
 )
 async def model_events(name: str, request: Request) -> Response:
-    """Follow a model: its metrics, checkpoints and challengers pushed as they change
-    (Server-Sent Events).
+    """Follow a model: its metrics, checkpoints, challengers and drift detector's events pushed
+    as they change (Server-Sent Events).
     A browser's `EventSource` may send its key in the cookie `perceptron_key`."""
     checked(stream_caller(request), Role.predict, check_name(name))
     worker: Worker = request.app.state.worker
@@ -94,6 +101,7 @@ async def model_events(name: str, request: Request) -> Response:
         first = await _metrics(worker, name)  # 404 for a model that does not exist
         history = await _checkpoints(worker, name)
         history += await _challengers(worker, name) if _challenged(stamp) else b""
+        history += await _drift(worker, name)
     except BaseException:
         streams.leave()
         raise
@@ -137,6 +145,14 @@ async def _checkpoints(worker: Worker, name: str) -> bytes:
     return event("checkpoints", body.model_dump_json().encode())
 
 
+async def _drift(worker: Worker, name: str) -> bytes:
+    """The drift event, for a model with a detector (else nothing)."""
+    config, meta = await worker.models.read_model(name)
+    if config.drift is None:
+        return b""
+    return event("drift", drift_answer(config.drift, meta).model_dump_json().encode())
+
+
 async def _challengers(worker: Worker, name: str) -> bytes:
     return event("challengers", orjson.dumps(await worker.challengers.show(name)))
 
@@ -166,6 +182,8 @@ async def _follow(
                     chunk += await _checkpoints(worker, name)
                 if _challenged(now) or _challenged(stamp):
                     chunk += await _challengers(worker, name)
+                if stamp is None or any(now[i] != stamp[i] for i in DRIFT):
+                    chunk += await _drift(worker, name)
                 stamp = now
             elif time.monotonic() - sent >= s.stream_keepalive_s:
                 chunk = b": keep-alive\n\n"
