@@ -153,3 +153,67 @@ def test_batches_feed_the_detector_as_the_detector_is_fed(client: httpx.Client) 
     answer = client.get("/models/b/drift").json()
     assert [(e["at_seen"], e["kind"]) for e in answer["events"]] == events and events
     assert answer["learners"][0]["state"] == status_of(detector, state)
+
+
+@pytest.mark.in_process
+def test_an_export_carries_the_detector_and_its_import_goes_on_from_there(
+    client: httpx.Client,
+) -> None:
+    """Imported elsewhere, a model's detector is where the export left it: fed the same
+    mistakes from there, both flag the same examples."""
+    drift = {"detector": "ddm", "warm_start": 20, "warning_threshold": 1.5}
+    assert client.put("/models/a", json={"n_features": 2, "drift": drift}).status_code == 201
+    xs, ys = turned_stream(800, 4)
+    body = {"model": "a", "features": xs[:450], "labels": ys[:450]}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    doc = client.get("/models/a/export").json()
+    before = client.get("/models/a/drift").json()
+    assert [[e["at_seen"], e["kind"]] for e in before["events"]] == [
+        [e["at_seen"], e["kind"]] for e in doc["drift"]["events"]
+    ]
+    assert client.post("/models/b/import", json=doc).status_code == 200
+    assert client.get("/models/b/drift").json() == before
+    for name in ("a", "b"):
+        body = {"model": name, "features": xs[450:], "labels": ys[450:]}
+        assert client.post("/learn/batch", json=body).status_code == 200
+    a, b = (client.get(f"/models/{n}/drift").json() for n in ("a", "b"))
+    assert [e["at_seen"] for e in a["events"]] == [e["at_seen"] for e in b["events"]]
+    assert len(a["events"]) > len(before["events"]) and a["learners"] == b["learners"]
+
+
+def test_a_file_whose_detector_could_not_be_is_refused_whole(client: httpx.Client) -> None:
+    drift = {"detector": "ddm"}
+    assert client.put("/models/f", json={"n_features": 2, "drift": drift}).status_code == 201
+    client.post("/learn", json={"model": "f", "features": [1.0, 2.0], "label": 1})
+    doc = client.get("/models/f/export").json()
+    state = doc["drift"]["state"]
+    assert state.split()[1] == "1"  # (one example seen)
+    event = {"at_seen": 1, "kind": "drift", "time_ms": 0}
+    for bad in (
+        "x",
+        {"state": state},
+        {"state": state + " 0", "events": []},
+        {"state": "3" + state[1:], "events": []},
+        {"state": state.replace(" 1 ", " 1.5 ", 1), "events": []},
+        {"state": state.replace(" 1 ", " nan ", 1), "events": []},
+        {"state": state, "events": [{**event, "kind": "shift"}]},
+        {"state": state, "events": [{**event, "at_seen": -1}]},
+        {"state": state, "events": [event] * 101},
+    ):
+        r = client.post("/models/g/import", json={**doc, "drift": bad})
+        assert r.status_code == 422 and r.json()["code"] == "invalid_import", (bad, r.text)
+    assert (
+        client.post(
+            "/models/g/import", json={**doc, "drift": {"state": state, "events": [event] * 100}}
+        ).status_code
+        == 200
+    )
+    assert len(client.get("/models/g/drift").json()["events"]) == 100
+    plain = client.put("/models/p", json={"n_features": 2}).status_code
+    assert plain == 201
+    other = {**client.get("/models/p/export").json(), "drift": doc["drift"]}
+    r = client.post("/models/p/import", json=other)
+    assert r.status_code == 422 and "has none" in r.json()["detail"]
+    without = {k: v for k, v in doc.items() if k != "drift"}  # (a file from before: fresh)
+    assert client.post("/models/h/import", json=without).status_code == 200
+    assert client.get("/models/h/drift").json()["learners"][0]["state"] == "stable"

@@ -129,6 +129,8 @@ CONFIGS: list[dict[str, Any]] = [
 # The PA models' updates the service made and the reference checked, over every sequence: the
 # test requires some (a PA model made and learned on both workers).
 PA_UPDATES: list[int] = [0]
+# A drift detector's state (None: fresh) and its events (the examples seen, the kind).
+Drift = tuple[list[float] | None, list[tuple[int, str]]]
 DRIFT_EVENTS: Counter[str] = Counter()  # the drift detectors' events, by kind
 PROMOTIONS: list[int] = [0, 0]  # promotions made, and labels of a prediction made before one
 COUNTERS = [c.name for c in protocol.COUNTERS]
@@ -400,11 +402,12 @@ class Ref:
         generation: int,
         reason: str,
         carried: list[Kept],
+        drift: Drift = (None, []),
     ) -> None:
         """A reset or an import: the model as it was kept first as a checkpoint, then the
         file's checkpoints under the next ids; counters and kept updates start anew."""
         self.checkpoint(reason, self.weights, self.version)
-        self.made_from(weights, counters, sources, generation, carried)
+        self.made_from(weights, counters, sources, generation, carried, drift)
 
     def made_from(
         self,
@@ -413,7 +416,9 @@ class Ref:
         sources: dict[str, list[int]],
         generation: int,
         carried: list[Kept],
+        drift: Drift = (None, []),
     ) -> None:
+        """Its drift detector's state and events are the file's (``drift``), or fresh."""
         for c in carried:
             self.last_id += 1
             self.checkpoints[self.last_id] = Kept(
@@ -422,7 +427,7 @@ class Ref:
         self.counters, self.generation, self.previous = dict(counters), generation, set()
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
-        self.drift_state, self.drift_events = None, []  # (and starts its detector afresh)
+        self.drift_state, self.drift_events = drift[0], list(drift[1])
         # (and the ring of outcomes: the window reads as that many examples, none wrong)
         self.marks = bytearray(b"0" * min(self.counters["seen"], protocol.RING_SIZE))
         self.restart(weights.copy())
@@ -661,11 +666,12 @@ class Service(RuleBasedStateMachine):
         self.expect(imported, 200)
         carried = [ref.checkpoints[i] for i in own] if carry else []
         what = (ref.weights, ref.counters, ref.sources, next(self.generations))
+        drift = (ref.drift_state, ref.drift_events)  # (the detector's, carried)
         if there is None:
             there = self.models[into] = Ref(ref.config, learner(ref.config), 0)
-            there.made_from(*what, carried)
+            there.made_from(*what, carried, drift)
         else:
-            there.replaced(*what, IMPORT, carried)
+            there.replaced(*what, IMPORT, carried, drift)
 
     @rule(
         name=st.sampled_from(NAMES),

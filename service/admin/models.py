@@ -294,7 +294,7 @@ class Models:
             name=name,
             config=file.config,
             weights=file.weights,
-            counters=file.counters,
+            counters=file.counters | file.drift,
             created=file.created,
             reason=Reason.BEFORE_IMPORT,
             checkpoints=carried,

@@ -19,6 +19,13 @@ from service.contract.store_protocol import Field, Meta, Reason, parse_cell
 from service.errors import InvalidInput
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import pack_weights, unpack_weights
+from service.learner.drift_detectors import (
+    DetectorError,
+    check_state,
+    detector_of,
+    read_state,
+    state_text,
+)
 from service.learner.interface import MAX_WEIGHT
 
 FORMAT = "perceptron-model"
@@ -46,6 +53,9 @@ class ModelFile:
     counters: dict[str, str]
     created: int
     checkpoints: list[FileCheckpoint] = field(default_factory=list)
+    # The drift detector's state and events, as the model's hash keeps them (none without a
+    # detector, or from a file made before files carried them: the detector starts afresh).
+    drift: dict[str, str] = field(default_factory=dict)
 
 
 def export_document(
@@ -73,6 +83,8 @@ def export_document(
         "counters": counters,
         **doc,
     }
+    if config.drift is not None:
+        out["drift"] = _drift_document(config, meta)
     if checkpoints is not None:
         out["checkpoints"] = [
             {
@@ -89,6 +101,18 @@ def export_document(
     return out
 
 
+def _drift_document(config: ModelConfig, meta: dict[str, str]) -> dict[str, Any]:
+    """The detector's state (its numbers as the store keeps them) and its last events."""
+    assert config.drift is not None
+    detector, _ = detector_of(config.drift)
+    events = []
+    for line in meta.get(Meta.DRIFT_EVENTS, "").splitlines():
+        at, kind, ms = line.split()
+        events.append({"at_seen": int(at), "kind": kind, "time_ms": int(ms)})
+    state = read_state(detector, meta.get(Meta.DRIFT_STATE, ""))
+    return {"state": state_text(state), "events": events}
+
+
 def _weights_document(weights: Weights) -> dict[str, str]:
     data = pack_weights(weights)
     return {"weights": base64.b64encode(data).decode(), "sha256": hashlib.sha256(data).hexdigest()}
@@ -99,7 +123,9 @@ def _bad(why: str) -> InvalidInput:
 
 
 FIELDS = {"format", "format_version", "name", "config", "created", "version", "seen"}
-FIELDS |= {"counters", "weights", "sha256", "checkpoints"}
+FIELDS |= {"counters", "weights", "sha256", "checkpoints", "drift"}
+DRIFT_FIELDS = {"state", "events"}
+EVENT_FIELDS = {"at_seen", "kind", "time_ms"}
 CHECKPOINT_FIELDS = {"version", "seen", "time_ms", "reason", "mistakes", "window"}
 CHECKPOINT_FIELDS |= {"weights", "sha256"}
 MAX_CHECKPOINTS = 1000  # carried by one file (the request's size bounds them first)
@@ -184,7 +210,38 @@ def parse_document(doc: Any) -> ModelFile:
     counters = _counters(doc.get("counters"), config, seen)
     weights = _weights_of(doc, config, version, seen)
     checkpoints = _checkpoints_of(doc.get("checkpoints", []), config)
-    return ModelFile(config, weights, counters, created, checkpoints)
+    drift = _drift_of(doc.get("drift"), config)
+    return ModelFile(config, weights, counters, created, checkpoints, drift=drift)
+
+
+def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
+    """The file's drift detector state and events, as the model's hash keeps them."""
+    if raw is None:
+        return {}
+    if config.drift is None:
+        raise _bad("'drift' carries a detector's state, but the configuration has none.")
+    if not isinstance(raw, dict) or set(raw) != DRIFT_FIELDS:
+        raise _bad(f"'drift' must be an object of {sorted(DRIFT_FIELDS)}.")
+    detector, _ = detector_of(config.drift)
+    text, events = raw["state"], raw["events"]
+    try:
+        if not isinstance(text, str) or len(text) > 1000:
+            raise DetectorError("it must be its numbers in a string, separated by spaces.")
+        state = [float(v) for v in text.split()]
+        check_state(detector, state)
+    except (DetectorError, ValueError) as e:
+        raise _bad(f"the drift detector's state: {e}") from e
+    if not isinstance(events, list) or len(events) > protocol.DRIFT_EVENTS_KEPT:
+        raise _bad(f"'drift.events' must be a list of at most {protocol.DRIFT_EVENTS_KEPT}.")
+    lines = []
+    for i, one in enumerate(events):
+        if not isinstance(one, dict) or set(one) != EVENT_FIELDS or one["kind"] not in KINDS:
+            raise _bad(f"drift event {i} must be {sorted(EVENT_FIELDS)}, kind one of {KINDS}.")
+        lines.append(f"{_count(one, 'at_seen')} {one['kind']} {_count(one, 'time_ms')}\n")
+    return {Meta.DRIFT_STATE: state_text(state), Meta.DRIFT_EVENTS: "".join(lines)}
+
+
+KINDS = ("warning", "drift")
 
 
 def _checkpoints_of(raw: Any, config: ModelConfig) -> list[FileCheckpoint]:

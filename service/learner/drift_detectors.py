@@ -191,6 +191,36 @@ def feed(
     return state, events
 
 
+def check_state(detector: Detector, state: list[float]) -> None:
+    """Raise DetectorError unless ``state`` is one ``detector`` could have come to: its size,
+    a status it takes, whole counts, finite numbers (but DDM's ps_min before warm: infinite)."""
+    size = len(detector.start())
+    if len(state) != size:
+        raise DetectorError(f"{detector.name}'s state holds {size} numbers; got {len(state)}.")
+    if state[0] not in (STABLE, WARNING, DRIFT):
+        raise DetectorError(f"its status must be 0, 1 or 2; got {state[0]!r}.")
+    whole = (1,) if isinstance(detector, DDM) else (1, 2, 3, 4)
+    for i, v in enumerate(state):
+        if i == size - 1 and isinstance(detector, DDM) and v == math.inf:
+            continue
+        if not math.isfinite(v) or (i in whole and not (v == int(v) and 0 <= v <= 2.0**53)):
+            raise DetectorError(f"number {i} of its state must be finite, a count whole: {v!r}.")
+    if isinstance(detector, DDM) and not 0 <= state[2] <= 1:
+        raise DetectorError(f"DDM's mistake rate must be in [0, 1]; got {state[2]!r}.")
+    if isinstance(detector, EDDM) and (state[8] not in (0.0, 1.0) or state[7] < -1):
+        raise DetectorError("EDDM's warning flag must be 0 or 1, its largest p' + 2 s' >= -1.")
+
+
+def read_state(detector: Detector, text: str) -> list[float]:
+    """A state as the store keeps it (numbers as %.17g, separated by spaces; '' a fresh one)."""
+    return [float(v) for v in text.split()] or detector.start()
+
+
+def state_text(state: Sequence[float]) -> str:
+    """A state as the store keeps it, each number exact."""
+    return " ".join(f"{v:.17g}" for v in state)
+
+
 def status_of(detector: Detector, state: list[float]) -> Status:
     """What an operator is shown: a drift, else a warning, else stable."""
     warning, drift = detector.flags(state)
