@@ -887,3 +887,52 @@ def test_the_documented_screenshot_is_taken(client: httpx.Client, tmp_path: Path
     assert done.returncode == 0, done.stderr
     png = (tmp_path / "dashboard.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_the_drift_detectors_events_are_marked_on_the_curves_and_come_by_push(
+    client: httpx.Client, page: Page
+) -> None:
+    """Each warning and drift of a model's detector is marked on the curve over examples at
+    the example it came (and on the timeline), named in the tooltip there; a new one shows by
+    push, without a reload. A model without a detector has no such mark."""
+    drift = {"detector": "ddm", "warm_start": 10, "warning_threshold": 1.2}
+    assert client.put("/models/turn", json={"n_features": 2, "drift": drift}).status_code == 201
+    xs = np.random.default_rng(3).normal(size=(600, 2)).round(3)
+    ys = np.where(xs[:, 0] > 0, 1, -1) * np.repeat([1, -1, 1], 200)  # (turned, and back)
+    body = {"model": "turn", "features": xs[:400].tolist(), "labels": ys[:400].tolist()}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    events = client.get("/models/turn/drift").json()["events"]
+    at = [i for i, e in enumerate(events) if e["kind"] == "drift"]
+    assert at, events
+    aborted = only_the_service(page, client)
+    page.goto(f"{base(client)}/dashboard#model=turn")
+    expect(page.locator("#status")).to_have_attribute("data-push", "true")
+    curve = page.locator("#chart-examples")
+    for kind in ("warning", "drift"):
+        expect(curve.locator(f".mark-{kind}")).to_have_count(sum(e["kind"] == kind for e in events))
+    expect(page.locator("#chart-time .mark-drift")).to_have_count(
+        sum(e["kind"] == "drift" for e in events)
+    )
+    # Hovering the drift's mark names it, at its example.
+    last = events[at[-1]]
+    mark = curve.locator(f".mark[data-id='drift-{at[-1]}'] line")
+    box = mark.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"], box["y"] + box["height"] / 2)
+    named = page.locator("#chart-examples ~ .tooltip .tip-mark")
+    expect(named.filter(has_text=f"drift detected at example {last['at_seen']}")).to_have_count(1)
+    # The concept turns back: the detector's next events come by push.
+    back = {"model": "turn", "features": xs[400:].tolist(), "labels": ys[400:].tolist()}
+    assert client.post("/learn/batch", json=back).status_code == 200
+    more = client.get("/models/turn/drift").json()["events"]
+    assert len(more) > len(events)
+    expect(curve.locator(".mark")).to_have_count(len(more), timeout=3000)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-drift.png"), full_page=True)
+    # (a model without a detector: no mark)
+    assert client.put("/models/plain", json={"n_features": 2}).status_code == 201
+    client.post("/learn/batch", json={**body, "model": "plain"})
+    page.goto(f"{base(client)}/dashboard#model=plain")
+    expect(page.locator("#model-view")).to_have_attribute("data-model", "plain")
+    expect(page.locator("#status")).to_have_attribute("data-push", "true")
+    expect(page.locator("#chart-examples .mark")).to_have_count(0)
+    assert aborted == []

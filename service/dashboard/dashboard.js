@@ -1,6 +1,6 @@
 // The perceptron dashboard: reads the JSON API and draws it. The model shown is followed by
-// push (Server-Sent Events from GET /models/{name}/events: its metrics, checkpoints and
-// challengers as they change); the list of models is read every 15 s. Should the stream fail, the page reads the
+// push (Server-Sent Events from GET /models/{name}/events: its metrics, checkpoints,
+// challengers and drift detector's events as they change); the list of models is read every 15 s. Should the stream fail, the page reads the
 // API every 2 s instead, and tries the stream again 30 s later. Plain JS, an ES module (so
 // strict, its names its own), no dependencies.
 
@@ -30,6 +30,7 @@ const state = {
   metrics: null,
   checkpoints: [],
   challengers: null, // GET .../challengers: the served learner and each challenger
+  drift: [], // GET .../drift's events: the drift detector's warnings and drifts
   learners: null, // GET /learners, by name: each learner's title and settings
   gen: 0,
   timer: null,
@@ -237,15 +238,17 @@ async function refresh() {
     if (streaming(name)) return; // the stream brings the figures
     const path = 'models/' + encodeURIComponent(name);
     // (the checkpoints are drawn where the key may read them; the metrics decide the rest)
-    const [metrics, history, challengers] = await Promise.all([
+    const [metrics, history, challengers, drift] = await Promise.all([
       api(path + '/metrics'),
       api(path + '/checkpoints').catch(() => null),
       api(path + '/challengers').catch(() => null),
+      api(path + '/drift').catch(() => null),
     ]);
     if (gen !== state.gen) return;
     state.metrics = metrics;
     state.checkpoints = history ? history.checkpoints : [];
     state.challengers = challengers;
+    state.drift = drift ? drift.events : [];
     render(metrics);
     ok();
     if (!state.stream || state.stream.name !== name) openStream(name);
@@ -315,6 +318,7 @@ function openStream(name) {
   const es = new EventSource(url);
   const stream = { es, name, live: false, lost: null };
   state.stream = stream;
+  state.drift = []; // (the stream sends them at once, for a model with a detector)
   const mine = () => state.stream === stream;
   es.addEventListener('metrics', (ev) => {
     if (!mine()) return;
@@ -334,6 +338,11 @@ function openStream(name) {
     if (!mine()) return;
     state.challengers = JSON.parse(ev.data);
     renderChallengers();
+  });
+  es.addEventListener('drift', (ev) => {
+    if (!mine()) return;
+    state.drift = JSON.parse(ev.data).events;
+    if (state.metrics) renderCharts(state.metrics);
   });
   es.addEventListener('gone', () => {
     if (!mine()) return;
@@ -720,13 +729,17 @@ function drawChart(svg, spec) {
     }
   }
   // marks: a dashed line and a label at each x within the chart (checkpoints)
+  // (a label that would overlap the one before it is left out: the tooltip names each)
   const marks = el('g', { class: 'marks' }, svg);
-  for (const mark of spec.marks || []) {
+  let labelled = -Infinity;
+  for (const mark of (spec.marks || []).slice().sort((a, b) => a.x - b.x)) {
     if (mark.x < x0 || mark.x > x1) continue;
     const g = el('g', { class: 'mark mark-' + mark.cls, 'data-id': mark.id }, marks);
-    const x = sx(mark.x).toFixed(1);
-    el('line', { x1: x, x2: x, y1: m.t, y2: m.t + ph }, g);
-    el('text', { x, y: m.t - 3, 'text-anchor': 'middle' }, g).textContent = mark.label;
+    const x = sx(mark.x);
+    el('line', { x1: x.toFixed(1), x2: x.toFixed(1), y1: m.t, y2: m.t + ph }, g);
+    if (!mark.label || x - labelled < 8 * (mark.label.length + 1)) continue;
+    labelled = x;
+    el('text', { x: x.toFixed(1), y: m.t - 3, 'text-anchor': 'middle' }, g).textContent = mark.label;
   }
   const guide = el('line', { x1: 0, x2: 0, y1: m.t, y2: m.t + ph, class: 'guide', visibility: 'hidden' }, svg);
   svg._chart = { spec, sx, sy, guide, m, pw };
@@ -812,10 +825,14 @@ function renderCharts(m) {
       id: c.id,
       label: '#' + c.id,
       cls: c.reason.replaceAll(' ', '-'),
-    })),
+    })).concat(state.drift.map((e, i) => ({
+      x: Math.floor(e.time / bucket) * bucket, id: 'drift-' + i, label: driftLabel(e), cls: e.kind,
+    }))),
     marksAt: (i) => state.checkpoints
       .filter((c) => c.time >= pts[i].t && c.time < pts[i].t + bucket)
-      .map(checkpointLine),
+      .map(checkpointLine)
+      .concat(state.drift.filter((e) => e.time >= pts[i].t && e.time < pts[i].t + bucket)
+        .map(driftLine)),
   });
   const curve = m.curve.points;
   const recent = recentRates(m.curve);
@@ -832,8 +849,26 @@ function renderCharts(m) {
     ],
     label: (i) => `after ${nCount(curve[i].examples, 'example')}`,
     extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
+    // (each of the drift detector's events at the example it came: marked where it lies
+    // between two points of the curve, named by the point after it)
+    marks: state.drift.map((e, i) => ({ x: e.at_seen, id: 'drift-' + i, label: driftLabel(e), cls: e.kind })),
+    marksAt: (i) => state.drift
+      .filter((e) => e.at_seen <= curve[i].examples && (i === 0 || e.at_seen > curve[i - 1].examples))
+      .map(driftLine),
   });
   $('window-legend').textContent = windowName(recent.span);
+}
+
+// A drift detector's event: its mark's label, and its line in a tooltip.
+function driftLabel(e) {
+  return e.kind === 'drift' ? 'drift' : ''; // (a warning: its line alone)
+}
+
+function driftLine(e) {
+  const what = e.kind === 'drift' ? 'drift detected' : 'drift warning';
+  const by = e.learner === 'served' ? '' : ` (${e.learner})`;
+  const action = e.action ? ` · ${e.action}` : '';
+  return `${what}${by} at example ${fmtInt(e.at_seen)}, ${fmtClock(e.time)}${action}`;
 }
 
 // A learner's settings in a few words, as GET /learners names them: its title, each number
