@@ -48,6 +48,7 @@ EXAMPLES: dict[str, list[tuple[Any, ...]]] = {
     "import_model": [("iris", {"format": 1, "config": {}, "checksum": "0" * 64})],
     "weights": [("iris",)],
     "challengers": [("iris",)],
+    "drift": [("iris",)],
     "challenger": [("iris", "pa")],
     "add_challenger": [("iris", "pa", {}), ("iris", "pa", {"algorithm": "pa1", "C": 0.5}, True)],
     "delete_challenger": [("iris", "pa")],
@@ -95,10 +96,10 @@ def mismatches(
     """Where the client's schema fails to take what the service's schema allows, or declares
     other fields than it; empty when the client reads every answer the service may send."""
     client, server = resolve(client, client_defs), resolve(server, COMPONENTS)
-    if "anyOf" in server:
+    if "anyOf" in server or "oneOf" in server:  # (each the service may send)
         return [
             problem
-            for branch in server["anyOf"]
+            for branch in server.get("anyOf") or server["oneOf"]
             for problem in mismatches(client, client_defs, branch, where)
         ]
     if "anyOf" in client:

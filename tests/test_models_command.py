@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from perceptron_client import ModelSpec
@@ -324,3 +325,40 @@ def test_the_learners_and_their_flags_from_the_command_line(client: httpx.Client
     assert not any(line.split()[0] == "learning_rate" for line in shown.stdout.splitlines())
     other = perceptron("models", "create", "ar2", "--algorithm", "arow", "--C", "0.5", url=url)
     assert other.returncode == EXIT["refused"] and "not used by 'arow'" in other.stderr
+
+
+def test_a_drift_detector_from_the_command_line(client: httpx.Client) -> None:
+    """create --drift takes a detector's name or its configuration; drift shows it, each
+    learner's state and the events the API lists; show names it."""
+    url = str(client.base_url).rstrip("/")
+    made = perceptron("models", "create", "dd", "--n-features", "2", "--drift", "ddm", url=url)
+    assert made.returncode == 0, made.stderr
+    assert client.get("/models/dd").json()["config"]["drift"]["drift_threshold"] == 3.0
+    shown = perceptron("models", "show", "dd", url=url).stdout.splitlines()
+    assert any(line.split()[:2] == ["drift", "detector=ddm"] for line in shown), "\n".join(shown)
+    quiet = perceptron("models", "drift", "dd", url=url)
+    assert quiet.returncode == 0 and "no warning or drift yet" in quiet.stdout, quiet.stderr
+    spec = '{"detector": "eddm", "warm_start": 5, "alpha": 0.99}'
+    made = perceptron("models", "create", "ed", "--n-features", "2", "--drift", spec, url=url)
+    assert made.returncode == 0, made.stderr
+    xs = np.random.default_rng(2).normal(size=(400, 2)).round(3)
+    ys = np.where(xs[:, 0] > 0, 1, -1) * np.repeat([1, -1], 200)
+    body = {"model": "ed", "features": xs.tolist(), "labels": ys.tolist()}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    report = client.get("/models/ed/drift").json()
+    assert report["events"] and report["drift"]["alpha"] == 0.99
+    assert as_json(perceptron("models", "drift", "ed", "--json", url=url)) == report
+    table = perceptron("models", "drift", "ed", url=url).stdout
+    assert table.startswith("detector eddm: on_drift alert, warm_start 5, alpha 0.99, beta 0.9")
+    state = report["learners"][0]["state"]
+    assert f"served: {state} after 400 labelled examples" in table
+    rows = [line.split()[:3] for line in table.splitlines()[3:]]
+    assert rows == [["served", e["kind"], f"{e['at_seen']:,}"] for e in report["events"]]
+    bad = perceptron("models", "create", "x", "--drift", "adwin", url=url)
+    assert bad.returncode == EXIT["refused"] and "drift" in bad.stderr
+    plain = perceptron("models", "create", "p", "--n-features", "2", url=url)
+    assert plain.returncode == 0
+    none = perceptron("models", "drift", "p", url=url)
+    assert "no drift detector" in none.stdout
+    missing = perceptron("models", "drift", "nope", url=url)
+    assert missing.returncode == EXIT["not_found"]

@@ -8,7 +8,7 @@ Fields the service may leave out or send as null default to ``None``, as there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -24,6 +24,9 @@ __all__ = [
     "Updates",
     "Checkpoints",
     "Confusion",
+    "DriftEvent",
+    "DriftReport",
+    "LearnerDrift",
     "Counters",
     "Curve",
     "CurvePoint",
@@ -82,6 +85,7 @@ class ModelSpec(BaseModel):
     feedback_ttl_s: int
     default_label: Label | None = None
     algorithm: str = "perceptron"
+    drift: dict[str, Any] | None = None  # its drift detector's configuration (None: none)
     learning_rate: float | None = None
     margin: float | None = None
     averaged: bool | None = None
@@ -140,6 +144,31 @@ class Checkpoints(BaseModel):
     restorable_from: int
     bytes: int
     checkpoints: list[CheckpointInfo]
+
+
+class DriftEvent(BaseModel):
+    """A warning or a drift of a model's drift detector."""
+
+    learner: str  # "served", or a challenger's id
+    kind: Literal["warning", "drift"]
+    at_seen: int  # the labelled examples the learner had seen when it came
+    time: float
+    action: str | None = None
+
+
+class LearnerDrift(BaseModel):
+    learner: str
+    state: Literal["stable", "warning", "drift"]
+    seen: int
+
+
+class DriftReport(BaseModel):
+    """A model's drift detector (its configuration's ``drift``; None: none), each learner's
+    state, and their last events, oldest first (``GET /models/{name}/drift``)."""
+
+    drift: dict[str, Any] | None
+    learners: list[LearnerDrift]
+    events: list[DriftEvent]
 
 
 class UpdateInfo(BaseModel):

@@ -27,6 +27,7 @@ from .answers import (
     ChallengerInfo,
     Challengers,
     Checkpoints,
+    DriftReport,
     FeedbackBatchResponse,
     FeedbackResponse,
     Health,
@@ -59,6 +60,7 @@ __all__ = [
     "create_model",
     "delete_challenger",
     "delete_model",
+    "drift",
     "export_model",
     "feedback",
     "feedback_batch",
@@ -291,6 +293,10 @@ def undo(
     if not given:
         raise ValueError("Give a source, a time range, or both.")
     return Call("POST", _path(name) + "/undo", _parse(UndoResponse), given)
+
+
+def drift(name: str) -> Call[DriftReport]:
+    return Call("GET", _path(name) + "/drift", _parse(DriftReport))
 
 
 def challengers(name: str) -> Call[Challengers]:

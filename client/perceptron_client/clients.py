@@ -17,6 +17,7 @@ from .answers import (
     ChallengerInfo,
     Challengers,
     Checkpoints,
+    DriftReport,
     FeedbackBatchResponse,
     FeedbackResponse,
     Health,
@@ -168,6 +169,11 @@ class Client:
         """Leave out of the model the kept updates of the key named ``source`` (and/or of a
         time range, Unix seconds), rebuilt exactly without them."""
         return self._send(calls.undo(name, source, from_time, to_time))
+
+    def drift(self, name: str) -> DriftReport:
+        """The model's drift detector, each learner's state (stable, warning, drift) and
+        their last warnings and drifts, oldest first."""
+        return self._send(calls.drift(name))
 
     def challengers(self, name: str) -> Challengers:
         """The served learner and each challenger side by side, each counted over the
@@ -352,6 +358,11 @@ class AsyncClient:
         """Leave out of the model the kept updates of the key named ``source`` (and/or of a
         time range, Unix seconds), rebuilt exactly without them."""
         return await self._send(calls.undo(name, source, from_time, to_time))
+
+    async def drift(self, name: str) -> DriftReport:
+        """The model's drift detector, each learner's state (stable, warning, drift) and
+        their last warnings and drifts, oldest first."""
+        return await self._send(calls.drift(name))
 
     async def challengers(self, name: str) -> Challengers:
         """The served learner and each challenger side by side, each counted over the

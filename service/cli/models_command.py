@@ -16,7 +16,6 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,16 @@ from service.cli.exit_codes import (
     unwritable,
 )
 from service.cli.learner_options import add_learner_options, given_settings, print_learners
-from service.cli.models_output import Usage, columns, err, features_of, out, print_model
+from service.cli.models_output import (
+    Usage,
+    columns,
+    err,
+    features_of,
+    out,
+    print_checkpoints,
+    print_drift,
+    print_model,
+)
 from service.learner.interface import STRATEGIES
 
 DESCRIPTION = """\
@@ -117,6 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "them back)",
     )
     action("checkpoints", "list a model's checkpoints and the versions kept", _checkpoints)
+    action("drift", "show a model's drift detector and its last warnings and drifts", _drift)
     back = action("rollback", "make a model exactly what it was at a kept version", _rollback)
     to = back.add_mutually_exclusive_group(required=True)
     to.add_argument("--version", metavar="V", type=int, help="a version the model keeps")
@@ -152,6 +161,13 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         help="learned when no label came within the wait (one of the classes)",
     )
     add_learner_options(spec)
+    spec.add_argument(
+        "--drift",
+        metavar="DETECTOR",
+        type=_detector,
+        help="a drift detector on its mistakes: ddm or eddm (River's defaults), or a JSON "
+        'object, e.g. \'{"detector": "ddm", "warm_start": 100}\'',
+    )
     spec.add_argument(
         "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
     )
@@ -271,22 +287,11 @@ def _reset(client: Client, args: argparse.Namespace) -> None:
 
 
 def _checkpoints(client: Client, args: argparse.Namespace) -> None:
-    h = client.checkpoints(args.name)
-    if args.json:
-        out(h.model_dump_json())
-        return
-    rows: list[tuple[str, ...]] = [
-        ("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")
-    ]
-    for c in h.checkpoints:
-        when = datetime.fromtimestamp(c.time, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        rate = "-" if c.mistake_rate is None else f"{c.mistake_rate:.3f} of {c.window}"
-        rows.append((str(c.id), str(c.version), when, c.reason, rate, f"{c.bytes:,}"))
-    out(
-        f"{h.name}: version {h.version}; every version from {h.restorable_from} on can be "
-        f"restored; history {h.bytes:,} bytes"
-    )
-    out(columns(rows))
+    print_checkpoints(client.checkpoints(args.name), args.json)
+
+
+def _drift(client: Client, args: argparse.Namespace) -> None:
+    print_drift(client.drift(args.name), args.json)
 
 
 def _rollback(client: Client, args: argparse.Namespace) -> None:
@@ -350,6 +355,11 @@ def _label(text: str) -> int | str:
     if "," in text:
         raise argparse.ArgumentTypeError(f"one label, not several: {text!r}")
     return _classes(text)[0]
+
+
+def _detector(text: str) -> dict[str, Any]:
+    """A drift detector: its name alone, or its configuration as a JSON object."""
+    return _object(text) if text.lstrip().startswith("{") else {"detector": text}
 
 
 def _object(text: str) -> dict[str, Any]:
