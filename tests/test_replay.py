@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -332,6 +333,7 @@ def test_files_replay_through_the_service(url: str, tmp_path: Path) -> None:
         ("iris", 150, 4, 3),
         ("wine", 178, 13, 3),
         ("Phishing", 1250, 9, 2),
+        ("turning", 12_000, 10, 2),
     ],
 )
 def test_bundled_datasets(name: str, rows: int, features: int, classes: int) -> None:
@@ -355,3 +357,57 @@ def test_a_multiclass_dataset_through_the_service(make_service: MakeService) -> 
     assert info.config.multiclass == "ovr" and info.config.classes == list(range(10))
     assert (s.examples, s.mistakes) == (1797, 293)  # the parity table of docs/conventions.md
     assert (info.counters.learned, info.counters.mistakes) == (1797, 293)
+
+
+def turned_csv(path: Path, n: int = 1200) -> Path:
+    """Two features whose label is the sign of x0 for the first half, then of -x0."""
+    rng = np.random.default_rng(8)
+    xs = rng.normal(size=(n, 2)).round(4)
+    ys = np.where(xs[:, 0] > 0, 1, -1) * np.repeat([1, -1], [n // 2, n - n // 2])
+    path.write_text("".join(f"{a},{b},{y}\n" for (a, b), y in zip(xs, ys, strict=True)))
+    return path
+
+
+def test_a_replay_with_a_detector_reports_and_draws_its_detections(
+    url: str, tmp_path: Path
+) -> None:
+    """--drift makes the model with that detector; the summary lists its warnings and drifts
+    at the replay's examples, as GET .../drift does, and the curve draws them."""
+    data = turned_csv(tmp_path / "turned.csv")
+    curve = tmp_path / "curve.png"
+    drift = '{"detector": "ddm", "warm_start": 20}'
+    cmd = [sys.executable, "-m", "service.cli.main", "replay", "--csv", str(data), "--url", url]
+    cmd += ["--mode", "learn", "--batch", "50", "--drift", drift, "--curve", str(curve)]
+    done = subprocess.run([*cmd, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    with Client(url) as c:
+        report = c.drift("turned")
+    assert report.drift is not None and report.drift["warm_start"] == 20
+    assert summary["drift"] == [{"at": e.at_seen, "kind": e.kind} for e in report.events]
+    assert any(e["kind"] == "drift" and e["at"] > 600 for e in summary["drift"])
+    assert valid_png(curve) == (800, 450)
+    # Again, on from there: its events are counted from the replay's own first example.
+    text = main_output(["--csv", str(data), "--url", url, "--mode", "learn", "--quiet"])
+    again = [line for line in text.splitlines() if line.startswith("drift")]
+    with Client(url) as c:
+        later = [e for e in c.drift("turned").events if e.at_seen > 1200]
+    drifts = [f"{e.at_seen - 1200:,}" for e in later if e.kind == "drift"]
+    assert again and again[0].split(None, 1)[1].startswith(f"{len(drifts)} drift")
+    assert all(at in again[0] for at in drifts)
+    plain = main_output(["--dataset", "iris", "--url", url, "--mode", "learn", "--quiet"])
+    assert not any(line.startswith("drift") for line in plain.splitlines())
+
+
+def test_the_curve_marks_each_warning_and_drift() -> None:
+    outcomes = [i % 4 == 0 for i in range(300)]
+    events = [(100, "warning"), (130, "drift"), (200, "warning"), (240, "drift")]
+    s = rp.Summary("m", "learn", 1, 1, 0, 1.0, outcomes, drift=events)
+    (ax,) = rp.curve_figure(s, window=50).axes
+    lines = ax.get_lines()[2:]  # (after the two curves)
+    assert [np.asarray(line.get_xdata())[0] for line in lines] == [100, 200, 130, 240]
+    legend = ax.get_legend()
+    assert legend is not None
+    names = [t.get_text() for t in legend.get_texts()]
+    assert names[2:] == ["drift warning", "drift detected"]
+    assert "drift         2 drifts (at example 130, 240); 2 warnings\n" in s.text()

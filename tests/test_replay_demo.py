@@ -208,3 +208,28 @@ def test_the_replay_reports_what_the_model_had(service: InProcessService) -> Non
         "the model had learned weights of version 7 before this replay (--reset: from zero)"
     )
     assert lines(text)["model total"] == "2 examples, 1 mistake (before + this replay)"
+
+
+def test_the_drift_demo_detects_the_turn_as_docs_metrics_md_says(service: InProcessService) -> None:
+    """docs/metrics.md's "A drift, detected": an averaged perceptron with DDM replayed through
+    the turning stream, 100 examples a request: 7 % mistakes before the turn, 29 % after, one
+    drift at example 6,092 and 22 warnings, as its summary says and its curve draws."""
+    with Client(BASE_URL, transport=service.transport()) as c:
+        c.create_model("turning", n_features=10, averaged=True, drift={"detector": "ddm"})
+    stream = rp.StreamOptions("learn", batch=100)
+    options = rp.ReplayOptions(BASE_URL, model="turning", stream=stream)
+    summary = rp.replay(rp.load_dataset("turning"), options, transport=service.async_transport())
+    o = summary.outcomes
+    assert (round(sum(o[:6000]) / 6000, 2), round(sum(o[6000:]) / 6000, 2)) == (0.07, 0.29)
+    assert summary.drift is not None
+    assert [at for at, kind in summary.drift if kind == "drift"] == [6092]
+    assert sum(kind == "warning" for _, kind in summary.drift) == 22
+    assert "drift         1 drift (at example 6,092); 22 warnings\n" in summary.text()
+    # From the command line, --drift watches a model the replay makes.
+    code, out, err = run_main(["--dataset", "turning", "--model", "again", "--mode", "learn",
+                               "--batch", "100", "--drift", "ddm", "--json"])  # fmt: skip
+    assert (code, err) == (0, "") and json.loads(out)["drift"]
+    with Client(BASE_URL, transport=service.transport()) as c:
+        assert c.read_model("again").config.drift == c.drift("again").drift
+    code, out, _ = run_main(["--dataset", "turning", "--model", "plain", "--limit", "50"])
+    assert code == 0 and "drift" not in lines(out)  # (a model without a detector)

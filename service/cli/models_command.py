@@ -164,7 +164,7 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
     spec.add_argument(
         "--drift",
         metavar="DETECTOR",
-        type=_detector,
+        type=detector_arg,
         help="a drift detector on its mistakes: ddm or eddm (River's defaults), or a JSON "
         'object, e.g. \'{"detector": "ddm", "warm_start": 100}\'',
     )
@@ -357,7 +357,7 @@ def _label(text: str) -> int | str:
     return _classes(text)[0]
 
 
-def _detector(text: str) -> dict[str, Any]:
+def detector_arg(text: str) -> dict[str, Any]:
     """A drift detector: its name alone, or its configuration as a JSON object."""
     return _object(text) if text.lstrip().startswith("{") else {"detector": text}
 

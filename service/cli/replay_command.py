@@ -19,6 +19,7 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
+from service.cli.models_command import detector_arg
 from service.replay.curve import write_curve
 from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset
 from service.replay.libsvm import load_libsvm
@@ -77,15 +78,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     d.add_argument("--shuffle", metavar="SEED", type=int, help="shuffle with this seed")
     d.add_argument("--limit", metavar="N", type=_positive, help="replay only the first N")
-    m = p.add_argument_group("model")
-    m.add_argument("--model", metavar="NAME", help="model name (default: the dataset's name)")
-    m.add_argument(
-        "--multiclass",
-        choices=["multiclass", "ovr", "ovo"],
-        default="multiclass",
-        help="strategy for more than two classes, when the model is created",
-    )
-    m.add_argument("--reset", action="store_true", help="delete the model first if it exists")
+    _model_arguments(p.add_argument_group("model"))
     s = p.add_argument_group("stream")
     s.add_argument(
         "--mode",
@@ -122,6 +115,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_service_options(p.add_argument_group("service"))
 
 
+def _model_arguments(m: argparse._ArgumentGroup) -> None:
+    """The options that name the model, and make it when it is missing."""
+    m.add_argument("--model", metavar="NAME", help="model name (default: the dataset's name)")
+    m.add_argument(
+        "--multiclass",
+        choices=["multiclass", "ovr", "ovo"],
+        default="multiclass",
+        help="strategy for more than two classes, when the model is created",
+    )
+    m.add_argument("--reset", action="store_true", help="delete the model first if it exists")
+    m.add_argument(
+        "--drift",
+        metavar="DETECTOR",
+        type=detector_arg,
+        help="a model the replay creates watches its mistakes with this drift detector: ddm "
+        "or eddm, or its configuration as a JSON object; its detections are drawn on --curve",
+    )
+
+
 def _load(args: argparse.Namespace) -> Dataset:
     path = args.csv or args.libsvm
     try:
@@ -156,6 +168,7 @@ def _options(args: argparse.Namespace) -> ReplayOptions:
         model=args.model,
         multiclass=args.multiclass,
         reset=args.reset,
+        drift=args.drift,
         stream=stream,
     )
 

@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 CUMULATIVE_LABEL = "cumulative: mistakes so far / examples so far"
+DRIFT_LABELS = {"warning": "drift warning", "drift": "drift detected"}
+# (color, line width, line style) of each kind's line
+DRIFT_STYLES = {"warning": ("#d08c2a", 0.8, ":"), "drift": ("#b3261e", 1.4, "-")}
 
 
 def window_label(window: int) -> str:
@@ -82,6 +85,11 @@ def curve_figure(summary: Summary, window: int = 100, title: str = "") -> Figure
         label=window_label(window),
     )
     ax.plot(xs, cumulative, color="#1f4e79", linewidth=2.2, label=CUMULATIVE_LABEL)
+    for kind, (color, width, style) in DRIFT_STYLES.items():  # the detector's, where they came
+        ats = [at for at, k in summary.drift or () if k == kind]
+        for i, at in enumerate(ats):
+            label = DRIFT_LABELS[kind] if i == 0 else "_nolegend_"
+            ax.axvline(at, color=color, linewidth=width, linestyle=style, label=label)
     ax.set_xlabel("examples" if not summary.before.trained else "examples of this replay")
     ax.set_ylabel("mistake rate")
     ax.set_xlim(1, max(2, len(xs)))

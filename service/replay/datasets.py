@@ -1,7 +1,8 @@
 """The datasets a replay streams: CSV files, or one bundled with a package (LIBSVM files:
 libsvm.py).
 
-scikit-learn's breast_cancer, digits, iris, wine; River's Phishing (the ``replay`` extra).
+scikit-learn's breast_cancer, digits, iris, wine; River's Phishing (the ``replay`` extra);
+and ``turning``, made here: a stream whose concept turns halfway (``turning_stream``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from perceptron_client import Label
 from service.replay.replay_error import ReplayError
 
-DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing")
+DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing", "turning")
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,31 @@ def load_csv(path: str | Path, label_column: str | int | None = None) -> Dataset
     return Dataset(model_name_for(path.stem), rows, labels_from_text(raw))
 
 
+def turning_stream(n: int = 12_000, d: int = 10, degrees: float = 70.0, seed: int = 0) -> Dataset:
+    """``n`` examples of ``d`` standard normal features, labelled -1 or 1 by the side of a
+    hyperplane through the origin that turns by ``degrees`` after the first half, 5% of the
+    labels flipped at random: a concept drift, the same stream for the same arguments."""
+    rng = np.random.default_rng(seed)
+    before = rng.normal(size=d)
+    before /= np.linalg.norm(before)
+    across = rng.normal(size=d)
+    across -= (across @ before) * before
+    across /= np.linalg.norm(across)
+    angle = math.radians(degrees)
+    after = math.cos(angle) * before + math.sin(angle) * across
+    xs = rng.normal(size=(n, d)).round(4)
+    normals = np.where(np.arange(n)[:, None] < n // 2, before, after)
+    ys = np.where(np.einsum("ij,ij->i", xs, normals) > 0, 1, -1)
+    ys[rng.random(n) < 0.05] *= -1
+    return Dataset("turning", xs.tolist(), [int(v) for v in ys])
+
+
 def load_dataset(name: str) -> Dataset:
-    """A dataset bundled with an installed package (no download): see ``DATASETS``."""
+    """A dataset bundled with an installed package (no download), or made here: see
+    ``DATASETS``."""
     key = name.strip().lower()
+    if key == "turning":
+        return turning_stream()
     if key == "phishing":
         try:
             from river.datasets import Phishing

@@ -7,6 +7,7 @@ when made: a replay never starts with settings it would refuse halfway.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from perceptron_client import DEFAULT_TIMEOUT, DEFAULT_URL
 from service.replay.summary import MODES, Mode
@@ -55,7 +56,8 @@ class ReplayOptions:
     """A whole replay: where the service is, which model, and how to stream to it.
 
     ``model``: its name (default: the dataset's), created when missing with ``multiclass``
-    as its strategy for more than two classes; ``reset`` deletes it first.
+    as its strategy for more than two classes and ``drift`` as its drift detector (its
+    configuration's ``drift``; None: none); ``reset`` deletes it first.
     """
 
     url: str = DEFAULT_URL
@@ -64,4 +66,5 @@ class ReplayOptions:
     model: str | None = None
     multiclass: str = "multiclass"
     reset: bool = False
+    drift: dict[str, Any] | None = None
     stream: StreamOptions = field(default_factory=StreamOptions)

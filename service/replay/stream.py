@@ -29,16 +29,22 @@ T = TypeVar("T")
 
 
 async def open_model(
-    client: AsyncClient, name: str, data: Dataset, multiclass: str = "multiclass"
+    client: AsyncClient,
+    name: str,
+    data: Dataset,
+    multiclass: str = "multiclass",
+    drift: dict[str, Any] | None = None,
 ) -> Before | None:
-    """Create the model for ``data`` (None) unless one fits already: then what it has
-    learned before (``Before``)."""
+    """Create the model for ``data`` (None), with ``drift`` its drift detector, unless one
+    fits already: then what it has learned before (``Before``)."""
     try:
         info = await client.read_model(name)
     except NotFoundError:
         config: dict[str, Any] = {"classes": data.classes, "n_features": data.n_features}
         if len(data.classes) > 2:
             config["multiclass"] = multiclass
+        if drift is not None:
+            config["drift"] = drift
         await client.create_model(name, **config)
         return None
     have = info.config
@@ -138,6 +144,22 @@ async def replay_async(
     )
 
 
+async def detections(
+    client: AsyncClient, name: str, before: int, examples: int
+) -> list[tuple[int, str]] | None:
+    """The model's drift detector's events among the replay's ``examples`` (the model had
+    seen ``before``), each at the example of the replay it came; None without a detector.
+    (The model keeps its last DRIFT_EVENTS_KEPT: a longer replay shows its last ones.)"""
+    report = await client.drift(name)
+    if report.drift is None:
+        return None
+    return [
+        (e.at_seen - before, e.kind)
+        for e in report.events
+        if e.learner == "served" and before < e.at_seen <= before + examples
+    ]
+
+
 def replay(
     data: Dataset,
     options: ReplayOptions | None = None,
@@ -167,11 +189,13 @@ def replay(
                     await client.delete_model(name)
                 except NotFoundError:
                     pass
-            before = await open_model(client, name, data, options.multiclass) or Before()
+            made = await open_model(client, name, data, options.multiclass, options.drift)
+            before = made or Before()
             if before.trained and notice is not None:
                 notice(before.notice(name, options.multiclass))
             summary = await replay_async(client, name, data, options.stream, progress=progress)
             summary.before = before
+            summary.drift = await detections(client, name, before.examples, summary.examples)
             return summary
 
     return asyncio.run(run())

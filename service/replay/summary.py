@@ -68,6 +68,9 @@ class Summary:
     seconds: float
     outcomes: list[bool] = field(repr=False)
     before: Before = field(default_factory=Before)
+    # The model's drift detector's warnings and drifts during the replay, each at the example
+    # of the replay it came (from 1), in order; None: the model has no detector.
+    drift: list[tuple[int, str]] | None = None
 
     @property
     def examples(self) -> int:
@@ -99,6 +102,9 @@ class Summary:
             "seconds": self.seconds,
             "throughput": self.throughput,
             "before": self.before.as_dict(),
+            "drift": None
+            if self.drift is None
+            else [{"at": at, "kind": kind} for at, kind in self.drift],
         }
 
     def text(self) -> str:
@@ -112,10 +118,22 @@ class Summary:
             ("mistakes", str(self.mistakes)),
             ("mistake rate", f"{self.mistake_rate:.2%}"),
             *total,
+            *self._drift(),
             ("time", f"{self.seconds:.2f} s"),
             ("throughput", f"{self.throughput:,.1f} examples/s"),
         ]
         return "".join(f"{k:<14}{v}\n" for k, v in lines)
+
+    def _drift(self) -> list[tuple[str, str]]:
+        """The detector's drifts (and how many warnings), when the model has one."""
+        if self.drift is None:
+            return []
+        drifts = [f"{at:,}" for at, kind in self.drift if kind == "drift"]
+        warnings = sum(kind == "warning" for _, kind in self.drift)
+        said = f"{len(drifts)} drift{_s(len(drifts))}"
+        if drifts:
+            said += f" (at example {', '.join(drifts)})"
+        return [("drift", f"{said}; {warnings} warning{_s(warnings)}")]
 
     def _continued(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """When the model was trained before: a line that says so (above this replay's
