@@ -217,3 +217,38 @@ def test_a_file_whose_detector_could_not_be_is_refused_whole(client: httpx.Clien
     without = {k: v for k, v in doc.items() if k != "drift"}  # (a file from before: fresh)
     assert client.post("/models/h/import", json=without).status_code == 200
     assert client.get("/models/h/drift").json()["learners"][0]["state"] == "stable"
+
+
+@pytest.mark.in_process
+def test_each_challenger_watches_its_own_mistakes(client: httpx.Client) -> None:
+    """A challenger has the model's detector on its own mistakes: one of the served learner's
+    settings, added before the first label, errs where it does and flags the same examples;
+    another flags its own. GET .../drift lists each learner's state and events, the
+    challengers' answer and /metrics count them."""
+    drift = {"detector": "ddm", "warm_start": 20, "warning_threshold": 1.5}
+    assert client.put("/models/c", json={"n_features": 2, "drift": drift}).status_code == 201
+    for id, settings in (("twin", {}), ("avg", {"averaged": True})):
+        assert client.put(f"/models/c/challengers/{id}", json=settings).status_code == 201
+    xs, ys = turned_stream(700, 6)
+    for i in range(0, 700, 100):
+        body = {"model": "c", "features": xs[i : i + 100], "labels": ys[i : i + 100]}
+        assert client.post("/learn/batch", json=body).status_code == 200
+    got = client.get("/models/c/drift").json()
+    by = {id: [(e["at_seen"], e["kind"]) for e in got["events"] if e["learner"] == id]
+          for id in ("served", "twin", "avg")}  # fmt: skip
+    assert by["served"] and by["twin"] == by["served"] and by["avg"]
+    assert all(e["time"] is None for e in got["events"] if e["learner"] != "served")
+    assert [(c["learner"], c["seen"]) for c in got["learners"]] == [
+        ("served", 700),
+        ("avg", 700),
+        ("twin", 700),
+    ]
+    assert got["learners"][2]["state"] == got["learners"][0]["state"]
+    shown = {c["id"]: c for c in client.get("/models/c/challengers").json()["challengers"]}
+    for id in ("twin", "avg"):
+        assert shown[id]["drifts"] == sum(k == "drift" for _, k in by[id])
+        assert shown[id]["drift_warnings"] == sum(k == "warning" for _, k in by[id])
+    scraped = client.get("/metrics").text
+    drifts = shown["twin"]["drifts"]
+    line = f'perceptron_challenger_drifts_total{{learner="twin",model="c"}} {drifts}.0'
+    assert line in scraped, [ln for ln in scraped.splitlines() if "challenger_drifts" in ln]

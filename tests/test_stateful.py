@@ -856,12 +856,18 @@ class Service(RuleBasedStateMachine):
         if ref.config.drift is None:
             assert got == {"drift": None, "learners": [], "events": []}
             return
-        assert [(e["at_seen"], e["kind"]) for e in got["events"]] == ref.drift_events, name
+        events = [("served", at, kind) for at, kind in ref.drift_events]
         detector, _ = detector_of(ref.config.drift)
         state = detector.start() if ref.drift_state is None else ref.drift_state
-        assert got["learners"] == [
+        learners: list[dict[str, Any]] = [
             {"learner": "served", "state": status_of(detector, state), "seen": ref.counters["seen"]}
         ]
+        for id, c in sorted(ref.challengers.items()):  # (each its own, on its own mistakes)
+            learners.append({"learner": id, "state": c.drift_status(), "seen": c.seen})
+            events += [(id, at, kind) for at, kind in c.drift_events]
+            DRIFT_EVENTS.update(kind for _, kind in c.drift_events)
+        assert [(e["learner"], e["at_seen"], e["kind"]) for e in got["events"]] == events, name
+        assert got["learners"] == learners, name
 
     def served_weights_hold(self, name: str, ref: Ref) -> None:
         """What an averaged model predicts from, its mean weights and biases, bit for bit (a
@@ -1278,6 +1284,17 @@ class Service(RuleBasedStateMachine):
         self, name: str, xs: list[list[float]], choices: list[int], packed: bool, who: str
     ) -> None:
         self.learned(name, xs, choices[: len(xs)], packed, who)
+
+    @rule(
+        name=st.sampled_from(NAMES),
+        x=st.lists(values, min_size=2, max_size=2),
+        choice=st.integers(0, 2),
+        who=st.sampled_from(TRAINERS),
+    )
+    def a_concept_that_turns(self, name: str, x: list[float], choice: int, who: str) -> None:
+        """One example learned as one class twelve times, then as another twelve times, in
+        one batch: its learners' mistakes rise at the turn, which their detectors see."""
+        self.learned(name, [x] * 24, [choice] * 12 + [choice + 1] * 12, False, who)
 
     @rule(
         x=st.lists(values, min_size=2, max_size=2),

@@ -152,7 +152,7 @@ class DriftEvent(BaseModel):
     learner: str  # "served", or a challenger's id
     kind: Literal["warning", "drift"]
     at_seen: int  # the labelled examples the learner had seen when it came
-    time: float
+    time: float | None  # (None for a challenger's: its at_seen says when)
     action: str | None = None
 
 
@@ -428,6 +428,8 @@ class ChallengerInfo(BaseModel):
     mistakes: int
     served_mistakes: int | None  # the served learner's on the same examples
     updates: int
+    drift_warnings: int = 0  # its drift detector's (the model's configuration's drift)
+    drifts: int = 0
     mistake_rate: LearnerRates
     curve: Curve
 

@@ -175,6 +175,8 @@ def figures(id: str, state: ChallengerState, model: ModelConfig) -> dict[str, An
         "mistakes": state.mistakes,
         "served_mistakes": state.served_mistakes,
         "updates": state.updates,
+        "drift_warnings": state.drift_warnings,
+        "drifts": state.drifts,
         "mistake_rate": state.rates(),
         "curve": {
             "every": state.every,

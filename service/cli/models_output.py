@@ -79,7 +79,15 @@ def print_drift(report: DriftReport, as_json: bool) -> None:
         out(f"{learner.learner}: {learner.state} after {learner.seen:,} labelled examples")
     rows: list[tuple[str, ...]] = [("learner", "event", "at example", "when (UTC)", "action")]
     for e in report.events:
-        rows.append((e.learner, e.kind, f"{e.at_seen:,}", _utc(e.time), e.action or "-"))
+        rows.append(
+            (
+                e.learner,
+                e.kind,
+                f"{e.at_seen:,}",
+                "-" if e.time is None else _utc(e.time),
+                e.action or "-",
+            )
+        )
     out(columns(rows) if report.events else "no warning or drift yet")
 
 

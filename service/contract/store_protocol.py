@@ -22,6 +22,7 @@ from service.learner.codec import (
     SERVED_DIGITS,
     SOURCE_MARK,
 )
+from service.learner.drift_detectors import EVENTS_KEPT
 
 
 class Status(IntEnum):
@@ -56,7 +57,7 @@ class Status(IntEnum):
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
-DRIFT_EVENTS_KEPT = 100  # a model's drift detector's last warnings and drifts, kept
+DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)

@@ -248,7 +248,7 @@ async function refresh() {
     state.metrics = metrics;
     state.checkpoints = history ? history.checkpoints : [];
     state.challengers = challengers;
-    state.drift = drift ? drift.events : [];
+    state.drift = drift ? servedEvents(drift) : [];
     render(metrics);
     ok();
     if (!state.stream || state.stream.name !== name) openStream(name);
@@ -341,7 +341,7 @@ function openStream(name) {
   });
   es.addEventListener('drift', (ev) => {
     if (!mine()) return;
-    state.drift = JSON.parse(ev.data).events;
+    state.drift = servedEvents(JSON.parse(ev.data));
     if (state.metrics) renderCharts(state.metrics);
   });
   es.addEventListener('gone', () => {
@@ -857,6 +857,11 @@ function renderCharts(m) {
       .map(driftLine),
   });
   $('window-legend').textContent = windowName(recent.span);
+}
+
+// The served learner's drift events (a challenger's count its own examples: its card's).
+function servedEvents(answer) {
+  return answer.events.filter((e) => e.learner === 'served');
 }
 
 // A drift detector's event: its mark's label, and its line in a tooltip.

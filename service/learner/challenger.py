@@ -3,13 +3,15 @@ counted by progressive validation (its prediction on each example made with its 
 they were just before it learns that example). Pure numpy, no I/O.
 
 Its state is its configuration's weights, the labelled examples it has seen, its mistakes and
-updates, and the outcomes of its last ``WINDOW`` examples (``b"1"`` a mistake, ``b"0"`` not),
-packed by ``pack_state`` behind a header that says where in the model's stream of labels it
-stands (``position``: the labels it has been given, counted from the model's first).
+updates, the outcomes of its last ``WINDOW`` examples (``b"1"`` a mistake, ``b"0"`` not), and
+its own drift detector (the model's configuration's ``drift``) fed its mistakes, packed by
+``pack_state`` behind a header that says where in the model's stream of labels it stands
+(``position``: the labels it has been given, counted from the model's first).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +19,15 @@ import numpy as np
 from service.learner import registry
 from service.learner.codec import pack_weights, unpack_weights
 from service.learner.config import ModelConfig
+from service.learner.drift_detectors import (
+    EVENTS_KEPT,
+    Status,
+    detector_of,
+    feed,
+    read_state,
+    state_text,
+    status_of,
+)
 from service.learner.features import Example
 from service.learner.kernel import Packed, learn_sequence
 from service.learner.perceptron import Weights, predict_index
@@ -48,6 +59,12 @@ class ChallengerState:
     # so that the two are compared over the same examples; None in a state packed before this
     # was counted.
     served_mistakes: int | None = 0
+    # Its drift detector, when the model has one: its state (None: fresh), the warnings and
+    # drifts it raised, and its last EVENTS_KEPT events (the examples it had seen, the kind).
+    drift_state: list[float] | None = None
+    drift_warnings: int = 0
+    drifts: int = 0
+    drift_events: list[tuple[int, Status]] = field(default_factory=list)
 
     @property
     def seen(self) -> int:
@@ -74,6 +91,7 @@ class ChallengerState:
         if plan:
             cfg.learner.apply(cfg, w, x, plan, w.seen)
         self.position += 1
+        self.watch([bool(wrong)], self.seen - 1)
         self.mistakes += int(wrong)
         if self.served_mistakes is not None and served is not None:
             self.served_mistakes += int(served != t)
@@ -107,6 +125,7 @@ class ChallengerState:
         n, seen = len(xs), self.seen
         t_all = np.asarray(ts, dtype=np.int64)
         wrong = got.predicted != t_all
+        self.watch(wrong.tolist(), seen)
         self.weights.seen += n
         self.position += n
         counts = np.cumsum(wrong) + self.mistakes
@@ -124,6 +143,29 @@ class ChallengerState:
                 self.every *= 2
                 self.curve = self.curve[1::2]
             at += self.every - (at - self.since) % self.every
+
+    def watch(self, wrong: Sequence[bool], seen: int) -> None:
+        """Its drift detector fed ``wrong`` (its outcomes, in order, after ``seen`` examples),
+        its events counted and kept; nothing when the model has no detector."""
+        if self.config.drift is None:
+            return
+        detector, _ = detector_of(self.config.drift)
+        state = detector.start() if self.drift_state is None else self.drift_state
+        self.drift_state, events = feed(detector, state, [int(w) for w in wrong])
+        for i, kind in events:
+            self.drift_events.append((seen + i, kind))
+            if kind == "warning":
+                self.drift_warnings += 1
+            else:
+                self.drifts += 1
+        del self.drift_events[:-EVENTS_KEPT]
+
+    def drift_status(self) -> Status | None:
+        """Its detector's state now (None: the model has no detector)."""
+        if self.config.drift is None:
+            return None
+        detector, _ = detector_of(self.config.drift)
+        return status_of(detector, self.drift_state or detector.start())
 
     def rates(self) -> dict[str, float | None]:
         """Mistake rates over every example seen and over the last 100 and 1000 (None: none
@@ -202,8 +244,30 @@ def pack_head(state: ChallengerState) -> bytes:
     curve = b",".join(b"%d" % m for m in state.curve)
     shape = (state.every, state.since, len(curve), len(state.window))
     served = -1 if state.served_mistakes is None else state.served_mistakes
-    head = b"%d %d %d %d %d %d %d %d %d %d\n" % (*counts, *shape, served)
-    return head + curve + state.window
+    drift = _pack_drift(state)
+    head = b"%d %d %d %d %d %d %d %d %d %d %d\n" % (*counts, *shape, served, len(drift))
+    return head + curve + state.window + drift
+
+
+def _pack_drift(state: ChallengerState) -> bytes:
+    """Its drift detector: ``<state>|<warnings> <drifts>|<seen><w|d>,...`` (empty: fresh)."""
+    if state.drift_state is None:
+        return b""
+    events = ",".join(f"{at}{kind[0]}" for at, kind in state.drift_events)
+    text = f"{state_text(state.drift_state)}|{state.drift_warnings} {state.drifts}|{events}"
+    return text.encode()
+
+
+def _unpack_drift(state: ChallengerState, data: bytes) -> None:
+    if not data or state.config.drift is None:
+        return
+    detector, _ = detector_of(state.config.drift)
+    numbers, counts, events = data.decode().split("|")
+    state.drift_state = read_state(detector, numbers)
+    warnings, drifts = counts.split()
+    state.drift_warnings, state.drifts = int(warnings), int(drifts)
+    kinds: dict[str, Status] = {"w": "warning", "d": "drift"}
+    state.drift_events = [(int(e[:-1]), kinds[e[-1]]) for e in events.split(",") if e]
 
 
 def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
@@ -212,11 +276,14 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
     numbers = [int(v) for v in head.split()]
     if len(numbers) == 10:  # (packed before served_mistakes was counted)
         numbers.append(-1)
-    position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n, served = numbers
+    if len(numbers) == 11:  # (packed before a challenger had a drift detector)
+        numbers.append(0)
+    position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n = numbers[:10]
+    served, k = numbers[10:]
     curve = [int(m) for m in rest[:c].split(b",")] if c else []
-    weights = unpack_weights(config, rest[c + n :], updates, seen)
+    weights = unpack_weights(config, rest[c + n + k :], updates, seen)
     window = bytes(rest[c : c + n])
-    return ChallengerState(
+    state = ChallengerState(
         config=config,
         weights=weights,
         position=position,
@@ -229,6 +296,8 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
         since=since,
         served_mistakes=None if served < 0 else served,
     )
+    _unpack_drift(state, bytes(rest[c + n : c + n + k]))
+    return state
 
 
 def equal_states(a: ChallengerState, b: ChallengerState) -> bool:

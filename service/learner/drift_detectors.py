@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal
 Status = Literal["stable", "warning", "drift"]
 STABLE, WARNING, DRIFT = 0.0, 1.0, 2.0  # the status, as a state holds it
 MOST_WARM_START = 1_000_000
+EVENTS_KEPT = 100  # a learner's last warnings and drifts, kept
 
 
 class DetectorError(ValueError):

@@ -214,6 +214,8 @@ class ChallengerCollector:
             "seen": "Labelled examples a challenger learned since it was added.",
             "mistakes": "A challenger's mistakes, by progressive validation.",
             "updates": "Labelled examples that changed a challenger's weights.",
+            "drift_warnings": "Warnings of a challenger's drift detector, on its mistakes.",
+            "drifts": "Drifts a challenger's drift detector found in its mistakes.",
         }
         families = {
             k: CounterMetricFamily(f"perceptron_challenger_{k}", help_, labels=labels)

@@ -32,8 +32,8 @@ CONFIG = {"classes": [-1, 1], "n_features": 2, "algorithm": PA1.name, "C": 0.1}
 CURVE = {"every": 100, "points": [{"examples": 100, "mistakes": 14, "rate": 0.14},
                                   {"examples": 200, "mistakes": 25, "rate": 0.125}]}  # fmt: skip
 CHALLENGER = {"promotable": True, "id": "pa", "config": CONFIG, "since": 40, "seen": 200,
-              "mistakes": 25, "served_mistakes": 31, "updates": 61, "mistake_rate": RATES,
-              "curve": CURVE}  # fmt: skip
+              "mistakes": 25, "served_mistakes": 31, "updates": 61, "drift_warnings": 0,
+              "drifts": 0, "mistake_rate": RATES, "curve": CURVE}  # fmt: skip
 SERVED = {"id": "served", "config": {"classes": [-1, 1], "n_features": 2}, "seen": 240,
           "mistakes": 36, "updates": 36, "mistake_rate": {**RATES, "all": 0.15}}  # fmt: skip
 STANDING = {"model": "default", "labels": 240, "served": SERVED, "challengers": [CHALLENGER]}

@@ -8,6 +8,7 @@ from service.api.auth import Role
 from service.api.callers import FastJSONRoute, Reader
 from service.api.schemas.drift_schemas import DriftAnswer, drift_answer
 from service.api.schemas.model_schemas import error_responses
+from service.contract.store_protocol import Meta
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 
@@ -15,8 +16,12 @@ router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 @router.get("/{name}/drift", responses=error_responses((401, 403, 404, 422, 503)))
 async def read_drift(name: str, who: Reader) -> DriftAnswer:
     """The model's drift detector (its configuration's ``drift``), whether each learner's
-    mistakes are stable, warn or drifted now, and the last warnings and drifts, oldest first,
-    each with the examples that learner had seen when it came."""
+    mistakes are stable, warn or drifted now (the served learner's, then each challenger's),
+    and their last warnings and drifts, each learner's oldest first, each with the examples
+    that learner had seen when it came."""
     who.check(Role.predict, name)
     config, meta = await who.worker.models.read_model(name)
-    return drift_answer(config.drift, meta)
+    if config.drift is None or int(meta.get(Meta.CHALLENGERS, 0)) == 0:
+        return drift_answer(config.drift, meta)
+    now = await who.worker.challengers.standing(name)  # (each one's detector, replayed)
+    return drift_answer(config.drift, meta, now.states)

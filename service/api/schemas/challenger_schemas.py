@@ -87,6 +87,8 @@ class ChallengerInfo(BaseModel):
         "was counted)."
     )
     updates: int
+    drift_warnings: int = Field(description="Warnings of its drift detector (the model's).")
+    drifts: int = Field(description="Drifts its detector found in its mistakes.")
     mistake_rate: LearnerRates
     curve: Curve
 

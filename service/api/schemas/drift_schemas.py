@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from service.contract.store_protocol import Meta
+from service.learner.challenger import ChallengerState
 from service.learner.drift_detectors import DDM, EDDM, detector_of, status_of
 
 DRIFT_TEXT = (
@@ -61,15 +63,17 @@ SPECS: dict[str, type[DDMSpec] | type[EDDMSpec]] = {"ddm": DDMSpec, "eddm": EDDM
 
 
 class DriftEvent(BaseModel):
-    learner: Literal["served"] = Field(description="whose mistakes: the served learner's")
+    learner: str = Field(description="whose mistakes: 'served', or a challenger's id")
     kind: Literal["warning", "drift"]
     at_seen: int = Field(description="labelled examples the learner had seen when it came")
-    time: float = Field(description="when, Unix seconds")
+    time: float | None = Field(
+        description="when, Unix seconds (null for a challenger's: its at_seen says when)"
+    )
     action: None = Field(None, description="what it did: nothing but the alert (null)")
 
 
 class LearnerDrift(BaseModel):
-    learner: Literal["served"]
+    learner: str = Field(description="'served', or a challenger's id")
     state: Literal["stable", "warning", "drift"] = Field(
         description="its detector after the last labelled example"
     )
@@ -104,8 +108,13 @@ class DriftAnswer(BaseModel):
     events: list[DriftEvent]
 
 
-def drift_answer(config: dict[str, Any] | None, meta: dict[str, str]) -> DriftAnswer:
-    """What ``GET /models/{name}/drift`` answers, from the model's configuration and hash."""
+def drift_answer(
+    config: dict[str, Any] | None,
+    meta: dict[str, str],
+    challengers: Mapping[str, ChallengerState] | None = None,
+) -> DriftAnswer:
+    """What ``GET /models/{name}/drift`` answers, from the model's configuration and hash,
+    and its ``challengers``' states (their detectors are theirs, each on its own mistakes)."""
     if config is None:
         return DriftAnswer(drift=None, learners=[], events=[])
     detector, _ = detector_of(config)
@@ -115,5 +124,9 @@ def drift_answer(config: dict[str, Any] | None, meta: dict[str, str]) -> DriftAn
         at, kind, ms = line.split()
         events.append(DriftEvent(learner="served", kind=kind, at_seen=int(at), time=int(ms) / 1000))
     seen = int(meta.get(Meta.SEEN, 0))
-    served = LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)
-    return DriftAnswer(drift=SPECS[config["detector"]](**config), learners=[served], events=events)
+    learners = [LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)]
+    for id, c in (challengers or {}).items():
+        learners.append(LearnerDrift(learner=id, state=c.drift_status() or "stable", seen=c.seen))
+        for seen_then, what in c.drift_events:
+            events.append(DriftEvent(learner=id, kind=what, at_seen=seen_then, time=None))
+    return DriftAnswer(drift=SPECS[config["detector"]](**config), learners=learners, events=events)
