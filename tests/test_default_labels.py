@@ -1,5 +1,6 @@
 """A model's default label: a prediction whose wait runs out with no label is learned with it,
-exactly once, whichever worker notices; labels that come after are told for what they are.
+exactly once, whichever worker notices (and its drift detector fed once); labels that come
+after are told for what they are.
 On real worker processes and a real redis-server."""
 
 from __future__ import annotations
@@ -43,6 +44,19 @@ def _predict(c: httpx.Client, name: str, n: int) -> list[dict[str, Any]]:
         assert r.status_code == 200, r.text
         answers += r.json()["predictions"]
     return answers
+
+
+# A DDM that never flags (thresholds past reach): its count of examples fed is the model's
+# labels since it started, each fed once.
+COUNTING = {"detector": "ddm", "warning_threshold": 1000.0, "drift_threshold": 1000.0}
+
+
+def _fed(c: httpx.Client, name: str) -> int:
+    """How many labelled examples the model's drift detector was fed (its state's count,
+    as an export carries it)."""
+    state = c.get(f"/models/{name}/export").json()["drift"]["state"].split()
+    assert state[0] == "0"  # (stable: never reset)
+    return int(float(state[1]))
 
 
 def _wait_defaulted(c: httpx.Client, name: str, n: int, timeout: float = 20) -> float:
@@ -125,7 +139,7 @@ def test_killing_a_worker_mid_sweep_loses_none_and_doubles_none(redis_url: str) 
     try:
         with running(ServiceProcess(redis_url, workers=1)) as b:
             c = httpx.Client(base_url=a.url, timeout=30)
-            _create(c, "many", feedback_ttl_s=2)
+            _create(c, "many", feedback_ttl_s=2, drift=COUNTING)
             _predict(c, "many", n)
             cb = httpx.Client(base_url=b.url, timeout=30)
             assert a.proc is not None
@@ -140,6 +154,7 @@ def test_killing_a_worker_mid_sweep_loses_none_and_doubles_none(redis_url: str) 
             time.sleep(1.5)
             counters = _counters(cb, "many")
             assert counters["defaulted"] == n and counters["seen"] == n
+            assert _fed(cb, "many") == n  # (its drift detector: each fed once too)
             # the weights the log gives are served: a replica built from it predicts
             assert (
                 cb.post("/predict", json={"model": "many", "features": [1, 1]}).status_code == 200
@@ -153,7 +168,7 @@ def test_killing_a_worker_mid_sweep_loses_none_and_doubles_none(redis_url: str) 
 def test_defaults_survive_a_restart_of_every_worker_and_of_redis(store: RedisServer) -> None:
     with running(ServiceProcess(store.url, workers=1)) as service:
         c = httpx.Client(base_url=service.url, timeout=30)
-        _create(c, "restart", feedback_ttl_s=2)
+        _create(c, "restart", feedback_ttl_s=2, drift=COUNTING)
         _predict(c, "restart", 30)
         c.close()
     store.stop()  # (append-only file on: the pending predictions and their index stay)
@@ -164,6 +179,7 @@ def test_defaults_survive_a_restart_of_every_worker_and_of_redis(store: RedisSer
         _wait_defaulted(c, "restart", 30)
         time.sleep(1.2)
         assert _counters(c, "restart")["defaulted"] == 30
+        assert _fed(c, "restart") == 30
         c.close()
 
 
