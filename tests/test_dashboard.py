@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import (
     BrowserContext,
+    Locator,
     Page,
     Playwright,
     Request,
@@ -624,6 +625,15 @@ def test_three_classes_fit_a_desktop_and_a_phone(client: httpx.Client, page: Pag
     assert aborted == []
 
 
+def hover_mark(page: Page, chart: str, id: str) -> Locator:
+    """The mouse on the line of mark ``id`` of ``chart``: the lines its tooltip names marks
+    with."""
+    box = page.locator(f"#{chart} .mark[data-id='{id}'] line").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"], box["y"] + box["height"] / 2)
+    return page.locator(f"#{chart} ~ .tooltip .tip-mark")
+
+
 def test_the_page_shows_who_taught_the_model_and_its_checkpoints_on_the_timeline(
     make_service: MakeService, page: Page, clock: Clock
 ) -> None:
@@ -688,11 +698,7 @@ def test_the_page_shows_who_taught_the_model_and_its_checkpoints_on_the_timeline
         expect(item).to_contain_text(c["reason"])
     # Hovering the bucket of the rollback names its checkpoint in the tooltip.
     before = next(c for c in checkpoints if c["reason"] == "before rollback")
-    mark = page.locator(f"#chart-time .mark[data-id='{before['id']}'] line")
-    box = mark.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"], box["y"] + box["height"] / 2)
-    named = page.locator("#chart-time ~ .tooltip .tip-mark")
+    named = hover_mark(page, "chart-time", str(before["id"]))
     expect(named.filter(has_text=f"checkpoint #{before['id']} · ")).to_have_count(1)
     page.screenshot(path=str(ARTIFACTS / "dashboard-history.png"), full_page=True)
     assert aborted == []
@@ -915,11 +921,7 @@ def test_the_drift_detectors_events_are_marked_on_the_curves_and_come_by_push(
     )
     # Hovering the drift's mark names it, at its example.
     last = events[at[-1]]
-    mark = curve.locator(f".mark[data-id='drift-{at[-1]}'] line")
-    box = mark.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"], box["y"] + box["height"] / 2)
-    named = page.locator("#chart-examples ~ .tooltip .tip-mark")
+    named = hover_mark(page, "chart-examples", f"drift-{at[-1]}")
     expect(named.filter(has_text=f"drift detected at example {last['at_seen']}")).to_have_count(1)
     # The concept turns back: the detector's next events come by push.
     back = {"model": "turn", "features": xs[400:].tolist(), "labels": ys[400:].tolist()}
