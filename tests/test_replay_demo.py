@@ -213,7 +213,8 @@ def test_the_replay_reports_what_the_model_had(service: InProcessService) -> Non
 def test_the_drift_demo_detects_the_turn_as_docs_metrics_md_says(service: InProcessService) -> None:
     """docs/metrics.md's "A drift, detected": an averaged perceptron with DDM replayed through
     the turning stream, 100 examples a request: 7 % mistakes before the turn, 29 % after, one
-    drift at example 6,092 and 22 warnings, as its summary says and its curve draws."""
+    drift at example 6,092 and 22 warnings, as its summary says and its curve draws (the last
+    200 under 16 % before the turn, 42 % at most after it, 25.5 % at the end)."""
     with Client(BASE_URL, transport=service.transport()) as c:
         c.create_model("turning", n_features=10, averaged=True, drift={"detector": "ddm"})
     stream = rp.StreamOptions("learn", batch=100)
@@ -225,6 +226,9 @@ def test_the_drift_demo_detects_the_turn_as_docs_metrics_md_says(service: InProc
     assert [at for at, kind in summary.drift if kind == "drift"] == [6092]
     assert sum(kind == "warning" for _, kind in summary.drift) == 22
     assert "drift         1 drift (at example 6,092); 22 warnings\n" in summary.text()
+    _, _, last_200 = rp.curve_points(o, 200)  # (what the curve of the docs' command draws)
+    assert max(last_200[199:6000]) < 0.16 and max(last_200[6000:]) == 0.42
+    assert last_200[-1] == 0.255
     # From the command line, --drift watches a model the replay makes.
     code, out, err = run_main(["--dataset", "turning", "--model", "again", "--mode", "learn",
                                "--batch", "100", "--drift", "ddm", "--json"])  # fmt: skip
