@@ -22,7 +22,6 @@ from service.learner.codec import pack_weights, unpack_weights
 from service.learner.drift_detectors import (
     DetectorError,
     check_state,
-    detector_of,
     read_state,
     state_text,
 )
@@ -103,13 +102,12 @@ def export_document(
 
 def _drift_document(config: ModelConfig, meta: dict[str, str]) -> dict[str, Any]:
     """The detector's state (its numbers as the store keeps them) and its last events."""
-    assert config.drift is not None
-    detector, _ = detector_of(config.drift)
-    events = []
-    for line in meta.get(Meta.DRIFT_EVENTS, "").splitlines():
-        at, kind, ms = line.split()
-        events.append({"at_seen": int(at), "kind": kind, "time_ms": int(ms)})
-    state = read_state(detector, meta.get(Meta.DRIFT_STATE, ""))
+    assert config.drift_detector is not None
+    events = [
+        {"at_seen": at, "kind": kind, "time_ms": ms}
+        for at, kind, ms in protocol.drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+    ]
+    state = read_state(config.drift_detector, meta.get(Meta.DRIFT_STATE, ""))
     return {"state": state_text(state), "events": events}
 
 
@@ -218,11 +216,11 @@ def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
     """The file's drift detector state and events, as the model's hash keeps them."""
     if raw is None:
         return {}
-    if config.drift is None:
+    detector = config.drift_detector
+    if detector is None:
         raise _bad("'drift' carries a detector's state, but the configuration has none.")
     if not isinstance(raw, dict) or set(raw) != DRIFT_FIELDS:
         raise _bad(f"'drift' must be an object of {sorted(DRIFT_FIELDS)}.")
-    detector, _ = detector_of(config.drift)
     text, events = raw["state"], raw["events"]
     try:
         if not isinstance(text, str) or len(text) > 1000:

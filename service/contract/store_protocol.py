@@ -25,6 +25,16 @@ from service.learner.codec import (
 from service.learner.drift_detectors import EVENTS_KEPT
 
 
+def drift_events(text: str) -> list[tuple[int, str, int]]:
+    """A drift detector's events as the model's hash keeps them (``Meta.DRIFT_EVENTS``, lines
+    of ``"<seen> <warning|drift> <unix ms>"``): (seen, kind, ms) each, oldest first."""
+    out = []
+    for line in text.splitlines():
+        at, kind, ms = line.split()
+        out.append((int(at), kind, int(ms)))
+    return out
+
+
 class Status(IntEnum):
     """What a script answers: for a whole call, or per feedback item."""
 

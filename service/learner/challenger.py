@@ -22,7 +22,6 @@ from service.learner.config import ModelConfig
 from service.learner.drift_detectors import (
     EVENTS_KEPT,
     Status,
-    detector_of,
     feed,
     read_state,
     state_text,
@@ -147,9 +146,9 @@ class ChallengerState:
     def watch(self, wrong: Sequence[bool], seen: int) -> None:
         """Its drift detector fed ``wrong`` (its outcomes, in order, after ``seen`` examples),
         its events counted and kept; nothing when the model has no detector."""
-        if self.config.drift is None:
+        detector = self.config.drift_detector
+        if detector is None:
             return
-        detector, _ = detector_of(self.config.drift)
         state = detector.start() if self.drift_state is None else self.drift_state
         self.drift_state, events = feed(detector, state, [int(w) for w in wrong])
         for i, kind in events:
@@ -162,9 +161,9 @@ class ChallengerState:
 
     def drift_status(self) -> Status | None:
         """Its detector's state now (None: the model has no detector)."""
-        if self.config.drift is None:
+        detector = self.config.drift_detector
+        if detector is None:
             return None
-        detector, _ = detector_of(self.config.drift)
         return status_of(detector, self.drift_state or detector.start())
 
     def rates(self) -> dict[str, float | None]:
@@ -259,9 +258,9 @@ def _pack_drift(state: ChallengerState) -> bytes:
 
 
 def _unpack_drift(state: ChallengerState, data: bytes) -> None:
-    if not data or state.config.drift is None:
+    detector = state.config.drift_detector
+    if not data or detector is None:
         return
-    detector, _ = detector_of(state.config.drift)
     numbers, counts, events = data.decode().split("|")
     state.drift_state = read_state(detector, numbers)
     warnings, drifts = counts.split()

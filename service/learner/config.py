@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from service.learner.interface import STRATEGIES, ConfigError, bad_setting
 
 if TYPE_CHECKING:
+    from service.learner.drift_detectors import Detector
     from service.learner.interface import Learner
 
 __all__ = ["STRATEGIES", "ConfigError", "Label", "ModelConfig", "label_key"]
@@ -149,11 +150,18 @@ class ModelConfig:
         return self.learner.seen_depended(self)
 
     @cached_property
+    def drift_detector(self) -> Detector | None:
+        """Its drift detector (``drift_detectors.py``); None for none."""
+        from service.learner.drift_detectors import detector_of
+
+        return None if self.drift is None else detector_of(self.drift)[0]
+
+    @cached_property
     def drift_spec(self) -> str:
         """Its drift detector as the store's scripts read it; '' for none."""
-        from service.learner.drift_detectors import detector_of, spec_of
+        from service.learner.drift_detectors import spec_of
 
-        return "" if self.drift is None else spec_of(detector_of(self.drift)[0])
+        return "" if self.drift_detector is None else spec_of(self.drift_detector)
 
     @cached_property
     def learner(self) -> Learner:

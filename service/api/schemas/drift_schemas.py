@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from service.contract.store_protocol import Meta
+from service.contract.store_protocol import Meta, drift_events
 from service.learner.challenger import ChallengerState
-from service.learner.drift_detectors import DDM, EDDM, detector_of, status_of
+from service.learner.drift_detectors import DDM, EDDM, detector_of, read_state, status_of
 
 DRIFT_TEXT = (
     "A drift detector on the served learner's mistakes, or null (none, the default): "
@@ -118,11 +118,11 @@ def drift_answer(
     if config is None:
         return DriftAnswer(drift=None, learners=[], events=[])
     detector, _ = detector_of(config)
-    state = [float(v) for v in meta.get(Meta.DRIFT_STATE, "").split()] or detector.start()
-    events = []
-    for line in meta.get(Meta.DRIFT_EVENTS, "").splitlines():
-        at, kind, ms = line.split()
-        events.append(DriftEvent(learner="served", kind=kind, at_seen=int(at), time=int(ms) / 1000))
+    state = read_state(detector, meta.get(Meta.DRIFT_STATE, ""))
+    events = [
+        DriftEvent(learner="served", kind=kind, at_seen=at, time=ms / 1000)
+        for at, kind, ms in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+    ]
     seen = int(meta.get(Meta.SEEN, 0))
     learners = [LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)]
     for id, c in (challengers or {}).items():
