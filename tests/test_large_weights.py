@@ -38,8 +38,9 @@ def held_redis(r: redis.Redis) -> list[tuple[float, bytes]]:
     over 250 ms. A plain command moves one chunk at most and takes a millisecond; what a busy
     machine adds to it (the OS holding Redis, 80-90 ms on a loaded two-core runner) is not work
     the service asked for, while a script carrying whole weights takes 170 ms and more at the
-    sizes tested here. The scripts these tests run take 5 ms at most on an idle machine: one
-    alone past 50 ms but within 150 ms is such a stall (a full run once saw one of 50.5 ms),
+    sizes tested here. The scripts these tests run move 1 MiB at most and take far less than
+    50 ms: one alone past 50 ms but within 150 ms is such a stall (a full run once saw one of
+    50.5 ms),
     where a script that carries too much takes longer, or is slow in each of its calls (those
     that stored 64 wide predictions at once took 56-256 ms each)."""
     found = [(e["duration"] / 1000, e["command"][:40]) for e in r.slowlog_get(128)]
