@@ -199,7 +199,11 @@ def make_service(
             started.append(service.stop)
             return service.client(timeout=30)
         redis_url = request.getfixturevalue("redis_url")
-        settings = Settings(**{"redis_url": redis_url, "auth": False, **overrides})
+        # A Redis call may wait 10 s here, not 2: the tests share two cores with image builds
+        # and other servers, and a commit once waited past 2 s there. Tests of timeouts set
+        # their own.
+        base = {"redis_url": redis_url, "auth": False, "redis_timeout_s": 10.0}
+        settings = Settings(**{**base, **overrides})
         server = ServiceThread(settings, clock).start()
         client = httpx.Client(base_url=server.url, timeout=30)
         if settings.default_model:
