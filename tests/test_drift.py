@@ -119,6 +119,10 @@ REFUSED = [
     {"detector": "eddm", "alpha": 0.5},
     {"detector": "eddm", "beta": 1.5},
     {"detector": "ddm", "window": 3},
+    {"detector": "ddm", "warning_threshold": "2.5"},  # (a number of another kind, as elsewhere)
+    {"detector": "ddm", "drift_threshold": True},
+    {"detector": "eddm", "alpha": True},
+    {"detector": "eddm", "beta": "0.5"},
     "ddm",
     [],
 ]
@@ -134,6 +138,7 @@ def test_a_detector_that_cannot_be_is_a_422_and_makes_no_model(redis_url: str) -
                 assert c.get("/models/m").status_code == 404
             for drift in ({"detector": "ddm", "warm_start": 1_000_000},
                           {"detector": "ddm", "warm_start": 1, "warning_threshold": 3.0},
+                          {"detector": "ddm", "warning_threshold": 2, "drift_threshold": 2},
                           {"detector": "eddm", "alpha": 1.0, "beta": 1.0}):  # fmt: skip
                 assert c.put("/models/m", json={"n_features": 2, "drift": drift}).status_code == 201
                 assert c.delete("/models/m").status_code in (200, 204)
@@ -252,3 +257,39 @@ def test_each_challenger_watches_its_own_mistakes(client: httpx.Client) -> None:
     drifts = shown["twin"]["drifts"]
     line = f'perceptron_challenger_drifts_total{{learner="twin",model="c"}} {drifts}.0'
     assert line in scraped, [ln for ln in scraped.splitlines() if "challenger_drifts" in ln]
+
+
+def test_a_detector_moves_with_its_learner_when_a_challenger_is_promoted(
+    client: httpx.Client,
+) -> None:
+    """Each learner keeps its own detector through a promotion: the promoted challenger's
+    detector watches the served learner's mistakes from where it stood (it flags what a copy
+    of it, still a challenger, flags), and the learner that served takes its detector among the
+    challengers (it flags what a copy of it flags). The model's drift counters only grow."""
+    drift = {"detector": "ddm", "warm_start": 20, "warning_threshold": 1.5}
+    assert client.put("/models/p", json={"n_features": 2, "drift": drift}).status_code == 201
+    for id, settings in (("twin", {}), ("avg", {"averaged": True}), ("avg2", {"averaged": True})):
+        assert client.put(f"/models/p/challengers/{id}", json=settings).status_code == 201
+    xs, ys = turned_stream(700, 7)  # (it turns at 350, and turns back at 1050)
+    more_xs, more_ys = turned_stream(700, 8)
+    xs, ys = xs + more_xs, ys + [-y for y in more_ys]
+    for i in range(0, 700, 100):
+        body = {"model": "p", "features": xs[i : i + 100], "labels": ys[i : i + 100]}
+        assert client.post("/learn/batch", json=body).status_code == 200
+    before = client.get("/models/p").json()["counters"]
+    r = client.post("/models/p/promote", json={"challenger": "avg", "demote_as": "old"})
+    assert r.status_code == 200, r.text
+    assert client.get("/models/p").json()["config"]["drift"]["detector"] == "ddm"
+    for i in range(700, 1400, 100):
+        body = {"model": "p", "features": xs[i : i + 100], "labels": ys[i : i + 100]}
+        assert client.post("/learn/batch", json=body).status_code == 200
+    got = client.get("/models/p/drift").json()
+    by = {id: [(e["at_seen"], e["kind"]) for e in got["events"] if e["learner"] == id]
+          for id in ("served", "twin", "avg2", "old")}  # fmt: skip
+    assert by["served"] == by["avg2"] and any(at > 700 for at, _ in by["served"])
+    assert by["old"] == by["twin"] and any(at > 700 for at, _ in by["old"])
+    states = {c["learner"]: c["state"] for c in got["learners"]}
+    assert states["served"] == states["avg2"] and states["old"] == states["twin"]
+    after = client.get("/models/p").json()["counters"]
+    assert after["drifts"] >= before["drifts"]
+    assert after["drift_warnings"] >= before["drift_warnings"]

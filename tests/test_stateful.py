@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import numpy as np
@@ -70,7 +70,7 @@ from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.challenger import ChallengerState, challenger_config, start_state
 from service.learner.codec import pack_weights
 from service.learner.config import ConfigError
-from service.learner.drift_detectors import detector_of, feed, status_of
+from service.learner.drift_detectors import Status, detector_of, feed, status_of
 from service.learner.features import Example, encode
 from service.learner.passive_aggressive import learner
 from service.learner.perceptron import predict_index
@@ -834,7 +834,11 @@ class Service(RuleBasedStateMachine):
             ref.config, ref.weights.copy(), ref.labels, c["mistakes"], bytes(ref.marks),
             c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
             served_mistakes=c["mistakes"],
+            drift_state=ref.drift_state, drift_warnings=c["drift_warnings"], drifts=c["drifts"],
+            drift_events=[(at, cast(Status, kind)) for at, kind in ref.drift_events],
         )  # fmt: skip
+        # (each detector moves with its learner; the model's drift counters only grow)
+        ref.drift_state, ref.drift_events = state.drift_state, list(state.drift_events)
         del ref.challengers[id]
         ref.challengers[demoted] = was
         for s in ref.challengers.values():

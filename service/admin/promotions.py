@@ -8,12 +8,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from service.admin.challengers import check_id, served_marks
 from service.admin.retention import make_room, prune_quietly
 from service.contract.names import check_name
-from service.contract.store_protocol import PROMOTE_HOLD_MS, RING_SIZE, Meta, pending_life_s
+from service.contract.store_protocol import (
+    PROMOTE_HOLD_MS,
+    RING_SIZE,
+    Meta,
+    drift_events,
+    pending_life_s,
+)
 from service.engine.replicas import Replicas
 from service.engine.standings import Standing, standing, tail_of
 from service.engine.tasks import cancel_all
@@ -21,6 +27,7 @@ from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
 from service.learner import ModelConfig
 from service.learner.challenger import ChallengerState, promotion_refusal
 from service.learner.codec import new_epoch, pack_weights
+from service.learner.drift_detectors import Status, read_state, state_text
 from service.settings import Settings
 from service.store import Store
 from service.store.ops.challenger_states import Tail
@@ -141,6 +148,7 @@ class Promotions:
             since=seen,
             served_mistakes=int(served["mistakes"]),
         )
+        _take_served_detector(demoted, served)
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms=now_ms, adding=snap + log_bytes)
         if not await self.store.renew_promotion(name):
@@ -167,12 +175,28 @@ class Promotions:
             states=_others(now, id),
             now_ms=now_ms,
             keep_ms=1000 * pending_life_s(model.feedback_ttl_s, model.default_label is not None),
+            drift_state=state_text(state.drift_state) if state.drift_state else "",
+            drift_events="".join(f"{at} {kind} 0\n" for at, kind in state.drift_events),
         )
         done = await self.store.promote(name, promotion)
         if done is None:
             return None
         checkpoint, demoted_id = done
         return Promoted(id, demoted_id, checkpoint, state.config.to_dict())
+
+
+def _take_served_detector(demoted: ChallengerState, served: dict[str, str]) -> None:
+    """The learner that served keeps its drift detector among the challengers: its state,
+    counts and events (the promoted learner's becomes the served one's, each event's time
+    unknown: 0)."""
+    detector = demoted.config.drift_detector
+    if detector is None:
+        return
+    text = served[Meta.DRIFT_STATE]
+    demoted.drift_state = read_state(detector, text) if text else None
+    demoted.drift_warnings, demoted.drifts = int(served["drift_warnings"]), int(served["drifts"])
+    events = drift_events(served[Meta.DRIFT_EVENTS])
+    demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _ in events]
 
 
 def _others(now: Standing, id: str) -> list[Tail]:

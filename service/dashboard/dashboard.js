@@ -808,6 +808,7 @@ function renderCharts(m) {
   $('bucket-legend').textContent = `per ${bucket} s bucket`;
   const cumulative = pts.map((p) => (p.examples_total ? p.mistakes_total / p.examples_total : null));
   const empty = m.counters.seen ? 'No examples in the chart window' : 'No labelled examples yet';
+  const timed = state.drift.filter((e) => e.time !== null); // (a promoted learner's: no time)
   drawChart($('chart-time'), {
     x: pts.map((p) => p.t),
     time: true,
@@ -825,13 +826,13 @@ function renderCharts(m) {
       id: c.id,
       label: '#' + c.id,
       cls: c.reason.replaceAll(' ', '-'),
-    })).concat(state.drift.map((e, i) => ({
+    })).concat(timed.map((e, i) => ({
       x: Math.floor(e.time / bucket) * bucket, id: 'drift-' + i, label: driftLabel(e), cls: e.kind,
     }))),
     marksAt: (i) => state.checkpoints
       .filter((c) => c.time >= pts[i].t && c.time < pts[i].t + bucket)
       .map(checkpointLine)
-      .concat(state.drift.filter((e) => e.time >= pts[i].t && e.time < pts[i].t + bucket)
+      .concat(timed.filter((e) => e.time >= pts[i].t && e.time < pts[i].t + bucket)
         .map(driftLine)),
   });
   const curve = m.curve.points;
@@ -873,7 +874,8 @@ function driftLine(e) {
   const what = e.kind === 'drift' ? 'drift detected' : 'drift warning';
   const by = e.learner === 'served' ? '' : ` (${e.learner})`;
   const action = e.action ? ` · ${e.action}` : '';
-  return `${what}${by} at example ${fmtInt(e.at_seen)}, ${fmtClock(e.time)}${action}`;
+  const when = e.time === null ? '' : `, ${fmtClock(e.time)}`; // (a promoted learner's: none)
+  return `${what}${by} at example ${fmtInt(e.at_seen)}${when}${action}`;
 }
 
 // A learner's settings in a few words, as GET /learners names them: its title, each number

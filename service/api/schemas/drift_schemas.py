@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from service.contract.store_protocol import Meta, drift_events
 from service.learner.challenger import ChallengerState
@@ -41,10 +41,10 @@ class DDMSpec(_DetectorSpec):
     """DDM's configuration (River's drift.binary.DDM)."""
 
     detector: Literal["ddm"] = Field(description="ddm")
-    warning_threshold: float | None = Field(
+    warning_threshold: StrictFloat | None = Field(
         None, description=f"deviations over the best that warn ({DDM.warning_threshold})"
     )
-    drift_threshold: float | None = Field(
+    drift_threshold: StrictFloat | None = Field(
         None, description=f"deviations over the best that detect ({DDM.drift_threshold})"
     )
 
@@ -53,8 +53,12 @@ class EDDMSpec(_DetectorSpec):
     """EDDM's configuration (River's drift.binary.EDDM)."""
 
     detector: Literal["eddm"] = Field(description="eddm")
-    alpha: float | None = Field(None, description=f"the level under which it warns ({EDDM.alpha})")
-    beta: float | None = Field(None, description=f"the level under which it detects ({EDDM.beta})")
+    alpha: StrictFloat | None = Field(
+        None, description=f"the level under which it warns ({EDDM.alpha})"
+    )
+    beta: StrictFloat | None = Field(
+        None, description=f"the level under which it detects ({EDDM.beta})"
+    )
 
 
 # A drift detector's configuration: its parameters are those of the detector it names.
@@ -67,7 +71,8 @@ class DriftEvent(BaseModel):
     kind: Literal["warning", "drift"]
     at_seen: int = Field(description="labelled examples the learner had seen when it came")
     time: float | None = Field(
-        description="when, Unix seconds (null for a challenger's: its at_seen says when)"
+        description="when, Unix seconds (null for a challenger's, and for the served learner's "
+        "from before it was promoted: its at_seen says when)"
     )
     action: None = Field(None, description="what it did: nothing but the alert (null)")
 
@@ -120,7 +125,7 @@ def drift_answer(
     detector, _ = detector_of(config)
     state = read_state(detector, meta.get(Meta.DRIFT_STATE, ""))
     events = [
-        DriftEvent(learner="served", kind=kind, at_seen=at, time=ms / 1000)
+        DriftEvent(learner="served", kind=kind, at_seen=at, time=ms / 1000 if ms else None)
         for at, kind, ms in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     ]
     seen = int(meta.get(Meta.SEEN, 0))

@@ -79,18 +79,19 @@ return {DONE}
 # predictions of EPOCH stay this model's while their records may live, KEEP_MS from NOW_MS:
 # Meta.PREV_EPOCH keeps it with those of the promotions before whose records may still live),
 # CONFIG, the weights staged at STAGE (LENGTH bytes in CHUNKS chunks, blobs.py) as its snapshot at
-# NEW_VERSION, the promoted learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED,
-# N_DEFAULTED_MISTAKES; RING_MARKS, its last outcomes; the learning curve and the confusion matrix
-# start again, the retained log goes); ID leaves the challengers and the learner that served joins
-# them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and DEMOTED_TAIL (its
-# weights staged at DEMOTED_WEIGHTS in DEMOTED_CHUNKS chunks); every other challenger's state is
-# the one after the fixed arguments ((id, tail, chunks) triples, each tail's weights staged at
-# the key of the same place after the fixed keys) at POSITION,
-# and the log starts there. Lets go of the hold. Returns {DONE, the checkpoint's id, the demoted
-# id}; {UNCHANGED}, {UNKNOWN} (no challenger ID), {NAME_TAKEN} (the id the learner that served
-# would take is a challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still
-# live) or {NOT_STAGED}, each with that id after it: nothing done, the hold kept. The staged
-# key is let go whatever happens.
+# NEW_VERSION, the promoted learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED, N_DEFAULTED_MISTAKES;
+# RING_MARKS, its last outcomes; the learning curve and the confusion matrix start again, the
+# retained log goes), its drift detector (DRIFT_STATE and DRIFT_EVENTS, as Meta.DRIFT_STATE and
+# Meta.DRIFT_EVENTS hold them; '' a fresh one); ID leaves the challengers and the learner that
+# served joins them as DEMOTED ('': "served-<the checkpoint's id>") with DEMOTED_CONFIG and
+# DEMOTED_TAIL (its weights staged at DEMOTED_WEIGHTS in DEMOTED_CHUNKS chunks); every other
+# challenger's state is the one after the fixed arguments ((id, tail, chunks) triples, each tail's
+# weights staged at the key of the same place after the fixed keys) at POSITION, and the log starts
+# there. Lets go of the hold. Returns {DONE, the checkpoint's id, the demoted id}; {UNCHANGED},
+# {UNKNOWN} (no challenger ID), {NAME_TAKEN} (the id the learner that served would take is a
+# challenger's), {TOO_MANY} (PROMOTIONS_KEPT promotions' predictions may still live) or
+# {NOT_STAGED}, each with that id after it: nothing done, the hold kept. The staged key is let go
+# whatever happens.
 SWAP = Script(
     "promote",
     keys=(
@@ -132,6 +133,8 @@ SWAP = Script(
         "demoted_chunks#",
         "now_ms",
         "keep_ms#",
+        "drift_state",
+        "drift_events",
     ),  # fmt: skip
     rest_keys="weights",
     rest_args="states",
@@ -183,6 +186,8 @@ redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, table.concat(pr
   META_VERSION, NEW_VERSION, META_SEEN, NEW_SEEN, META_SNAP_VERSION, NEW_VERSION,
   META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, NEW_VERSION, COUNT_MISTAKES, MISTAKES,
   COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
+if DRIFT_STATE == '' then redis.call('HDEL', META, META_DRIFT_STATE, META_DRIFT_EVENTS)
+else redis.call('HSET', META, META_DRIFT_STATE, DRIFT_STATE, META_DRIFT_EVENTS, DRIFT_EVENTS) end
 if NEW_SEEN > 0 then
   redis.call('HSET', CURVE, FIELD_EVERY, '1', string.format('%d', NEW_SEEN), MISTAKES)
 end
@@ -236,6 +241,8 @@ class Promotion:
     states: list[Tail]  # every other challenger's
     now_ms: int
     keep_ms: int  # how long the model's pending records live (protocol.pending_life_s)
+    drift_state: str = ""  # the promoted learner's detector, as the model's hash keeps it
+    drift_events: str = ""  # ('': a fresh detector, or none)
 
 
 async def hold_promotion(store: Runner, name: str, id: str) -> Held | None:
@@ -298,6 +305,8 @@ async def promote(store: Runner, name: str, p: Promotion) -> tuple[int, str] | N
             demoted_chunks=blobs.chunks(len(p.demoted_tail.weights)),
             now_ms=p.now_ms,
             keep_ms=p.keep_ms,
+            drift_state=p.drift_state,
+            drift_events=p.drift_events,
         ),
     )
     status = status_of(store, name, reply)
