@@ -21,6 +21,7 @@ from service.learner.drift_detectors import (
     EDDM,
     Detector,
     DetectorError,
+    check_state,
     detector_of,
     feed,
     spec_of,
@@ -252,3 +253,35 @@ def test_any_stream_decides_alike_in_lua(
     got_state, got_events = fed_in_lua(client, detector, mistakes, cuts)
     assert got_state == state
     assert got_events == [(i, kind) for i, kind in events]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 1), max_size=600), st.sampled_from(sorted(DETECTORS)))
+def test_every_state_a_detector_reaches_passes_its_check(mistakes: list[int], name: str) -> None:
+    """An import checks a detector's state against bounds every real one keeps: each state on
+    any stream keeps them (and so can be exported and imported back)."""
+    detector = DETECTORS[name](warm_start=3)
+    state = detector.start()
+    check_state(detector, state)
+    for m in mistakes:
+        state = detector.update(state, m)
+        check_state(detector, state)
+
+
+@pytest.mark.parametrize(
+    ("name", "state"),
+    [
+        ("eddm", "0 40 0 40 1 1e308 0 0 0"),  # (a mean distance past its examples: sq overflows)
+        ("eddm", "0 40 1000 40 40 0 0 0 0"),  # (a last mistake after its examples)
+        ("eddm", "0 40 10 41 41 2 0 3 0"),  # (more mistakes than examples)
+        ("eddm", "0 40 10 5 5 2 -1 3 0"),  # (a negative sum of squared deviations)
+        ("eddm", "0 40 10 5 5 2 1 1000 0"),  # (a largest p' + 2 s' past what it can be)
+        ("ddm", "0 40 0.5 2 0 inf"),  # (a best mistake rate past 1)
+        ("ddm", "0 40 0.5 0.1 0.9 inf"),  # (a deviation past 0.5)
+        ("ddm", "0 40 0.5 0.1 0.1 7"),  # (a best p + s past 1.5)
+    ],
+)
+def test_a_state_no_detector_reaches_is_refused(name: str, state: str) -> None:
+    """Such a state, imported, would overflow or never flag again: it is refused instead."""
+    with pytest.raises(DetectorError):
+        check_state(DETECTORS[name](), [float(v) for v in state.split()])

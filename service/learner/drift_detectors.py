@@ -206,10 +206,34 @@ def check_state(detector: Detector, state: list[float]) -> None:
             continue
         if not math.isfinite(v) or (i in whole and not (v == int(v) and 0 <= v <= 2.0**53)):
             raise DetectorError(f"number {i} of its state must be finite, a count whole: {v!r}.")
-    if isinstance(detector, DDM) and not 0 <= state[2] <= 1:
-        raise DetectorError(f"DDM's mistake rate must be in [0, 1]; got {state[2]!r}.")
-    if isinstance(detector, EDDM) and (state[8] not in (0.0, 1.0) or state[7] < -1):
-        raise DetectorError("EDDM's warning flag must be 0 or 1, its largest p' + 2 s' >= -1.")
+    why = _ddm_bounds(state) if isinstance(detector, DDM) else _eddm_bounds(state)
+    if why:
+        raise DetectorError(f"{detector.name}'s {why}.")
+
+
+def _ddm_bounds(state: list[float]) -> str:
+    """Why a DDM state is none it reaches ('' it may be): rates within [0, 1], a deviation
+    within 0.5 (sqrt(p (1 - p) / n)), the best p + s within 1.5 or infinite before warm."""
+    _, _, mean, p_min, s_min, ps_min = state
+    if not (0 <= mean <= 1 and 0 <= p_min <= 1 and 0 <= s_min <= 0.5):
+        return "mistake rates must be in [0, 1], their deviation in [0, 0.5]"
+    if not (ps_min == math.inf or 0 <= ps_min <= 1.5):
+        return "best p + s must be in [0, 1.5], or infinite before it is warm"
+    return ""
+
+
+def _eddm_bounds(state: list[float]) -> str:
+    """Why an EDDM state is none it reaches ('' it may be): the last mistake and the mistakes
+    within the examples, distances (at most the examples) and their deviations within them, so
+    that no later update overflows."""
+    _, n, last, errors, count, mean, sq, most, warned = state
+    if warned not in (0.0, 1.0):
+        return "warning flag must be 0 or 1"
+    if not (last <= n and count <= errors <= n):
+        return "last mistake and mistakes counted must be within its examples"
+    if not (0 <= mean <= n and 0 <= sq <= count * n * n and (most == -1 or 0 <= most <= 4 * n)):
+        return "distances and their deviations must be within its examples"
+    return ""
 
 
 def read_state(detector: Detector, text: str) -> list[float]:
