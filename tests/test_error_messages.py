@@ -123,6 +123,20 @@ MESSAGES = [
         id="no-label",
     ),
     pytest.param(
+        "put",
+        "/models/m",
+        {"json": {"n_features": 2, "drift": {"detector": "ddm", "warm_start": 30.0}}},
+        ["'drift.warm_start' is the number 30.0", "examples (ddm) or mistakes (eddm)"],
+        id="drift-parameter-a-float",
+    ),
+    pytest.param(
+        "put",
+        "/models/m",
+        {"json": {"n_features": 2, "drift": {"detector": "eddm", "alpha": "0.9"}}},
+        ["'drift.alpha' is a string (\"0.9\")", "the level under which it warns"],
+        id="drift-parameter-a-string",
+    ),
+    pytest.param(
         "post",
         "/feedback",
         {"json": {"prediction_id": "d:x", "label": "a", "model": "d"}},

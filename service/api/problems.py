@@ -15,7 +15,7 @@ import difflib
 import json
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -36,19 +36,23 @@ def explain(
     string, path, headers; ``parameters``: what each query parameter takes), then the body's."""
     asked: dict[tuple[str, str], list[Error]] = {}
     problems: dict[Path, list[Error]] = {}
+    parents: dict[Path, type[BaseModel] | None] = {}  # the schema holding each path's last
     for error in sorted(errors, key=lambda e: _FIRST.get(e.get("type", ""), 2)):
         loc = error.get("loc", ())
         if len(loc) > 1 and loc[0] in _PLACES:
             asked.setdefault((str(loc[0]), str(loc[1])), []).append(error)
             continue
-        path, _ = _walk(body, loc[1:], error.get("type") == "extra_forbidden")
+        path, parent = _walk(body, loc[1:], error.get("type") == "extra_forbidden")
         problems.setdefault(path, []).append(error)
+        parents.setdefault(path, parent)
     takes = parameters or {}
     sentences = [
         _parameter_sentence(place, name, errs[0], takes.get(name, ""))
         for (place, name), errs in asked.items()
     ]
-    sentences += [_sentence(path, errs, body, content_type) for path, errs in problems.items()]
+    sentences += [
+        _sentence(path, errs, parents[path], body, content_type) for path, errs in problems.items()
+    ]
     if len(sentences) == 1:
         return sentences[0]
     return f"{len(sentences)} problems: " + " ".join(sentences)
@@ -77,13 +81,18 @@ def body_schema(route: Any) -> type[BaseModel] | None:
     return _model_in(field.field_info.annotation) if field is not None else None
 
 
-def _sentence(path: Path, errors: list[Error], body: type[BaseModel] | None, ctype: str) -> str:
+def _sentence(
+    path: Path,
+    errors: list[Error],
+    parent: type[BaseModel] | None,
+    body: type[BaseModel] | None,
+    ctype: str,
+) -> str:
     first = errors[0]
     kind = first.get("type", "")
     if not path:
         return _body_sentence(first, body, ctype)
-    name = _name(path)
-    parent, field = _walk(body, path[:-1], False)[1], path[-1]
+    name, field = _name(path), path[-1]
     if kind == "extra_forbidden":
         fields = list(parent.model_fields) if parent else []
         close = difflib.get_close_matches(str(field), fields, n=1)
@@ -141,26 +150,44 @@ def _walk(
     know, kept as written)."""
     path: list[str | int] = []
     annotation: Any = model
-    holder = model
+    holder, parent = model, None
     for i, step in enumerate(loc):
         if isinstance(step, int):
             path.append(step)
-            annotation = _item(annotation)
+            annotation, parent = _item(annotation), None
             continue
         holder = _model_in(annotation)
         if holder is not None and step in holder.model_fields:
             path.append(step)
-            annotation = holder.model_fields[step].annotation
+            annotation, parent = holder.model_fields[step].annotation, holder
         elif keep_last and i == len(loc) - 1:
             path.append(step)
+            parent = holder
+        elif (tagged := _tagged(annotation, step)) is not None:
+            annotation = tagged  # (a tagged union's member, named by its tag: not the client's)
         # else: the name of a union's member, e.g. 'list[any]': not the client's
-    return tuple(path), holder if keep_last else _model_in(annotation)
+    return tuple(path), parent
 
 
 def _members(annotation: Any) -> tuple[Any, ...]:
+    if get_origin(annotation) is Annotated:
+        return _members(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
-        return get_args(annotation)
+        return tuple(m for a in get_args(annotation) for m in _members(a))
     return (annotation,)
+
+
+def _tagged(annotation: Any, tag: str) -> type[BaseModel] | None:
+    """The member of a tagged union whose tag is ``tag`` (a field of its that is that literal)."""
+    for member in _members(annotation):
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            fields = member.model_fields.values()
+            if any(
+                get_origin(f.annotation) is Literal and get_args(f.annotation) == (tag,)
+                for f in fields
+            ):
+                return member
+    return None
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
