@@ -4,8 +4,8 @@ two workers on a real redis-server, and nginx in front as deploy/ ships it.
 * A label applied through the other worker than the one holding the stream arrives as an
   event within a second (the worker each connection landed on is read from the processes'
   sockets).
-* A model with a drift detector pushes ``drift`` (the body of ``GET .../drift``) at once and
-  at each warning and drift, and only then.
+* A model with a drift detector pushes ``drift`` (the body of ``GET .../drift``, its
+  challengers' detectors too) at once and at each warning and drift, and only then.
 * With keys on the stream needs the ``predict`` role on the model: in a header, or in the
   cookie ``perceptron_key`` (what a browser's EventSource sends); no key, a wrong key or a key
   for other models is refused with the API's JSON errors.
@@ -227,6 +227,29 @@ def test_a_detectors_events_are_pushed_as_they_come(two_workers: ServiceProcess)
         finally:
             stream.close()
             quiet.close()
+
+
+def test_a_challengers_detector_is_in_the_pushed_drift_event(two_workers: ServiceProcess) -> None:
+    """The drift event is the body of GET .../drift whole: each challenger's state and events
+    too, pushed when its own detector flags (its labels move the model)."""
+    drift = {"detector": "ddm", "warm_start": 10, "warning_threshold": 1.2}
+    with httpx.Client(base_url=two_workers.url, timeout=10) as c:
+        assert c.put("/models/watched", json={**MODEL, "drift": drift}).status_code == 201
+        assert c.put("/models/watched/challengers/avg", json={"averaged": True}).status_code == 201
+        stream = Stream(two_workers.port, "/models/watched/events")
+        try:
+            first = stream.wait_for(lambda k, b: k == "drift", 5)[2]
+            assert [one["learner"] for one in first["learners"]] == ["served", "avg"]
+            for label in (1, -1):
+                body = {"model": "watched", "features": [[1, 0]] * 60, "labels": [label] * 60}
+                assert c.post("/learn/batch", json=body).status_code == 200
+            answer = c.get("/models/watched/drift").json()
+            assert {e["learner"] for e in answer["events"]} == {"served", "avg"}, answer
+            stream.wait_for(lambda k, b: k == "drift" and b == answer, 2)
+            kinds = [k for _, k, _ in stream.events]
+            assert kinds.count("drift") <= 3, kinds  # (at once, then once per batch at most)
+        finally:
+            stream.close()
 
 
 def test_the_stream_needs_the_predict_role_on_the_model(keyed: ServiceProcess) -> None:

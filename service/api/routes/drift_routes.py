@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from service.admin.worker import Worker
 from service.api.auth import Role
 from service.api.callers import FastJSONRoute, Reader
 from service.api.schemas.drift_schemas import DriftAnswer, drift_answer
@@ -20,8 +21,13 @@ async def read_drift(name: str, who: Reader) -> DriftAnswer:
     and their last warnings and drifts, each learner's oldest first, each with the examples
     that learner had seen when it came."""
     who.check(Role.predict, name)
-    config, meta = await who.worker.models.read_model(name)
+    return await drift_of(who.worker, name)
+
+
+async def drift_of(worker: Worker, name: str) -> DriftAnswer:
+    """What ``GET /models/{name}/drift`` answers (and the event stream's ``drift`` event)."""
+    config, meta = await worker.models.read_model(name)
     if config.drift is None or int(meta.get(Meta.CHALLENGERS, 0)) == 0:
         return drift_answer(config.drift, meta)
-    now = await who.worker.challengers.standing(name)  # (each one's detector, replayed)
+    now = await worker.challengers.standing(name)  # (each one's detector, replayed)
     return drift_answer(config.drift, meta, now.states)

@@ -10,7 +10,8 @@ The stream sends, as they change, the bodies a client would otherwise poll for:
   whenever a label, an add, a removal or a promotion changes it, while the model has
   challengers (and once more when its last one goes);
 - ``event: drift``, the answer of ``GET /models/{name}/drift``, for a model with a drift
-  detector: at once, then whenever the detector warns or detects, or the model starts afresh;
+  detector: at once, then whenever any learner's detector warns or detects, or the model
+  starts afresh;
 - ``event: gone``, ``{"detail", "code": "model_not_found"}``, when the model is deleted; the
   stream ends;
 - a comment (``: keep-alive``) after ``PERCEPTRON_STREAM_KEEPALIVE_S`` without an event;
@@ -47,8 +48,8 @@ from service.admin.worker import Worker
 from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
 from service.api.callers import checked
 from service.api.metrics_view import model_metrics
+from service.api.routes.drift_routes import drift_of
 from service.api.routes.history_routes import read_checkpoints
-from service.api.schemas.drift_schemas import drift_answer
 from service.api.schemas.model_schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
@@ -101,11 +102,12 @@ async def model_events(name: str, request: Request) -> Response:
         first = await _metrics(worker, name)  # 404 for a model that does not exist
         history = await _checkpoints(worker, name)
         history += await _challengers(worker, name) if _challenged(stamp) else b""
-        history += await _drift(worker, name)
+        drift = await _drift(worker, name)
+        history += event("drift", drift) if drift else b""
     except BaseException:
         streams.leave()
         raise
-    return EventStream(_follow(worker, name, stamp, first + history), streams)
+    return EventStream(_follow(worker, name, stamp, first + history, drift), streams)
 
 
 def stream_caller(request: Request) -> Principal:
@@ -146,11 +148,9 @@ async def _checkpoints(worker: Worker, name: str) -> bytes:
 
 
 async def _drift(worker: Worker, name: str) -> bytes:
-    """The drift event, for a model with a detector (else nothing)."""
-    config, meta = await worker.models.read_model(name)
-    if config.drift is None:
-        return b""
-    return event("drift", drift_answer(config.drift, meta).model_dump_json().encode())
+    """The drift event's data, for a model with a detector (else nothing)."""
+    answer = await drift_of(worker, name)
+    return b"" if answer.drift is None else answer.model_dump_json().encode()
 
 
 async def _challengers(worker: Worker, name: str) -> bytes:
@@ -162,10 +162,16 @@ def _challenged(stamp: tuple[bytes | str | None, ...] | None) -> bool:
 
 
 async def _follow(
-    worker: Worker, name: str, stamp: tuple[bytes | str | None, ...] | None, first: bytes
+    worker: Worker,
+    name: str,
+    stamp: tuple[bytes | str | None, ...] | None,
+    first: bytes,
+    drifted: bytes,
 ) -> AsyncGenerator[bytes, None]:
     """The stream's chunks: ``first``, then each change the model's stamp shows. The stamp is
-    read before the figures, so a change made meanwhile is sent again, never missed."""
+    read before the figures, so a change made meanwhile is sent again, never missed. The drift
+    event goes when its data differs from the last sent (``drifted``): for a model with
+    challengers, whose events come with their labels, it is made at each change."""
     s = worker.settings
     yield b"retry: %d\n\n" % RETRY_MS + first
     sent = opened = time.monotonic()
@@ -182,8 +188,10 @@ async def _follow(
                     chunk += await _checkpoints(worker, name)
                 if _challenged(now) or _challenged(stamp):
                     chunk += await _challengers(worker, name)
-                if stamp is None or any(now[i] != stamp[i] for i in DRIFT):
-                    chunk += await _drift(worker, name)
+                if _challenged(now) or stamp is None or any(now[i] != stamp[i] for i in DRIFT):
+                    drift = await _drift(worker, name)  # (a challenger's events: by its labels)
+                    chunk += event("drift", drift) if drift and drift != drifted else b""
+                    drifted = drift
                 stamp = now
             elif time.monotonic() - sent >= s.stream_keepalive_s:
                 chunk = b": keep-alive\n\n"
