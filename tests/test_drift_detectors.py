@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from river import drift
 
+from service.learner import kernel
 from service.learner.drift_detectors import (
     DDM,
     DETECTORS,
@@ -285,3 +286,31 @@ def test_a_state_no_detector_reaches_is_refused(name: str, state: str) -> None:
     """Such a state, imported, would overflow or never flag again: it is refused instead."""
     with pytest.raises(DetectorError):
         check_state(DETECTORS[name](), [float(v) for v in state.split()])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.booleans(), max_size=500),
+    st.sampled_from(sorted(DETECTORS)),
+    st.integers(1, 40),
+    st.integers(0, 500),
+    st.data(),
+)
+def test_the_compiled_loop_decides_as_the_detector_bit_for_bit(
+    mistakes: list[bool], name: str, warm_start: int, cut: int, data: st.DataObject
+) -> None:
+    """A challenger's replay feeds its detector through the compiled loop (``drift_loop.py``):
+    the same state, bit for bit, and the same flags as ``feed``, from a state carried over."""
+    if name == "ddm":
+        low = data.draw(st.floats(0.1, 5))
+        detector: Detector = DDM(warm_start, low, data.draw(st.floats(low, 8)))
+    else:
+        beta = data.draw(st.floats(0.05, 1))
+        detector = EDDM(warm_start, data.draw(st.floats(beta, 1)), beta)
+    cut = min(cut, len(mistakes))
+    ours, events = feed(detector, detector.start(), [int(m) for m in mistakes[:cut]])
+    state, later = feed(detector, ours, [int(m) for m in mistakes[cut:]])
+    got, got_later = kernel.drift_feed(detector, ours, np.array(mistakes[cut:], dtype=bool))
+    assert kernel._DRIFT is not None  # (compiled here: numba is installed)
+    assert [v.hex() for v in got] == [v.hex() for v in state]
+    assert got_later == later

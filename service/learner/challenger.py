@@ -11,7 +11,6 @@ its own drift detector (the model's configuration's ``drift``) fed its mistakes,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,13 +21,12 @@ from service.learner.config import ModelConfig
 from service.learner.drift_detectors import (
     EVENTS_KEPT,
     Status,
-    feed,
     read_state,
     state_text,
     status_of,
 )
 from service.learner.features import Example
-from service.learner.kernel import Packed, learn_sequence
+from service.learner.kernel import Packed, drift_feed, learn_sequence
 from service.learner.perceptron import Weights, predict_index
 
 CURVE_POINTS = 100  # points kept in a learning curve (the model's too): half of it to all of it
@@ -90,7 +88,7 @@ class ChallengerState:
         if plan:
             cfg.learner.apply(cfg, w, x, plan, w.seen)
         self.position += 1
-        self.watch([bool(wrong)], self.seen - 1)
+        self.watch(np.array([wrong]), self.seen - 1)
         self.mistakes += int(wrong)
         if self.served_mistakes is not None and served is not None:
             self.served_mistakes += int(served != t)
@@ -124,7 +122,7 @@ class ChallengerState:
         n, seen = len(xs), self.seen
         t_all = np.asarray(ts, dtype=np.int64)
         wrong = got.predicted != t_all
-        self.watch(wrong.tolist(), seen)
+        self.watch(wrong, seen)
         self.weights.seen += n
         self.position += n
         counts = np.cumsum(wrong) + self.mistakes
@@ -143,14 +141,14 @@ class ChallengerState:
                 self.curve = self.curve[1::2]
             at += self.every - (at - self.since) % self.every
 
-    def watch(self, wrong: Sequence[bool], seen: int) -> None:
+    def watch(self, wrong: np.ndarray, seen: int) -> None:
         """Its drift detector fed ``wrong`` (its outcomes, in order, after ``seen`` examples),
         its events counted and kept; nothing when the model has no detector."""
         detector = self.config.drift_detector
         if detector is None:
             return
         state = detector.start() if self.drift_state is None else self.drift_state
-        self.drift_state, events = feed(detector, state, [int(w) for w in wrong])
+        self.drift_state, events = drift_feed(detector, state, wrong)
         for i, kind in events:
             self.drift_events.append((seen + i, kind))
             if kind == "warning":

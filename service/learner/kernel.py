@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
+from service.learner.drift_detectors import DDM, Detector, Status, feed
 from service.learner.features import Example, Rows
 
 log = logging.getLogger("perceptron")
@@ -61,9 +62,11 @@ _TRIED = False
 
 
 def load() -> None:
-    """Load the kernel now (numba and its compiled loop: compiled here the first time on a
-    machine, read from numba's cache after), so that the first batch learned does not wait for
-    it and a worker's start-up heap, which is frozen, holds numba's objects."""
+    """Load the kernel now (numba and its compiled loops, the learners' and the drift
+    detectors': compiled here the first time on a machine, read from numba's cache after), so
+    that the first batch learned does not wait for it and a worker's start-up heap, which is
+    frozen, holds numba's objects."""
+    drift_feed(DDM(), DDM().start(), np.zeros(1, dtype=np.bool_))
     learn = compiled()
     if learn is not None:
         one = Packed(np.zeros(1), np.zeros(0, dtype=np.int64), np.array([0, 1]), True)
@@ -81,6 +84,40 @@ class _Weights:
     w: np.ndarray
     b: np.ndarray
     version: int = 0
+
+
+def _compile_drift() -> Any:
+    """The drift detectors' compiled loop, or None where numba (or C's powf64) is not there."""
+    try:
+        from service.learner import drift_loop
+    except Exception as e:  # pragma: no cover (numba or powf64 missing, or no cache's place)
+        log.warning("the drift detectors run without their compiled loop (the same bits): %s", e)
+        return None
+    return drift_loop
+
+
+def drift_feed(
+    detector: Detector, state: list[float], marks: np.ndarray
+) -> tuple[list[float], list[tuple[int, Status]]]:
+    """``drift_detectors.feed`` of a run of marks (booleans, True a mistake): through the
+    compiled loop where there is one (the same bits; ``drift_loop.py``), else in Python."""
+    global _DRIFT, _DRIFT_TRIED
+    if not _DRIFT_TRIED:
+        _DRIFT_TRIED = True
+        _DRIFT = _compile_drift()
+    if _DRIFT is None:
+        return feed(detector, state, [int(m) for m in marks])
+    st = np.array(state, dtype=np.float64)
+    events = np.empty((2 * len(marks), 2), dtype=np.int64)
+    params = np.array([getattr(detector, f.name) for f in fields(detector)], dtype=np.float64)
+    code = _DRIFT.DDM if detector.name == "ddm" else _DRIFT.EDDM
+    k = _DRIFT.feed(code, params, st, np.ascontiguousarray(marks, dtype=np.bool_), events)
+    kinds: dict[int, Status] = {_DRIFT.WARNING: "warning", _DRIFT.DRIFT: "drift"}
+    return st.tolist(), [(int(at), kinds[int(kind)]) for at, kind in events[:k]]
+
+
+_DRIFT: Any = None
+_DRIFT_TRIED = False
 
 
 def compiled() -> Any:

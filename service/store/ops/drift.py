@@ -15,83 +15,87 @@ each event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT).
 """
 
 DRIFT = """
-local function drift_ddm(st, x, warm, wt, dt)
-  if st[1] == 2 then st = {0, 0, 0, 0, 0, math.huge} end
+local function drift_ddm(st, marks, warm, wt, dt, events)
   local status, n, mean, pmin, smin, psmin = st[1], st[2], st[3], st[4], st[5], st[6]
-  n = n + 1.0
-  mean = mean + (1.0 / n) * (x - mean)
-  local p, s = mean, math.sqrt(mean * (1 - mean) / n)
-  if n > warm then
-    if p + s <= psmin then
-      pmin, smin = p, s
-      psmin = pmin + smin
+  for i = 1, #marks do
+    local before = status
+    if status == 2 then status, n, mean, pmin, smin, psmin = 0, 0, 0, 0, 0, math.huge end
+    local x = (string.byte(marks, i) == 49) and 1 or 0
+    n = n + 1.0
+    mean = mean + (1.0 / n) * (x - mean)
+    local p, s = mean, math.sqrt(mean * (1 - mean) / n)
+    if n > warm then
+      if p + s <= psmin then
+        pmin, smin = p, s
+        psmin = pmin + smin
+      end
+      status = (p + s > pmin + wt * smin) and 1 or 0
+      if p + s > pmin + dt * smin then status = 2 end
     end
-    status = (p + s > pmin + wt * smin) and 1 or 0
-    if p + s > pmin + dt * smin then status = 2 end
+    if status ~= before and status > 0 then
+      events[#events + 1] = i
+      events[#events + 1] = status
+    end
   end
   return {status, n, mean, pmin, smin, psmin}
 end
-local function drift_eddm(st, x, warm, alpha, beta)
-  if st[1] == 2 then st = {0, 0, 0, 0, 0, 0, 0, -1, 0} end
+local function drift_eddm(st, marks, warm, alpha, beta, events)
   local status, n, last, errors, count, mean, sq, most, warned =
     st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8], st[9]
-  n = n + 1.0
-  if x == 1 then
-    errors = errors + 1.0
-    local distance, old = n - last, mean
-    count = count + 1.0
-    mean = mean + (1.0 / count) * (distance - mean)
-    sq = sq + 1.0 * (distance - old) * (distance - mean)
-    if n > warm then
-      local deviation = (count > 1) and (sq / (count - 1)) ^ 0.5 or 0.0
-      local p2s = mean + 2 * deviation
-      if p2s > most then
-        most = p2s
-      elseif errors > warm then
-        local level = p2s / most
-        if level < beta then
-          status = 2
-        elseif level < alpha then
-          warned = 1
-        else
-          warned = 0
+  for i = 1, #marks do
+    local was_warned, was_drift = warned == 1, status == 2
+    if status == 2 then
+      status, n, last, errors, count, mean, sq, most, warned = 0, 0, 0, 0, 0, 0, 0, -1, 0
+    end
+    n = n + 1.0
+    if string.byte(marks, i) == 49 then
+      errors = errors + 1.0
+      local distance, old = n - last, mean
+      count = count + 1.0
+      mean = mean + (1.0 / count) * (distance - mean)
+      sq = sq + 1.0 * (distance - old) * (distance - mean)
+      if n > warm then
+        local deviation = (count > 1) and (sq / (count - 1)) ^ 0.5 or 0.0
+        local p2s = mean + 2 * deviation
+        if p2s > most then
+          most = p2s
+        elseif errors > warm then
+          local level = p2s / most
+          if level < beta then
+            status = 2
+          elseif level < alpha then
+            warned = 1
+          else
+            warned = 0
+          end
         end
       end
+      last = n
     end
-    last = n
+    if status ~= 2 then status = (warned == 1) and 1 or 0 end
+    if warned == 1 and not was_warned then
+      events[#events + 1] = i
+      events[#events + 1] = 1
+    end
+    if status == 2 and not was_drift then
+      events[#events + 1] = i
+      events[#events + 1] = 2
+    end
   end
-  if status ~= 2 then status = (warned == 1) and 1 or 0 end
   return {status, n, last, errors, count, mean, sq, most, warned}
-end
-local function drift_flags(kind, st)
-  if kind == 'ddm' then return st[1] == 1, st[1] == 2 end
-  return st[9] == 1, st[1] == 2
 end
 local function drift_feed(spec, state, marks)
   local kind, warm, a, b = string.match(spec, '^(%l+) (%S+) (%S+) (%S+)$')
   warm, a, b = tonumber(warm), tonumber(a), tonumber(b)
-  local update, size = drift_ddm, 6
-  if kind == 'eddm' then update, size = drift_eddm, 9 end
+  local feed, size = drift_ddm, 6
+  if kind == 'eddm' then feed, size = drift_eddm, 9 end
   local st = {}
   for v in string.gmatch(state, '%S+') do st[#st + 1] = tonumber(v) end
   if #st ~= size then
     st = (kind == 'ddm') and {0, 0, 0, 0, 0, math.huge} or {0, 0, 0, 0, 0, 0, 0, -1, 0}
   end
   local events = {}
-  local warned, drifted = drift_flags(kind, st)
-  for i = 1, #marks do
-    st = update(st, (string.byte(marks, i) == 49) and 1 or 0, warm, a, b)
-    local w, d = drift_flags(kind, st)
-    if w and not warned then
-      events[#events + 1] = i
-      events[#events + 1] = 1
-    end
-    if d and not drifted then
-      events[#events + 1] = i
-      events[#events + 1] = 2
-    end
-    warned, drifted = w, d
-  end
+  st = feed(st, marks, warm, a, b, events)
   for i = 1, size do st[i] = string.format('%.17g', st[i]) end
   return table.concat(st, ' '), events
 end
