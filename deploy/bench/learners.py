@@ -21,8 +21,6 @@ stopped by its PID.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing as mp
 import statistics
 import tempfile
 import time
@@ -32,13 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from harness.client import call
 from harness.common import DIM, ROOT, say
-from harness.packed import packed_client
-from harness.servers import ready, redis_server, serve, stop
+from harness.packed import challenged_run
 from harness.tools import worktree
 
-from service.cli.loopback import free_port, wait_until
 from service.engine.sequence import run_sequence
 from service.learner import Example, ModelConfig, Weights
 from service.learner.challenger import start_state
@@ -46,39 +41,6 @@ from service.learner.kernel import KernelRule, learn_sequence
 
 PA1 = {"algorithm": "pa1", "C": 0.1}
 COUNTS = (0, 1)
-
-
-def run(tree: Path, n: int, tmp: Path, seconds: float, clients: int) -> dict[str, Any]:
-    port = free_port()
-    redis_proc, rport = redis_server(tmp)
-    service = serve(tree, rport, port, 2, {})
-    try:
-        wait_until(partial(ready, port), 60, "service")
-        assert call(port, "PUT", "/models/p", {"n_features": DIM})[0] == 201
-        for i in range(n):
-            assert call(port, "PUT", f"/models/p/challengers/c{i}", PA1)[0] == 201
-        queue: Any = mp.Queue()
-        warm = time.time() + 1.0
-        start, until = warm + 1.0, warm + 1.0 + seconds
-        procs = [
-            mp.Process(target=packed_client, args=(port, 1 + i, warm, until, queue, "p"))
-            for i in range(clients)
-        ]
-        for p in procs:
-            p.start()
-        time.sleep(max(0.0, start - time.time()))
-        before = json.loads(call(port, "GET", "/models/p")[1])["counters"]["learned"]
-        results = [queue.get(timeout=seconds + 120) for _ in procs]
-        learned = json.loads(call(port, "GET", "/models/p")[1])["counters"]["learned"] - before
-        elapsed = max(time.time(), until) - start
-        for p in procs:
-            p.join(30)
-        standing = json.loads(call(port, "GET", "/models/p/challengers")[1])
-        exact = all(c["seen"] == standing["labels"] for c in standing["challengers"])
-    finally:
-        stop(service, redis_proc)
-    bad = sum(sum(s.values()) for _, _, s in results)
-    return {"packed": learned / elapsed, "exact": exact, "bad": bad}
 
 
 def per_example() -> list[tuple[str, float | None, float | None]]:
@@ -148,7 +110,9 @@ def main() -> None:
             order = [(t, n) for t in trees for n in COUNTS]
             for name, n in order if r % 2 == 0 else reversed(order):
                 with tempfile.TemporaryDirectory(prefix="pcp-learners-") as folder:
-                    got = run(trees[name], n, Path(folder), args.seconds, args.clients)
+                    got = challenged_run(
+                        trees[name], n, Path(folder), args.seconds, args.clients, challenger=PA1
+                    )
                 table.setdefault((name, n), []).append(got)
                 say(f"{name}, {n} challengers: {got['packed']:,.0f} examples/s; {got}")
 

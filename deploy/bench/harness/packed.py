@@ -1,6 +1,6 @@
 """One model's packed learning: client processes that send packed BATCH x DIM batches back to
-back, one run of them against a fresh service (``PackedRun``), and the ceiling, the learner
-loop alone."""
+back, one run of them against a fresh service (``PackedRun``; ``challenged_run``, a model with
+challengers and settings of its own), and the ceiling, the learner loop alone."""
 
 from __future__ import annotations
 
@@ -123,3 +123,51 @@ def ceiling() -> float:
         run_sequence(cfg, "e" * 16, Weights.zeros(cfg), xs=xs, ts=ts)
         best = min(best, time.perf_counter() - start)
     return BATCH / best
+
+
+def challenged_run(
+    tree: Path,
+    n: int,
+    tmp: Path,
+    seconds: float,
+    clients: int,
+    *,
+    challenger: dict[str, Any],
+    model: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One run of ``tree`` on a fresh Redis (its files in ``tmp``) and ``perceptron serve
+    --workers 2``: model ``p`` (d=DIM, ``model`` on top) with ``n`` challengers of settings
+    ``challenger``, packed learning by ``clients`` processes for ``seconds`` after one not
+    counted. Examples learned per second, whether every challenger was given every label, the
+    answers not 200, and the drift detectors' events listed."""
+    port = free_port()
+    redis_proc, rport = redis_server(tmp)
+    service = serve(tree, rport, port, 2, {})
+    try:
+        wait_until(partial(ready, port), 60, "service")
+        assert call(port, "PUT", "/models/p", {"n_features": DIM, **(model or {})})[0] == 201
+        for i in range(n):
+            assert call(port, "PUT", f"/models/p/challengers/c{i}", challenger)[0] == 201
+        queue: Any = mp.Queue()
+        warm = time.time() + 1.0
+        start, until = warm + 1.0, warm + 1.0 + seconds
+        procs = [
+            mp.Process(target=packed_client, args=(port, 1 + i, warm, until, queue, "p"))
+            for i in range(clients)
+        ]
+        for p in procs:
+            p.start()
+        time.sleep(max(0.0, start - time.time()))
+        before = json.loads(call(port, "GET", "/models/p")[1])["counters"]["learned"]
+        results = [queue.get(timeout=seconds + 120) for _ in procs]
+        learned = json.loads(call(port, "GET", "/models/p")[1])["counters"]["learned"] - before
+        elapsed = max(time.time(), until) - start
+        for p in procs:
+            p.join(30)
+        standing = json.loads(call(port, "GET", "/models/p/challengers")[1])
+        exact = all(c["seen"] == standing["labels"] for c in standing["challengers"])
+        events = len(json.loads(call(port, "GET", "/models/p/drift")[1])["events"])
+    finally:
+        stop(service, redis_proc)
+    bad = sum(sum(s.values()) for _, _, s in results)
+    return {"packed": learned / elapsed, "exact": exact, "bad": bad, "drift_events": events}
