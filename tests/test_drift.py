@@ -293,3 +293,19 @@ def test_a_detector_moves_with_its_learner_when_a_challenger_is_promoted(
     after = client.get("/models/p").json()["counters"]
     assert after["drifts"] >= before["drifts"]
     assert after["drift_warnings"] >= before["drift_warnings"]
+
+
+def test_a_rollback_starts_the_detector_afresh(client: httpx.Client) -> None:
+    """The learner a detector watched is gone after a rollback: its detector starts afresh
+    (its statistics were another learner's mistakes), and its events stay, as history."""
+    drift = {"detector": "ddm", "warm_start": 1000}  # (counts every example, decides nothing)
+    assert client.put("/models/r", json={"n_features": 2, "drift": drift}).status_code == 201
+    xs, ys = turned_stream(400, 9)
+    body = {"model": "r", "features": xs, "labels": ys}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    assert client.get("/models/r/export").json()["drift"]["state"].split()[1] == "400"
+    r = client.post("/models/r/rollback", json={"version": 1})
+    assert r.status_code == 200, r.text
+    body = {"model": "r", "features": xs[:50], "labels": ys[:50]}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    assert client.get("/models/r/export").json()["drift"]["state"].split()[1] == "50"

@@ -351,6 +351,7 @@ class Ref:
 
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        self.drift_state = None  # (the learner its detector watched is gone: afresh)
         self.keep_from_start()
         if self.config.averaged and v != self.version:
             # the mean divides by the count of the state restored: right after its update,
@@ -365,6 +366,7 @@ class Ref:
     def rollback_to_checkpoint(self, id: int) -> int:
         c = self.checkpoints[id]
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
+        self.drift_state = None
         restored = c.weights.copy()
         restored.version = c.version
         if c.config is not None and c.config != self.config:  # (one before a promotion)

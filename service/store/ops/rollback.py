@@ -10,22 +10,20 @@ from service.store.ops.history import HISTORY_KEYS
 from service.store.script import Runner, Script, status_of
 
 # Make the model its state at VERSION (packed weights staged at STAGE, LENGTH bytes in CHUNKS
-# chunks, blobs.py;
-# CONFIG), once its epoch is still EPOCH: first a checkpoint of the model as it is (its
-# snapshot, moved, and its whole log), then a new epoch, so that every worker reloads it and
-# pending predictions lapse (none awaits a default any more: ``deadlines`` goes). With
-# KEEP '1' (a version of this line, restored by its number)
-# the retained log stays up to VERSION (a model with none yet starts one at its snapshot, as a
-# compaction would, from the copy of it staged at STAGE_START, START_LENGTH bytes in
-# START_CHUNKS chunks), its bytes then KEPT_BYTES when
-# it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints made
-# after VERSION on this line are marked as left; else it starts again from the restored
-# weights. Counters and metrics stay, but for SEEN ('': it stays too), an averaged learner's
-# count of labelled examples, which its mean divides by: the counts within it (mistakes,
-# defaulted and their mistakes) are held to it, the ring keeps its last outcomes last, and the
-# learning curve starts again there. Returns {DONE, the id of the
-# checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done). The
-# staged keys are let go whatever happens.
+# chunks, blobs.py; CONFIG), once its epoch is still EPOCH: first a checkpoint of the model as it
+# is (its snapshot, moved, and its whole log), then a new epoch, so that every worker reloads it
+# and pending predictions lapse (none awaits a default any more: ``deadlines`` goes). With KEEP
+# '1' (a version of this line, restored by its number) the retained log stays up to VERSION (a
+# model with none yet starts one at its snapshot, as a compaction would, from the copy of it
+# staged at STAGE_START, START_LENGTH bytes in START_CHUNKS chunks), its bytes then KEPT_BYTES
+# when it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints
+# made after VERSION on this line are marked as left; else it starts again from the restored
+# weights. The drift detector starts afresh, its events stay. Counters and metrics stay, but for
+# SEEN ('': it stays too), an averaged learner's count of labelled examples, which its mean
+# divides by: the counts within it (mistakes, defaulted and their mistakes) are held to it, the
+# ring keeps its last outcomes last, and the learning curve starts again there. Returns {DONE, the
+# id of the checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done).
+# The staged keys are let go whatever happens.
 SCRIPT = Script(
     "rollback",
     keys=(
@@ -102,6 +100,7 @@ move_weights(STAGE, SNAP)
 let_go(STAGE_START)
 redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
 redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
+redis.call('HDEL', META, META_DRIFT_STATE)  -- (the learner its detector watched is gone)
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 local c = redis.call('HMGET', META, META_SEEN, COUNT_MISTAKES, COUNT_DEFAULTED,
