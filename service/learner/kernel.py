@@ -110,8 +110,8 @@ def drift_feed(
     st = np.array(state, dtype=np.float64)
     events = np.empty((2 * len(marks), 2), dtype=np.int64)
     params = np.array([getattr(detector, f.name) for f in fields(detector)], dtype=np.float64)
-    code = _DRIFT.DDM if detector.name == "ddm" else _DRIFT.EDDM
-    k = _DRIFT.feed(code, params, st, np.ascontiguousarray(marks, dtype=np.bool_), events)
+    which = _DRIFT.DDM if detector.name == "ddm" else _DRIFT.EDDM
+    k = _DRIFT.feed(which, params, st, np.ascontiguousarray(marks, dtype=np.bool_), events)
     kinds: dict[int, Status] = {_DRIFT.WARNING: "warning", _DRIFT.DRIFT: "drift"}
     return st.tolist(), [(int(at), kinds[int(kind)]) for at, kind in events[:k]]
 
