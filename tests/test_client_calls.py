@@ -148,3 +148,12 @@ def test_an_answer_that_is_not_the_services_raises_its_error_not_a_traceback() -
     page = httpx.Response(200, text="<html>", request=httpx.Request("GET", "http://h/models/m"))
     with pytest.raises(PerceptronError):
         call.result(page)
+
+
+def test_a_drift_detector_may_be_named_alone() -> None:
+    """``create_model(..., drift="ddm")`` sends the detector as the service takes it, as the
+    command line's ``--drift ddm`` does; a configuration goes as given."""
+    assert calls.create_model("m", {"drift": "ddm"}).body == {"drift": {"detector": "ddm"}}
+    spec = {"detector": "eddm", "alpha": 0.9}
+    assert calls.create_model("m", {"drift": spec}).body == {"drift": spec}
+    assert calls.create_model("m", {"drift": None}).body == {"drift": None}

@@ -354,8 +354,18 @@ def test_a_drift_detector_from_the_command_line(client: httpx.Client) -> None:
     assert f"served: {state} after 400 labelled examples" in table
     rows = [line.split()[:3] for line in table.splitlines()[3:]]
     assert rows == [["served", e["kind"], f"{e['at_seen']:,}"] for e in report["events"]]
-    bad = perceptron("models", "create", "x", "--drift", "adwin", url=url)
-    assert bad.returncode == EXIT["refused"] and "drift" in bad.stderr
+    for bad_drift, says in (
+        ("adwin", "drift.detector must be one of ['ddm', 'eddm']"),
+        ('{"detector": "ddm", "drift_threshold": NaN}', "NaN is no number JSON has"),
+        ('{"detector": "ddm", "drift_threshold": 1e309}', "1e309 is past the largest number"),
+        ('{"detector": "ddm", "warm_start": 0}', "warm_start must be a whole number"),
+        ('{"detector": "ddm", "on_drift": "retrain"}', "can only be 'alert' for now"),
+    ):  # (refused before anything is sent: no traceback, exit 2)
+        bad = perceptron("models", "create", "x", "--drift", bad_drift, url=url)
+        assert bad.returncode == EXIT["usage"] and says in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
+    nan = perceptron("models", "create", "x", "--config", '{"n_features": NaN}', url=url)
+    assert nan.returncode == EXIT["usage"] and "Traceback" not in nan.stderr, nan.stderr
     plain = perceptron("models", "create", "p", "--n-features", "2", url=url)
     assert plain.returncode == 0
     none = perceptron("models", "drift", "p", url=url)

@@ -386,6 +386,8 @@ def test_a_replay_with_a_detector_reports_and_draws_its_detections(
     assert report.drift is not None and report.drift["warm_start"] == 20
     assert summary["drift"] == [{"at": e.at_seen, "kind": e.kind} for e in report.events]
     assert any(e["kind"] == "drift" and e["at"] > 600 for e in summary["drift"])
+    assert summary["drifts"] == sum(e["kind"] == "drift" for e in summary["drift"])
+    assert summary["drift_warnings"] == sum(e["kind"] == "warning" for e in summary["drift"])
     assert valid_png(curve) == (800, 450)
     # Again, on from there: its events are counted from the replay's own first example.
     text = main_output(["--csv", str(data), "--url", url, "--mode", "learn", "--quiet"])
@@ -397,6 +399,16 @@ def test_a_replay_with_a_detector_reports_and_draws_its_detections(
     assert all(at in again[0] for at in drifts)
     plain = main_output(["--dataset", "iris", "--url", url, "--mode", "learn", "--quiet"])
     assert not any(line.startswith("drift") for line in plain.splitlines())
+    # --drift is a model's the replay makes: another detector on a model that exists, or a bad
+    # one with --reset, is refused before anything is sent or deleted.
+    for drift, reset in (('{"detector": "eddm"}', []), ('{"detector": "ddm", "warm_start": 0}',
+                         ["--reset"])):  # fmt: skip
+        refused = subprocess.run([*cmd[:-4], "--drift", drift, *reset], cwd=ROOT,
+                                 capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        with Client(url) as c:
+            assert c.read_model("turned").counters.seen == 2400  # (kept, learned no more)
+    assert "exists with drift detector" in refused.stderr or "warm_start" in refused.stderr
 
 
 def test_the_curve_marks_each_warning_and_drift() -> None:
@@ -410,4 +422,10 @@ def test_the_curve_marks_each_warning_and_drift() -> None:
     assert legend is not None
     names = [t.get_text() for t in legend.get_texts()]
     assert names[2:] == ["drift warning", "drift detected"]
+    s.drift_counts = (2, 2)
     assert "drift         2 drifts (at example 130, 240); 2 warnings\n" in s.text()
+    s.drift_counts = (40, 12)  # (more than the model lists: its counts, and what it lists)
+    said = (
+        "drift         12 drifts (at example 130, 240); 40 warnings; the model lists its last 4\n"
+    )
+    assert said in s.text()

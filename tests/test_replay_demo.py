@@ -225,6 +225,7 @@ def test_the_drift_demo_detects_the_turn_as_docs_metrics_md_says(service: InProc
     assert summary.drift is not None
     assert [at for at, kind in summary.drift if kind == "drift"] == [6092]
     assert sum(kind == "warning" for _, kind in summary.drift) == 22
+    assert min(at for at, kind in summary.drift if kind == "warning") == 6033
     assert "drift         1 drift (at example 6,092); 22 warnings\n" in summary.text()
     _, _, last_200 = rp.curve_points(o, 200)  # (what the curve of the docs' command draws)
     assert max(last_200[199:6000]) < 0.16 and max(last_200[6000:]) == 0.42

@@ -216,7 +216,10 @@ def _label(y: LabelIn) -> Label:
 
 
 def create_model(name: str, config: Mapping[str, Any]) -> Call[ModelInfo]:
-    return Call("PUT", _path(name), _parse(ModelInfo), dict(config))
+    body = dict(config)
+    if isinstance(body.get("drift"), str):  # a detector by its name alone, as the CLI takes it
+        body["drift"] = {"detector": body["drift"]}
+    return Call("PUT", _path(name), _parse(ModelInfo), body)
 
 
 def learners() -> Call[LearnerList]:

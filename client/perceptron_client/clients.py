@@ -100,7 +100,8 @@ class Client:
         self.close()
 
     def create_model(self, name: str, **config: Any) -> ModelInfo:
-        """Create a model (or confirm one with the same configuration); see ``ModelSpec``."""
+        """Create a model (or confirm one with the same configuration); see ``ModelSpec``.
+        ``drift`` may name its detector alone (``drift="ddm"``)."""
         return self._send(calls.create_model(name, config))
 
     def list_models(self) -> ModelList:
@@ -287,7 +288,8 @@ class AsyncClient:
         await self.aclose()
 
     async def create_model(self, name: str, **config: Any) -> ModelInfo:
-        """Create a model (or confirm one with the same configuration); see ``ModelSpec``."""
+        """Create a model (or confirm one with the same configuration); see ``ModelSpec``.
+        ``drift`` may name its detector alone (``drift="ddm"``)."""
         return await self._send(calls.create_model(name, config))
 
     async def list_models(self) -> ModelList:

@@ -39,6 +39,7 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
+from service.cli.json_options import detector_arg, json_object
 from service.cli.learner_options import add_learner_options, given_settings, print_learners
 from service.cli.models_output import (
     Usage,
@@ -169,7 +170,7 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         'object, e.g. \'{"detector": "ddm", "warm_start": 100}\'',
     )
     spec.add_argument(
-        "--config", metavar="JSON", type=_object, help="the configuration as a JSON object"
+        "--config", metavar="JSON", type=json_object, help="the configuration as a JSON object"
     )
 
 
@@ -355,21 +356,6 @@ def _label(text: str) -> int | str:
     if "," in text:
         raise argparse.ArgumentTypeError(f"one label, not several: {text!r}")
     return _classes(text)[0]
-
-
-def detector_arg(text: str) -> dict[str, Any]:
-    """A drift detector: its name alone, or its configuration as a JSON object."""
-    return _object(text) if text.lstrip().startswith("{") else {"detector": text}
-
-
-def _object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from e
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("not a JSON object")
-    return value
 
 
 def _table(models: ModelList) -> str:

@@ -77,7 +77,8 @@ def print_drift(report: DriftReport, as_json: bool) -> None:
     out(f"detector {report.drift['detector']}: {settings}")
     for learner in report.learners:
         out(f"{learner.learner}: {learner.state} after {learner.seen:,} labelled examples")
-    rows: list[tuple[str, ...]] = [("learner", "event", "at example", "when (UTC)", "action")]
+    # (at_seen: the examples that learner had seen, a challenger counting from its start)
+    rows: list[tuple[str, ...]] = [("learner", "event", "at its example", "when (UTC)", "action")]
     for e in report.events:
         rows.append(
             (

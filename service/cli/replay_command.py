@@ -19,7 +19,7 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.models_command import detector_arg
+from service.cli.json_options import detector_arg
 from service.replay.curve import write_curve
 from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset
 from service.replay.libsvm import load_libsvm

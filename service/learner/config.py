@@ -97,7 +97,7 @@ class ModelConfig:
         put(self, "feedback_ttl_s", feedback_ttl_s)
         put(self, "default_label", default_label)
         put(self, "algorithm", algorithm)
-        put(self, "drift", _checked_drift(drift))
+        put(self, "drift", checked_drift(drift))
         self._check_classes()
         self._check_numbers()
         put(self, "settings", self._checked_settings(settings))
@@ -351,8 +351,9 @@ class ModelConfig:
         return cls.from_dict(json.loads(text))
 
 
-def _checked_drift(drift: Any) -> dict[str, Any] | None:
-    """A drift configuration with every parameter given, or None."""
+def checked_drift(drift: Any) -> dict[str, Any] | None:
+    """A drift configuration with every parameter given, or None (ConfigError: one that
+    cannot be)."""
     from service.learner.drift_detectors import DetectorError, detector_of
 
     if drift is None:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from perceptron_client import AsyncClient, NotFoundError
-from service.learner.config import label_key
+from service.learner.config import checked_drift, label_key
 from service.replay.datasets import Dataset
 from service.replay.options import ReplayOptions, StreamOptions
 from service.replay.progress import Progress
@@ -36,7 +36,8 @@ async def open_model(
     drift: dict[str, Any] | None = None,
 ) -> Before | None:
     """Create the model for ``data`` (None), with ``drift`` its drift detector, unless one
-    fits already: then what it has learned before (``Before``)."""
+    fits already (with that detector, when ``drift`` is given): then what it has learned
+    before (``Before``)."""
     try:
         info = await client.read_model(name)
     except NotFoundError:
@@ -60,10 +61,17 @@ async def open_model(
             f"Model {name!r} exists with classes {have.classes}, which lack {missing}: "
             "choose another --model, or --reset it."
         )
+    if drift is not None and have.drift != checked_drift(drift):
+        raise ReplayError(
+            f"Model {name!r} exists with drift detector {have.drift or 'none'}: --drift is "
+            "that of a model the replay creates; choose another --model, or --reset it."
+        )
     return Before(
         examples=info.counters.seen,
         mistakes=info.counters.mistakes,
         version=info.version,
+        drift_warnings=info.counters.drift_warnings,
+        drifts=info.counters.drifts,
         multiclass=have.multiclass if len(have.classes) > 2 else None,
     )
 
@@ -196,6 +204,11 @@ def replay(
             summary = await replay_async(client, name, data, options.stream, progress=progress)
             summary.before = before
             summary.drift = await detections(client, name, before.examples, summary.examples)
+            counters = (await client.read_model(name)).counters
+            summary.drift_counts = (
+                counters.drift_warnings - before.drift_warnings,
+                counters.drifts - before.drifts,
+            )
             return summary
 
     return asyncio.run(run())

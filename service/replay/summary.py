@@ -19,6 +19,8 @@ class Before:
     mistakes: int = 0
     version: int = 0  # weight updates applied
     multiclass: str | None = None  # its strategy, for more than two classes
+    drift_warnings: int = 0  # its drift detector's counts
+    drifts: int = 0
 
     @property
     def trained(self) -> bool:
@@ -48,6 +50,9 @@ class Before:
         return {"examples": self.examples, "mistakes": self.mistakes, "version": self.version}
 
 
+SHOWN = 10  # the drifts a summary names, at most (the first and last halves)
+
+
 def _s(n: int) -> str:
     return "" if n == 1 else "s"
 
@@ -71,6 +76,9 @@ class Summary:
     # The model's drift detector's warnings and drifts during the replay, each at the example
     # of the replay it came (from 1), in order; None: the model has no detector.
     drift: list[tuple[int, str]] | None = None
+    # How many warnings and drifts came during the replay (the model's counts: ``drift`` lists
+    # its last DRIFT_EVENTS_KEPT alone)
+    drift_counts: tuple[int, int] = (0, 0)
 
     @property
     def examples(self) -> int:
@@ -105,6 +113,8 @@ class Summary:
             "drift": None
             if self.drift is None
             else [{"at": at, "kind": kind} for at, kind in self.drift],
+            "drift_warnings": self.drift_counts[0],
+            "drifts": self.drift_counts[1],
         }
 
     def text(self) -> str:
@@ -128,12 +138,16 @@ class Summary:
         """The detector's drifts (and how many warnings), when the model has one."""
         if self.drift is None:
             return []
-        drifts = [f"{at:,}" for at, kind in self.drift if kind == "drift"]
-        warnings = sum(kind == "warning" for _, kind in self.drift)
-        said = f"{len(drifts)} drift{_s(len(drifts))}"
-        if drifts:
-            said += f" (at example {', '.join(drifts)})"
-        return [("drift", f"{said}; {warnings} warning{_s(warnings)}")]
+        ats = [f"{at:,}" for at, kind in self.drift if kind == "drift"]
+        warnings, drifts = self.drift_counts
+        said = f"{drifts} drift{_s(drifts)}"
+        if ats:
+            shown = ats if len(ats) <= SHOWN else [*ats[: SHOWN // 2], "...", *ats[-SHOWN // 2 :]]
+            said += f" (at example {', '.join(shown)})"
+        said += f"; {warnings} warning{_s(warnings)}"
+        if len(self.drift) < warnings + drifts:
+            said += f"; the model lists its last {len(self.drift)}"
+        return [("drift", said)]
 
     def _continued(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """When the model was trained before: a line that says so (above this replay's

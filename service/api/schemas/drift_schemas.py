@@ -27,7 +27,9 @@ class _DetectorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     detector: str = Field(description="its name")  # (each detector's names it alone)
-    on_drift: Literal["alert"] = Field("alert", description="what a drift does: alert")
+    on_drift: Literal["alert"] = Field(
+        "alert", description="what a drift does: alert (retraining is not served yet)"
+    )
     warm_start: StrictInt | None = Field(
         None, description=f"examples (ddm) or mistakes (eddm) before it decides ({DDM.warm_start})"
     )
