@@ -100,6 +100,15 @@ def test_each_detector_flags_the_examples_rivers_does(name: str, kind: str) -> N
             assert any(d for _, d in theirs[6_000:])
 
 
+def drawn(name: str, warm_start: int, data: st.DataObject) -> Detector:
+    """A detector of ``name`` whose thresholds are drawn close together or far apart."""
+    if name == "ddm":
+        low = data.draw(st.floats(0.1, 5))
+        return DDM(warm_start, low, data.draw(st.floats(low, 8)))
+    beta = data.draw(st.floats(0.05, 1))
+    return EDDM(warm_start, data.draw(st.floats(beta, 1)), beta)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.integers(0, 1), max_size=400),
@@ -111,12 +120,7 @@ def test_any_stream_and_parameters_flag_as_rivers(
     mistakes: list[int], name: str, warm_start: int, data: st.DataObject
 ) -> None:
     """Runs of mistakes, warm starts from 1, thresholds close together or far apart."""
-    if name == "ddm":
-        low = data.draw(st.floats(0.1, 5))
-        detector: Detector = DDM(warm_start, low, data.draw(st.floats(low, 8)))
-    else:
-        beta = data.draw(st.floats(0.05, 1))
-        detector = EDDM(warm_start, data.draw(st.floats(beta, 1)), beta)
+    detector = drawn(name, warm_start, data)
     ours, theirs = flags_both(detector, mistakes)
     assert ours == theirs
 
@@ -301,12 +305,7 @@ def test_the_compiled_loop_decides_as_the_detector_bit_for_bit(
 ) -> None:
     """A challenger's replay feeds its detector through the compiled loop (``drift_loop.py``):
     the same state, bit for bit, and the same flags as ``feed``, from a state carried over."""
-    if name == "ddm":
-        low = data.draw(st.floats(0.1, 5))
-        detector: Detector = DDM(warm_start, low, data.draw(st.floats(low, 8)))
-    else:
-        beta = data.draw(st.floats(0.05, 1))
-        detector = EDDM(warm_start, data.draw(st.floats(beta, 1)), beta)
+    detector = drawn(name, warm_start, data)
     cut = min(cut, len(mistakes))
     ours, events = feed(detector, detector.start(), [int(m) for m in mistakes[:cut]])
     state, later = feed(detector, ours, [int(m) for m in mistakes[cut:]])
