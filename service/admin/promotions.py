@@ -148,7 +148,10 @@ class Promotions:
             since=seen,
             served_mistakes=int(served["mistakes"]),
         )
-        _take_served_detector(demoted, served)
+        meta = await self.store.read_meta(name)  # (its detector: held, as the rest)
+        if meta is None:
+            return None
+        _take_served_detector(demoted, meta)
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms=now_ms, adding=snap + log_bytes)
         if not await self.store.renew_promotion(name):
@@ -185,17 +188,18 @@ class Promotions:
         return Promoted(id, demoted_id, checkpoint, state.config.to_dict())
 
 
-def _take_served_detector(demoted: ChallengerState, served: dict[str, str]) -> None:
+def _take_served_detector(demoted: ChallengerState, meta: dict[str, str]) -> None:
     """The learner that served keeps its drift detector among the challengers: its state,
-    counts and events (the promoted learner's becomes the served one's, each event's time
-    unknown: 0)."""
+    counts and events, as the model's hash ``meta`` holds them (the promoted learner's
+    becomes the served one's, each event's time unknown: 0)."""
     detector = demoted.config.drift_detector
     if detector is None:
         return
-    text = served[Meta.DRIFT_STATE]
+    text = meta.get(Meta.DRIFT_STATE, "")
     demoted.drift_state = read_state(detector, text) if text else None
-    demoted.drift_warnings, demoted.drifts = int(served["drift_warnings"]), int(served["drifts"])
-    events = drift_events(served[Meta.DRIFT_EVENTS])
+    demoted.drift_warnings = int(meta.get("drift_warnings", 0))
+    demoted.drifts = int(meta.get("drifts", 0))
+    events = drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _ in events]
 
 

@@ -203,16 +203,7 @@ class StagedStates:
 
 
 _FIELDS = (Meta.EPOCH, Meta.CONFIG, Meta.CHALLENGER_GEN, Meta.CHALLENGER_BASE)
-_COUNTED = (
-    Meta.VERSION,
-    Meta.SEEN,
-    "mistakes",
-    "defaulted",
-    "defaulted_mistakes",
-    "drift_warnings",
-    "drifts",
-)
-_DRIFT = (Meta.DRIFT_STATE, Meta.DRIFT_EVENTS)  # the served learner's detector ('' fresh)
+_COUNTED = (Meta.VERSION, Meta.SEEN, "mistakes", "defaulted", "defaulted_mistakes")
 
 
 @dataclass(frozen=True)
@@ -226,9 +217,7 @@ class ChallengerData:
     configs: dict[str, str]  # id -> configuration JSON
     states: dict[str, bytes]  # id -> packed state with its position
     entries: list[bytes]
-    # meta: version, seen, mistakes, defaulted (and their mistakes), the detector's counts and
-    # its state and events
-    served: dict[str, str]
+    served: dict[str, str]  # meta: version, seen, mistakes and defaulted (and their mistakes)
     ring: bytes  # the served model's ring of outcomes
 
 
@@ -239,7 +228,7 @@ async def read_challengers(store: Runner, name: str) -> ChallengerData | None:
     chal, cstate, clog = keys.challengers
     for _ in range(READ_ATTEMPTS):
         async with store.client.pipeline(transaction=True) as pipe:
-            pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED, *_DRIFT])
+            pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
             pipe.hgetall(chal)
             pipe.hgetall(cstate)
             pipe.hgetall(keys.cweights)
@@ -262,7 +251,7 @@ async def read_challengers_since(store: Runner, name: str, offset: int) -> Chall
     keys = keys_of(name)
     _, _, clog = keys.challengers
     async with store.client.pipeline(transaction=True) as pipe:
-        pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED, *_DRIFT])
+        pipe.hmget(keys.meta, [*_FIELDS, *_COUNTED])
         pipe.lrange(clog, offset, -1)
         pipe.get(keys.ring)
         meta, entries, ring = await pipe.execute()
@@ -274,7 +263,6 @@ def _data(
 ) -> ChallengerData | None:
     if meta[0] is None:
         return None
-    counts, drift = meta[len(_FIELDS) : -len(_DRIFT)], meta[-len(_DRIFT) :]
     return ChallengerData(
         epoch=text(meta[0]),
         config=text(meta[1]),
@@ -283,10 +271,7 @@ def _data(
         configs={text(k): text(v) for k, v in configs.items()},
         states={text(k): raw(v) for k, v in states.items()},
         entries=[raw(e) for e in entries],
-        served={
-            **{f: text(v or "0") for f, v in zip(_COUNTED, counts, strict=True)},
-            **{f: text(v or "") for f, v in zip(_DRIFT, drift, strict=True)},
-        },
+        served={f: text(v or "0") for f, v in zip(_COUNTED, meta[len(_FIELDS) :], strict=True)},
         ring=raw(ring or b""),
     )
 
