@@ -483,6 +483,11 @@ class Service(RuleBasedStateMachine):
 
     # -- default labels ------------------------------------------------------------------------
 
+    def defaults_may_come(self) -> bool:
+        """Whether a prediction was made with a deadline for its default (whether it got its
+        default by now or not, which hangs on time)."""
+        return any(p.deadline_ms is not None for p in self.pending.values())
+
     def awaiting(self, name: str | None = None) -> list[Pending]:
         """The predictions (of ``name``, else of every model) whose default is still to come,
         in the order the sweep takes them: by deadline, then by pending key."""
@@ -530,10 +535,11 @@ class Service(RuleBasedStateMachine):
                 for p in mine:  # (each due a while ago: the sweep took them, in this order)
                     self.default_applied(ref, p)
 
-    # (This rule, late_label and label_from_before check in their bodies whether they apply,
-    # not by preconditions: which predictions await a default, or got one, hangs on the time
-    # the steps took, so the same steps may find it otherwise, and hypothesis refuses a
-    # precondition that flips.)
+    # (This rule, late_label and label_from_before are enabled by preconditions that do not
+    # hang on time, and check in their bodies whether they apply: which predictions await a
+    # default, or got one, hangs on the time the steps took, so the same steps may find it
+    # otherwise, and hypothesis refuses a precondition that flips.)
+    @precondition(lambda self: self.defaults_may_come())
     @rule(pick=st.integers(0, 7))
     def time_passes(self, pick: int) -> None:
         """Time passes until one of the predictions awaiting their default is due (a sequence
@@ -572,6 +578,7 @@ class Service(RuleBasedStateMachine):
         self.settle_defaults()
         return multiple(*pids)
 
+    @precondition(lambda self: self.defaults_may_come())
     @rule(
         pick=st.integers(0, 40),
         choice=st.integers(0, 3),
@@ -796,20 +803,22 @@ class Service(RuleBasedStateMachine):
         if pid is not None:
             self.feedback(pid, choice, TRAINERS[0])
 
-    def from_before(self) -> list[str]:
-        """The predictions made before their model's last promotion, not labelled yet."""
+    def from_before(self, answered: bool = False) -> list[str]:
+        """The predictions made before their model's last promotion, not labelled yet (with
+        ``answered``, labelled or not)."""
         return [
             pid
             for pid, p in self.pending.items()
-            if p.answer is None and p.name in self.models
+            if (answered or p.answer is None) and p.name in self.models
             and p.generation in self.models[p.name].previous
         ]  # fmt: skip
 
+    @precondition(lambda self: bool(self.from_before(answered=True)))
     @rule(pick=st.integers(0, 15), choice=st.integers(0, 3), who=st.sampled_from(TRAINERS))
     def label_from_before(self, pick: int, choice: int, who: str) -> None:
         """A label for a prediction the learner that served before made: the promoted learner
-        learns it from the scores it was served with, as that learner decided (a rule that
-        checks in its body whether it applies, as ``time_passes``)."""
+        learns it from the scores it was served with, as that learner decided (it checks in
+        its body whether one is left, as ``time_passes``)."""
         before = self.from_before()
         if not before:
             return

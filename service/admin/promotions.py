@@ -24,7 +24,7 @@ from service.engine.replicas import Replicas
 from service.engine.standings import Standing, standing, tail_of
 from service.engine.tasks import cancel_all
 from service.errors import Conflict, InvalidInput, ModelBusy, ModelNotFound
-from service.learner import ModelConfig
+from service.learner import ModelConfig, Weights
 from service.learner.challenger import ChallengerState, promotion_refusal
 from service.learner.codec import new_epoch, pack_weights
 from service.learner.drift_detectors import Status, read_state, state_text
@@ -137,21 +137,10 @@ class Promotions:
         if state is None:
             return None  # (removed meanwhile: the swap says so)
         promotable(model, state.config, id)
-        demoted = ChallengerState(
-            config=model,
-            weights=rep.weights,
-            position=now.position,
-            mistakes=int(served["mistakes"]),
-            window=served_marks(now),
-            defaulted=int(served["defaulted"]),
-            defaulted_mistakes=int(served["defaulted_mistakes"]),
-            since=seen,
-            served_mistakes=int(served["mistakes"]),
-        )
         meta = await self.store.read_meta(name)  # (its detector: held, as the rest)
         if meta is None:
             return None
-        _take_served_detector(demoted, meta)
+        demoted = _demoted(rep.config, rep.weights, now, meta)
         snap, log_bytes = await self.store.read_sizes(name)
         await make_room(self.store, name, self.settings, now_ms=now_ms, adding=snap + log_bytes)
         if not await self.store.renew_promotion(name):
@@ -188,19 +177,33 @@ class Promotions:
         return Promoted(id, demoted_id, checkpoint, state.config.to_dict())
 
 
-def _take_served_detector(demoted: ChallengerState, meta: dict[str, str]) -> None:
-    """The learner that served keeps its drift detector among the challengers: its state,
-    counts and events, as the model's hash ``meta`` holds them (the promoted learner's
-    becomes the served one's, each event's time unknown: 0)."""
-    detector = demoted.config.drift_detector
-    if detector is None:
-        return
-    text = meta.get(Meta.DRIFT_STATE, "")
-    demoted.drift_state = read_state(detector, text) if text else None
-    demoted.drift_warnings = int(meta.get("drift_warnings", 0))
-    demoted.drifts = int(meta.get("drifts", 0))
-    events = drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
-    demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _ in events]
+def _demoted(
+    model: ModelConfig, weights: Weights, now: Standing, meta: dict[str, str]
+) -> ChallengerState:
+    """The learner that served, as a challenger: its weights, its counts, and its drift
+    detector (its state, counts and events, as the model's hash ``meta`` holds them; the
+    promoted learner's becomes the served one's, each event's time unknown: 0)."""
+    served = now.data.served
+    demoted = ChallengerState(
+        config=model,
+        weights=weights,
+        position=now.position,
+        mistakes=int(served["mistakes"]),
+        window=served_marks(now),
+        defaulted=int(served["defaulted"]),
+        defaulted_mistakes=int(served["defaulted_mistakes"]),
+        since=int(served[Meta.SEEN]),
+        served_mistakes=int(served["mistakes"]),
+    )
+    detector = model.drift_detector
+    if detector is not None:
+        text = meta.get(Meta.DRIFT_STATE, "")
+        demoted.drift_state = read_state(detector, text) if text else None
+        demoted.drift_warnings = int(meta.get("drift_warnings", 0))
+        demoted.drifts = int(meta.get("drifts", 0))
+        events = drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+        demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _ in events]
+    return demoted
 
 
 def _others(now: Standing, id: str) -> list[Tail]:
