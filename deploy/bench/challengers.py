@@ -32,7 +32,7 @@ from harness.client import call
 from harness.common import DIM, ROOT, say
 from harness.data import feedback_bodies, predict_bodies
 from harness.load import start_wrk, wrk_summary
-from harness.packed import packed_client
+from harness.packed import packed_client, round_options
 from harness.servers import ready, redis_server, serve, stop
 from harness.tools import ensure_debian_tool
 
@@ -96,9 +96,7 @@ def run(n: int, tmp: Path, seconds: float, clients: int) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
+    round_options(ap)
     args = ap.parse_args()
     ensure_debian_tool("wrk", "wrk")
     table: dict[int, list[dict[str, Any]]] = {n: [] for n in COUNTS}

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import redis
 from harness.common import DIM, ROOT, say
-from harness.packed import challenged_run
+from harness.packed import challenged_run, round_options
 from harness.servers import redis_server, stop
 
 from service.cli.loopback import wait_until
@@ -87,9 +87,7 @@ def per_example() -> list[tuple[str, float, float, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
+    round_options(ap)
     args = ap.parse_args()
     table: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
     for r in range(args.repeat):

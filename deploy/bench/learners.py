@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 from harness.common import DIM, ROOT, say
-from harness.packed import challenged_run
+from harness.packed import challenged_run, round_options
 from harness.tools import worktree
 
 from service.engine.sequence import run_sequence
@@ -98,9 +98,7 @@ def per_example() -> list[tuple[str, float | None, float | None]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--baseline", default="26cbe75", help="a git revision to compare with")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
+    round_options(ap)
     args = ap.parse_args()
     table: dict[tuple[str, int], list[dict[str, Any]]] = {}
     with worktree(args.baseline) as made:

@@ -4,6 +4,7 @@ challengers and settings of its own), and the ceiling, the learner loop alone.""
 
 from __future__ import annotations
 
+import argparse
 import base64
 import http.client
 import json
@@ -24,6 +25,14 @@ from harness.cpu import process_cpu, tree_cpu, tree_delta
 from harness.data import packed_bodies
 from harness.servers import ready, redis_server, serve, stop
 from service.cli.loopback import free_port, wait_until
+
+
+def round_options(ap: argparse.ArgumentParser) -> None:
+    """The options of a command that alternates packed-learning runs: its rounds, each run's
+    seconds, and its client processes."""
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--clients", type=int, default=4, help="packed learning processes")
 
 
 def packed_client(
