@@ -34,6 +34,7 @@ from service.store import Condition, Store
 
 log = logging.getLogger("perceptron")
 _LOUD_EVERY = 12  # checks between two error lines while the store may evict keys
+WATCH_TASK = "store watch"  # the watch's task name (a probe of requests leaves it out)
 EXPORT_ATTEMPTS = 20  # reads of a model's weights and counters that learning moved meanwhile
 _RECHECK_TIMEOUT_S = 1.0  # a check of the store out of turn, before it answers anyway
 # Answers that keys may have been evicted: checked against the store's policy at once.
@@ -162,7 +163,7 @@ class Models:
             await asyncio.sleep(self.settings.store_check_s)
 
     def start(self) -> None:
-        task = asyncio.create_task(self.watch())
+        task = asyncio.create_task(self.watch(), name=WATCH_TASK)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -17,6 +17,7 @@ from service.engine.tasks import cancel_all
 from service.settings import Settings
 from service.store import Store
 
+SWEEP_TASK = "default-label sweep"  # the sweep's task name (a probe of requests leaves it out)
 SWEEP_STOP_S = 5.0  # the longest the default-label sweep's last round is waited for
 
 
@@ -38,7 +39,7 @@ class Worker:
         """Start watching the store (``Models.watch``) and sweeping defaults
         (``DefaultLabels``)."""
         self.models.start()
-        self._sweep = asyncio.create_task(self.learning.defaults.run())
+        self._sweep = asyncio.create_task(self.learning.defaults.run(), name=SWEEP_TASK)
 
     async def close(self) -> None:
         """Stop the sweep, learning (writers hand their leases back), the watch, and the

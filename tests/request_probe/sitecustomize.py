@@ -1,7 +1,10 @@
 """Loaded by each process of a service started with this folder on its PYTHONPATH (and
 ``REQUEST_PROBE_DIR`` set): from SIGUSR1 to SIGUSR2 it notes, in every thread, each of the
-service's source files that runs a function, and then writes them to ``<dir>/<pid>.txt``."""
+service's source files that runs a function, and then writes them to ``<dir>/<pid>.txt``.
+Calls made in the asyncio tasks named in ``REQUEST_PROBE_SKIP_TASKS`` (comma-separated: the
+rounds that come every few seconds whatever is asked) are left out."""
 
+import asyncio
 import os
 import signal
 import sys
@@ -10,12 +13,18 @@ import threading
 _ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "")
 _SERVICE = os.path.join(_ROOT, "service", "")
 _DIR = os.environ.get("REQUEST_PROBE_DIR", "")
+_SKIP = set(os.environ.get("REQUEST_PROBE_SKIP_TASKS", "").split(","))
 _files: set[str] = set()
 
 
 def _note(frame, event, _arg):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
     if event == "call" and frame.f_code.co_filename.startswith(_SERVICE):
-        _files.add(frame.f_code.co_filename[len(_ROOT) :])
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # a thread without an event loop
+            task = None
+        if task is None or task.get_name() not in _SKIP:
+            _files.add(frame.f_code.co_filename[len(_ROOT) :])
 
 
 def _start(*_: object) -> None:
