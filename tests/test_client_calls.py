@@ -4,6 +4,7 @@ builds and how each reads an answer, without sending anything."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import numpy as np
@@ -46,6 +47,18 @@ def test_model_names_are_one_path_segment() -> None:
         "POST",
         "/models/m/reset",
     )
+
+
+@pytest.mark.parametrize("op", [calls.drift, calls.read_model, calls.delete_model])
+def test_a_name_that_no_path_holds_is_refused_before_anything_is_sent(op: Any) -> None:
+    with pytest.raises(TypeError, match=r"a model's name is a string, not int \(5\)"):
+        op(5)
+    with pytest.raises(ValueError, match="a model's name is not empty"):
+        op("")
+    with pytest.raises(TypeError, match="a challenger's id is a string, not int"):
+        calls.challenger("m", 5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="a challenger's id is not empty"):
+        calls.delete_challenger("m", "")
 
 
 def test_numpy_values_become_plain_json() -> None:

@@ -282,7 +282,7 @@ def test_the_command_says_what_is_wrong(reaching: InProcessService, tmp_path: Pa
     code, _, err = run_main(["--dataset", "iris", "--quiet"])
     assert code == 2 and "n_features=2" in err
     code, _, err = run_main(["--dataset", "iris", "--model", "bad name!", "--quiet"])
-    assert code == 1 and "invalid_model_name" in err
+    assert code == 2 and "'bad name!' is not a model's name" in err  # refused before it sends
     code, _, err = run_main(
         ["--dataset", "iris", "--shuffle", "1", "--limit", "9", "--model", "c", "--quiet",
          "--curve", str(tmp_path)]

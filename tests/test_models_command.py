@@ -146,6 +146,9 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         (["models", "create", "x", "--config", "[1]"], "usage", "not a JSON object"),
         (["models", "frobnicate"], "usage", "invalid choice"),
         (["models", "show"], "usage", "NAME"),
+        (["models", "drift", ""], "usage", "'' is not a model's name"),
+        (["models", "show", ".."], "usage", "'..' is not a model's name"),
+        (["models", "create", "x" * 65], "usage", "is not a model's name"),
     ],
 )
 def test_exit_codes_of_refused_and_wrong_commands(

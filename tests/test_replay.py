@@ -250,7 +250,7 @@ def test_the_cli_says_what_is_wrong(url: str, tmp_path: Path) -> None:
     code, _, err = run_main(["--dataset", "iris", "--url", url, "--quiet"])
     assert code == 2 and "n_features=2" in err
     code, _, err = run_main(["--dataset", "iris", "--model", "bad name!", "--url", url])
-    assert code == 1 and "invalid_model_name" in err
+    assert code == 2 and "'bad name!' is not a model's name" in err  # refused before it sends
     closed = url.rsplit(":", 1)[0] + ":1"
     code, _, err = run_main(["--dataset", "iris", "--url", closed, "--quiet"])
     assert code == 6 and "cannot reach" in err  # the code perceptron models gives

@@ -166,10 +166,18 @@ def _path(name: str) -> str:
     >>> _path("iris"), _path("a b"), _path("..")
     ('/models/iris', '/models/a%20b', '/models/%2E%2E')
     """
-    segment = quote(name, safe="")
-    if segment.strip("."):
-        return "/models/" + segment
-    return "/models/" + "%2E" * len(segment)
+    return "/models/" + _segment(name, "a model's name")
+
+
+def _segment(text: str, what: str) -> str:
+    """``text`` as one path segment; a TypeError or a ValueError (not a request to another
+    path) where it is not a string or is empty."""
+    if not isinstance(text, str):
+        raise TypeError(f"{what} is a string, not {type(text).__name__} ({text!r})")
+    if not text:
+        raise ValueError(f"{what} is not empty (no path names it)")
+    segment = quote(text, safe="")
+    return segment if segment.strip(".") else "%2E" * len(segment)
 
 
 def _is_array(x: object) -> TypeGuard[np.ndarray]:
@@ -307,7 +315,7 @@ def challengers(name: str) -> Call[Challengers]:
 
 
 def _challenger_path(name: str, id: str) -> str:
-    return f"{_path(name)}/challengers/{quote(id, safe='')}"
+    return _path(name) + "/challengers/" + _segment(id, "a challenger's id")
 
 
 def challenger(name: str, id: str) -> Call[ChallengerInfo]:

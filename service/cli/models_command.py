@@ -29,6 +29,7 @@ from perceptron_client import (
     PerceptronError,
 )
 from service.cli import challengers_command, models_sklearn
+from service.cli.checked_arguments import detector_arg, json_object, model_name
 from service.cli.exit_codes import (
     CLIENT_CODES,
     Exit,
@@ -39,7 +40,6 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.json_options import detector_arg, json_object
 from service.cli.learner_options import add_learner_options, given_settings, print_learners
 from service.cli.models_output import (
     Usage,
@@ -103,7 +103,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         )
         a.set_defaults(act=run)
         if name not in ("list", "learners"):
-            a.add_argument("name", metavar="NAME", help="the model's name")
+            a.add_argument("name", metavar="NAME", type=model_name, help="the model's name")
         return a
 
     action("list", "list every model with its classes, version and counters", _list)

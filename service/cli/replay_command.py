@@ -11,6 +11,7 @@ from collections.abc import Callable
 import httpx
 
 from perceptron_client import PerceptronError
+from service.cli.checked_arguments import detector_arg, model_name
 from service.cli.exit_codes import (
     Exit,
     add_service_options,
@@ -19,7 +20,6 @@ from service.cli.exit_codes import (
     service_target,
     unwritable,
 )
-from service.cli.json_options import detector_arg
 from service.replay.curve import write_curve
 from service.replay.datasets import DATASETS, Dataset, load_csv, load_dataset
 from service.replay.libsvm import load_libsvm
@@ -117,7 +117,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _model_arguments(m: argparse._ArgumentGroup) -> None:
     """The options that name the model, and make it when it is missing."""
-    m.add_argument("--model", metavar="NAME", help="model name (default: the dataset's name)")
+    m.add_argument(
+        "--model", metavar="NAME", type=model_name, help="model name (default: the dataset's name)"
+    )
     m.add_argument(
         "--multiclass",
         choices=["multiclass", "ovr", "ovo"],

@@ -1,6 +1,6 @@
-"""Options of the command line given as JSON: an object (``--config``: its numbers finite, as
-JSON's are) and a drift detector (``--drift``: one the service takes), refused by argparse (exit
-2) otherwise."""
+"""Arguments of the command line checked as the service checks them, refused by argparse (exit
+2) otherwise: a model's name, a JSON object (``--config``: its numbers finite, as JSON's are)
+and a drift detector (``--drift``: one the service takes)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,19 @@ import json
 import math
 from typing import Any
 
+from service.contract.names import valid_name
 from service.learner.config import checked_drift
 from service.learner.interface import ConfigError
+
+
+def model_name(text: str) -> str:
+    """A model's name as the service takes it (an empty one would ask for another path)."""
+    if not valid_name(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not a model's name: use 1-64 letters, digits, '_', '-' or '.', "
+            "not dots alone"
+        )
+    return text
 
 
 def detector_arg(text: str) -> dict[str, Any]:
