@@ -32,6 +32,15 @@ class Served:
     served: int  # the class index served
 
 
+def label_index(config: ModelConfig, label: Label) -> int:
+    """The class index of ``label``; a FeatureError (``unknown_label``) for another label."""
+    t = config.class_index(label)
+    if t is None:
+        message = f"Label {label!r} is not one of {list(config.classes)}."
+        raise FeatureError("unknown_label", message)
+    return t
+
+
 class OnlineLearner:
     """An online learner of any algorithm following the protocol: predict, then learn the
     true label.
@@ -67,7 +76,10 @@ class OnlineLearner:
 
     def serve(self, features: Features) -> Served:
         """A prediction, kept with its scores until its label comes (``/predict``)."""
-        x = self.encode(features)
+        return self.serve_example(self.encode(features))
+
+    def serve_example(self, x: Example) -> Served:
+        """``serve`` of an example already encoded."""
         learner = self.config.learner
         scores = learner.served_scores(self.config, self.weights, x)
         raw = learner.raw_scores(self.config, self.weights, x)
@@ -77,10 +89,7 @@ class OnlineLearner:
         """Learn the true label of a prediction served before (``/feedback``): the update is
         decided from the scores it was served with, and applied to the weights of now."""
         cfg = self.config
-        t = cfg.class_index(label)
-        if t is None:
-            message = f"Label {label!r} is not one of {list(cfg.classes)}."
-            raise FeatureError("unknown_label", message)
+        t = label_index(cfg, label)
         learner = cfg.learner
         plan = learner.update_plan(cfg, p.raw, t, p.x, self.weights)
         self.weights.seen += 1

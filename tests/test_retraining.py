@@ -1,0 +1,112 @@
+"""The reference of retraining (``service/learner/retraining.py``) against River's
+``drift.DriftRetrainingClassifier`` around a River classifier written here from the service's
+own rule: every prediction of the stream equal, for each learner, on streams whose concept
+stays, turns at once, or turns slowly; and no retrain on a stable stream of 12,000 examples."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from river import base, drift
+
+from service.learner.config import ModelConfig
+from service.learner.drift_detectors import DDM, EDDM, Detector
+from service.learner.online import OnlineLearner
+from service.learner.retraining import Retraining
+
+from .test_drift_detectors import river_of
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "perceptron": {},
+    "averaged": {"averaged": True},
+    "pa1": {"algorithm": "pa1"},
+    "arow": {"algorithm": "arow"},
+    "logistic": {"algorithm": "logistic"},
+    "three classes": {"classes": [0, 1, 2]},
+}
+
+
+class RiverLearner(base.Classifier):
+    """A River classifier that learns by the service's rule (its ``learn_one`` predicts, then
+    learns the label), so that River's wrapper can clone it afresh."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+        self.learner = OnlineLearner(config)
+
+    def learn_one(self, x: dict[Any, Any], y: Any, **kwargs: Any) -> None:
+        self.learner.learn(list(x.values()), y)
+
+    def predict_one(self, x: dict[Any, Any], **kwargs: Any) -> Any:
+        return self.learner.predict(list(x.values()))
+
+    def predict_proba_one(self, x: dict[Any, Any], **kwargs: Any) -> dict[Any, float]:
+        return {self.predict_one(x): 1.0}  # River's wrapper predicts through it
+
+
+def stream(kind: str, n: int, classes: int, seed: int) -> tuple[list[list[float]], list[int]]:
+    """Two features and a noisy label from the angle of (x0, x1), whose concept stays (stable),
+    turns half round at the middle (abrupt), or turns as far over the second half (slow)."""
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 2))
+    at = np.arange(n) / n
+    turn = {"stable": 0 * at, "abrupt": (at >= 0.5) * 1.0, "slow": np.clip(2 * at - 1, 0, 1)}
+    angle = np.arctan2(xs[:, 1], xs[:, 0]) + turn[kind] * math.pi
+    ys = (np.floor((angle % (2 * math.pi)) / (2 * math.pi) * classes)).astype(int)
+    noisy = rng.random(n) < 0.05
+    ys[noisy] = rng.integers(0, classes, noisy.sum())
+    if classes == 2:
+        ys = ys * 2 - 1
+    return xs.tolist(), ys.tolist()
+
+
+@pytest.mark.parametrize("detector", [DDM(), EDDM(warm_start=10)], ids=["ddm", "eddm"])
+@pytest.mark.parametrize("kind", ["stable", "abrupt", "slow"])
+@pytest.mark.parametrize("learner", CONFIGS)
+def test_every_prediction_is_rivers_drift_retraining_classifiers(
+    learner: str, kind: str, detector: Detector
+) -> None:
+    settings = CONFIGS[learner]
+    config = ModelConfig(n_features=2, **settings)
+    ours = Retraining(config, detector)
+    river = drift.DriftRetrainingClassifier(RiverLearner(config), river_of(detector))
+    xs, ys = stream(kind, 3000, len(config.classes), seed=len(learner) + len(kind))
+    retrains = 0
+    for x, y in zip(xs, ys, strict=True):
+        one: dict[Any, Any] = dict(enumerate(x))
+        assert ours.predict(x) == river.predict_one(one)
+        retrains += ours.learn(x, y).retrained
+        river.learn_one(one, y)
+    # the two served learners hold the same arrays (weights, averages, variances), bit for bit
+    assert isinstance(river.model, RiverLearner)
+    theirs = river.model.learner.weights.arrays()
+    for a, b in zip(ours.served.weights.arrays(), theirs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # a perceptron and PA-I turn within a few mistakes, which DDM does not take for a drift
+    if kind == "abrupt" and (learner not in ("perceptron", "pa1") or isinstance(detector, EDDM)):
+        assert retrains > 0
+
+
+def test_no_retrain_on_a_stable_stream_of_12000_examples() -> None:
+    config = ModelConfig(n_features=2, averaged=True)
+    ours = Retraining(config, DDM())
+    xs, ys = stream("stable", 12_000, 2, seed=1)
+    assert not any(ours.learn(x, y).retrained for x, y in zip(xs, ys, strict=True))
+
+
+def test_a_retrained_learner_counts_and_averages_over_its_own_examples() -> None:
+    config, detector = ModelConfig(n_features=2, averaged=True), DDM()
+    ours = Retraining(config, detector)
+    xs, ys = stream("abrupt", 3000, 2, seed=3)
+    healed = [ours.learn(x, y) for x, y in zip(xs, ys, strict=True)]
+    state, warned = detector.start(), []
+    for h in healed:
+        state = detector.update(state, int(h.outcome.mistake))
+        warned.append(detector.flags(state)[0])
+    swaps = [i for i, h in enumerate(healed) if h.retrained]
+    last, before = swaps[-1], ([-1, *swaps])[-2]
+    # the warning's examples since the swap before, the drift's, then every one after it
+    assert ours.served.weights.seen == sum(warned[before + 1 : last]) + len(xs) - last
