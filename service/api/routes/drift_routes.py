@@ -10,6 +10,7 @@ from service.api.callers import FastJSONRoute, Reader
 from service.api.schemas.drift_schemas import DriftAnswer, drift_answer
 from service.api.schemas.model_schemas import error_responses
 from service.contract.store_protocol import Meta
+from service.engine.standings import Standing
 
 router = APIRouter(prefix="/models", tags=["models"], route_class=FastJSONRoute)
 
@@ -24,10 +25,11 @@ async def read_drift(name: str, who: Reader) -> DriftAnswer:
     return await drift_of(who.worker, name)
 
 
-async def drift_of(worker: Worker, name: str) -> DriftAnswer:
-    """What ``GET /models/{name}/drift`` answers (and the event stream's ``drift`` event)."""
+async def drift_of(worker: Worker, name: str, now: Standing | None = None) -> DriftAnswer:
+    """What ``GET /models/{name}/drift`` answers (and the event stream's ``drift`` event);
+    ``now``: the challengers' standing, where the caller has it already."""
     config, meta = await worker.models.read_model(name)
     if config.drift is None or int(meta.get(Meta.CHALLENGERS, 0)) == 0:
         return drift_answer(config.drift, meta)
-    now = await worker.challengers.standing(name)  # (each one's detector, replayed)
+    now = now or await worker.challengers.standing(name)  # (each one's detector, replayed)
     return drift_answer(config.drift, meta, now.states)

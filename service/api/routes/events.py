@@ -44,6 +44,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from service.admin.challengers import shown_challengers
 from service.admin.worker import Worker
 from service.api.auth import NOBODY_NEEDED, KeyRing, Principal, Role, Unauthorized, key_from_headers
 from service.api.callers import checked
@@ -54,6 +55,7 @@ from service.api.schemas.model_schemas import error_responses
 from service.api.streams import EVENT_STREAM, EventStream, Streams
 from service.contract.names import check_name
 from service.contract.store_protocol import Meta
+from service.engine.standings import Standing
 from service.errors import ModelNotFound
 from service.store.redis_store import STAMP_FIELDS
 
@@ -101,8 +103,9 @@ async def model_events(name: str, request: Request) -> Response:
         stamp = await worker.store.read_stamp(name)
         first = await _metrics(worker, name)  # 404 for a model that does not exist
         history = await _checkpoints(worker, name)
-        history += await _challengers(worker, name) if _challenged(stamp) else b""
-        drift = await _drift(worker, name)
+        now = await _standing(worker, name, _challenged(stamp))
+        history += _challengers(name, now)
+        drift = await _drift(worker, name, now)
         history += event("drift", drift) if drift else b""
     except BaseException:
         streams.leave()
@@ -147,14 +150,20 @@ async def _checkpoints(worker: Worker, name: str) -> bytes:
     return event("checkpoints", body.model_dump_json().encode())
 
 
-async def _drift(worker: Worker, name: str) -> bytes:
+async def _drift(worker: Worker, name: str, now: Standing | None) -> bytes:
     """The drift event's data, for a model with a detector (else nothing)."""
-    answer = await drift_of(worker, name)
+    answer = await drift_of(worker, name, now)
     return b"" if answer.drift is None else answer.model_dump_json().encode()
 
 
-async def _challengers(worker: Worker, name: str) -> bytes:
-    return event("challengers", orjson.dumps(await worker.challengers.show(name)))
+async def _standing(worker: Worker, name: str, challenged: bool) -> Standing | None:
+    """The challengers' standing, read once for both events that show it (None: not
+    ``challenged``)."""
+    return await worker.challengers.standing(name) if challenged else None
+
+
+def _challengers(name: str, now: Standing | None) -> bytes:
+    return b"" if now is None else event("challengers", orjson.dumps(shown_challengers(name, now)))
 
 
 def _challenged(stamp: tuple[bytes | str | None, ...] | None) -> bool:
@@ -186,10 +195,10 @@ async def _follow(
                 chunk = await _metrics(worker, name)
                 if stamp is None or any(now[i] != stamp[i] for i in HISTORY):
                     chunk += await _checkpoints(worker, name)
-                if _challenged(now) or _challenged(stamp):
-                    chunk += await _challengers(worker, name)
+                standing = await _standing(worker, name, _challenged(now) or _challenged(stamp))
+                chunk += _challengers(name, standing)
                 if _challenged(now) or stamp is None or any(now[i] != stamp[i] for i in DRIFT):
-                    drift = await _drift(worker, name)  # (a challenger's events: by its labels)
+                    drift = await _drift(worker, name, standing)  # (challengers': by labels)
                     chunk += event("drift", drift) if drift and drift != drifted else b""
                     drifted = drift
                 stamp = now
