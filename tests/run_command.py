@@ -14,7 +14,10 @@ def run_perceptron(*args: str, stderr: io.StringIO | None = None) -> tuple[int, 
     ``stderr`` too, when given, as it goes)."""
     out, err = io.StringIO(), stderr or io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:  # argparse refused an argument (exit 2, its usage said why)
+            code = int(e.code or 0)
     return code, out.getvalue(), err.getvalue()
 
 
