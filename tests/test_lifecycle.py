@@ -175,3 +175,41 @@ def test_lifecycle_needs_admin(make_service: MakeService) -> None:
     assert client.get("/models/m/export", headers=h).status_code == 403
     assert client.post("/models/m/reset", headers=h).status_code == 403
     assert client.post("/models/m/import", json={}, headers=h).status_code == 403
+
+
+def test_an_import_knows_no_outcome_of_the_examples_it_counts(client: httpx.Client) -> None:
+    """The file carries the counters, not the last outcomes: the recent mistake rates of an
+    imported model count only what it learned since (none: null); they counted the examples
+    before it as right."""
+    client.put("/models/r", json={"n_features": 1, "fit_bias": False})
+    ys = [1 if i % 2 == 0 else -1 for i in range(100)]  # each a mistake: w turns each time
+    client.post("/learn/batch", json={"model": "r", "features": [[1.0]] * 100, "labels": ys})
+    assert client.get("/models/r/metrics").json()["mistake_rate"]["last_100"] == 1.0
+    assert client.post("/models/r2/import", json=client.get("/models/r/export").json()).is_success
+    rates = client.get("/models/r2/metrics").json()["mistake_rate"]
+    assert (rates["cumulative"], rates["last_100"], rates["last_1000"]) == (1.0, None, None)
+    assert 'model="r2",window="100"' not in client.get("/metrics").text
+    wrong = [client.post("/learn", json={"model": "r2", "features": [1.0], "label": y}).json()
+             for y in (1, -1, -1, -1)]  # fmt: skip
+    mistakes = sum(w["label"] != y for w, y in zip(wrong, (1, -1, -1, -1), strict=True))
+    rates = client.get("/models/r2/metrics").json()["mistake_rate"]
+    assert rates["last_100"] == rates["last_1000"] == mistakes / 4
+    # a checkpoint made now (the import over it) counts those 4 alone in its window
+    assert client.post("/models/r2/import", json=client.get("/models/r/export").json()).is_success
+    made = client.get("/models/r2/checkpoints").json()["checkpoints"][-1]
+    assert (made["mistake_rate"], made["window"]) == (mistakes / 4, 4)
+
+
+def test_a_rollback_that_moves_the_count_on_knows_no_outcome_of_the_examples_between(
+    client: httpx.Client,
+) -> None:
+    """An averaged learner's rollback restores its count of examples; undone, the count comes
+    back, but the outcomes of the examples between are not the ring's any more."""
+    client.put("/models/a", json={"n_features": 1, "fit_bias": False, "averaged": True})
+    ys = [1 if i % 2 == 0 else -1 for i in range(100)]
+    client.post("/learn/batch", json={"model": "a", "features": [[1.0]] * 100, "labels": ys})
+    undo = client.post("/models/a/rollback", json={"version": 0}).json()["undo_checkpoint"]
+    assert client.post("/models/a/rollback", json={"checkpoint": undo}).is_success
+    assert client.get("/models/a").json()["counters"]["seen"] == 100
+    rates = client.get("/models/a/metrics").json()["mistake_rate"]
+    assert (rates["last_100"], rates["last_1000"]) == (None, None)

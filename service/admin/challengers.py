@@ -8,7 +8,7 @@ from itertools import count
 from typing import Any
 
 from service.contract.names import check_name
-from service.contract.store_protocol import RING_SIZE, Meta
+from service.contract.store_protocol import RING_SIZE, RING_UNKNOWN, Meta
 from service.engine.replicas import Replicas
 from service.engine.standings import Standing, fold, tail_of
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
@@ -189,10 +189,12 @@ def figures(id: str, state: ChallengerState, model: ModelConfig) -> dict[str, An
 
 
 def served_marks(now: Standing) -> bytes:
-    """The served learner's last outcomes, oldest first (at most RING_SIZE)."""
+    """The served learner's last outcomes, oldest first (at most RING_SIZE; those the ring
+    knows)."""
     seen = int(now.data.served[Meta.SEEN])
     ring = now.data.ring.ljust(RING_SIZE, b"0")
-    return bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
+    marks = bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
+    return marks.replace(RING_UNKNOWN, b"")
 
 
 def served_figures(now: Standing) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from service.contract.names import check_name
 from service.contract.store_protocol import (
     PROMOTE_HOLD_MS,
     RING_SIZE,
+    RING_UNKNOWN,
     Meta,
     drift_events,
     pending_life_s,
@@ -67,8 +68,9 @@ def promotable(model: ModelConfig, challenger: ModelConfig, id: str) -> None:
 
 
 def ring_of(window: bytes, seen: int) -> bytes:
-    """The model's ring of outcomes holding ``window`` as its last, after ``seen`` examples."""
-    ring = bytearray(b"0" * RING_SIZE)
+    """The model's ring of outcomes holding ``window`` as its last, after ``seen`` examples
+    (as every ring: one mark for each of the last ``RING_SIZE`` examples, no more)."""
+    ring = bytearray(RING_UNKNOWN * min(seen, RING_SIZE))
     for i, mark in enumerate(window):
         ring[(seen - len(window) + i) % RING_SIZE] = mark
     return bytes(ring)

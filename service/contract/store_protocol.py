@@ -66,6 +66,9 @@ class Status(IntEnum):
 
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
+# A ring's mark for an example whose outcome it does not know (one learned before an import, or
+# before a rollback moved the count of examples on): neither a mistake nor not, left out of rates
+RING_UNKNOWN = b"-"
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
@@ -369,6 +372,7 @@ _NUMBERS = {
 }
 _STRINGS = {
     "PENDING": PENDING.decode(),
+    "RING_UNKNOWN": RING_UNKNOWN.decode(),
     "ANSWERED": ANSWERED.decode(),
     "ENTRY_SEP": ENTRY_SEP.decode(),
     "SOURCE_MARK": SOURCE_MARK.decode(),

@@ -9,21 +9,26 @@ from typing import Any
 import numpy as np
 
 from service.contract.sources import parse_source
-from service.contract.store_protocol import DELAY_BUCKETS_S, Field, parse_cell
+from service.contract.store_protocol import DELAY_BUCKETS_S, RING_UNKNOWN, Field, parse_cell
 from service.learner import ModelConfig, Weights
 from service.learner.codec import unpack_entry
 from service.learner.perceptron import raw_scores
 
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
-    """(mistakes, examples) among the last ``last`` labelled examples, from the outcome ring.
+    """(mistakes, examples) among the last ``last`` labelled examples, from the outcome ring;
+    examples whose outcome it does not know (``RING_UNKNOWN``) are not counted.
 
     Byte ``(k - 1) % size`` holds the k-th example: ``1`` for a mistake, ``0`` otherwise.
+
+    >>> ring_mistakes(b"0110", seen=4, last=3, size=4), ring_mistakes(b"--1", 3, 100, 4)
+    ((2, 3), (1, 1))
     """
     n = min(last, seen, size)
     marks = np.frombuffer(ring.ljust(size, b"0"), dtype=np.uint8)
     positions = (np.arange(seen - n, seen) % size) if n else np.zeros(0, dtype=np.int64)
-    return int((marks[positions] == ord("1")).sum()), n
+    known = marks[positions][marks[positions] != RING_UNKNOWN[0]]
+    return int((known == ord("1")).sum()), len(known)
 
 
 def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:

@@ -142,7 +142,8 @@ class ModelCollector:
                     rate.add_metric([name, "without_defaults"], came)
                 for last in (100, 1000):
                     m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
-                    rate.add_metric([name, str(last)], m / n)
+                    if n:  # (none known: those since an import, say)
+                        rate.add_metric([name, str(last)], m / n)
             radius.add_metric([name], math.sqrt(max(values[Meta.R2], 0.0)))
             for served, true, count in confusion_cells(config, meta):
                 confusion.add_metric(

@@ -261,8 +261,10 @@ local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base
   local window = math.min(seen, WINDOW)
   local mistakes = 0
   if window > 0 then
-    local _, m = string.gsub(redis.call('GET', ring) or '', '1', '')
-    mistakes = m
+    local marks = redis.call('GET', ring) or ''  -- (min(seen, WINDOW) marks, some unknown)
+    local _, m = string.gsub(marks, '1', '')
+    local _, right = string.gsub(marks, '0', '')
+    mistakes, window = m, math.min(window, m + right)
   end
   local parts = {}
   for i = 1, #tail do parts[i] = #tail[i] .. TAIL_SEP .. tail[i] end

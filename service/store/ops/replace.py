@@ -17,8 +17,9 @@ from service.store.script import Arg, Runner, Script, has_challengers
 # carries (, the registry when LISTED is '1'); after the fixed arguments, N_COUNTERS counter field /
 # value pairs, then the (record, chunks of its staged weights) of each of those checkpoints, oldest
 # first, each kept under the next id. A model there already is kept first as a checkpoint (its
-# snapshot, moved, and log, REASON), and its retained log goes. Returns {DONE}, or {NOT_STAGED} when
-# a staged key is not whole (nothing done; the staged keys are let go whatever happens), or
+# snapshot, moved, and log, REASON), and its retained log goes; the outcomes of the SEEN examples
+# it counts are RING_UNKNOWN in its ring (a file does not carry them). Returns {DONE}, or
+# {NOT_STAGED} when a staged key is not whole (nothing done; the staged keys are let go), or
 # {HAS_CHALLENGERS} while the model has challengers (nothing done:
 # ``challenger_states.py``); the model's pending predictions become unknown (the epoch
 # changed), none awaits a default any more (``deadlines`` goes, with the delays counted),
@@ -83,6 +84,9 @@ if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,
   META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH)
 for i = COUNTERS_AT, checkpoints_at - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
+if tonumber(SEEN) > 0 then  -- the outcomes of the examples it counts are not known here
+  redis.call('SET', RING, string.rep(RING_UNKNOWN, math.min(tonumber(SEEN), WINDOW)))
+end
 for c = 0, carried - 1 do
   local id = redis.call('HINCRBY', META, META_CHECKPOINTS, 1)
   redis.call('HSET', CHECKPOINT_INFO, id, ARGV[checkpoints_at + 2 * c])

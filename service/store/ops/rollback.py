@@ -21,7 +21,8 @@ from service.store.script import Runner, Script, status_of
 # weights. The drift detector starts afresh, its events stay. Counters and metrics stay, but for
 # SEEN ('': it stays too), an averaged learner's count of labelled examples, which its mean
 # divides by: the counts within it (mistakes, defaulted and their mistakes) are held to it, the
-# ring keeps its last outcomes last, and the learning curve starts again there. Returns {DONE, the
+# ring keeps its last outcomes last (the examples before them, if any, RING_UNKNOWN), and the
+# learning curve starts again there. Returns {DONE, the
 # id of the checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done).
 # The staged keys are let go whatever happens.
 SCRIPT = Script(
@@ -108,10 +109,11 @@ local c = redis.call('HMGET', META, META_SEEN, COUNT_MISTAKES, COUNT_DEFAULTED,
 local was, seen = tonumber(c[1] or '0'), tonumber(SEEN ~= '' and SEEN or c[1] or '0')
 if seen ~= was then
   local old, ring = redis.call('GET', RING) or '', {}
-  for i = 1, WINDOW do ring[i] = '0' end
+  for i = 1, math.min(WINDOW, seen) do ring[i] = RING_UNKNOWN end
   for j = 0, math.min(WINDOW, seen, was) - 1 do
     local at = (was - 1 - j) % WINDOW + 1
-    ring[(seen - 1 - j) % WINDOW + 1] = string.sub(old, at, at) == '1' and '1' or '0'
+    local mark = string.sub(old, at, at)
+    ring[(seen - 1 - j) % WINDOW + 1] = (mark == '1' or mark == RING_UNKNOWN) and mark or '0'
   end
   redis.call('SET', RING, table.concat(ring))
   local mistakes = math.min(tonumber(c[2] or '0'), seen)
