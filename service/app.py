@@ -132,7 +132,9 @@ def _add_routes(app: FastAPI) -> None:
 
 
 def _add_middleware(app: FastAPI, settings: Settings, workers: int) -> None:
-    app.add_middleware(Edge, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        Edge, max_bytes=settings.max_body_bytes, import_bytes=settings.max_import_bytes
+    )
     if settings.connection_max_age_s:  # opt-in: only producers with few connections gain
         app.add_middleware(RecycleConnections, max_age_s=settings.connection_max_age_s)
     if writer_sheds(workers, settings.writer_sheds_from_workers, usable_cores()):

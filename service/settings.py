@@ -126,6 +126,12 @@ class Settings(BaseSettings):
         description="Largest request body, in bytes: a packed batch of 1000 x 390 values, or "
         "1000 x 100 as JSON numbers.",
     )
+    max_import_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="Largest body of an import (POST /models/{name}/import, admin): an export "
+        "file, its checkpoints with it; a model of 2^18 weights and its averages takes 6 MB.",
+    )
     max_header_bytes: int = Field(
         default=64 * 1024,
         ge=1024,

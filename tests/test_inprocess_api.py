@@ -429,6 +429,37 @@ def test_bodies_past_the_limit_are_413_with_or_without_a_length(start: Start) ->
     assert api.get("/models/m").json()["counters"]["predictions"] == 0
 
 
+def test_an_import_has_its_own_limit_an_export_of_the_default_size_fits(start: Start) -> None:
+    """An export file is larger than any batch: an averaged model of the default 2^18 hashed
+    weights exports to 6 MB, past the 4 MiB of other bodies. At the import's limit it is
+    taken, one byte past it refused (by its length, or as a chunked body is read)."""
+    api = start().client()
+    assert api.put("/models/big", json={"classes": ["a", "b"], "averaged": True}).is_success
+    api.post("/learn", json={"model": "big", "features": {"x": 1.0}, "label": "a"})
+    doc = api.get("/models/big/export").content
+    assert len(doc) > Settings().max_body_bytes
+    as_json = {"content-type": "application/json"}
+    assert api.post("/models/big2/import", content=doc, headers=as_json).status_code == 200
+    weights = [api.get(f"/models/{m}/weights").json() for m in ("big", "big2")]
+    assert weights[0]["rows"] == weights[1]["rows"]
+
+    small = start(max_body_bytes=2048, max_import_bytes=len(doc) + 10).client()
+    edge = small.post("/models/m/import", content=doc + b" " * 10, headers=as_json)
+    assert edge.status_code == 200, edge.text
+    past = doc + b" " * 11
+
+    def chunks() -> Iterator[bytes]:
+        yield past[:1000]
+        yield past[1000:]
+
+    for body in (past, chunks()):
+        r = error(
+            small.post("/models/n/import", content=body, headers=as_json), 413, "body_too_large"
+        )
+        assert "PERCEPTRON_MAX_IMPORT_BYTES" in r["detail"]
+    assert small.get("/models/n").status_code == 404
+
+
 # --- what the API serves besides JSON ----------------------------------------------------------
 
 

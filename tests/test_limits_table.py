@@ -86,6 +86,17 @@ def _body(c: httpx.Client, past: str) -> None:
     answers(c.post("/predict", content=over, headers={"content-type": "application/json"}), past)
 
 
+@walks("an import's body (an export file)")
+def _import_body(c: httpx.Client, past: str) -> None:
+    doc = json.dumps(an_export(c)).encode()
+    at = doc[:-1] + b" " * (268_435_456 - len(doc)) + b"}"  # (the file, padded to the limit)
+    accepted(c.post("/models/copy/import", content=at, headers=JSON))
+    del at
+    over = doc[:-1] + b" " * (268_435_456 - len(doc) + 1) + b"}"
+    answers(c.post("/models/past/import", content=over, headers=JSON), past)
+    assert c.get("/models/past").status_code == 404
+
+
 @walks("JSON nesting")
 def _nesting(c: httpx.Client, past: str) -> None:
     accepted(put(c, "m", n_features=1))

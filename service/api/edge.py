@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from functools import cache
 from http import HTTPStatus
@@ -181,6 +182,7 @@ PAGE_POLICY = (
 # worker it makes from a blob: inline styles and blob workers, but still no script, data or
 # font from anywhere else.
 REDOC = "/redoc"
+_IMPORT = re.compile("/models/[^/]+/import")  # (routes/model_routes.py: its own body limit)
 REDOC_POLICY = PAGE_POLICY + b"; style-src 'self' 'unsafe-inline'; worker-src blob:"
 # JSON and text answers run nothing.
 DATA_POLICY = b"default-src 'none'; frame-ancestors 'none'"
@@ -198,10 +200,13 @@ _HEADERS = {
 class BodyTooLarge(TooLarge):
     code = "body_too_large"
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, imported: bool = False) -> None:
         super().__init__(
-            f"The request body is larger than {limit} bytes (PERCEPTRON_MAX_BODY_BYTES); send "
-            "smaller batches."
+            f"The import is larger than {limit} bytes (PERCEPTRON_MAX_IMPORT_BYTES); export "
+            "without its checkpoints, or raise it."
+            if imported
+            else f"The request body is larger than {limit} bytes (PERCEPTRON_MAX_BODY_BYTES); "
+            "send smaller batches."
         )
 
 
@@ -209,20 +214,21 @@ class Edge:
     """Every HTTP request's body limit, security headers, count and time (a pure ASGI
     middleware: no body copied).
 
-    The body limit refuses bodies over ``max_bytes``: by Content-Length at once, else as they
-    are read. A chunked body (no length given) is counted as the handler reads it, not read
-    ahead: a handler that refuses the request first (no valid key) never has it read at all.
+    The body limit refuses bodies over ``max_bytes`` (an import's: ``import_bytes``, an export
+    file being larger than any batch): by Content-Length at once, else as they are read. A
+    chunked body (no length given) is counted as the handler reads it, not read ahead: a
+    handler that refuses the request first (no valid key) never has it read at all.
     Past the limit, reading raises ``BodyTooLarge``, which the app answers 413 (routes read
     bodies in ``FastJSONRoute``, which lets it through to the app's ServiceError handler).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, import_bytes: int) -> None:
         # Imported here, in a worker: ``perceptron serve`` imports this module for its HTTP
         # protocol before it sets the metrics' folder, where importing them makes their files.
         from service.metrics.prometheus import LATENCY, REQUESTS
 
         self.app = app
-        self.max_bytes = max_bytes
+        self.max_bytes, self.import_bytes = max_bytes, import_bytes
         self._requests, self._latency = REQUESTS, LATENCY
         # Labelled children looked up once: ``labels(...)`` is a locked dict lookup per call.
         self._counts: dict[tuple[str, str, int], Any] = {}
@@ -239,6 +245,8 @@ class Edge:
         ]
         status = 0  # not started; 500 if the app raises before it starts an answer
         size = 0
+        imported = scope["method"] == "POST" and _IMPORT.fullmatch(path) is not None
+        limit = self.import_bytes if imported else self.max_bytes
 
         async def sending(message: Message) -> None:
             nonlocal status
@@ -251,21 +259,21 @@ class Edge:
             nonlocal size
             message = await receive()
             size += len(message.get("body", b""))
-            if size > self.max_bytes:
-                raise BodyTooLarge(self.max_bytes)  # the app's handler answers 413
+            if size > limit:
+                raise BodyTooLarge(limit, imported)  # the app's handler answers 413
             return message
 
         try:
             length = _content_length(scope)
-            if length is not None and length > self.max_bytes:
-                await _refuse(sending, self.max_bytes)
+            if length is not None and length > limit:
+                await _refuse(sending, BodyTooLarge(limit, imported))
             else:
                 try:
                     await self.app(scope, receive if length is not None else counted, sending)
-                except BodyTooLarge:
+                except BodyTooLarge as e:
                     if status:
                         raise
-                    await _refuse(sending, self.max_bytes)  # an app that let it through
+                    await _refuse(sending, e)  # an app that let it through
         finally:
             self._record(scope, status or 500, time.perf_counter() - start)
 
@@ -291,8 +299,7 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _refuse(send: Send, limit: int) -> None:
-    err = BodyTooLarge(limit)
+async def _refuse(send: Send, err: BodyTooLarge) -> None:
     body = json.dumps({"detail": err.message, "code": err.code}).encode()
     await send(
         {
