@@ -428,7 +428,7 @@ def test_requests_carry_the_key_and_plain_json() -> None:
         r = c.learn_batch("m", [np.array([1.0, 2.0]), {"x": 1.0}], [np.int64(1)])
         assert r.mistake_count == 1
     with Client("http://perceptron.test", transport=transport) as c:
-        c.delete_model("a/b")
+        c.delete_model("a?b")
     learn, delete = seen
     assert learn.headers["authorization"] == "Bearer " + "k" * 20
     assert learn.headers["content-type"] == "application/json"
@@ -439,4 +439,4 @@ def test_requests_carry_the_key_and_plain_json() -> None:
         "labels": [1],
     }
     assert "authorization" not in delete.headers
-    assert delete.url.raw_path == b"/models/a%2Fb"
+    assert delete.url.raw_path == b"/models/a%3Fb"

@@ -41,8 +41,8 @@ INFO = {
 
 
 def test_model_names_are_one_path_segment() -> None:
-    assert calls.read_model("a/b c").path == "/models/a%2Fb%20c"
-    assert calls.weights("a/b").path == "/models/a%2Fb/weights"
+    assert calls.read_model("a?b c").path == "/models/a%3Fb%20c"
+    assert calls.weights("a#b").path == "/models/a%23b/weights"
     assert (calls.reset_model("m").method, calls.reset_model("m").path) == (
         "POST",
         "/models/m/reset",
@@ -55,6 +55,8 @@ def test_a_name_that_no_path_holds_is_refused_before_anything_is_sent(op: Any) -
         op(5)
     with pytest.raises(ValueError, match="a model's name is not empty"):
         op("")
+    with pytest.raises(ValueError, match="a model's name holds no '/'"):
+        op("m/challengers/c")  # (which the service would read as a challenger's path)
     with pytest.raises(TypeError, match="a challenger's id is a string, not int"):
         calls.challenger("m", 5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="a challenger's id is not empty"):

@@ -149,6 +149,15 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         (["models", "drift", ""], "usage", "'' is not a model's name"),
         (["models", "show", ".."], "usage", "'..' is not a model's name"),
         (["models", "create", "x" * 65], "usage", "is not a model's name"),
+        (["models", "create", "x", "--learning-rate", "nan"], "usage", "must be a finite number"),
+        (["models", "create", "x", "--timeout", "-1"], "usage", "must be a positive number"),
+        (["models", "undo", "x", "--from-time", "inf"], "usage", "must be a finite number"),
+        (["models", "add-challenger", "x", ""], "usage", "A challenger's id is 1 to 64"),
+        (["models", "delete-challenger", "x", "a/b"], "usage", "A challenger's id is 1 to 64"),
+        (["models", "challengers", "x", "served"], "usage", "A challenger's id is 1 to 64"),
+        (["models", "promote", "x", "p", "--demote-as", ""], "usage", "A challenger's id"),
+        (["serve", "--port", "114535"], "usage", "must be a port from 1 to 65535"),
+        (["serve", "--workers", "0"], "usage", "must be at least 1"),
     ],
 )
 def test_exit_codes_of_refused_and_wrong_commands(

@@ -85,6 +85,9 @@ def test_what_a_promotion_refuses(client: httpx.Client, redis_client: redis.Redi
     code(client.post("/models/none/promote", json={"challenger": "two"}), 404, "model_not_found")
     too_long = {"challenger": "two", "demote_as": "d" * 65}  # (an id: 64 characters at most)
     code(client.post("/models/q/promote", json=too_long), 422, "invalid_challenger_id")
+    empty = {"challenger": "two", "demote_as": ""}  # (it took the default id)
+    code(client.post("/models/q/promote", json=empty), 422, "invalid_challenger_id")
+    code(client.post("/models/q/promote", json={**empty, "demote_as": 5}), 422, "invalid_promotion")
     assert not redis_client.exists("pcp:{q}:hold")  # let go after every refusal
     r = client.post("/models/q/promote", json={"challenger": "two", "demote_as": "d" * 64})
     assert r.status_code == 200 and r.json()["demoted"] == "d" * 64, r.text

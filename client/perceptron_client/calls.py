@@ -7,8 +7,8 @@ path, body and answer type are written once for both.
 >>> call = predict("iris", [5.1, 3.5])
 >>> (call.method, call.path, call.body)
 ('POST', '/predict', {'model': 'iris', 'features': [5.1, 3.5]})
->>> delete_model("a/b").path
-'/models/a%2Fb'
+>>> delete_model("a?b").path
+'/models/a%3Fb'
 """
 
 from __future__ import annotations
@@ -171,11 +171,14 @@ def _path(name: str) -> str:
 
 def _segment(text: str, what: str) -> str:
     """``text`` as one path segment; a TypeError or a ValueError (not a request to another
-    path) where it is not a string or is empty."""
+    path) where it is not a string, is empty or holds a '/' (which the service reads as one,
+    escaped or not)."""
     if not isinstance(text, str):
         raise TypeError(f"{what} is a string, not {type(text).__name__} ({text!r})")
     if not text:
         raise ValueError(f"{what} is not empty (no path names it)")
+    if "/" in text:
+        raise ValueError(f"{what} holds no '/' ({text[:80]!r} would name another path)")
     segment = quote(text, safe="")
     return segment if segment.strip(".") else "%2E" * len(segment)
 

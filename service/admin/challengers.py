@@ -3,11 +3,10 @@ removed, and shown beside the served learner (``engine/standings.py`` replays th
 
 from __future__ import annotations
 
-import re
 from itertools import count
 from typing import Any
 
-from service.contract.names import check_name
+from service.contract.names import CHALLENGER_ID_RULE, SERVED, check_name, valid_challenger_id
 from service.contract.store_protocol import RING_SIZE, RING_UNKNOWN, Meta
 from service.engine.replicas import Replicas
 from service.engine.standings import Standing, fold, tail_of
@@ -25,8 +24,6 @@ from service.settings import Settings
 from service.store import Store
 from service.store.ops.challenger_states import Tail, challenger_not_found
 
-ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-SERVED = "served"  # the id the served learner is shown under; no challenger takes it
 FROM = ("zeros", "served")
 ATTEMPTS = 3  # copies of the served weights tried, should the model move under each
 
@@ -38,12 +35,9 @@ def start_tail(id: str, state: ChallengerState, copied: bool) -> Tail:
 
 
 def check_id(id: str) -> str:
-    if not ID_RE.fullmatch(id) or id == SERVED:
-        raise InvalidInput(
-            f"A challenger's id is 1 to 64 letters, digits, '_', '-' or '.', starting with a "
-            f"letter or digit, and not {SERVED!r}. Got {id[:80]!r}.",
-            code="invalid_challenger_id",
-        )
+    """``id``, or a 400 ``invalid_challenger_id`` that says what an id may hold."""
+    if not valid_challenger_id(id):
+        raise InvalidInput(f"{CHALLENGER_ID_RULE}. Got {id[:80]!r}.", code="invalid_challenger_id")
     return id
 
 

@@ -54,10 +54,10 @@ def parse_body(body: Any) -> tuple[str, str]:
             "that served takes among the challengers (default: served-<the checkpoint made>).",
             code="invalid_promotion",
         )
-    id, demoted = body.get("challenger"), body.get("demote_as", "")
-    if not isinstance(id, str) or not isinstance(demoted, str):
+    id, demoted = body.get("challenger"), body.get("demote_as")
+    if not isinstance(id, str) or not isinstance(demoted, str | None):
         raise InvalidInput("'challenger' and 'demote_as' are strings.", code="invalid_promotion")
-    return check_id(id), check_id(demoted) if demoted else ""
+    return check_id(id), "" if demoted is None else check_id(demoted)
 
 
 def promotable(model: ModelConfig, challenger: ModelConfig, id: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from perceptron_client import ChallengerInfo, Client, ServedLearner
+from service.cli.checked_arguments import challenger_id, finite_number
 from service.cli.learner_options import add_learner_options, describe, given_settings
 from service.cli.models_output import Usage, columns, out
 from service.learner.interface import STRATEGIES
@@ -29,13 +30,17 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
         "list a model's challengers beside the served learner (or show one)",
         challengers,
     )
-    shown.add_argument("id", metavar="ID", nargs="?", help="show only this challenger")
+    shown.add_argument(
+        "id", metavar="ID", nargs="?", type=challenger_id, help="show only this challenger"
+    )
     add = action(
         "add-challenger",
         "add a challenger: a learner that learns every label of the model from now on",
         add_challenger,
     )
-    add.add_argument("id", metavar="ID", help="the challenger's id (letters, digits, -_.)")
+    add.add_argument(
+        "id", metavar="ID", type=challenger_id, help="the challenger's id (letters, digits, -_.)"
+    )
     learner = add.add_argument_group("its learner (unset: the model's where its rule uses it)")
     add_learner_options(learner)
     learner.add_argument(
@@ -47,12 +52,13 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
         help="start from a copy of the served weights (else zeros)",
     )
     gone = action("delete-challenger", "remove a challenger, its weights and figures", delete)
-    gone.add_argument("id", metavar="ID", help="the challenger's id")
+    gone.add_argument("id", metavar="ID", type=challenger_id, help="the challenger's id")
     up = action("promote", "serve a challenger from the next request on", promote)
-    up.add_argument("id", metavar="ID", help="the challenger to serve")
+    up.add_argument("id", metavar="ID", type=challenger_id, help="the challenger to serve")
     up.add_argument(
         "--demote-as",
         metavar="ID",
+        type=challenger_id,
         help="the id the learner that served keeps as a challenger (default served-<checkpoint>)",
     )
     kept = action("updates", "list the updates a model keeps, who caused each and when", updates)
@@ -60,8 +66,10 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     kept.add_argument("--limit", metavar="N", type=int, default=100, help="at most N (100)")
     undo_ = action("undo", "rebuild a model exactly without some of its kept updates", undo)
     undo_.add_argument("--source", metavar="KEY", help="the updates of this API key's name")
-    undo_.add_argument("--from-time", metavar="T", type=float, help="made at or after T (Unix s)")
-    undo_.add_argument("--to-time", metavar="T", type=float, help="made before T (Unix s)")
+    undo_.add_argument(
+        "--from-time", metavar="T", type=finite_number, help="made at or after T (Unix s)"
+    )
+    undo_.add_argument("--to-time", metavar="T", type=finite_number, help="made before T (Unix s)")
 
 
 def challengers(client: Client, args: argparse.Namespace) -> None:

@@ -1,6 +1,7 @@
-"""Arguments of the command line checked as the service checks them, refused by argparse (exit
-2) otherwise: a model's name, a JSON object (``--config``: its numbers finite, as JSON's are)
-and a drift detector (``--drift``: one the service takes)."""
+"""Arguments of the command line checked before anything is sent, refused by argparse (exit 2)
+otherwise: numbers within their range (finite, positive, a port), a model's name and a
+challenger's id as the service takes them, a JSON object (``--config``: its numbers finite, as
+JSON's are) and a drift detector (``--drift``: one the service takes)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,51 @@ import json
 import math
 from typing import Any
 
-from service.contract.names import valid_name
+from service.contract.names import CHALLENGER_ID_RULE, valid_challenger_id, valid_name
 from service.learner.config import checked_drift
 from service.learner.interface import ConfigError
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    value = float(text)
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def finite_number(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {value}")
+    return value
+
+
+def challenger_id(text: str) -> str:
+    """A challenger's id as the service takes it."""
+    if not valid_challenger_id(text):
+        raise argparse.ArgumentTypeError(f"{CHALLENGER_ID_RULE}; got {text[:80]!r}")
+    return text
 
 
 def model_name(text: str) -> str:

@@ -27,6 +27,7 @@ from perceptron_client import (
     PerceptronError,
     UnavailableError,
 )
+from service.cli.checked_arguments import positive_number
 
 URL_VARIABLE = "PERCEPTRON_URL"
 KEY_VARIABLE = "PERCEPTRON_API_KEY"
@@ -100,7 +101,7 @@ def add_service_options(group: argparse._ArgumentGroup) -> None:
     group.add_argument(
         "--timeout",
         metavar="S",
-        type=float,
+        type=positive_number,
         default=DEFAULT_TIMEOUT,
         help=f"seconds a request ({DEFAULT_TIMEOUT:g})",
     )

@@ -8,6 +8,7 @@ import argparse
 from typing import Any
 
 from perceptron_client import LearnerList
+from service.cli.checked_arguments import finite_number
 from service.cli.models_output import out
 from service.learner.registry import ALGORITHMS, LEARNERS, SETTINGS, learners_by_setting
 
@@ -27,7 +28,9 @@ def add_learner_options(group: argparse._ArgumentGroup | argparse.ArgumentParser
             )
         else:
             metavar = (s.short or name).upper()[:2]
-            group.add_argument(FLAGS[name], dest=name, metavar=metavar, type=float, help=help_text)
+            group.add_argument(
+                FLAGS[name], dest=name, metavar=metavar, type=finite_number, help=help_text
+            )
 
 
 def given_settings(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from service.cli.checked_arguments import port, positive_int
 from service.cli.exit_codes import CLIENT_CODES, SERVE_CODES, Exit, epilog
 
 if TYPE_CHECKING:
@@ -307,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=_ServeHelp,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on")
+    p.add_argument("--port", type=port, default=8000, help="port to listen on")
     p.add_argument(
         "--workers",
         metavar="N",
-        type=int,
+        type=positive_int,
         default=1,
         help="worker processes sharing the port; more than 1 needs PERCEPTRON_REDIS_URL",
     )

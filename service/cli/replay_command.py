@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
 
 import httpx
 
 from perceptron_client import PerceptronError
-from service.cli.checked_arguments import detector_arg, model_name
+from service.cli.checked_arguments import (
+    detector_arg,
+    model_name,
+    non_negative_int,
+    positive_int,
+    positive_number,
+)
 from service.cli.exit_codes import (
     Exit,
     add_service_options,
@@ -28,28 +33,6 @@ from service.replay.progress import Progress
 from service.replay.replay_error import ReplayError
 from service.replay.stream import replay
 from service.replay.summary import MODES, Summary
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
 
 DESCRIPTION = """\
 Stream a dataset through a running service and report its mistakes.
@@ -77,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--label-column", metavar="COL", help="CSV label column: name or index (default: last)"
     )
     d.add_argument("--shuffle", metavar="SEED", type=int, help="shuffle with this seed")
-    d.add_argument("--limit", metavar="N", type=_positive, help="replay only the first N")
+    d.add_argument("--limit", metavar="N", type=positive_int, help="replay only the first N")
     _model_arguments(p.add_argument_group("model"))
     s = p.add_argument_group("stream")
     s.add_argument(
@@ -86,29 +69,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="predict",
         help="predict then feedback (default), or /learn",
     )
-    s.add_argument("--batch", metavar="N", type=_positive, default=1, help="examples a request")
+    s.add_argument("--batch", metavar="N", type=positive_int, default=1, help="examples a request")
     s.add_argument(
-        "--concurrency", metavar="K", type=_positive, default=1, help="concurrent clients"
+        "--concurrency", metavar="K", type=positive_int, default=1, help="concurrent clients"
     )
     s.add_argument(
         "--delay-labels",
         "--delay",
         dest="delay",
         metavar="N",
-        type=_non_negative,
+        type=non_negative_int,
         default=0,
         help="send each label N examples after its prediction (predict mode)",
     )
     s.add_argument(
         "--rate",
         metavar="R",
-        type=_positive_float,
+        type=positive_number,
         help="at most R examples a second (to watch it on the dashboard)",
     )
     o = p.add_argument_group("output")
     o.add_argument("--curve", metavar="FILE.png", help="write the learning curve to a PNG")
     o.add_argument(
-        "--window", metavar="N", type=_positive, default=100, help="moving window of the curve"
+        "--window", metavar="N", type=positive_int, default=100, help="moving window of the curve"
     )
     o.add_argument("--json", action="store_true", help="print the summary as JSON")
     o.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -49,6 +49,12 @@ KEY_NAME_PATTERN = "[A-Za-z0-9_.-]{1,64}"
 NAME_RE = re.compile(NAME_PATTERN)
 KEY_NAME_RE = re.compile(KEY_NAME_PATTERN)
 TOKEN_RE = re.compile(f"{TOKEN_CHARS}{{16,64}}")
+CHALLENGER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SERVED = "served"  # the id the served learner is shown under; no challenger takes it
+CHALLENGER_ID_RULE = (
+    "A challenger's id is 1 to 64 letters, digits, '_', '-' or '.', starting with a letter or "
+    f"digit, and not {SERVED!r}"
+)
 _ID_RE = re.compile(f"({NAME_CHARS}{{1,{NAME_MAX}}}){ID_SEPARATOR}({TOKEN_CHARS}{{16,64}})")
 
 
@@ -61,6 +67,15 @@ def valid_name(name: str) -> bool:
     """
     # fullmatch, not match: "$" allows a final newline
     return len(name) <= NAME_MAX and NAME_RE.fullmatch(name) is not None
+
+
+def valid_challenger_id(id: str) -> bool:
+    """Whether ``id`` may name a challenger (``CHALLENGER_ID_RULE``).
+
+    >>> [valid_challenger_id(i) for i in ("pa", "a.b-1", "_x", "served", "a/b", "")]
+    [True, True, False, False, False, False]
+    """
+    return CHALLENGER_ID_RE.fullmatch(id) is not None and id != SERVED
 
 
 def check_name(name: str) -> str:
