@@ -78,6 +78,12 @@ def corrupt(doc: dict[str, Any], how: str) -> Any:
         bad["format"] = "something-else"
     elif how == "version":
         bad["format_version"] = 99
+    elif how == "version-true":  # (Python's True == 1)
+        bad["format_version"] = True
+    elif how == "r2-underscored":  # (Python's float() reads "5_0" as 50)
+        bad["counters"]["r2"] = "5_0"
+    elif how == "r2-spaced":
+        bad["counters"]["r2"] = " 5 "
     elif how == "config":
         bad["config"]["margin"] = -1
     elif how == "missing":
@@ -102,6 +108,7 @@ def corrupt(doc: dict[str, Any], how: str) -> Any:
     [
         *("checksum", "truncated", "format", "version", "config", "missing", "counter"),
         *("not-base64", "source-name", "source-kind", "mistakes-count", "sources"),
+        *("version-true", "r2-underscored", "r2-spaced"),
     ],
 )
 def test_corrupt_import_is_refused_and_changes_nothing(client: httpx.Client, how: str) -> None:

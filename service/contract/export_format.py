@@ -180,12 +180,12 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
 
 
 def _number(v: Any) -> float | None:
-    """A finite number given as a JSON number or a decimal string, else None."""
-    if isinstance(v, str) and len(v) <= 40:
-        try:
-            v = float(v)
-        except ValueError:
+    """A finite number given as a JSON number or a decimal string (as JSON writes a number:
+    not Python's '5_0' nor ' 5 '), else None."""
+    if isinstance(v, str):
+        if len(v) > 40 or _DECIMAL.fullmatch(v) is None:
             return None
+        v = float(v)
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
     try:
@@ -240,6 +240,7 @@ def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
 
 
 KINDS = ("warning", "drift")
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")  # (JSON's number)
 
 
 def _checkpoints_of(raw: Any, config: ModelConfig) -> list[FileCheckpoint]:
@@ -274,7 +275,7 @@ def _config_of(doc: Any) -> ModelConfig:
     """The document's configuration, once its header and fields are checked."""
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise _bad(f"'format' must be {FORMAT!r}.")
-    if doc.get("format_version") != FORMAT_VERSION:
+    if type(doc.get("format_version")) is not int or doc["format_version"] != FORMAT_VERSION:
         raise _bad(
             f"'format_version' {str(doc.get('format_version'))[:40]!r} is not supported "
             f"(this service reads {FORMAT_VERSION})."
