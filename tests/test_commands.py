@@ -298,8 +298,10 @@ def test_the_banner_says_where_things_are() -> None:
         "  API docs   http://127.0.0.1:8123/docs",
         "  try        curl -s http://127.0.0.1:8123/predict -H 'content-type: application/json'"
         """ -d '{"features": {"word=free": 1, "word=offer": 1}}'""",
-        f"  commands   {cli.command_path()} models list   (and --help)",
+        f"  commands   {cli.command_path()} models list --url http://127.0.0.1:8123   (and --help)",
     ]
+    usual = cli.banner("127.0.0.1", 8000, Settings(auth=False)).splitlines()[-1]
+    assert usual == f"  commands   {cli.command_path()} models list   (and --help)"  # (its default)
     every = cli.banner("0.0.0.0", 9000, Settings(auth=True, default_model=False))
     assert every.startswith(
         "perceptron serve: ready on http://127.0.0.1:9000 (listening on 0.0.0.0: every address"

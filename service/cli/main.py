@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perceptron_client import DEFAULT_URL
 from service.cli.checked_arguments import port, positive_int
 from service.cli.exit_codes import CLIENT_CODES, SERVE_CODES, Exit, epilog
 
@@ -29,8 +30,9 @@ An online-learning perceptron served over HTTP, its weights kept in Redis.
 
   perceptron serve      run the service (settings: PERCEPTRON_* environment variables)
   perceptron replay     stream a dataset through a running service and count its mistakes
-  perceptron models     list, show, create, delete, reset, export and import models (and
-                        make them from or into scikit-learn estimators)
+  perceptron models     list, show, create, delete, reset, export and import models; their
+                        checkpoints, rollbacks, undos, drift and challengers (and make them
+                        from or into scikit-learn estimators)
 """
 EPILOG = "'perceptron COMMAND --help' describes a command and its options."
 
@@ -132,6 +134,7 @@ def banner(host: str, port: int, settings: Settings) -> str:
     every = host in ("", "0.0.0.0", "::")
     where = f" (listening on {host}: every address of this machine)" if every else ""
     key = ' -H "Authorization: Bearer $PERCEPTRON_API_KEY"' if settings.auth else ""
+    url = "" if base == DEFAULT_URL else f" --url {base}"  # (the commands' default)
     if settings.default_model:
         body = """'{"features": {"word=free": 1, "word=offer": 1}}'"""
         first = f"curl -s {base}/predict{key} -H 'content-type: application/json' -d {body}"
@@ -142,7 +145,7 @@ def banner(host: str, port: int, settings: Settings) -> str:
         f"  dashboard  {base}/dashboard\n"
         f"  API docs   {base}/docs\n"
         f"  try        {first}\n"
-        f"  commands   {command_path()} models list   (and --help)\n"
+        f"  commands   {command_path()} models list{url}   (and --help)\n"
     )
 
 
@@ -301,9 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         "serve",
         help="run the HTTP service",
         description="Run the HTTP service. Its settings are PERCEPTRON_* environment\n"
-        "variables (the table of docs/settings.md); without PERCEPTRON_REDIS_URL it runs on\n"
-        "the embedded in-process store, one worker. Once it answers, it prints where the\n"
-        "dashboard and the API docs are, and a first request to try.",
+        "variables (the table of docs/settings.md); with PERCEPTRON_REDIS_URL it uses that\n"
+        "Redis, with PERCEPTRON_LOCAL_REDIS_DIR it starts a redis-server of its own keeping\n"
+        "its data there (deploy/serve.sh sets it), else it runs on the embedded in-process\n"
+        "store, one worker. Once it answers, it prints where the dashboard and the API docs\n"
+        "are, and a first request to try.",
         epilog=epilog(SERVE_CODES),
         formatter_class=_ServeHelp,
     )
@@ -331,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=replay.run)
     p = sub.add_parser(
         "models",
-        help="list, show, create, delete, reset, export or import models; scikit-learn both ways",
+        help="manage models: create, export, import, roll back, undo, challengers, drift...",
         description=manage.DESCRIPTION,
         epilog=manage.EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -38,10 +38,11 @@ perceptron's rule, or PA-I / PA-II's for an SGDClassifier with learning_rate 'pa
 Loading FILE runs code from it, as any pickle does: load only files you made or trust.
 """
 TO_SKLEARN = """\
-Write a model as a fitted sklearn.linear_model.Perceptron, or for a passive-aggressive model
-an SGDClassifier(loss='hinge', penalty=None, learning_rate='pa1'|'pa2', eta0=C) (joblib.dump;
-joblib.load reads it), that predicts what the service predicts: a dense model, binary, 'ovr'
-or 'multiclass'.
+Write a model as a fitted sklearn.linear_model.Perceptron; a passive-aggressive model as an
+SGDClassifier(loss='hinge', penalty=None, learning_rate='pa1'|'pa2', eta0=C), a logistic one
+as an SGDClassifier(loss='log_loss', penalty=None, learning_rate='constant', eta0=its
+learning_rate) (joblib.dump; joblib.load reads it), that predicts what the service predicts:
+a dense model, binary, 'ovr' or 'multiclass'.
 """
 
 
