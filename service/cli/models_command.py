@@ -17,7 +17,6 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -263,13 +262,13 @@ def _show(client: Client, args: argparse.Namespace) -> None:
 
 
 def _create(client: Client, args: argparse.Namespace) -> None:
-    config: dict[str, Any] = dict(args.config or {})
-    for field in ModelSpec.model_fields:  # one --flag each (tests/test_models_command.py)
-        value = getattr(args, field)
-        if value is not None:
-            config[field] = value
-    config.update(given_settings(args))  # (each learner's: the registry's, the client's extras)
-    print_model(client.create_model(args.name, **config), args.json)
+    given = dict(args.config or {})
+    flags = {f: getattr(args, f) for f in ModelSpec.model_fields}  # one --flag each
+    flags = {f: v for f, v in flags.items() if v is not None} | given_settings(args)
+    both = sorted(f for f in set(given) & set(flags) if given[f] != flags[f])
+    if both:  # (neither is the one meant more than the other)
+        raise Usage(f"--config and --{both[0].replace('_', '-')} give {both[0]!r} two values")
+    print_model(client.create_model(args.name, **(given | flags)), args.json)
 
 
 def _delete(client: Client, args: argparse.Namespace) -> None:
@@ -324,13 +323,20 @@ def _export(client: Client, args: argparse.Namespace) -> None:
         out(f"exported {args.name!r} to {args.output}")
 
 
+_IMPORT_USAGE = "perceptron models import NAME FILE (the model's name, then the export's file)"
+
+
 def _import(client: Client, args: argparse.Namespace) -> None:
+    if args.file == "-" and sys.stdin.isatty():
+        raise Usage(f"no FILE given, and standard input is a terminal: {_IMPORT_USAGE}")
     try:
         text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text("utf-8")
     except OSError as e:
         raise Usage(file_error(args.file, e)) from e
     except UnicodeDecodeError as e:
         raise Usage(f"cannot read {args.file}: not UTF-8 text ({e.reason})") from e
+    if args.file == "-" and not text.strip():
+        raise Usage(f"no FILE given, and nothing came on standard input: {_IMPORT_USAGE}")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
