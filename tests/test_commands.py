@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import errno
 import io
+import json
 import os
 import socket
 import subprocess
@@ -406,3 +407,24 @@ def test_the_command_runs_as_a_module(module: str) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "serve" in out.stdout and "models" in out.stdout
+
+
+def test_with_json_every_failure_is_said_as_json() -> None:
+    """``--json`` says an error as JSON on stderr: the service's, no answer at all (status
+    null, code ``unreachable``), and a wrong use of the command (code ``usage``)."""
+    from .run_command import run_perceptron
+
+    nobody = f"http://127.0.0.1:{free_port()}"
+    for args in (
+        ("models", "show", "iris", "--json", "--url", nobody),
+        ("replay", "--dataset", "iris", "--json", "--quiet", "--url", nobody),
+    ):
+        code, _, err = run_perceptron(*args)
+        said = json.loads(err)
+        assert (code, said["status"], said["code"]) == (Exit.UNAVAILABLE, None, "unreachable")
+        assert said["detail"].startswith(f"cannot reach {nobody} (ConnectError")
+        plain = run_perceptron(*(a for a in args if a != "--json"))
+        assert plain[0] == Exit.UNAVAILABLE and "cannot reach" in plain[2] and "{" not in plain[2]
+    two = ("models", "create", "x", "--config", '{"n_features": 4}', "--n-features", "5")
+    code, _, err = run_perceptron(*two, "--json", "--url", nobody)
+    assert (code, json.loads(err)["code"], json.loads(err)["status"]) == (Exit.USAGE, "usage", None)

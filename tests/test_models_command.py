@@ -144,8 +144,11 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         (["models", "create", "x", "--classes", "a"], "refused", "'classes' has 1 item"),
         (["models", "import", "x", "/nonexistent/file.json"], "usage", "cannot read"),
         (["models", "import", "x.json"], "usage", "no FILE given"),  # (the file as the name)
-        (["models", "create", "x", "--config", '{"n_features": 4}', "--n-features", "5"], "usage",
-         "--config and --n-features give 'n_features' two values"),  # fmt: skip
+        (
+            ["models", "create", "x", "--config", '{"n_features": 4}', "--n-features", "5"],
+            "usage",
+            "--config and --n-features give 'n_features' two values",
+        ),  # fmt: skip
         (["models", "create", "x", "--config", "[1]"], "usage", "not a JSON object"),
         (["models", "frobnicate"], "usage", "invalid choice"),
         (["models", "show"], "usage", "NAME"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,6 +81,23 @@ def exit_for(error: PerceptronError | httpx.TransportError) -> Exit:
     if isinstance(error, httpx.TransportError):
         return Exit.UNAVAILABLE
     return next((code for cls, code in _BY_ERROR if isinstance(error, cls)), Exit.FAILED)
+
+
+def unreachable(url: str, e: httpx.TransportError) -> PerceptronError:
+    """No answer from the service at ``url``, said as an error without a status."""
+    return PerceptronError(0, "unreachable", f"cannot reach {url} ({type(e).__name__}: {e})")
+
+
+def failure(command: str, e: PerceptronError | str, as_json: bool) -> str:
+    """What ``perceptron COMMAND`` says on stderr of a failure: an error the service answered
+    (or ``unreachable``), or a wrong use of the command (a string); with --json, as JSON:
+    ``{"status", "code", "detail"}`` (status null but for the service's answers)."""
+    if not as_json:
+        said = e if isinstance(e, str) else e.detail if e.code == "unreachable" else str(e)
+        return f"perceptron {command}: {said}"
+    if isinstance(e, str):
+        return json.dumps({"status": None, "code": "usage", "detail": e})
+    return json.dumps({"status": e.status or None, "code": e.code, "detail": e.detail})
 
 
 # --- the service a command talks to -------------------------------------------------------------

@@ -35,8 +35,10 @@ from service.cli.exit_codes import (
     add_service_options,
     epilog,
     exit_for,
+    failure,
     file_error,
     service_target,
+    unreachable,
     unwritable,
 )
 from service.cli.learner_options import add_learner_options, given_settings, print_learners
@@ -209,16 +211,13 @@ def run(args: argparse.Namespace) -> int:
                 err(f"perceptron models: {_not_found(client, args)}")
                 return Exit.NOT_FOUND
     except PerceptronError as e:
-        if args.json:
-            err(json.dumps({"status": e.status, "code": e.code, "detail": e.detail}))
-        else:
-            err(f"perceptron models: {e}")
+        err(failure("models", e, args.json))
         return exit_for(e)
     except httpx.TransportError as e:
-        err(f"perceptron models: cannot reach {target.url} ({type(e).__name__}: {e})")
+        err(failure("models", unreachable(target.url, e), args.json))
         return exit_for(e)
     except Usage as e:
-        err(f"perceptron models: {e}")
+        err(failure("models", str(e), args.json))
         return Exit.USAGE
     return Exit.DONE
 

@@ -21,8 +21,10 @@ from service.cli.exit_codes import (
     Exit,
     add_service_options,
     exit_for,
+    failure,
     file_error,
     service_target,
+    unreachable,
     unwritable,
 )
 from service.replay.curve import write_curve
@@ -219,18 +221,19 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(problem)
         options = _options(args)  # checked when made (options.py), before any data is read
     except ValueError as e:
-        err.write(f"perceptron replay: {e}\n")
+        err.write(failure("replay", str(e), args.json) + "\n")
         return Exit.USAGE
     try:
         summary = _replay(args, options)
     except (ReplayError, OSError) as e:
-        err.write(f"perceptron replay: {e}\n")
+        err.write(failure("replay", str(e), args.json) + "\n")
         return Exit.USAGE
     except PerceptronError as e:
-        err.write(f"perceptron replay: the service answered {e}\n")
+        said = e if args.json else f"the service answered {e}"
+        err.write(failure("replay", said, args.json) + "\n")
         return exit_for(e)
     except httpx.TransportError as e:
-        err.write(f"perceptron replay: cannot reach {options.url} ({type(e).__name__}: {e})\n")
+        err.write(failure("replay", unreachable(options.url, e), args.json) + "\n")
         return exit_for(e)
     _print(summary, args)
     return Exit.DONE
