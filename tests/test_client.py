@@ -188,6 +188,12 @@ def test_challengers_and_a_promotion(api: Any) -> None:
     assert (both.model, both.labels, both.served.seen) == ("ch", 7, 7)
     assert [(c.id, c.seen) for c in both.challengers] == [("avg", 1), ("pa", 1)]  # by id
     assert api.challenger("ch", "avg").config["averaged"] is True
+    assert both.challengers[0].weights is None  # (asked for alone)
+    weighed = api.challengers("ch", weights=True).challengers
+    pa = api.challenger("ch", "pa", weights=True).weights
+    assert pa is not None and weighed[1].weights == pa
+    assert len(pa.w) == len(pa.b) == 1 and len(pa.w[0]) == DENSE["n_features"]
+    assert pa.w[0] != [0.0] * DENSE["n_features"]  # (a copy of the served weights, learned on)
     with pytest.raises(ConflictError) as taken:
         api.add_challenger("ch", "pa")
     assert taken.value.code == "challenger_exists"

@@ -27,6 +27,7 @@ client accepts numpy arrays and integers but never imports numpy itself.
 from .answers import (
     ChallengerInfo,
     Challengers,
+    ChallengerWeights,
     CheckpointInfo,
     Checkpoints,
     Confusion,
@@ -87,6 +88,7 @@ __all__ = [
     "AuthError",
     "Batch",
     "ChallengerInfo",
+    "ChallengerWeights",
     "Challengers",
     "CheckpointInfo",
     "Checkpoints",

@@ -432,6 +432,14 @@ class ChallengerInfo(BaseModel):
     drifts: int = 0
     mistake_rate: LearnerRates
     curve: Curve
+    weights: ChallengerWeights | None = None  # asked for with weights=True
+
+
+class ChallengerWeights(BaseModel):
+    """A challenger's weights (``w``: a row each, of the model's dimension) and biases."""
+
+    w: list[list[float]]
+    b: list[float]
 
 
 class Challengers(BaseModel):

@@ -313,16 +313,18 @@ def drift(name: str) -> Call[DriftReport]:
     return Call("GET", _path(name) + "/drift", _parse(DriftReport))
 
 
-def challengers(name: str) -> Call[Challengers]:
-    return Call("GET", _path(name) + "/challengers", _parse(Challengers))
+def challengers(name: str, weights: bool = False) -> Call[Challengers]:
+    query = {"weights": "true"} if weights else None
+    return Call("GET", _path(name) + "/challengers", _parse(Challengers), params=query)
 
 
 def _challenger_path(name: str, id: str) -> str:
     return _path(name) + "/challengers/" + _segment(id, "a challenger's id")
 
 
-def challenger(name: str, id: str) -> Call[ChallengerInfo]:
-    return Call("GET", _challenger_path(name, id), _parse(ChallengerInfo))
+def challenger(name: str, id: str, weights: bool = False) -> Call[ChallengerInfo]:
+    query = {"weights": "true"} if weights else None
+    return Call("GET", _challenger_path(name, id), _parse(ChallengerInfo), params=query)
 
 
 def add_challenger(

@@ -176,14 +176,16 @@ class Client:
         their last warnings and drifts, oldest first."""
         return self._send(calls.drift(name))
 
-    def challengers(self, name: str) -> Challengers:
+    def challengers(self, name: str, weights: bool = False) -> Challengers:
         """The served learner and each challenger side by side, each counted over the
-        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined)."""
-        return self._send(calls.challengers(name))
+        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined);
+        ``weights``: each challenger's weights and biases too (``ChallengerInfo.weights``)."""
+        return self._send(calls.challengers(name, weights))
 
-    def challenger(self, name: str, id: str) -> ChallengerInfo:
-        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none)."""
-        return self._send(calls.challenger(name, id))
+    def challenger(self, name: str, id: str, weights: bool = False) -> ChallengerInfo:
+        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none);
+        ``weights``: its weights and biases too."""
+        return self._send(calls.challenger(name, id, weights))
 
     def add_challenger(
         self, name: str, id: str, from_served: bool = False, **settings: Any
@@ -366,14 +368,16 @@ class AsyncClient:
         their last warnings and drifts, oldest first."""
         return await self._send(calls.drift(name))
 
-    async def challengers(self, name: str) -> Challengers:
+    async def challengers(self, name: str, weights: bool = False) -> Challengers:
         """The served learner and each challenger side by side, each counted over the
-        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined)."""
-        return await self._send(calls.challengers(name))
+        examples it has seen (``ChallengerInfo.since``: the model's labels before it joined);
+        ``weights``: each challenger's weights and biases too (``ChallengerInfo.weights``)."""
+        return await self._send(calls.challengers(name, weights))
 
-    async def challenger(self, name: str, id: str) -> ChallengerInfo:
-        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none)."""
-        return await self._send(calls.challenger(name, id))
+    async def challenger(self, name: str, id: str, weights: bool = False) -> ChallengerInfo:
+        """Challenger ``id`` (``NotFoundError`` code ``challenger_not_found`` when none);
+        ``weights``: its weights and biases too."""
+        return await self._send(calls.challenger(name, id, weights))
 
     async def add_challenger(
         self, name: str, id: str, from_served: bool = False, **settings: Any
