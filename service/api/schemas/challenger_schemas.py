@@ -91,6 +91,14 @@ class ChallengerInfo(BaseModel):
     drifts: int = Field(description="Drifts its detector found in its mistakes.")
     mistake_rate: LearnerRates
     curve: Curve
+    weights: ChallengerWeights | None = Field(
+        None, description="Its weights and biases, asked for with ?weights=true (else absent)."
+    )
+
+
+class ChallengerWeights(BaseModel):
+    w: list[list[float]] = Field(description="Its weights: a row each, of the model's dimension.")
+    b: list[float] = Field(description="Its biases, one a row.")
 
 
 class ChallengersAnswer(BaseModel):
