@@ -426,5 +426,10 @@ def test_with_json_every_failure_is_said_as_json() -> None:
         plain = run_perceptron(*(a for a in args if a != "--json"))
         assert plain[0] == Exit.UNAVAILABLE and "cannot reach" in plain[2] and "{" not in plain[2]
     two = ("models", "create", "x", "--config", '{"n_features": 4}', "--n-features", "5")
-    code, _, err = run_perceptron(*two, "--json", "--url", nobody)
-    assert (code, json.loads(err)["code"], json.loads(err)["status"]) == (Exit.USAGE, "usage", None)
+    refused = ("models", "show", "a/b"), ("replay", "--window", "0")  # (by argparse)
+    for args in (two, *refused):
+        code, _, err = run_perceptron(*args, "--json", "--url", nobody)
+        said = json.loads(err)
+        assert (code, said["code"], said["status"]) == (Exit.USAGE, "usage", None), err
+        assert args is two or said["detail"].startswith("perceptron " + args[0])
+        assert run_perceptron(*args, "--url", nobody)[2].startswith(("usage", "perceptron"))

@@ -186,9 +186,9 @@ def served_marks(now: Standing) -> bytes:
     """The served learner's last outcomes, oldest first (at most RING_SIZE; those the ring
     knows)."""
     seen = int(now.data.served[Meta.SEEN])
-    ring = now.data.ring.ljust(RING_SIZE, b"0")
+    ring = now.data.ring.ljust(RING_SIZE, RING_UNKNOWN)
     marks = bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
-    return marks.replace(RING_UNKNOWN, b"")
+    return bytes(m for m in marks if m in b"01")
 
 
 def served_figures(now: Standing) -> dict[str, Any]:

@@ -8,11 +8,26 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar, NoReturn
 
 from service.contract.names import CHALLENGER_ID_RULE, valid_challenger_id, valid_name
 from service.learner.config import checked_drift
 from service.learner.interface import ConfigError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser (and its subcommands'), whose refusal of a command line that asks
+    for ``--json`` (``as_json``, set from the command line before it is parsed) is JSON on
+    stderr, as the commands' other failures are: ``{"status": null, "code": "usage",
+    "detail"}``; exit 2 either way."""
+
+    as_json: ClassVar[bool] = False
+
+    def error(self, message: str) -> NoReturn:
+        if not Parser.as_json:
+            super().error(message)
+        detail = f"{self.prog}: {message}"
+        self.exit(2, json.dumps({"status": None, "code": "usage", "detail": detail}) + "\n")
 
 
 def positive_int(text: str) -> int:

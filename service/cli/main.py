@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perceptron_client import DEFAULT_URL
-from service.cli.checked_arguments import port, positive_int
+from service.cli.checked_arguments import Parser, port, positive_int
 from service.cli.exit_codes import CLIENT_CODES, SERVE_CODES, Exit, epilog
 
 if TYPE_CHECKING:
@@ -293,7 +293,9 @@ class _ServeHelp(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 def main(argv: list[str] | None = None) -> int:
     _pin_blas_threads()
-    parser = argparse.ArgumentParser(
+    argv = sys.argv[1:] if argv is None else argv
+    Parser.as_json = "--json" in argv
+    parser = Parser(
         prog="perceptron",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -343,7 +345,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     manage.add_arguments(p)
     p.set_defaults(func=manage.run)
-    argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["models"]:
         argv = manage.join_dash_values(argv)
     args = parser.parse_args(argv)

@@ -61,7 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument(
         "--label-column", metavar="COL", help="CSV label column: name or index (default: last)"
     )
-    d.add_argument("--shuffle", metavar="SEED", type=int, help="shuffle with this seed")
+    d.add_argument(
+        "--shuffle", metavar="SEED", type=non_negative_int, help="shuffle with this seed"
+    )
     d.add_argument("--limit", metavar="N", type=positive_int, help="replay only the first N")
     _model_arguments(p.add_argument_group("model"))
     s = p.add_argument_group("stream")

@@ -17,18 +17,21 @@ from service.learner.perceptron import raw_scores
 
 def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, int]:
     """(mistakes, examples) among the last ``last`` labelled examples, from the outcome ring;
-    examples whose outcome it does not know (``RING_UNKNOWN``) are not counted.
+    examples whose outcome it does not know (``RING_UNKNOWN``, or anything but ``0`` and
+    ``1``: a ring an older version padded) are not counted.
 
     Byte ``(k - 1) % size`` holds the k-th example: ``1`` for a mistake, ``0`` otherwise.
 
     >>> ring_mistakes(b"0110", seen=4, last=3, size=4), ring_mistakes(b"--1", 3, 100, 4)
     ((2, 3), (1, 1))
+    >>> ring_mistakes(b"\\x00\\x001", 3, 100, 4), ring_mistakes(b"01", 3, 100, 4)
+    ((1, 1), (1, 2))
     """
     n = min(last, seen, size)
-    marks = np.frombuffer(ring.ljust(size, b"0"), dtype=np.uint8)
+    marks = np.frombuffer(ring.ljust(size, RING_UNKNOWN), dtype=np.uint8)
     positions = (np.arange(seen - n, seen) % size) if n else np.zeros(0, dtype=np.int64)
-    known = marks[positions][marks[positions] != RING_UNKNOWN[0]]
-    return int((known == ord("1")).sum()), len(known)
+    wrong = marks[positions] == ord("1")
+    return int(wrong.sum()), int((wrong | (marks[positions] == ord("0"))).sum())
 
 
 def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:

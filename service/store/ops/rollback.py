@@ -113,7 +113,7 @@ if seen ~= was then
   for j = 0, math.min(WINDOW, seen, was) - 1 do
     local at = (was - 1 - j) % WINDOW + 1
     local mark = string.sub(old, at, at)
-    ring[(seen - 1 - j) % WINDOW + 1] = (mark == '1' or mark == RING_UNKNOWN) and mark or '0'
+    ring[(seen - 1 - j) % WINDOW + 1] = (mark == '1' or mark == '0') and mark or RING_UNKNOWN
   end
   redis.call('SET', RING, table.concat(ring))
   local mistakes = math.min(tonumber(c[2] or '0'), seen)
