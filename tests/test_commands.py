@@ -427,9 +427,9 @@ def test_with_json_every_failure_is_said_as_json() -> None:
         assert plain[0] == Exit.UNAVAILABLE and "cannot reach" in plain[2] and "{" not in plain[2]
     two = ("models", "create", "x", "--config", '{"n_features": 4}', "--n-features", "5")
     refused = ("models", "show", "a/b"), ("replay", "--window", "0")  # (by argparse)
-    for args in (two, *refused):
-        code, _, err = run_perceptron(*args, "--json", "--url", nobody)
+    for wrong in (two, *refused):
+        code, _, err = run_perceptron(*wrong, "--json", "--url", nobody)
         said = json.loads(err)
         assert (code, said["code"], said["status"]) == (Exit.USAGE, "usage", None), err
-        assert args is two or said["detail"].startswith("perceptron " + args[0])
-        assert run_perceptron(*args, "--url", nobody)[2].startswith(("usage", "perceptron"))
+        assert wrong is two or said["detail"].startswith("perceptron " + wrong[0])
+        assert run_perceptron(*wrong, "--url", nobody)[2].startswith(("usage", "perceptron"))

@@ -554,6 +554,30 @@ def test_one_labelled_example_reads_right(client: httpx.Client, page: Page) -> N
     assert aborted == []
 
 
+def test_an_imported_model_says_which_outcomes_it_knows(client: httpx.Client, page: Page) -> None:
+    """An import carries the counters, not the last outcomes: the windows count what the
+    model learned since, and the headline says why it shows no trend."""
+    aborted = only_the_service(page, client)
+    client.put("/models/a", json={"n_features": 1, "fit_bias": False})
+    ys = [1 if i % 2 == 0 else -1 for i in range(200)]  # each a mistake: w turns each time
+    client.post("/learn/batch", json={"model": "a", "features": [[1.0]] * 200, "labels": ys})
+    assert client.post("/models/b/import", json=client.get("/models/a/export").json()).is_success
+    page.goto(f"{base(client)}/dashboard#model=b")
+    expect(page.locator("#headline-text")).to_have_text("Mistake rate 100.0% in all")
+    expect(page.locator("#rate-last-100-sub")).to_have_text(
+        "none known since the import or rollback"
+    )
+    expect(page.locator("#rate-cumulative-sub")).to_have_text("200 of 200 examples")
+    for y in (1, -1, -1, -1):  # w = 0 after 200 turns: -1, then right three times after it
+        client.post("/learn", json={"model": "b", "features": [1.0], "label": y})
+    wrong = client.get("/models/b/metrics").json()["mistake_rate"]
+    n = round(wrong["last_100"] * 4)
+    expect(page.locator("#rate-last-100-sub")).to_have_text(f"{n} of the last 4 wrong")
+    expect(page.locator("#rate-last-1000-sub")).to_have_text(f"{n} of the last 4 wrong")
+    expect(page.locator("#headline-sub")).to_contain_text("last 4 since")
+    assert aborted == []
+
+
 @pytest.mark.parametrize("locale", [pytest.param("de-DE", id="de-DE")])
 def test_numbers_and_dates_follow_the_browsers_locale(client: httpx.Client, page: Page) -> None:
     """The words stay English; the digits, separators and date order are the browser's."""

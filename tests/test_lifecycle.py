@@ -195,12 +195,14 @@ def test_an_import_knows_no_outcome_of_the_examples_it_counts(client: httpx.Clie
     assert client.post("/models/r2/import", json=client.get("/models/r/export").json()).is_success
     rates = client.get("/models/r2/metrics").json()["mistake_rate"]
     assert (rates["cumulative"], rates["last_100"], rates["last_1000"]) == (1.0, None, None)
+    assert rates["last_100_examples"] == rates["last_1000_examples"] == 0
     assert 'model="r2",window="100"' not in client.get("/metrics").text
     wrong = [client.post("/learn", json={"model": "r2", "features": [1.0], "label": y}).json()
              for y in (1, -1, -1, -1)]  # fmt: skip
     mistakes = sum(w["label"] != y for w, y in zip(wrong, (1, -1, -1, -1), strict=True))
     rates = client.get("/models/r2/metrics").json()["mistake_rate"]
     assert rates["last_100"] == rates["last_1000"] == mistakes / 4
+    assert rates["last_100_examples"] == rates["last_1000_examples"] == 4
     # a checkpoint made now (the import over it) counts those 4 alone in its window
     assert client.post("/models/r2/import", json=client.get("/models/r/export").json()).is_success
     made = client.get("/models/r2/checkpoints").json()["checkpoints"][-1]

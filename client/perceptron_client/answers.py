@@ -256,6 +256,8 @@ class MistakeRates(BaseModel):
     cumulative: float | None
     last_100: float | None
     last_1000: float | None
+    last_100_examples: int = 0  # the examples each window is over (after an import: since)
+    last_1000_examples: int = 0
     without_defaults: float | None = None
 
 

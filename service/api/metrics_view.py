@@ -39,8 +39,10 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
     counters = counters_of(obs.meta)
     seen = counters.seen
 
+    windows = {last: ring_mistakes(obs.ring, seen, last, RING_SIZE) for last in (100, 1000)}
+
     def rate(last: int) -> float | None:
-        m, n = ring_mistakes(obs.ring, seen, last, RING_SIZE)
+        m, n = windows[last]
         return m / n if n else None
 
     r2 = float(obs.meta.get(Meta.R2, 0.0))
@@ -53,6 +55,8 @@ def model_metrics(rep: Replica, obs: Observations, bucket_s: int) -> ModelMetric
             cumulative=counters.mistakes / seen if seen else None,
             last_100=rate(100),
             last_1000=rate(1000),
+            last_100_examples=windows[100][1],
+            last_1000_examples=windows[1000][1],
             without_defaults=without_defaults(counters.model_dump()),
         ),
         series=Series(

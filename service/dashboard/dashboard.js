@@ -371,7 +371,11 @@ function openStream(name) {
 function trendOf(m) {
   const seen = m.counters.seen;
   const recent = m.mistake_rate.last_100;
-  if (!seen || recent === null) return { trend: 'none' };
+  if (!seen) return { trend: 'none' };
+  // Examples counted whose outcomes are not known here (an import, a rollback): no trend.
+  if (recent === null || m.mistake_rate.last_100_examples < Math.min(100, seen)) {
+    return { trend: 'unknown', to: recent };
+  }
   if (seen < 20) return { trend: 'early', to: recent };
   const target = Math.min(100, Math.floor(seen / 3));
   const first = m.curve.points.find((p) => p.examples >= target);
@@ -391,7 +395,9 @@ function renderHeadline(m) {
   box.dataset.trend = t.trend;
   box.dataset.from = t.from === undefined ? '' : String(t.from);
   box.dataset.to = t.to === undefined ? '' : String(t.to);
-  const arrow = { falling: '↓', rising: '↑', flat: '→', low: '✓', early: '…', none: '○' }[t.trend];
+  const arrow = {
+    falling: '↓', rising: '↑', flat: '→', low: '✓', early: '…', none: '○', unknown: '…',
+  }[t.trend];
   $('headline-arrow').textContent = arrow;
   const seen = m.counters.seen;
   let title;
@@ -400,6 +406,11 @@ function renderHeadline(m) {
     title = 'No feedback yet';
     sub = 'Waiting for labelled examples: POST /learn, or /predict then /feedback. ' +
       `${nCount(m.counters.predictions, 'prediction')} served so far.`;
+  } else if (t.trend === 'unknown') {
+    const n = m.mistake_rate.last_100_examples;
+    title = `Mistake rate ${fmtPct(m.mistake_rate.cumulative)} in all`;
+    sub = `The outcomes of the last examples before an import or a rollback are not kept; ` +
+      (n ? `last ${fmtInt(n)} since: ${fmtPct(t.to)}.` : 'the next labels count again.');
   } else if (t.trend === 'early') {
     title = `Warming up: mistake rate ${fmtPct(t.to)}`;
     sub = `Only ${nCount(seen, 'labelled example')} so far; a trend needs a few more.`;
@@ -412,7 +423,7 @@ function renderHeadline(m) {
       low: `Learned: mistake rate steady at ${fmtPct(t.to)}`,
     }[t.trend];
     sub = `First ${fmtInt(t.firstN)} examples: ${fmtPct(t.from)} · ` +
-      `last ${fmtInt(Math.min(100, seen))}: ${fmtPct(t.to)} · ` +
+      `last ${fmtInt(m.mistake_rate.last_100_examples)}: ${fmtPct(t.to)} · ` +
       `${nCount(seen, 'labelled example')}, ${nCount(m.counters.mistakes, 'mistake')} in all`;
   }
   $('headline-text').textContent = title;
@@ -425,16 +436,20 @@ function renderHeadline(m) {
 function renderRates(m, t) {
   const seen = m.counters.seen;
   const r = m.mistake_rate;
-  for (const [id, rate, last] of [['rate-last-100', r.last_100, 100], ['rate-last-1000', r.last_1000, 1000]]) {
+  const windows = [
+    ['rate-last-100', r.last_100, r.last_100_examples],
+    ['rate-last-1000', r.last_1000, r.last_1000_examples],
+  ];
+  for (const [id, rate, n] of windows) {
     const el = setText(id, fmtPct(rate), rate);
-    const n = Math.min(last, seen);
-    $(id + '-sub').textContent = rate === null ? 'no labelled examples yet'
-      : `${fmtInt(Math.round(rate * n))} of the last ${fmtInt(n)} wrong`;
+    $(id + '-sub').textContent = rate !== null
+      ? `${fmtInt(Math.round(rate * n))} of the last ${fmtInt(n)} wrong`
+      : seen ? 'none known since the import or rollback' : 'no labelled examples yet';
     el.dataset.tone = '';
   }
   const tone = { falling: 'good', low: 'good', rising: 'bad', flat: 'warn' }[t.trend] || '';
   $('rate-last-100').dataset.tone = tone;
-  if (r.last_100 !== null && r.cumulative !== null && seen > 100) {
+  if (r.last_100 !== null && r.cumulative !== null && r.last_100_examples === 100 && seen > 100) {
     const d = r.last_100 - r.cumulative;
     const word = Math.abs(d) < 0.0005 ? '= ' : d < 0 ? '↓ vs ' : '↑ vs ';
     $('rate-last-100-sub').textContent += ` · ${word}${fmtPct(r.cumulative)} all time`;

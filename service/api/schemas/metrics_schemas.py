@@ -17,6 +17,11 @@ class MistakeRates(BaseModel):
     cumulative: float | None = Field(description="Mistakes over all labelled openapi_examples.")
     last_100: float | None
     last_1000: float | None
+    last_100_examples: int = Field(
+        description="The examples last_100 is over: fewer than 100 while the model has seen "
+        "fewer, or whose outcomes it knows (after an import: those learned since)."
+    )
+    last_1000_examples: int = Field(description="The examples last_1000 is over, alike.")
     without_defaults: float | None = Field(
         None, description="Mistakes over the labels that came: those by default left out."
     )
