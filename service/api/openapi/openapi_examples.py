@@ -271,7 +271,13 @@ METRICS: list[dict[str, Any]] = [
         "model": "iris",
         "version": 6,
         "counters": COUNTERS,
-        "mistake_rate": {"cumulative": 0.857, "last_100": 0.857, "last_1000": 0.857},
+        "mistake_rate": {
+            "cumulative": 0.857,
+            "last_100": 0.857,
+            "last_1000": 0.857,
+            "last_100_examples": 7,
+            "last_1000_examples": 7,
+        },
         "series": {
             "bucket_s": 10,
             "points": [
