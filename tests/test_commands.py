@@ -433,3 +433,20 @@ def test_with_json_every_failure_is_said_as_json() -> None:
         assert (code, said["code"], said["status"]) == (Exit.USAGE, "usage", None), err
         assert wrong is two or said["detail"].startswith("perceptron " + wrong[0])
         assert run_perceptron(*wrong, "--url", nobody)[2].startswith(("usage", "perceptron"))
+
+
+def test_a_request_that_went_but_got_no_answer_is_said_so() -> None:
+    """A timeout after the request went is not 'cannot reach': the request may have been done."""
+    from .run_command import run_perceptron
+
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        code, _, err = run_perceptron(
+            "models", "show", "m", "--json", "--timeout", "0.2", "--url", url
+        )
+    said = json.loads(err)
+    assert (code, said["status"], said["code"]) == (Exit.UNAVAILABLE, None, "no_answer")
+    assert said["detail"].startswith(f"no answer from {url} (ReadTimeout")
+    assert "may have been done" in said["detail"]

@@ -248,6 +248,11 @@ def test_a_challengers_detector_is_in_the_pushed_drift_event(two_workers: Servic
             stream.wait_for(lambda k, b: k == "drift" and b == answer, 2)
             kinds = [k for _, k, _ in stream.events]
             assert kinds.count("drift") <= 3, kinds  # (at once, then once per batch at most)
+            # the last challenger gone, its detector leaves the pushed drift event too
+            assert c.delete("/models/watched/challengers/avg").status_code == 204
+            alone = c.get("/models/watched/drift").json()
+            assert [one["learner"] for one in alone["learners"]] == ["served"]
+            stream.wait_for(lambda k, b: k == "drift" and b == alone, 3)
         finally:
             stream.close()
 

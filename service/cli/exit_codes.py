@@ -84,8 +84,16 @@ def exit_for(error: PerceptronError | httpx.TransportError) -> Exit:
 
 
 def unreachable(url: str, e: httpx.TransportError) -> PerceptronError:
-    """No answer from the service at ``url``, said as an error without a status."""
-    return PerceptronError(0, "unreachable", f"cannot reach {url} ({type(e).__name__}: {e})")
+    """No answer from the service at ``url``, said as an error without a status: ``unreachable``
+    when the request was never sent, ``no_answer`` when it was (it may have been done)."""
+    if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout | httpx.UnsupportedProtocol):
+        return PerceptronError(0, "unreachable", f"cannot reach {url} ({type(e).__name__}: {e})")
+    return PerceptronError(
+        0,
+        "no_answer",
+        f"no answer from {url} ({type(e).__name__}: {e}); the request may have been done: "
+        "look before you send it again",
+    )
 
 
 def failure(command: str, e: PerceptronError | str, as_json: bool) -> str:
@@ -93,7 +101,7 @@ def failure(command: str, e: PerceptronError | str, as_json: bool) -> str:
     (or ``unreachable``), or a wrong use of the command (a string); with --json, as JSON:
     ``{"status", "code", "detail"}`` (status null but for the service's answers)."""
     if not as_json:
-        said = e if isinstance(e, str) else e.detail if e.code == "unreachable" else str(e)
+        said = e if isinstance(e, str) else e.detail if e.status == 0 else str(e)
         return f"perceptron {command}: {said}"
     if isinstance(e, str):
         return json.dumps({"status": None, "code": "usage", "detail": e})

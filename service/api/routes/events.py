@@ -197,7 +197,12 @@ async def _follow(
                     chunk += await _checkpoints(worker, name)
                 standing = await _standing(worker, name, _challenged(now) or _challenged(stamp))
                 chunk += _challengers(name, standing)
-                if _challenged(now) or stamp is None or any(now[i] != stamp[i] for i in DRIFT):
+                if (
+                    _challenged(now)
+                    or _challenged(stamp)  # (the last challenger gone: its detector with it)
+                    or stamp is None
+                    or any(now[i] != stamp[i] for i in DRIFT)
+                ):
                     drift = await _drift(worker, name, standing)  # (challengers': by labels)
                     chunk += event("drift", drift) if drift and drift != drifted else b""
                     drifted = drift
