@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any, ClassVar, NoReturn
 
-from service.contract.names import CHALLENGER_ID_RULE, valid_challenger_id, valid_name
+from service.contract.names import CHALLENGER_ID_RULE, NAME_RULE, valid_challenger_id, valid_name
 from service.learner.config import checked_drift
 from service.learner.interface import ConfigError
 
@@ -75,10 +75,7 @@ def challenger_id(text: str) -> str:
 def model_name(text: str) -> str:
     """A model's name as the service takes it (an empty one would ask for another path)."""
     if not valid_name(text):
-        raise argparse.ArgumentTypeError(
-            f"{text[:80]!r} is not a model's name: use 1-64 letters, digits, '_', '-' or '.', "
-            "not dots alone"
-        )
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a model's name: {NAME_RULE}")
     return text
 
 

@@ -98,7 +98,7 @@ def unreachable(url: str, e: httpx.TransportError) -> PerceptronError:
 
 def failure(command: str, e: PerceptronError | str, as_json: bool) -> str:
     """What ``perceptron COMMAND`` says on stderr of a failure: an error the service answered
-    (or ``unreachable``), or a wrong use of the command (a string); with --json, as JSON:
+    (or ``unreachable``, ``no_answer``), or a wrong use of the command (a string); with --json:
     ``{"status", "code", "detail"}`` (status null but for the service's answers)."""
     if not as_json:
         said = e if isinstance(e, str) else e.detail if e.status == 0 else str(e)

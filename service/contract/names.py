@@ -49,6 +49,7 @@ KEY_NAME_PATTERN = "[A-Za-z0-9_.-]{1,64}"
 NAME_RE = re.compile(NAME_PATTERN)
 KEY_NAME_RE = re.compile(KEY_NAME_PATTERN)
 TOKEN_RE = re.compile(f"{TOKEN_CHARS}{{16,64}}")
+NAME_RULE = "use 1-64 letters, digits, '_', '-' or '.', not dots alone"  # (a model's name)
 CHALLENGER_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SERVED = "served"  # the id the served learner is shown under; no challenger takes it
 CHALLENGER_ID_RULE = (
@@ -82,9 +83,7 @@ def check_name(name: str) -> str:
     """``name``, or a 400 ``invalid_model_name`` that says what a name may hold."""
     if not valid_name(name):
         raise InvalidInput(
-            f"Invalid model name {name[:80]!r}: use 1-64 letters, digits, '_', '-' or '.', "
-            "not dots alone.",
-            code="invalid_model_name",
+            f"Invalid model name {name[:80]!r}: {NAME_RULE}.", code="invalid_model_name"
         )
     return name
 
