@@ -7,7 +7,7 @@ from itertools import count
 from typing import Any
 
 from service.contract.names import CHALLENGER_ID_RULE, SERVED, check_name, valid_challenger_id
-from service.contract.store_protocol import RING_SIZE, RING_UNKNOWN, Meta
+from service.contract.store_protocol import RING_SIZE, Meta
 from service.engine.replicas import Replicas
 from service.engine.standings import Standing, fold, tail_of
 from service.errors import InvalidInput, ModelBusy, ModelNotFound
@@ -20,6 +20,7 @@ from service.learner.challenger import (
     start_state,
 )
 from service.learner.config import ConfigError
+from service.metrics.figures import known_marks
 from service.settings import Settings
 from service.store import Store
 from service.store.ops.challenger_states import Tail, challenger_not_found
@@ -185,10 +186,7 @@ def figures(id: str, state: ChallengerState, model: ModelConfig) -> dict[str, An
 def served_marks(now: Standing) -> bytes:
     """The served learner's last outcomes, oldest first (at most RING_SIZE; those the ring
     knows)."""
-    seen = int(now.data.served[Meta.SEEN])
-    ring = now.data.ring.ljust(RING_SIZE, RING_UNKNOWN)
-    marks = bytes(ring[(k - 1) % RING_SIZE] for k in range(max(1, seen - RING_SIZE + 1), seen + 1))
-    return bytes(m for m in marks if m in b"01")
+    return known_marks(now.data.ring, int(now.data.served[Meta.SEEN]), RING_SIZE, RING_SIZE)
 
 
 def served_figures(now: Standing) -> dict[str, Any]:

@@ -27,11 +27,22 @@ def ring_mistakes(ring: bytes, seen: int, last: int, size: int) -> tuple[int, in
     >>> ring_mistakes(b"\\x00\\x001", 3, 100, 4), ring_mistakes(b"01", 3, 100, 4)
     ((1, 1), (1, 2))
     """
+    known = known_marks(ring, seen, last, size)
+    return known.count(b"1"), len(known)
+
+
+def known_marks(ring: bytes, seen: int, last: int, size: int) -> bytes:
+    """The known outcomes (``0``, ``1``) among the last ``last`` labelled examples, oldest
+    first, from the outcome ring (byte ``(k - 1) % size``: the k-th example's).
+
+    >>> known_marks(b"01-1", seen=6, last=4, size=4)
+    b'101'
+    """
     n = min(last, seen, size)
-    marks = np.frombuffer(ring.ljust(size, RING_UNKNOWN), dtype=np.uint8)
-    positions = (np.arange(seen - n, seen) % size) if n else np.zeros(0, dtype=np.int64)
-    wrong = marks[positions] == ord("1")
-    return int(wrong.sum()), int((wrong | (marks[positions] == ord("0"))).sum())
+    whole = ring.ljust(size, RING_UNKNOWN)
+    start = (seen - n) % size
+    marks = (whole[start:] + whole[:start])[:n]
+    return bytes(m for m in marks if m in b"01")
 
 
 def series_points(series: dict[str, int], bucket_s: int) -> list[dict[str, Any]]:
