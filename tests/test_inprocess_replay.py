@@ -409,6 +409,8 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     assert ran["app"] == "service.cli.main:worker_app" and ran["factory"] is True
     assert ran["logging"] == ran["log_config"]
     assert (ran["port"], ran["workers"]) == (port, 3)
+    # A worker busy for seconds is not taken for hung and killed (uvicorn's default: 5 s)
+    assert ran["timeout_worker_healthcheck"] == cli.WORKER_HEALTHCHECK_S >= 30
     assert ran["compiled"] is True  # before the workers started
     assert __import__("os").environ[cli.SERVE_WORKERS] == "3"  # how many, told to each worker
     folder = Path(__import__("os").environ["PROMETHEUS_MULTIPROC_DIR"])

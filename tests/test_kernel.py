@@ -24,7 +24,7 @@ from service.learner.codec import (
     unpack_entry,
 )
 from service.learner.features import Rows
-from service.learner.kernel import compiled, learn_sequence
+from service.learner.kernel import Packed, compiled, learn_sequence
 from service.learner.perceptron import predict_index
 
 TAKEN: list[dict[str, Any]] = [
@@ -212,3 +212,36 @@ def test_without_the_kernel_the_plans_learn_the_same(monkeypatch: pytest.MonkeyP
     other = start_state(config, None)
     other.learn_all(xs, ts, [False] * len(xs), ts)
     assert pack_state(other) == pack_state(one)
+
+
+def test_after_load_no_form_of_input_compiles_the_kernel_again() -> None:
+    """``kernel.load`` (each worker's start) compiles every form of input the service passes:
+    numba compiles a read-only array apart, for seconds, and a serving worker that compiled
+    one held its interpreter so long that uvicorn took it for hung and killed it."""
+    from service.learner import kernel
+    from service.learner.drift_detectors import DDM
+
+    kernel.load()
+    learn, drift = compiled(), kernel._DRIFT
+    assert learn is not None and drift is not None
+    forms = (set(learn.signatures), set(drift.feed.signatures))
+
+    def read_only(a: np.ndarray) -> np.ndarray:
+        return np.frombuffer(a.tobytes(), dtype=a.dtype)
+
+    config = ModelConfig(n_features=3)
+    rule = config.learner.kernel(config)
+    assert rule is not None
+    for dense in (True, False):
+        values, index = np.array([1.0, -2.0, 0.5]), np.array([0, 1, 2], dtype=np.int64)
+        offsets, ts = np.array([0, 3], dtype=np.int64), np.array([1], dtype=np.int64)
+        for ro in range(16):  # every array read-only or not
+            arrays = [
+                read_only(a) if ro >> i & 1 else a
+                for i, a in enumerate((values, index, offsets, ts))
+            ]
+            packed = Packed(arrays[0], arrays[1] if not dense else arrays[1][:0], arrays[2], dense)
+            w = Weights.zeros(config)
+            assert learn_sequence(rule, True, w, xs=packed, ts=arrays[3])
+    kernel.drift_feed(DDM(), DDM().start(), read_only(np.array([True, False])))
+    assert (set(learn.signatures), set(drift.feed.signatures)) == forms

@@ -240,6 +240,12 @@ def _compile_kernel() -> None:
         logging.getLogger("perceptron").warning("compiling the learners' kernel failed: %s", status)
 
 
+# uvicorn kills a worker that does not answer its ping in this time (5 s by default) and starts
+# another: a worker busy in one long call that holds the interpreter (the largest import read
+# on a loaded machine) answers late but is not hung, and killing it fails what it serves.
+WORKER_HEALTHCHECK_S = 30
+
+
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
     from uvicorn.config import STARTUP_FAILURE
@@ -276,6 +282,7 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
             http=BoundedHttpToolsProtocol,
             timeout_keep_alive=KEEP_ALIVE_S,
             limit_concurrency=settings.max_client_connections,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         )
     except SystemExit as e:
         if e.code != STARTUP_FAILURE:

@@ -69,14 +69,18 @@ def load() -> None:
     drift_feed(DDM(), DDM().start(), np.zeros(1, dtype=np.bool_))
     learn = compiled()
     if learn is not None:
-        one = Packed(np.zeros(1), np.zeros(0, dtype=np.int64), np.array([0, 1]), True)
-        learn_sequence(
-            KernelRule(PERCEPTRON, 1.0),
-            True,
-            _Weights(np.zeros((1, 1)), np.zeros(1)),
-            xs=one,
-            ts=[1],
-        )
+        # Both forms of values learned: arrays of the service's own, and values read in place
+        # from a request or a log entry (read-only), which numba compiles apart; compiling
+        # one in a serving worker would hold its interpreter for seconds.
+        for values in (np.zeros(1), np.frombuffer(bytes(8))):
+            one = Packed(values, np.zeros(0, dtype=np.int64), np.array([0, 1]), True)
+            learn_sequence(
+                KernelRule(PERCEPTRON, 1.0),
+                True,
+                _Weights(np.zeros((1, 1)), np.zeros(1)),
+                xs=one,
+                ts=[1],
+            )
 
 
 @dataclass
@@ -111,7 +115,7 @@ def drift_feed(
     events = np.empty((2 * len(marks), 2), dtype=np.int64)
     params = np.array([getattr(detector, f.name) for f in fields(detector)], dtype=np.float64)
     which = _DRIFT.DDM if detector.name == "ddm" else _DRIFT.EDDM
-    k = _DRIFT.feed(which, params, st, np.ascontiguousarray(marks, dtype=np.bool_), events)
+    k = _DRIFT.feed(which, params, st, np.array(marks, dtype=np.bool_), events)  # (writable)
     kinds: dict[int, Status] = {_DRIFT.WARNING: "warning", _DRIFT.DRIFT: "drift"}
     return st.tolist(), [(int(at), kinds[int(kind)]) for at, kind in events[:k]]
 
@@ -213,8 +217,10 @@ def learn_sequence(
     updated = np.zeros(n, dtype=np.bool_)
     raws = np.zeros((n, rows))
     last = np.zeros(rows)
-    examples = (packed.values, packed.index, packed.offsets, packed.dense)
-    labels = (np.asarray(ts, dtype=np.int64), apply_last)
+    # (indices and labels writable, whatever they were read from: one compiled form of each)
+    index = packed.index if packed.index.flags.writeable else packed.index.copy()
+    examples = (packed.values, index, np.array(packed.offsets, dtype=np.int64), packed.dense)
+    labels = (np.array(ts, dtype=np.int64), apply_last)
     rule_of = (rule.code, rule.a, rule.b, fit_bias)
     kept = getattr(weights, "state", {})  # an averaged perceptron's sums, else none
     wsum, bsum = kept.get("wsum", np.zeros((0, 0))), kept.get("bsum", np.zeros(0))
