@@ -126,6 +126,47 @@ def test_after_a_rollback_the_model_learns_on_and_its_new_versions_can_be_restor
         assert client.get("/models/m/export").json()["weights"] == expected
 
 
+@pytest.mark.parametrize(
+    "spec", [SPECS["multiclass averaged, named"], {"n_features": 4, "averaged": True}]
+)
+def test_a_checkpoint_of_an_earlier_version_holds_the_count_the_model_had_then(
+    make_service: MakeService, spec: dict[str, Any]
+) -> None:
+    """The checkpoints a compaction makes (the retained log's "start", and the scheduled ones)
+    may be of a version before the model's own: each says the labelled examples an averaged
+    model had at it (and their mistakes only where it knows them), and the model rolled back
+    to one, then given the examples that came after it, learns exactly as it did (its mean
+    divides by that count). They said the model's count when they were made."""
+    client = make_service(**HISTORY)
+    assert client.put("/models/m", json=spec).status_code == 201
+    xs, ys = examples(spec, np.random.default_rng(3), 160)
+    at_seen: list[tuple[int, str]] = [(0, client.get("/models/m/export").json()["weights"])]
+    mistakes = []
+    for x, y in zip(xs, ys, strict=True):
+        r = client.post("/learn", json={"model": "m", "features": x, "label": y})
+        mistakes.append(r.json()["mistake"])
+        doc = client.get("/models/m/export").json()
+        at_seen.append((doc["version"], doc["weights"]))
+    assert rollback(client, version=at_seen[-40][0])["version"] == at_seen[-40][0]
+    listed = client.get("/models/m/checkpoints").json()["checkpoints"]
+    earlier = [c for c in listed if c["reason"] in (Reason.START, Reason.SCHEDULED)]
+    assert {c["reason"] for c in earlier} == {Reason.START, Reason.SCHEDULED}
+    assert any(c["window"] == 0 for c in earlier)  # (one of a version before the model's)
+    for c in earlier:
+        assert at_seen[c["seen"]][0] == c["version"], c  # the model was at it then
+        if c["window"]:  # (made at the model's own version: its last outcomes then)
+            n = c["seen"]
+            assert c["window"] == n and c["mistake_rate"] == np.mean(mistakes[:n]), c
+        else:
+            assert c["mistake_rate"] is None, c
+    for c in sorted(earlier, key=lambda c: c["seen"])[-2:]:
+        rollback(client, checkpoint=c["id"])
+        n = c["seen"]
+        for x, y in zip(xs[n : n + 12], ys[n : n + 12], strict=True):
+            assert client.post("/learn", json={"model": "m", "features": x, "label": y}).is_success
+        assert client.get("/models/m/export").json()["weights"] == at_seen[n + 12][1], c
+
+
 def test_reset_and_import_first_keep_the_model_as_a_checkpoint(make_service: MakeService) -> None:
     client = make_service(**HISTORY)
     spec = SPECS["binary"]

@@ -286,13 +286,16 @@ class Ref:
         w.seen = self.counters["seen"]
         return w
 
-    def checkpoint(self, reason: str, weights: Weights, version: int) -> int:
+    def checkpoint(
+        self, reason: str, weights: Weights, version: int, seen: int | None = None
+    ) -> int:
+        """A checkpoint of these weights at ``version``, when the model had ``seen`` labelled
+        examples (None: the model as it is now)."""
         self.last_id += 1
         kept = weights.copy()
         kept.version = version
-        self.checkpoints[self.last_id] = Kept(
-            version, kept, reason, self.counters["seen"], config=self.config
-        )
+        seen = self.counters["seen"] if seen is None else seen
+        self.checkpoints[self.last_id] = Kept(version, kept, reason, seen, config=self.config)
         return self.last_id
 
     def become(self, weights: Weights) -> None:
@@ -312,7 +315,10 @@ class Ref:
         of the oldest kept weights, made when none does yet."""
         if self.base is None:
             assert self.start_weights is not None
-            self.base = self.checkpoint(Reason.START, self.start_weights, self.start)
+            # (the examples the model had then: just before the first kept update's, counted
+            # by an averaged learner, whose updates count them; else the model's count now)
+            seen = self.kept[0].k - 1 if self.kept and self.config.counts_seen else None
+            self.base = self.checkpoint(Reason.START, self.start_weights, self.start, seen)
 
     def feed_drift(self, mistake: bool) -> None:
         """The model's drift detector fed one more mistake; its events counted and kept."""

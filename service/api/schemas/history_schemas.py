@@ -17,7 +17,7 @@ from service.api.schemas.model_schemas import Body, LabelValue, Time, Version, w
 class CheckpointInfo(BaseModel):
     id: int = Field(description="The checkpoint's number: POST /models/{name}/rollback takes it.")
     version: int = Field(description="The model's version it restores.")
-    seen: int = Field(description="Labelled examples the model had by then.")
+    seen: int = Field(description="Labelled examples the model had at that version.")
     time: float = Field(description="When it was made, Unix seconds.")
     reason: str = Field(
         description="Why: 'scheduled', 'start' (where the kept updates start), 'before reset', "
@@ -25,7 +25,9 @@ class CheckpointInfo(BaseModel):
     )
     mistake_rate: float | None = Field(
         None,
-        description="Mistakes among the last `window` labelled examples then (null: none yet).",
+        description="Mistakes among the last `window` labelled examples then (null: none "
+        "yet, or not known: a 'start' or 'scheduled' checkpoint of a version before the "
+        "model's own when it was made).",
     )
     window: int
     bytes: int = Field(description="What it takes in Redis: its weights (and updates).")

@@ -32,7 +32,7 @@ SCRIPT = Script(
         "stage_copy",
     ),  # fmt: skip
     args=("epoch", "version#", "length#", "chunks#", "now_ms", "keep", "every#", "every_ms#"),
-    parts=(parts.WEIGHTS, parts.CHECKPOINT),
+    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.RETAINED),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
   META_CHECKPOINT_VERSION, META_CHECKPOINT_MS)
@@ -46,7 +46,7 @@ if refused then
   return {refused}
 end
 if KEEP == '1' then
-  retained_base(META, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, NOW_MS)
+  retained_base(META, LOG, SNAP, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, NOW_MS)
   retain(META, LOG, PAST, VERSION - snapv)
 else
   redis.call('LTRIM', LOG, VERSION - snapv, -1)
@@ -57,7 +57,7 @@ if KEEP == '1' and (VERSION - tonumber(st[4] or '0') >= EVERY
     or tonumber(NOW_MS) - tonumber(st[5] or '0') >= EVERY_MS)
     and staged(STAGE_COPY, CHUNKS) then
   checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, STAGE_COPY, LENGTH,
-    {}, VERSION, VERSION, NOW_MS, REASON_SCHEDULED)
+    {}, VERSION, VERSION, NOW_MS, REASON_SCHEDULED, seen_before(LOG))
   redis.call('HSET', META, META_CHECKPOINT_VERSION, VERSION, META_CHECKPOINT_MS, NOW_MS)
 end
 let_go(STAGE_COPY)

@@ -250,15 +250,18 @@ end
 
 # A checkpoint (ops/history.py): packed weights at version ``base`` (``size`` bytes, moved from
 # key ``from``, which then no longer exists; none: zeros) and a tail of the log entries after
-# them up to ``version``; its record (protocol.Checkpoint) says when, why, and the mistakes
-# among the last labelled examples then (the ring). Returns its id. (Uses WEIGHTS.)
+# them up to ``version``; its record (protocol.Checkpoint) says when, why, the labelled examples
+# the model had at ``version`` (``seen_then``; nil: the model as it is now) and the mistakes
+# among the last of them (the ring's; none known of an earlier state). Returns its id. (Uses
+# WEIGHTS.)
 CHECKPOINT = """
 local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base, version, ms,
-    reason)
+    reason, seen_then)
   local id = redis.call('HINCRBY', meta, META_CHECKPOINTS, 1)
   local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN)
+  if seen_then then st[1] = string.format('%d', seen_then) end
   local seen = tonumber(st[1] or '0')
-  local window = math.min(seen, WINDOW)
+  local window = seen_then and 0 or math.min(seen, WINDOW)
   local mistakes = 0
   if window > 0 then
     local marks = redis.call('GET', ring) or ''  -- (min(seen, WINDOW) marks, some unknown)
@@ -290,18 +293,6 @@ end
 local function record_field(record, n)
   return string.sub(record, record_span(record, n))
 end
--- The checkpoint the retained log starts from, and its version: when there is none yet, the
--- snapshot's weights (moved from key ``from``, which holds them) are kept as one, and the
--- retained log starts at it.
-local function retained_base(meta, from, ck, ckinfo, cktail, ring, ms)
-  local st = redis.call('HMGET', meta, META_PAST_BASE, META_PAST_VERSION, META_SNAP_VERSION,
-    META_SNAP_LENGTH)
-  if st[1] then return st[1], tonumber(st[2]) end
-  local id = checkpoint(meta, ck, ckinfo, cktail, ring, from, weights_bytes(from, st[4]), {},
-    st[3], st[3], ms, REASON_START)
-  redis.call('HSET', meta, META_PAST_BASE, id, META_PAST_VERSION, st[3])
-  return id, tonumber(st[3])
-end
 -- Move the log's first ``n`` entries to the end of the retained log, and count their bytes.
 local function retain(meta, log, past, n)
   if n <= 0 then return end
@@ -328,6 +319,32 @@ local function left_behind(ckinfo, base, before, from)
         string.sub(record, 1, at - 1) .. REASON_LEFT .. string.sub(record, stop + 1))
     end
   end
+end
+"""
+
+
+# Shared by the scripts that start a retained log (compact.py, rollback.py, undo.py), after
+# CHECKPOINT.
+RETAINED = """
+-- The labelled examples the model had at the version its ``log`` follows: one fewer than the
+-- ordinal of the log's first entry (its leading digits), which the version after it learned
+-- (nil when the log is empty, the model as it is now, or its learner counts no ordinals: 0).
+local function seen_before(log)
+  local first = redis.call('LINDEX', log, 0)
+  local k = first and tonumber(string.match(first, '^%d+'))
+  return k and k > 0 and k - 1 or nil
+end
+-- The checkpoint the retained log starts from, and its version: when there is none yet, the
+-- snapshot's weights (moved from key ``from``, which holds them) are kept as one, and the
+-- retained log starts at it (the model's ``log`` follows the snapshot).
+local function retained_base(meta, log, from, ck, ckinfo, cktail, ring, ms)
+  local st = redis.call('HMGET', meta, META_PAST_BASE, META_PAST_VERSION, META_SNAP_VERSION,
+    META_SNAP_LENGTH)
+  if st[1] then return st[1], tonumber(st[2]) end
+  local id = checkpoint(meta, ck, ckinfo, cktail, ring, from, weights_bytes(from, st[4]), {},
+    st[3], st[3], ms, REASON_START, seen_before(log))
+  redis.call('HSET', meta, META_PAST_BASE, id, META_PAST_VERSION, st[3])
+  return id, tonumber(st[3])
 end
 """
 

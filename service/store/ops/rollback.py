@@ -52,7 +52,7 @@ SCRIPT = Script(
         "kept_bytes#",
         "seen",
     ),
-    parts=(parts.WEIGHTS, parts.CHECKPOINT),
+    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.RETAINED),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
   META_PAST_BASE, META_PAST_VERSION, META_SNAP_LENGTH)
@@ -76,7 +76,7 @@ local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, 
   weights_bytes(SNAP, st[6]), redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
   REASON_BEFORE_ROLLBACK)
 if starts then
-  st[4], st[5] = retained_base(META, STAGE_START, CHECKPOINTS, CHECKPOINT_INFO,
+  st[4], st[5] = retained_base(META, LOG, STAGE_START, CHECKPOINTS, CHECKPOINT_INFO,
     CHECKPOINT_TAILS, RING, NOW_MS)
 end
 if KEEP == '1' and st[4] and VERSION >= tonumber(st[5]) then

@@ -44,7 +44,7 @@ SCRIPT = Script(
         "left_from#",
     ),
     rest_args="drops",
-    parts=(parts.WEIGHTS, parts.CHECKPOINT),
+    parts=(parts.WEIGHTS, parts.CHECKPOINT, parts.RETAINED),
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SNAP_VERSION,
   META_PAST_BASE, META_PAST_VERSION, META_SNAP_LENGTH)
@@ -68,8 +68,8 @@ local snapv, later = tonumber(st[3]), tonumber(st[2]) - EXPECT
 local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
   weights_bytes(SNAP, st[6]), redis.call('LRANGE', LOG, 0, -1), st[3], st[2], NOW_MS,
   REASON_BEFORE_UNDO)
-local base = retained_base(META, STAGE_START, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS,
-  RING, NOW_MS)
+local base = retained_base(META, LOG, STAGE_START, CHECKPOINTS, CHECKPOINT_INFO,
+  CHECKPOINT_TAILS, RING, NOW_MS)
 -- Updates learned since EXPECT that a compaction moved to the retained log go back to the
 -- head of the log, in order.
 if snapv > EXPECT then
