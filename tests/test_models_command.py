@@ -390,3 +390,46 @@ def test_a_drift_detector_from_the_command_line(client: httpx.Client) -> None:
     assert "no drift detector" in none.stdout
     missing = perceptron("models", "drift", "nope", url=url)
     assert missing.returncode == EXIT["not_found"]
+
+
+def test_a_models_metrics_from_the_command_line(client: httpx.Client) -> None:
+    """metrics shows the mistake rates with the examples each is over, the confusion matrix
+    and the labels by source; --json the API's answer as it is."""
+    url = str(client.base_url).rstrip("/")
+    spec = {"classes": ["ham", "spam"], "n_features": 2, "default_label": "ham"}
+    assert client.put("/models/mm", json=spec).status_code == 201
+    quiet = perceptron("models", "metrics", "mm", url=url)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.splitlines()[:2] == [
+        "mm: version 0, 0 labelled examples, 0 wrong",
+        "mistake rate  cumulative -; last 100 -; last 1000 -",
+    ]
+    xs = np.random.default_rng(4).normal(size=(150, 2)).round(3)
+    ys = np.where(xs[:, 0] > 0, "spam", "ham")
+    body = {"model": "mm", "features": xs.tolist(), "labels": ys.tolist()}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    answer = client.get("/models/mm/metrics").json()
+    assert as_json(perceptron("models", "metrics", "mm", "--json", url=url)) == answer
+    shown = perceptron("models", "metrics", "mm", url=url).stdout.splitlines()
+    c, r = answer["counters"], answer["mistake_rate"]
+    assert (
+        shown[0] == f"mm: version {answer['version']}, 150 labelled examples, {c['mistakes']} wrong"
+    )
+    assert shown[1].startswith(
+        f"mistake rate  cumulative {r['cumulative']:.3f} of 150; "
+        f"last 100 {r['last_100']:.3f} of 100; last 1000 {r['last_1000']:.3f} of 150"
+    )
+    matrix = answer["confusion"]["matrix"]
+    at = next(i for i, line in enumerate(shown) if line.startswith("true"))
+    assert shown[at].split()[-2:] == ["ham", "spam"]
+    assert [line.split() for line in shown[at + 1 : at + 3]] == [
+        ["ham", *map(str, matrix[0])],
+        ["spam", *map(str, matrix[1])],
+    ]
+    assert sum(map(sum, matrix)) == 150
+    sources = [line.split() for line in shown[at + 3 :]]
+    assert sources[0] == ["source", "labelled", "mistakes", "updates"]
+    # (with keys off, the one source has no key's name)
+    assert sources[1:] == [["(no", "key)", "150", str(c["mistakes"]), str(c["updates"])]]
+    missing = perceptron("models", "metrics", "none", url=url)
+    assert missing.returncode == EXIT["not_found"], missing.stderr

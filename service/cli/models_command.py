@@ -50,15 +50,16 @@ from service.cli.models_output import (
     out,
     print_checkpoints,
     print_drift,
+    print_metrics,
     print_model,
 )
 from service.learner.interface import STRATEGIES
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
-list checkpoints, roll back, list kept updates and undo them; add, list and delete
-challengers and promote one; make a model from a fitted scikit-learn linear classifier, or
-write one as a fitted scikit-learn Perceptron.
+show their metrics and drift, list checkpoints, roll back, list kept updates and undo them;
+add, list and delete challengers and promote one; make a model from a fitted scikit-learn
+linear classifier, or write one as a fitted scikit-learn Perceptron.
 
 The service's URL comes from --url or PERCEPTRON_URL (default http://127.0.0.1:8000), its API
 key from --api-key or PERCEPTRON_API_KEY (reading needs a 'predict' key, changing an 'admin'
@@ -68,6 +69,7 @@ examples:
   perceptron models list
   perceptron models create iris --classes setosa,versicolor,virginica --n-features 4
   perceptron models show iris --json
+  perceptron models metrics iris
   perceptron models export iris -o iris.json && perceptron models import iris-copy iris.json
   perceptron models reset iris
   perceptron models checkpoints iris && perceptron models rollback iris --version 1200
@@ -128,6 +130,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     action("checkpoints", "list a model's checkpoints and the versions kept", _checkpoints)
     action("drift", "show a model's drift detector and its last warnings and drifts", _drift)
+    action("metrics", "show a model's mistake rates, confusion matrix and labels", _metrics)
     back = action("rollback", "make a model exactly what it was at a kept version", _rollback)
     to = back.add_mutually_exclusive_group(required=True)
     to.add_argument("--version", metavar="V", type=int, help="a version the model keeps")
@@ -291,6 +294,10 @@ def _checkpoints(client: Client, args: argparse.Namespace) -> None:
 
 def _drift(client: Client, args: argparse.Namespace) -> None:
     print_drift(client.drift(args.name), args.json)
+
+
+def _metrics(client: Client, args: argparse.Namespace) -> None:
+    print_metrics(client.metrics(args.name), args.json)
 
 
 def _rollback(client: Client, args: argparse.Namespace) -> None:

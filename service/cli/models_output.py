@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 
-from perceptron_client import Checkpoints, DriftReport, ModelInfo
+from perceptron_client import Checkpoints, DriftReport, ModelInfo, ModelMetrics
 
 
 class Usage(Exception):
@@ -90,6 +90,40 @@ def print_drift(report: DriftReport, as_json: bool) -> None:
             )
         )
     out(columns(rows) if report.events else "no warning or drift yet")
+
+
+def print_metrics(m: ModelMetrics, as_json: bool) -> None:
+    """Its mistake rates, its confusion matrix, its labels by source, and how late they came."""
+    if as_json:
+        out(m.model_dump_json())
+        return
+    c, r = m.counters, m.mistake_rate
+    out(f"{m.model}: version {m.version:,}, {c.seen:,} labelled examples, {c.mistakes:,} wrong")
+    rates = [("cumulative", r.cumulative, c.seen), ("last 100", r.last_100, r.last_100_examples)]
+    rates.append(("last 1000", r.last_1000, r.last_1000_examples))
+    if r.without_defaults is not None:
+        rates.append(("without defaults", r.without_defaults, c.seen - c.defaulted))
+    out("mistake rate  " + "; ".join(f"{k} {_rate(v, n)}" for k, v, n in rates))
+    if m.labels is not None:
+        d = m.labels
+        late = "-" if d.median_s is None else f"median {d.median_s:g} s, p95 {d.p95_s:g} s"
+        share = "-" if d.defaulted_share is None else f"{d.defaulted_share:.1%}"
+        out(f"labels        {late}; by default {share}; {d.awaiting_default:,} awaiting it")
+    labels = [str(label) for label in m.confusion.labels]
+    rows: list[tuple[str, ...]] = [("true \\ predicted", *labels)]
+    rows += [(t, *map(str, row)) for t, row in zip(labels, m.confusion.matrix, strict=True)]
+    out(columns(rows))
+    if m.sources:
+        rows = [("source", "labelled", "mistakes", "updates")]
+        rows += [
+            (s.source or "(no key)", f"{s.labelled:,}", f"{s.mistakes:,}", f"{s.updates:,}")
+            for s in m.sources
+        ]
+        out(columns(rows))
+
+
+def _rate(rate: float | None, examples: int) -> str:
+    return "-" if rate is None else f"{rate:.3f} of {examples:,}"
 
 
 def columns(rows: list[tuple[str, ...]]) -> str:
