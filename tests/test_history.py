@@ -167,6 +167,45 @@ def test_a_checkpoint_of_an_earlier_version_holds_the_count_the_model_had_then(
         assert client.get("/models/m/export").json()["weights"] == at_seen[n + 12][1], c
 
 
+def test_after_two_rollbacks_every_version_kept_restores_its_own_weights(
+    make_service: MakeService,
+) -> None:
+    """The checkpoint the second of two rollbacks makes first is of the line it leaves (at a
+    version the new line reaches again, with other weights): the retained log never starts
+    from it. It did, once the policy moved its start up, and every version after restored the
+    new line's updates on the old line's weights; or the oldest version kept passed the
+    model's own."""
+    client = make_service(
+        **{**HISTORY, "compact_every": 5, "checkpoint_every": 10, "history_keep_updates": 10}
+    )
+    assert client.put("/models/m", json={"n_features": 4}).status_code == 201
+    rng = np.random.default_rng(11)
+
+    def learn(n: int) -> dict[int, str]:
+        at: dict[int, str] = {}
+        for _ in range(n):
+            x, y = rng.normal(size=4).round(3).tolist(), int(rng.choice([-1, 1]))
+            assert client.post("/learn", json={"model": "m", "features": x, "label": y}).is_success
+            doc = client.get("/models/m/export").json()
+            at.setdefault(doc["version"], doc["weights"])
+        return at
+
+    first = learn(40)
+    v = max(first)
+    for back in (v - 1, v - 2):
+        rollback(client, version=back)
+    listed = client.get("/models/m/checkpoints").json()
+    assert listed["restorable_from"] <= listed["version"] == back
+    weights = {**{k: w for k, w in first.items() if k <= back}, **learn(40)}
+    listed = client.get("/models/m/checkpoints").json()
+    while listed["version"] > listed["restorable_from"]:  # each version back, while kept
+        version = listed["version"] - 1
+        assert rollback(client, version=version)["version"] == version
+        assert client.get("/models/m/export").json()["weights"] == weights[version], version
+        listed = client.get("/models/m/checkpoints").json()
+        assert listed["restorable_from"] <= listed["version"] == version
+
+
 def test_reset_and_import_first_keep_the_model_as_a_checkpoint(make_service: MakeService) -> None:
     client = make_service(**HISTORY)
     spec = SPECS["binary"]

@@ -51,15 +51,23 @@ class Kept:
     drop: list[int]
 
 
+# The checkpoints that may be of the model's current line: the retained log's start, and those
+# compactions make of it. Each made before a rollback, an undo, a reset, an import or a
+# promotion is of what the model stopped being (a rollback's may share a version with the line
+# it goes on as, not its weights).
+ON_LINE = (Reason.START, Reason.SCHEDULED)
+
+
 def on_line(state: HistoryState) -> list[Checkpoint]:
     """The checkpoints of the model's current line (from the retained log's start on): the
-    others were made before a reset, an import or a rollback, or on the line it left."""
+    others were made before a reset, an import, a rollback, an undo or a promotion, or on the
+    line a rollback left."""
     if state.base is None:
         return []
     return [
         c
         for c in state.checkpoints
-        if c.id >= state.base and c.base == c.version and c.reason != Reason.LEFT
+        if c.id >= state.base and c.base == c.version and c.reason in ON_LINE
     ]
 
 
