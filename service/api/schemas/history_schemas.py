@@ -17,7 +17,11 @@ from service.api.schemas.model_schemas import Body, LabelValue, Time, Version, w
 class CheckpointInfo(BaseModel):
     id: int = Field(description="The checkpoint's number: POST /models/{name}/rollback takes it.")
     version: int = Field(description="The model's version it restores.")
-    seen: int = Field(description="Labelled examples the model had at that version.")
+    seen: int = Field(
+        description="Labelled examples the model had at that version (a 'start' or "
+        "'scheduled' checkpoint of a version before the model's own when it was made, of a "
+        "learner without averaging: those it had when it was made)."
+    )
     time: float = Field(description="When it was made, Unix seconds.")
     reason: str = Field(
         description="Why: 'scheduled', 'start' (where the kept updates start), 'before reset', "

@@ -251,9 +251,9 @@ end
 # A checkpoint (ops/history.py): packed weights at version ``base`` (``size`` bytes, moved from
 # key ``from``, which then no longer exists; none: zeros) and a tail of the log entries after
 # them up to ``version``; its record (protocol.Checkpoint) says when, why, the labelled examples
-# the model had at ``version`` (``seen_then``; nil: the model as it is now) and the mistakes
-# among the last of them (the ring's; none known of an earlier state). Returns its id. (Uses
-# WEIGHTS.)
+# the model had at ``version`` (``seen_then``; nil: the model as it is now; false: an earlier
+# state whose count is not known, the model's now said) and the mistakes among the last of them
+# (the ring's; none known of an earlier state). Returns its id. (Uses WEIGHTS.)
 CHECKPOINT = """
 local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base, version, ms,
     reason, seen_then)
@@ -261,7 +261,7 @@ local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base
   local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN)
   if seen_then then st[1] = string.format('%d', seen_then) end
   local seen = tonumber(st[1] or '0')
-  local window = seen_then and 0 or math.min(seen, WINDOW)
+  local window = (seen_then == nil) and math.min(seen, WINDOW) or 0
   local mistakes = 0
   if window > 0 then
     local marks = redis.call('GET', ring) or ''  -- (min(seen, WINDOW) marks, some unknown)
@@ -327,12 +327,14 @@ end
 # CHECKPOINT.
 RETAINED = """
 -- The labelled examples the model had at the version its ``log`` follows: one fewer than the
--- ordinal of the log's first entry (its leading digits), which the version after it learned
--- (nil when the log is empty, the model as it is now, or its learner counts no ordinals: 0).
+-- ordinal of the log's first entry (its leading digits), which the version after it learned;
+-- nil when the log is empty (the model as it is now), false when its learner counts no
+-- ordinals (0: the count is not known).
 local function seen_before(log)
   local first = redis.call('LINDEX', log, 0)
-  local k = first and tonumber(string.match(first, '^%d+'))
-  return k and k > 0 and k - 1 or nil
+  if not first then return nil end
+  local k = tonumber(string.match(first, '^%d+'))
+  return k > 0 and k - 1
 end
 -- The checkpoint the retained log starts from, and its version: when there is none yet, the
 -- snapshot's weights (moved from key ``from``, which holds them) are kept as one, and the
