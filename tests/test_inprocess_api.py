@@ -446,6 +446,9 @@ def test_an_import_has_its_own_limit_an_export_of_the_default_size_fits(start: S
     small = start(max_body_bytes=2048, max_import_bytes=len(doc) + 10).client()
     edge = small.post("/models/m/import", content=doc + b" " * 10, headers=as_json)
     assert edge.status_code == 200, edge.text
+    # (with a trailing slash: sent on to the import's path, not refused by other bodies' limit)
+    slash = small.post("/models/m/import/", content=doc, headers=as_json)
+    assert slash.status_code == 307 and slash.headers["location"].endswith("/models/m/import")
     past = doc + b" " * 11
 
     def chunks() -> Iterator[bytes]:

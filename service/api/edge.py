@@ -182,7 +182,7 @@ PAGE_POLICY = (
 # worker it makes from a blob: inline styles and blob workers, but still no script, data or
 # font from anywhere else.
 REDOC = "/redoc"
-_IMPORT = re.compile("/models/[^/]+/import")  # (routes/model_routes.py: its own body limit)
+_IMPORT = re.compile("/models/[^/]+/import/?")  # (routes/model_routes.py: its own body limit)
 REDOC_POLICY = PAGE_POLICY + b"; style-src 'self' 'unsafe-inline'; worker-src blob:"
 # JSON and text answers run nothing.
 DATA_POLICY = b"default-src 'none'; frame-ancestors 'none'"
