@@ -210,6 +210,35 @@ def test_after_two_rollbacks_every_version_kept_restores_its_own_weights(
         assert listed["restorable_from"] <= listed["version"] == version
 
 
+def test_no_weights_the_store_keeps_ever_expire(
+    make_service: MakeService, redis_client: redis.Redis
+) -> None:
+    """Weights are staged in a key that expires (should the writer die before its script
+    runs), then renamed into place: the snapshot and every checkpoint's weights are kept for
+    good, after a compaction, an import, a rollback, an undo, a reset and a promotion. (A
+    rename keeps the time to live: every model lost its weights ten minutes after each.)"""
+    client = make_service(**HISTORY)
+    spec = {"n_features": 4, "averaged": True}
+    assert client.put("/models/m", json=spec).status_code == 201
+    learn_and_export(client, spec, 20)  # (compactions and their checkpoints)
+    doc = client.get("/models/m/export").json()
+    assert client.post("/models/copy/import", json=doc).status_code == 200
+    rollback(client, version=doc["version"] // 2)
+    learn_and_export(client, spec, 10)
+    assert client.post("/models/m/undo", json={"from_time": 0}).status_code == 200
+    assert client.put("/models/m/challengers/c", json={"from": "served"}).status_code == 201
+    learn_and_export(client, spec, 5)
+    assert client.post("/models/m/promote", json={"challenger": "c"}).status_code == 200
+    assert client.post("/models/copy/reset").status_code == 200
+
+    def weights_keys() -> list[bytes]:
+        return [k for k in redis_client.scan_iter("pcp:*") if b":snap" in k or b":ck" in k]
+
+    kept = weights_keys()
+    assert any(k.endswith(b":snap") for k in kept) and len(kept) > 4, kept
+    assert [k for k in kept if redis_client.pttl(k) != -1] == []
+
+
 def test_reset_and_import_first_keep_the_model_as_a_checkpoint(make_service: MakeService) -> None:
     client = make_service(**HISTORY)
     spec = SPECS["binary"]

@@ -224,7 +224,10 @@ end
 -- What ``from`` holds (none: zeros) becomes ``to``'s, whose old value is let go.
 local function move_weights(from, to)
   let_go(to)
-  if redis.call('EXISTS', from) == 1 then redis.call('RENAME', from, to) end
+  if redis.call('EXISTS', from) == 1 then
+    redis.call('RENAME', from, to)
+    redis.call('PERSIST', to)  -- (a staged key expires, and a rename keeps its time to live)
+  end
 end
 -- The bytes of the weights at ``key``: ``known`` (as recorded), else a string's own.
 local function weights_bytes(key, known)
