@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from perceptron_client import CheckpointInfo, Client, ConflictError
 from service.admin.retention import rebuild
 from service.cli.loopback import wait_until
-from service.contract.store_protocol import MAX_COUNT, Meta, Reason
+from service.contract.store_protocol import MAX_COUNT, RING_SIZE, Meta, Reason
 from service.learner.codec import pack_weights
 from service.settings import Settings
 from service.store import ModelKeys
@@ -332,7 +332,7 @@ def test_an_export_files_checkpoints_are_checked_like_its_weights(
         {**good, "sha256": "0" * 64},
         {**good, "reason": "because"},
         {**good, "mistakes": good["window"] + 1},
-        {**good, "window": good["seen"] + 1},
+        {**good, "window": RING_SIZE + 1, "mistakes": 0},
         {**good, "extra": 1},
         {k: v for k, v in good.items() if k != "time_ms"},
         "not an object",

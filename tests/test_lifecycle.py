@@ -209,16 +209,29 @@ def test_an_import_knows_no_outcome_of_the_examples_it_counts(client: httpx.Clie
     assert (made["mistake_rate"], made["window"]) == (mistakes / 4, 4)
 
 
-def test_a_rollback_that_moves_the_count_on_knows_no_outcome_of_the_examples_between(
+def test_an_averaged_rollback_keeps_the_learners_count_apart_from_what_was_counted(
     client: httpx.Client,
 ) -> None:
-    """An averaged learner's rollback restores its count of examples; undone, the count comes
-    back, but the outcomes of the examples between are not the ring's any more."""
+    """An averaged learner's rollback restores its own count of examples, which its mean
+    divides by (its export's ``seen``); the counters, the mistake rates and the learning curve
+    stay what was counted (they clamped the mistakes to the restored count: 100 % wrong)."""
     client.put("/models/a", json={"n_features": 1, "fit_bias": False, "averaged": True})
     ys = [1 if i % 2 == 0 else -1 for i in range(100)]
     client.post("/learn/batch", json={"model": "a", "features": [[1.0]] * 100, "labels": ys})
-    undo = client.post("/models/a/rollback", json={"version": 0}).json()["undo_checkpoint"]
-    assert client.post("/models/a/rollback", json={"checkpoint": undo}).is_success
-    assert client.get("/models/a").json()["counters"]["seen"] == 100
-    rates = client.get("/models/a/metrics").json()["mistake_rate"]
-    assert (rates["last_100"], rates["last_1000"]) == (None, None)
+    counted = client.get("/models/a/metrics").json()
+    assert 0 < counted["counters"]["mistakes"] < 100
+    undo = client.post("/models/a/rollback", json={"version": 1}).json()["undo_checkpoint"]
+    assert client.get("/models/a/export").json()["seen"] == 1  # (its one update's example)
+    for _ in range(2):
+        metrics = client.get("/models/a/metrics").json()
+        for figure in ("mistake_rate", "curve", "confusion"):
+            assert metrics[figure] == counted[figure], figure
+        assert {**metrics["counters"], "updates": 0} == {**counted["counters"], "updates": 0}
+        assert client.post("/models/a/rollback", json={"checkpoint": undo}).is_success
+        # (an export carries both: its import is the same model)
+        doc = client.get("/models/a/export").json()
+        assert client.post("/models/b/import", json=doc).is_success
+        assert client.get("/models/b/export").json()["seen"] == doc["seen"]
+        copied = client.get("/models/b").json()["counters"]
+        assert {**copied, "updates": 0} == {**counted["counters"], "updates": 0}
+    assert client.get("/models/a/export").json()["seen"] == 100

@@ -205,6 +205,7 @@ class Ref:
     challengers: dict[str, ChallengerState] = field(default_factory=dict)
     labels: int = 0  # the challengers' count of the model's labels (their positions)
     marks: bytearray = field(default_factory=bytearray)  # the served outcomes, '0'/'1'
+    offset: int = 0  # the examples counted that the learner's own count leaves out
     # the drift detector's state (None: fresh) and its events (the examples seen, the kind)
     drift_state: list[float] | None = None
     drift_events: list[tuple[int, str]] = field(default_factory=list)
@@ -283,7 +284,7 @@ class Ref:
         w = self.start_weights.copy()
         for u in self.kept[:n]:
             self.config.learner.apply_logged(self.config, w, u.x, raw=u.raw, t=u.t, k=u.k)
-        w.seen = self.counters["seen"]
+        w.seen = self.own_seen
         return w
 
     def checkpoint(
@@ -294,13 +295,13 @@ class Ref:
         self.last_id += 1
         kept = weights.copy()
         kept.version = version
-        seen = self.counters["seen"] if seen is None else seen
+        seen = self.own_seen if seen is None else seen
         self.checkpoints[self.last_id] = Kept(version, kept, reason, seen, config=self.config)
         return self.last_id
 
     def become(self, weights: Weights) -> None:
         """The model is these weights now (its ``updates`` counter is its version)."""
-        weights.seen = self.counters["seen"]
+        weights.seen = self.own_seen
         self.learner.weights = weights
         self.counters["updates"] = weights.version
 
@@ -342,18 +343,13 @@ class Ref:
         self.checkpoints = {i: c for i, c in self.checkpoints.items() if i in keep}
 
     def recount(self, seen: int) -> None:
-        """An averaged learner's count restored: the counts within it held to it, its last
-        outcomes still its last."""
-        c, was = self.counters, self.counters["seen"]
-        if seen == was:
-            return
-        c["seen"] = seen
-        c["mistakes"] = min(c["mistakes"], seen)
-        c["defaulted"] = min(c["defaulted"], seen)
-        c["defaulted_mistakes"] = min(c["defaulted_mistakes"], c["mistakes"], c["defaulted"])
-        m = min(protocol.RING_SIZE, seen, was)
-        kept = self.marks[len(self.marks) - m :] if m else bytearray()
-        self.marks = bytearray(b"0" * (min(seen, protocol.RING_SIZE) - m)) + kept
+        """An averaged learner's count restored: apart from the counters, which stay."""
+        self.offset = self.counters["seen"] - seen
+
+    @property
+    def own_seen(self) -> int:
+        """The served learner's count of labelled examples (its mean divides by it)."""
+        return self.counters["seen"] - self.offset
 
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
@@ -433,6 +429,7 @@ class Ref:
                 c.version, c.weights.copy(), c.reason, c.seen, c.ms, self.config
             )
         self.counters, self.generation, self.previous = dict(counters), generation, set()
+        self.offset = self.counters["seen"] - weights.seen
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
         self.drift_state, self.drift_events = drift[0], list(drift[1])
@@ -872,6 +869,7 @@ class Service(RuleBasedStateMachine):
         ref.config, ref.learner = state.config, learner(state.config)
         c.update(seen=state.seen, mistakes=state.mistakes, defaulted=state.defaulted,
                  defaulted_mistakes=state.defaulted_mistakes)  # fmt: skip
+        ref.offset = 0
         ref.marks = bytearray(state.window)
         ref.restart(weights)
         ref.previous.add(ref.generation)
@@ -1369,7 +1367,7 @@ class Service(RuleBasedStateMachine):
         for name, ref in self.models.items():
             doc = self.expect(self.call("GET", f"/models/{name}/export"), 200)
             assert base64.b64decode(doc["weights"]) == pack_weights(ref.weights), name
-            assert (doc["version"], doc["seen"]) == (ref.version, ref.counters["seen"])
+            assert (doc["version"], doc["seen"]) == (ref.version, ref.own_seen)
             counters = self.expect(self.call("GET", f"/models/{name}"), 200)["counters"]
             assert counters == ref.counters, (name, counters, ref.counters)
             metrics = self.expect(self.call("GET", f"/models/{name}/metrics"), 200)

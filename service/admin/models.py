@@ -257,7 +257,8 @@ class Models:
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
             if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
-                rep.weights.seen = int(meta[Meta.SEEN])
+                # (the served learner's own count: an averaged one's may be apart)
+                rep.weights.seen = int(meta[Meta.SEEN]) - int(meta.get(Meta.SEEN_OFFSET, 0))
                 return export_document(name, config, rep.weights, meta, kept)
         raise ModelBusy(f"Model {name!r} kept changing during the export; retry shortly.")
 

@@ -69,7 +69,10 @@ def export_document(
     counters = {
         k: v
         for k, v in meta.items()
-        if k in COUNTERS or parse_cell(k) is not None or parse_source(k) is not None
+        if k in COUNTERS
+        or k == Meta.SEEN_OFFSET  # (an averaged learner's own count apart: 'seen' is it)
+        or parse_cell(k) is not None
+        or parse_source(k) is not None
     }
     out = {
         "format": FORMAT,
@@ -146,6 +149,23 @@ def _count(doc: dict[str, Any], key: str) -> int:
     return value
 
 
+def _seen_offset(raw: dict[str, Any], seen: int) -> int:
+    """What the counters count beyond the learner's own ``seen`` (an averaged learner rolled
+    back to an earlier count): an integer, ``seen`` plus it a count."""
+    offset = raw.get(Meta.SEEN_OFFSET, 0)  # (counted = 'seen' + this)
+    if isinstance(offset, str) and re.fullmatch("-?[0-9]{1,16}", offset):
+        offset = int(offset)
+    if (
+        isinstance(offset, bool)
+        or not isinstance(offset, int)
+        or not 0 <= seen + offset <= MAX_COUNT
+    ):
+        raise _bad(
+            f"counter {Meta.SEEN_OFFSET!r} must be an integer, 'seen' plus it {_COUNT_RANGE}."
+        )
+    return offset
+
+
 def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise _bad("'counters' must be an object.")
@@ -153,7 +173,8 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
     sources = sum(1 for key in raw if isinstance(key, str) and key.startswith(Field.SOURCE))
     if sources > MAX_SOURCE_COUNTERS:
         raise _bad(f"{sources} per-key counters; at most {MAX_SOURCE_COUNTERS}.")
-    for key, value in raw.items():
+    offset = _seen_offset(raw, seen)
+    for key, value in ((k, v) for k, v in raw.items() if k != Meta.SEEN_OFFSET):
         cell = _CELL.fullmatch(key)
         source = _SOURCE.fullmatch(key) is not None
         if key not in COUNTERS and cell is None and not source:
@@ -173,9 +194,19 @@ def _counters(raw: Any, config: ModelConfig, seen: int) -> dict[str, str]:
             raise _bad(f"counter {key!r} must be {_COUNT_RANGE}; got {str(value)[:40]}.")
         # (the stream's counts, feedback, learned and per key, may pass it: since a
         # promotion, 'seen' counts what the promoted learner has seen)
-        if key == "mistakes" and value > seen:
-            raise _bad(f"counter {key!r} ({value}) exceeds the labelled examples 'seen' ({seen}).")
         out[key] = str(value)
+    return _with_counted(out, seen + offset, offset)
+
+
+def _with_counted(out: dict[str, str], counted: int, offset: int) -> dict[str, str]:
+    """The counters with the labelled examples counted, when the learner's own count is apart
+    (an averaged learner rolled back counts its own examples apart from those counted)."""
+    if int(out.get("mistakes", 0)) > counted:
+        raise _bad(
+            f"counter 'mistakes' ({out['mistakes']}) exceeds the labelled examples ({counted})."
+        )
+    if offset:
+        out[Meta.SEEN], out[Meta.SEEN_OFFSET] = str(counted), str(offset)
     return out
 
 
@@ -259,11 +290,9 @@ def _checkpoints_of(raw: Any, config: ModelConfig) -> list[FileCheckpoint]:
             raise _bad(f"{where}: field {str(odd)[:40]!r} is unknown or missing.")
         version, seen, ms = _count(c, "version"), _count(c, "seen"), _count(c, "time_ms")
         mistakes, window = _count(c, "mistakes"), _count(c, "window")
-        if mistakes > window or window > min(seen, protocol.RING_SIZE):
-            raise _bad(
-                f"{where}: 'mistakes' <= 'window' <= the smaller of 'seen' and "
-                f"{protocol.RING_SIZE}."
-            )
+        # (the window's examples were counted: an averaged learner's own count may be less)
+        if mistakes > window or window > protocol.RING_SIZE:
+            raise _bad(f"{where}: 'mistakes' <= 'window' <= {protocol.RING_SIZE}.")
         if c["reason"] not in Reason.fields().values():
             raise _bad(f"{where}: 'reason' must be one of {sorted(Reason.fields().values())}.")
         weights = _weights_of(c, config, version, seen)

@@ -176,6 +176,9 @@ class Meta:
     EPOCH = "epoch"  # which model under this name: new at every create, reset and import
     VERSION = "version"  # updates so far (the log's last version)
     SEEN = "seen"  # labelled examples so far (a counter too)
+    # What the served learner's own count (an averaged one's mean divides by it) leaves out of
+    # SEEN after a rollback to an earlier count: its count is SEEN minus this (absent: 0).
+    SEEN_OFFSET = "seenoff"
     SNAP_VERSION = "snapv"  # the version of the snapshot ``snap``
     SNAP_LENGTH = "snaplen"  # the snapshot's length in bytes (0: none, all zeros)
     CREATED = "created"  # unix seconds

@@ -30,11 +30,11 @@ SCRIPT = Script(
     parts=labelling.PARTS,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
-  META_PREV_EPOCH)
+  META_PREV_EPOCH, META_SEEN_OFFSET)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR)
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6])
 s.now = clock()
 local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', math.floor(s.now * 1000),
   'LIMIT', 0, MOST)

@@ -83,7 +83,7 @@ SCRIPT = Script(
     waited=True,
     body="""
 local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
-  META_PREV_EPOCH)
+  META_PREV_EPOCH, META_SEEN_OFFSET)
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
@@ -115,7 +115,7 @@ end
 if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR)
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6])
 local out, n = {}, 0
 local function answer(status, m, u, v, by)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, m, u, v, by

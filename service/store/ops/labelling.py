@@ -5,20 +5,23 @@ from service.store.ops import challenger_states, drift, parts
 
 # Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
 # uses RECORD and PENDING). A state ``s`` from labels_begin (the model's version, examples
-# seen, its drift detector: RECORD's) gathers what each label adds;
+# seen, its drift detector: RECORD's, and Meta.SEEN_OFFSET: an entry's ordinal is the served
+# learner's count) gathers what each label adds;
 # label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``
 # (a string) and answers it, ``by`` '' or DEFAULTED (counted apart); labels_end writes it all
 # and returns the log's length (-1: no entry added).
 LABEL = """
-local function labels_begin(version, seen, detector)
+local function labels_begin(version, seen, detector, offset)
   return {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
-    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0, detector = detector}
+    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0, detector = detector,
+    offset = tonumber(offset or '0')}
 end
 local function label_one(s, key, p, t, provenance, epoch, life, by)
   local served, ti = tonumber(string.sub(p, SERVED_AT, SERVED_END)), tonumber(t)
   local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
   s.seen = s.seen + 1
-  local entry = string.format('%d', s.seen) .. ENTRY_SEP .. t .. ENTRY_SEP .. provenance .. p
+  local entry = string.format('%d', s.seen - s.offset) .. ENTRY_SEP .. t .. ENTRY_SEP
+    .. provenance .. p
   s.recent[#s.recent + 1] = entry
   if updated == 1 then
     s.version = s.version + 1

@@ -118,15 +118,17 @@ SCRIPT = Script(
         CHALLENGER_WEIGHTS,
     ),
     body="""
-local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2,
+  META_SEEN_OFFSET)
 if not st[1] then return {NO_MODEL} end
+local offset = tonumber(st[5] or '0')  -- (the served learner's count: seen - offset)
 if st[1] ~= EPOCH then return {STALE_EPOCH} end
 local writer = HOLDER ~= ''
 if writer and redis.call('GET', WRITER) ~= HOLDER then return {NOT_WRITER} end
 if tonumber(redis.call('GET', HOLD) or '0') >= PROMOTING then  -- a promotion holds it
   return {HELD, math.max(1, redis.call('PTTL', HOLD))}
 end
-if st[2] ~= VERSION or (SEEN ~= '' and st[3] ~= SEEN) then
+if st[2] ~= VERSION or (SEEN ~= '' and tonumber(st[3]) - offset ~= tonumber(SEEN)) then
   local reply = sync(META, SNAP, LOG, tonumber(VERSION))
   if reply[1] == DONE then
     reply[1] = STALE_COPY
@@ -206,7 +208,7 @@ if writer then
   redis.call('DEL', HOLD)
   wake(WAKE, waiting)
 end
-return {DONE, version, seen + N, log_length, label_log, label_at[1] or '0',
+return {DONE, version, seen - offset + N, log_length, label_log, label_at[1] or '0',
   label_at[2] or '0'}
 """,
 )

@@ -26,7 +26,9 @@ end
 local function sync(meta, snap, log, from)
   local why = lost(meta, snap, log)
   if why then return {STATE_LOST, why} end
-  local st = redis.call('HMGET', meta, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION)
+  local st = redis.call('HMGET', meta, META_EPOCH, META_VERSION, META_SEEN, META_SNAP_VERSION,
+    META_SEEN_OFFSET)
+  st[3] = string.format('%d', tonumber(st[3]) - tonumber(st[5] or '0'))  -- (the learner's count)
   local snapv = tonumber(st[4])
   if from < snapv or tonumber(st[2]) - from > SYNC_INLINE then
     return {DONE, st[1], st[2], st[3], snapv, 1, {}}
@@ -261,10 +263,10 @@ CHECKPOINT = """
 local function checkpoint(meta, ck, ckinfo, cktail, ring, from, size, tail, base, version, ms,
     reason, seen_then)
   local id = redis.call('HINCRBY', meta, META_CHECKPOINTS, 1)
-  local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN)
-  if seen_then then st[1] = string.format('%d', seen_then) end
-  local seen = tonumber(st[1] or '0')
-  local window = (seen_then == nil) and math.min(seen, WINDOW) or 0
+  local st = redis.call('HMGET', meta, META_SEEN, META_CONFIG, META_PAST_IN, META_SEEN_OFFSET)
+  local counted = tonumber(st[1] or '0')  -- (the ring holds the last outcomes counted)
+  st[1] = string.format('%d', seen_then or counted - tonumber(st[4] or '0'))  -- its learner's
+  local window = (seen_then == nil) and math.min(counted, WINDOW) or 0
   local mistakes = 0
   if window > 0 then
     local marks = redis.call('GET', ring) or ''  -- (min(seen, WINDOW) marks, some unknown)

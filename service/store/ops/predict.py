@@ -30,12 +30,14 @@ SCRIPT = Script(
     rest_args="records",
     parts=(parts.SYNC, parts.PENDING),
     body="""
-local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2)
+local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_R2,
+  META_SEEN_OFFSET)
 if not st[1] then return {NO_MODEL} end
 if st[1] ~= EPOCH then return {STALE_EPOCH} end
 local why = lost(META, SNAP, LOG)  -- never serve weights the store no longer has
 if why then return {STATE_LOST, why} end
-if FORCE ~= '1' and (st[2] ~= VERSION or (SEEN ~= '' and st[3] ~= SEEN)) then
+if FORCE ~= '1' and (st[2] ~= VERSION
+    or (SEEN ~= '' and tonumber(st[3]) - tonumber(st[5] or '0') ~= tonumber(SEEN))) then
   local reply = sync(META, SNAP, LOG, tonumber(VERSION))
   if reply[1] == DONE then reply[1] = STALE_COPY end
   return reply

@@ -172,7 +172,7 @@ local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, 
   REASON_BEFORE_PROMOTION)
 redis.call('DEL', LOG, PAST, CURVE)
 move_weights(STAGE, SNAP)
-local gone = {META_PAST_BASE, META_PAST_VERSION, META_PAST_IN}
+local gone = {META_PAST_BASE, META_PAST_VERSION, META_PAST_IN, META_SEEN_OFFSET}
 for _, field in ipairs(redis.call('HKEYS', META)) do
   if string.sub(field, 1, #FIELD_CELL) == FIELD_CELL then gone[#gone + 1] = field end
 end

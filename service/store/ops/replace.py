@@ -84,8 +84,9 @@ if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,
   META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH)
 for i = COUNTERS_AT, checkpoints_at - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
-if tonumber(SEEN) > 0 then  -- the outcomes of the examples it counts are not known here
-  redis.call('SET', RING, string.rep(RING_UNKNOWN, math.min(tonumber(SEEN), WINDOW)))
+local counted = tonumber(redis.call('HGET', META, META_SEEN))  -- (its counters' own, if any)
+if counted > 0 then  -- the outcomes of the examples it counts are not known here
+  redis.call('SET', RING, string.rep(RING_UNKNOWN, math.min(counted, WINDOW)))
 end
 for c = 0, carried - 1 do
   local id = redis.call('HINCRBY', META, META_CHECKPOINTS, 1)

@@ -18,12 +18,11 @@ from service.store.script import Runner, Script, status_of
 # staged at STAGE_START, START_LENGTH bytes in START_CHUNKS chunks), its bytes then KEPT_BYTES
 # when it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints
 # made after VERSION on this line are marked as left; else it starts again from the restored
-# weights. The drift detector starts afresh, its events stay. Counters and metrics stay, but for
-# SEEN ('': it stays too), an averaged learner's count of labelled examples, which its mean
-# divides by: the counts within it (mistakes, defaulted and their mistakes) are held to it, the
-# ring keeps its last outcomes last (the examples before them, if any, RING_UNKNOWN), and the
-# learning curve starts again there. Returns {DONE, the
-# id of the checkpoint made first}, or {NOT_STAGED} when a staged key is not whole (nothing done).
+# weights. The drift detector starts afresh, its events stay. Counters, metrics and the last
+# outcomes stay what was counted; SEEN ('': it stays), an averaged learner's count of labelled
+# examples, which its mean divides by, is kept apart from them (Meta.SEEN_OFFSET). Returns
+# {DONE, the id of the checkpoint made first}, or {NOT_STAGED} when a staged key is not whole
+# (nothing done).
 # The staged keys are let go whatever happens.
 SCRIPT = Script(
     "rollback",
@@ -33,7 +32,6 @@ SCRIPT = Script(
         "log",
         *HISTORY_KEYS,
         "ring",
-        "curve",
         "deadlines",
         "stage",
         "stage_start",
@@ -104,26 +102,14 @@ redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HDEL', META, META_DRIFT_STATE)  -- (the learner its detector watched is gone)
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
-local c = redis.call('HMGET', META, META_SEEN, COUNT_MISTAKES, COUNT_DEFAULTED,
-  COUNT_DEFAULTED_MISTAKES)
-local was, seen = tonumber(c[1] or '0'), tonumber(SEEN ~= '' and SEEN or c[1] or '0')
-if seen ~= was then
-  local old, ring = redis.call('GET', RING) or '', {}
-  for i = 1, math.min(WINDOW, seen) do ring[i] = RING_UNKNOWN end
-  for j = 0, math.min(WINDOW, seen, was) - 1 do
-    local at = (was - 1 - j) % WINDOW + 1
-    local mark = string.sub(old, at, at)
-    ring[(seen - 1 - j) % WINDOW + 1] = (mark == '1' or mark == '0') and mark or RING_UNKNOWN
+if SEEN ~= '' then
+  -- An averaged learner's count restored with its sums: the counters (and the last outcomes)
+  -- stay what was counted, the learner's own count is apart (Meta.SEEN_OFFSET).
+  local counted = tonumber(redis.call('HGET', META, META_SEEN) or '0')
+  if counted == tonumber(SEEN) then redis.call('HDEL', META, META_SEEN_OFFSET)
+  else
+    redis.call('HSET', META, META_SEEN_OFFSET, string.format('%d', counted - tonumber(SEEN)))
   end
-  redis.call('SET', RING, table.concat(ring))
-  local mistakes = math.min(tonumber(c[2] or '0'), seen)
-  local defaulted = math.min(tonumber(c[3] or '0'), seen)
-  local d = string.format
-  redis.call('HSET', META, META_SEEN, d('%d', seen), COUNT_MISTAKES, d('%d', mistakes),
-    COUNT_DEFAULTED, d('%d', defaulted), COUNT_DEFAULTED_MISTAKES,
-    d('%d', math.min(tonumber(c[4] or '0'), mistakes, defaulted)))
-  redis.call('DEL', CURVE)
-  if seen > 0 then redis.call('HSET', CURVE, FIELD_EVERY, '1', d('%d', seen), d('%d', mistakes)) end
 end
 return {DONE, before}
 """,

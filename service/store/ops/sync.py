@@ -34,6 +34,8 @@ async def sync(store: Runner, name: str, from_version: int) -> SyncData:
 
 
 READ_ATTEMPTS = 3  # reads of a log that compaction may move meanwhile; the last one cannot
+_READ_FIELDS = [Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH]
+_READ_FIELDS.append(Meta.SEEN_OFFSET)  # (the served learner's count: SEEN minus it)
 
 
 async def sync_data(
@@ -75,7 +77,8 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
             held = await blobs.shape_of(store.client, keys.snap)
         read = held if whole else None
         replies, n = await _read_once(store, keys, (from_version, snapv), read, last)
-        (epoch, version, seen, before, snaplen), (after, epoch_after) = replies[0], replies[-1]
+        (epoch, version, seen, before, snaplen, offset), last = replies[0], replies[-1]
+        after, epoch_after = last
         if epoch is None or after is None:
             raise ModelNotFound(keys.name)
         if epoch_after != epoch:
@@ -102,7 +105,7 @@ async def read_log(store: Runner, keys: ModelKeys, from_version: int, snapv: int
             return SyncData(
                 epoch=text(epoch),
                 version=int(version),
-                seen=int(seen),
+                seen=int(seen) - int(offset or 0),  # (the served learner's own count)
                 base=base,
                 snapshot=snapshot,
                 entries=entries,
@@ -127,9 +130,7 @@ async def _read_once(
     from_version, snapv = versions
     n = 0
     async with store.client.pipeline(transaction=transaction) as pipe:
-        pipe.hmget(
-            keys.meta, [Meta.EPOCH, Meta.VERSION, Meta.SEEN, Meta.SNAP_VERSION, Meta.SNAP_LENGTH]
-        )
+        pipe.hmget(keys.meta, _READ_FIELDS)
         if snapshot is not None:
             n = blobs.queue_read(pipe, keys.snap, snapshot)
             blobs.queue_shape(pipe, keys.snap)  # (LLEN or STRLEN fails, by its kind)
