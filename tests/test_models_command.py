@@ -164,6 +164,9 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         (["models", "promote", "x", "p", "--demote-as", ""], "usage", "A challenger's id"),
         (["serve", "--port", "114535"], "usage", "must be a port from 1 to 65535"),
         (["serve", "--workers", "0"], "usage", "must be at least 1"),
+        (["models", "create", "x", "--url", "http://[::1"], "usage", "is not a URL"),
+        (["models", "list", "--url", "localhost:8000"], "usage", "is not a service's URL"),
+        (["replay", "--dataset", "digits", "--url", "ftp://x"], "usage", "is not a service's"),
     ],
 )
 def test_exit_codes_of_refused_and_wrong_commands(
@@ -433,3 +436,22 @@ def test_a_models_metrics_from_the_command_line(client: httpx.Client) -> None:
     assert sources[1:] == [["(no", "key)", "150", str(c["mistakes"]), str(c["updates"])]]
     missing = perceptron("models", "metrics", "none", url=url)
     assert missing.returncode == EXIT["not_found"], missing.stderr
+
+
+def test_json_is_the_services_answer_as_it_came(client: httpx.Client) -> None:
+    """--json prints the service's answer: a learner's settings and no other's, and no field
+    the service did not send (the client's defaults, null)."""
+    url = str(client.base_url).rstrip("/")
+    made = perceptron(
+        "models", "create", "pa", "--algorithm", "pa2", "--C", "0.5", "--json", url=url
+    )
+    assert as_json(made) == client.get("/models/pa").json()
+    assert (
+        as_json(perceptron("models", "show", "pa", "--json", url=url))
+        == client.get("/models/pa").json()
+    )
+    assert client.put("/models/pa/challengers/c", json={"algorithm": "pa1"}).is_success
+    shown = as_json(perceptron("models", "challengers", "pa", "--json", url=url))
+    assert shown == client.get("/models/pa/challengers").json()
+    listed = as_json(perceptron("models", "list", "--json", url=url))
+    assert listed == client.get("/models").json()

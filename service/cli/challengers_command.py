@@ -75,11 +75,11 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
 def challengers(client: Client, args: argparse.Namespace) -> None:
     if args.id is not None:
         one = client.challenger(args.name, args.id)
-        out(one.model_dump_json() if args.json else _table([one]))
+        out(one.model_dump_json(exclude_unset=True) if args.json else _table([one]))
         return
     now = client.challengers(args.name)
     if args.json:
-        out(now.model_dump_json())
+        out(now.model_dump_json(exclude_unset=True))
         return
     out(
         f"{now.model}: {now.labels:,} labels. RATE: each learner's mistakes over the examples it "
@@ -94,7 +94,11 @@ def add_challenger(client: Client, args: argparse.Namespace) -> None:
     if args.multiclass is not None:
         settings["multiclass"] = args.multiclass
     added = client.add_challenger(args.name, args.id, args.from_served, **settings)
-    out(added.model_dump_json() if args.json else f"added {added.id!r}\n{_table([added])}")
+    out(
+        added.model_dump_json(exclude_unset=True)
+        if args.json
+        else f"added {added.id!r}\n{_table([added])}"
+    )
 
 
 def delete(client: Client, args: argparse.Namespace) -> None:
@@ -105,7 +109,7 @@ def delete(client: Client, args: argparse.Namespace) -> None:
 def promote(client: Client, args: argparse.Namespace) -> None:
     done = client.promote(args.name, args.id, args.demote_as)
     if args.json:
-        out(done.model_dump_json())
+        out(done.model_dump_json(exclude_unset=True))
         return
     out(
         f"{done.model} is served by {done.promoted!r} from now on; the learner that served is "
@@ -118,7 +122,7 @@ def promote(client: Client, args: argparse.Namespace) -> None:
 def updates(client: Client, args: argparse.Namespace) -> None:
     kept = client.updates(args.name, args.from_version, args.limit)
     if args.json:
-        out(kept.model_dump_json())
+        out(kept.model_dump_json(exclude_unset=True))
         return
     rows: list[tuple[str, ...]] = [("version", "source", "made (UTC)", "label")]
     for u in kept.updates:
@@ -133,7 +137,7 @@ def undo(client: Client, args: argparse.Namespace) -> None:
         raise Usage("undo takes --source, --from-time or --to-time (any of them)")
     done = client.undo(args.name, args.source, args.from_time, args.to_time)
     if args.json:
-        out(done.model_dump_json())
+        out(done.model_dump_json(exclude_unset=True))
         return
     said = f"{done.name}: {done.removed} updates left out, version {done.version} now"
     if done.undo_checkpoint is not None:

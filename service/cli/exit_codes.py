@@ -140,7 +140,19 @@ def service_target(
     and the key together, so that a key never goes to a service other than the one named."""
     url = args.url or environ.get(URL_VARIABLE) or DEFAULT_URL
     api_key = args.api_key or environ.get(KEY_VARIABLE) or None
-    return ServiceTarget(url, api_key, args.timeout)
+    return ServiceTarget(checked_url(url), api_key, args.timeout)
+
+
+def checked_url(url: str) -> str:
+    """``url``, when it names a service (http or https, and a host), else a ValueError that
+    says so (before anything is sent)."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise ValueError(f"{url[:200]!r} is not a URL ({e}).") from e
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{url[:200]!r} is not a service's URL: http(s)://HOST[:PORT].")
+    return url
 
 
 # --- files ------------------------------------------------------------------------------------

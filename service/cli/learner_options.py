@@ -51,7 +51,7 @@ def print_learners(answer: LearnerList, as_json: bool) -> None:
     """``GET /learners``: a line per learner (its name, strategies, probabilities), then one per
     setting with its default."""
     if as_json:
-        out(answer.model_dump_json())
+        out(answer.model_dump_json(exclude_unset=True))
         return
     for learner in answer.learners:
         kinds = "binary" + "".join(f", {s}" for s in learner.strategies)

@@ -203,7 +203,11 @@ def join_dash_values(argv: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """``perceptron models ACTION``: its exit code (``service.cli.exit_codes.Exit``)."""
-    target = service_target(args)
+    try:
+        target = service_target(args)
+    except ValueError as e:
+        err(failure("models", str(e), args.json))
+        return Exit.USAGE
     try:
         with Client(target.url, api_key=target.api_key, timeout=target.timeout) as client:
             try:
@@ -250,7 +254,7 @@ def _not_found(client: Client, args: argparse.Namespace) -> str:
 def _list(client: Client, args: argparse.Namespace) -> None:
     models = client.list_models()
     if args.json:
-        out(models.model_dump_json())
+        out(models.model_dump_json(exclude_unset=True))
         return
     out(_table(models))
 
@@ -303,7 +307,7 @@ def _metrics(client: Client, args: argparse.Namespace) -> None:
 def _rollback(client: Client, args: argparse.Namespace) -> None:
     done = client.rollback(args.name, args.version, args.checkpoint)
     if args.json:
-        out(done.model_dump_json())
+        out(done.model_dump_json(exclude_unset=True))
         return
     out(
         f"{done.name} is at version {done.version} again; the checkpoint of what it was "

@@ -20,7 +20,7 @@ def features_of(info: ModelInfo) -> str:
 
 def print_model(info: ModelInfo, as_json: bool) -> None:
     if as_json:
-        out(info.model_dump_json())
+        out(info.model_dump_json(exclude_unset=True))
         return
     created = datetime.fromtimestamp(info.created, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     c = info.config
@@ -50,7 +50,7 @@ def _utc(t: float) -> str:
 
 def print_checkpoints(h: Checkpoints, as_json: bool) -> None:
     if as_json:
-        out(h.model_dump_json())
+        out(h.model_dump_json(exclude_unset=True))
         return
     rows: list[tuple[str, ...]] = [
         ("id", "version", "made (UTC)", "reason", "mistake rate", "bytes")
@@ -68,7 +68,7 @@ def print_checkpoints(h: Checkpoints, as_json: bool) -> None:
 def print_drift(report: DriftReport, as_json: bool) -> None:
     """The detector and its parameters, each learner's state, then its events, oldest first."""
     if as_json:
-        out(report.model_dump_json())
+        out(report.model_dump_json(exclude_unset=True))
         return
     if report.drift is None:
         out("no drift detector (the model's configuration has none)")
@@ -95,7 +95,7 @@ def print_drift(report: DriftReport, as_json: bool) -> None:
 def print_metrics(m: ModelMetrics, as_json: bool) -> None:
     """Its mistake rates, its confusion matrix, its labels by source, and how late they came."""
     if as_json:
-        out(m.model_dump_json())
+        out(m.model_dump_json(exclude_unset=True))
         return
     c, r = m.counters, m.mistake_rate
     out(f"{m.model}: version {m.version:,}, {c.seen:,} labelled examples, {c.mistakes:,} wrong")
