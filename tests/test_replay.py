@@ -290,6 +290,7 @@ def test_csv_without_a_header(tmp_path: Path) -> None:
         ("1,2,0\n", "y", "no column named 'y'"),
         ("1,2,0\n", "5", "no column 5"),
         ("1,nan,0\n", None, "not a finite number"),
+        ("1,2,0\n1e15,-1e15,1\n1,1.1e15,0\n", None, "Example 3 of 'bad' has a value past"),
         ("", None, "no rows"),
     ],
 )
@@ -298,6 +299,22 @@ def test_csv_errors(tmp_path: Path, text: str, label_column: str | None, message
     path.write_text(text)
     with pytest.raises(rp.ReplayError, match=message):
         rp.load_csv(path, label_column)
+
+
+def test_data_of_one_class_makes_no_model(url: str, tmp_path: Path) -> None:
+    """A model needs two classes: refused (exit 2) before anything is made, or deleted with
+    --reset; a model that exists learns them."""
+    path = tmp_path / "one.csv"
+    path.write_text("a,b,label\n1,2,x\n3,4,x\n")
+    for reset in ([], ["--reset"]):
+        code, _, err = run_main(["--csv", str(path), "--url", url, "--quiet", *reset])
+        assert code == 2 and "needs two classes at least" in err, err
+    with Client(url) as c:
+        c.create_model("one", classes=["x", "y"], n_features=2)
+        code, _, err = run_main(["--csv", str(path), "--url", url, "--quiet", "--reset"])
+        assert code == 2 and c.read_model("one").counters.seen == 0  # (not deleted)
+        assert run_main(["--csv", str(path), "--url", url, "--quiet"])[0] == 0
+        assert c.read_model("one").counters.seen == 2
 
 
 def test_files_replay_through_the_service(url: str, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from perceptron_client import Label
+from service.learner.features import MAX_ABS_VALUE
 from service.replay.replay_error import ReplayError
 
 DATASETS = ("breast_cancer", "digits", "iris", "wine", "phishing", "turning")
@@ -41,6 +42,12 @@ class Dataset:
         kinds = {type(y) for y in self.labels}
         if len(kinds) > 1:
             raise ReplayError(f"The labels of {self.name!r} mix numbers and strings.")
+        large = np.flatnonzero((np.abs(np.asarray(self.rows, dtype=float)) > MAX_ABS_VALUE).any(1))
+        if large.size:  # (refused before anything is sent, as the service would refuse it)
+            raise ReplayError(
+                f"Example {large[0] + 1} of {self.name!r} has a value past +-{MAX_ABS_VALUE:g}, "
+                "the largest the service takes."
+            )
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -41,6 +41,8 @@ async def open_model(
     try:
         info = await client.read_model(name)
     except NotFoundError:
+        if len(data.classes) < 2:
+            raise ReplayError(_one_class(data)) from None
         config: dict[str, Any] = {"classes": data.classes, "n_features": data.n_features}
         if len(data.classes) > 2:
             config["multiclass"] = multiclass
@@ -184,6 +186,9 @@ def replay(
     options = options or ReplayOptions()
     name = options.model or data.name
 
+    if options.reset and len(data.classes) < 2:  # (before the model is deleted)
+        raise ReplayError(_one_class(data))
+
     async def run() -> Summary:
         async with AsyncClient(
             options.url,
@@ -212,3 +217,10 @@ def replay(
             return summary
 
     return asyncio.run(run())
+
+
+def _one_class(data: Dataset) -> str:
+    return (
+        f"The labels of {data.name!r} are all {data.classes[0]!r}: a model the replay creates "
+        "needs two classes at least."
+    )
