@@ -164,6 +164,7 @@ def test_a_model_through_its_life(client: httpx.Client, tmp_path: Path) -> None:
         (["models", "promote", "x", "p", "--demote-as", ""], "usage", "A challenger's id"),
         (["serve", "--port", "114535"], "usage", "must be a port from 1 to 65535"),
         (["serve", "--workers", "0"], "usage", "must be at least 1"),
+        (["models", "undo", "x", "--source", "bad key!"], "usage", "is not an API key's name"),
         (["models", "create", "x", "--url", "http://[::1"], "usage", "is not a URL"),
         (["models", "list", "--url", "localhost:8000"], "usage", "is not a service's URL"),
         (["replay", "--dataset", "digits", "--url", "ftp://x"], "usage", "is not a service's"),

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from perceptron_client import ChallengerInfo, Client, ServedLearner
-from service.cli.checked_arguments import challenger_id, finite_number
+from service.cli.checked_arguments import challenger_id, finite_number, key_name
 from service.cli.learner_options import add_learner_options, describe, given_settings
 from service.cli.models_output import Usage, columns, out
 from service.learner.interface import STRATEGIES
@@ -65,7 +65,12 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
     kept.add_argument("--from-version", metavar="V", type=int, help="from this version on")
     kept.add_argument("--limit", metavar="N", type=int, default=100, help="at most N (100)")
     undo_ = action("undo", "rebuild a model exactly without some of its kept updates", undo)
-    undo_.add_argument("--source", metavar="KEY", help="the updates of this API key's name")
+    undo_.add_argument(
+        "--source",
+        metavar="KEY",
+        type=key_name,
+        help="the updates of this API key's name ('': those of no key, made with keys off)",
+    )
     undo_.add_argument(
         "--from-time", metavar="T", type=finite_number, help="made at or after T (Unix s)"
     )

@@ -10,7 +10,13 @@ import json
 import math
 from typing import Any, ClassVar, NoReturn
 
-from service.contract.names import CHALLENGER_ID_RULE, NAME_RULE, valid_challenger_id, valid_name
+from service.contract.names import (
+    CHALLENGER_ID_RULE,
+    KEY_NAME_RE,
+    NAME_RULE,
+    valid_challenger_id,
+    valid_name,
+)
 from service.learner.config import checked_drift
 from service.learner.interface import ConfigError
 
@@ -69,6 +75,15 @@ def challenger_id(text: str) -> str:
     """A challenger's id as the service takes it."""
     if not valid_challenger_id(text):
         raise argparse.ArgumentTypeError(f"{CHALLENGER_ID_RULE}; got {text[:80]!r}")
+    return text
+
+
+def key_name(text: str) -> str:
+    """An API key's name as the service records it, or '' (no key)."""
+    if text and not KEY_NAME_RE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:80]!r} is not an API key's name: 1-64 letters, digits, '_', '-' or '.'"
+        )
     return text
 
 

@@ -12,6 +12,7 @@ from pydantic import (
 
 from service.api.openapi import openapi_history_examples
 from service.api.schemas.model_schemas import Body, LabelValue, Time, Version, with_examples
+from service.contract.names import KEY_NAME_PATTERN
 
 
 class CheckpointInfo(BaseModel):
@@ -98,7 +99,10 @@ class UndoRequest(Body):
     )
 
     source: str | None = Field(
-        None, max_length=64, description="Leave out the updates this API key (its name) caused."
+        None,
+        pattern=f"^(?:{KEY_NAME_PATTERN})?$",
+        description="Leave out the updates this API key (its name: 1-64 letters, digits, '_', "
+        "'-' or '.') caused; '' those of no key (made with keys off).",
     )
     from_time: Time | None = Field(
         None, description="A number: leave out the updates made from then on (Unix seconds)..."
