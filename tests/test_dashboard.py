@@ -565,7 +565,7 @@ def test_an_imported_model_says_which_outcomes_it_knows(client: httpx.Client, pa
     page.goto(f"{base(client)}/dashboard#model=b")
     expect(page.locator("#headline-text")).to_have_text("Mistake rate 100.0% in all")
     expect(page.locator("#rate-last-100-sub")).to_have_text(
-        "none known since the import or rollback"
+        "none known since the import or promotion"
     )
     expect(page.locator("#rate-cumulative-sub")).to_have_text("200 of 200 examples")
     for y in (1, -1, -1, -1):  # w = 0 after 200 turns: -1, then right three times after it

@@ -67,7 +67,7 @@ class Status(IntEnum):
 NO_CLASS = -1  # the class index the store is given for a label that is none of the classes
 RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 # A ring's mark for an example whose outcome it does not know (one learned before an import, or
-# before a rollback moved the count of examples on): neither a mistake nor not, left out of rates
+# a promotion's learner's before it served): neither a mistake nor not, left out of rates
 RING_UNKNOWN = b"-"
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept

@@ -372,7 +372,7 @@ function trendOf(m) {
   const seen = m.counters.seen;
   const recent = m.mistake_rate.last_100;
   if (!seen) return { trend: 'none' };
-  // Examples counted whose outcomes are not known here (an import, a rollback): no trend.
+  // Examples counted whose outcomes are not known here (an import, a promotion): no trend.
   if (recent === null || m.mistake_rate.last_100_examples < Math.min(100, seen)) {
     return { trend: 'unknown', to: recent };
   }
@@ -444,7 +444,7 @@ function renderRates(m, t) {
     const el = setText(id, fmtPct(rate), rate);
     $(id + '-sub').textContent = rate !== null
       ? `${fmtInt(Math.round(rate * n))} of the last ${fmtInt(n)} wrong`
-      : seen ? 'none known since the import or rollback' : 'no labelled examples yet';
+      : seen ? 'none known since the import or promotion' : 'no labelled examples yet';
     el.dataset.tone = '';
   }
   const tone = { falling: 'good', low: 'good', rising: 'bad', flat: 'warn' }[t.trend] || '';
