@@ -206,3 +206,22 @@ def test_a_challengers_weights_kept_in_its_state_as_before_are_still_read(
     assert redis_client.hget(keys.cweights, "c") is not None  # (folded: written apart again)
     assert client.delete("/models/m").status_code == 204
     assert [k for k in redis_client.keys("pcp:{m}:*") if redis_client.pttl(k) < 0] == []
+
+
+def test_a_learner_demoted_after_a_rollback_keeps_its_drift_events(client: httpx.Client) -> None:
+    """A rollback starts the detector afresh and keeps its events; a promotion then demotes the
+    learner with them (a fresh detector's events were packed as none: all lost)."""
+    drift = {"detector": "ddm", "warm_start": 2, "warning_threshold": 0.3, "drift_threshold": 1.5}
+    assert client.put("/models/m", json={"n_features": 2, "drift": drift}).is_success
+    assert client.post("/models/m/reset").is_success
+    body = {"model": "m", "features": [[-0.001, -1.0]] * 24, "labels": [-1] * 12 + [1] * 12}
+    assert client.post("/learn/batch", json=body).is_success
+    events = [(e["kind"], e["at_seen"]) for e in client.get("/models/m/drift").json()["events"]]
+    assert events
+    (kept,) = client.get("/models/m/checkpoints").json()["checkpoints"]
+    assert client.post("/models/m/rollback", json={"checkpoint": kept["id"]}).is_success
+    assert client.put("/models/m/challengers/c1", json={"averaged": True}).is_success
+    body = {"challenger": "c1", "demote_as": "was"}
+    assert client.post("/models/m/promote", json=body).is_success
+    report = client.get("/models/m/drift").json()
+    assert [(e["kind"], e["at_seen"]) for e in report["events"] if e["learner"] == "was"] == events

@@ -433,8 +433,8 @@ class Ref:
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
         self.drift_state, self.drift_events = drift[0], list(drift[1])
-        # (and the ring of outcomes: the window reads as that many examples, none wrong)
-        self.marks = bytearray(b"0" * min(self.counters["seen"], protocol.RING_SIZE))
+        # (and the ring of outcomes: a file carries none, none is known)
+        self.marks = bytearray()
         self.restart(weights.copy())
         self.prune()
 

@@ -247,11 +247,15 @@ def pack_head(state: ChallengerState) -> bytes:
 
 
 def _pack_drift(state: ChallengerState) -> bytes:
-    """Its drift detector: ``<state>|<warnings> <drifts>|<seen><w|d>,...`` (empty: fresh)."""
-    if state.drift_state is None:
+    """Its drift detector: ``<state>|<warnings> <drifts>|<seen><w|d>,...`` (empty: fresh,
+    with no event yet; a fresh one with events, as a learner's after a rollback, keeps them)."""
+    detector = state.config.drift_detector
+    counted = state.drift_events or state.drift_warnings or state.drifts
+    if detector is None or (state.drift_state is None and not counted):
         return b""
+    numbers = detector.start() if state.drift_state is None else state.drift_state
     events = ",".join(f"{at}{kind[0]}" for at, kind in state.drift_events)
-    text = f"{state_text(state.drift_state)}|{state.drift_warnings} {state.drifts}|{events}"
+    text = f"{state_text(numbers)}|{state.drift_warnings} {state.drifts}|{events}"
     return text.encode()
 
 

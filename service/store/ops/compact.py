@@ -57,7 +57,7 @@ if KEEP == '1' and (VERSION - tonumber(st[4] or '0') >= EVERY
     or tonumber(NOW_MS) - tonumber(st[5] or '0') >= EVERY_MS)
     and staged(STAGE_COPY, CHUNKS) then
   checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, STAGE_COPY, LENGTH,
-    {}, VERSION, VERSION, NOW_MS, REASON_SCHEDULED, seen_before(LOG))
+    {}, VERSION, VERSION, NOW_MS, REASON_SCHEDULED, seen_before(META, LOG))
   redis.call('HSET', META, META_CHECKPOINT_VERSION, VERSION, META_CHECKPOINT_MS, NOW_MS)
 end
 let_go(STAGE_COPY)

@@ -333,13 +333,14 @@ end
 RETAINED = """
 -- The labelled examples the model had at the version its ``log`` follows: one fewer than the
 -- ordinal of the log's first entry (its leading digits), which the version after it learned;
--- nil when the log is empty (the model as it is now), false when its learner counts no
--- ordinals (0: the count is not known).
-local function seen_before(log)
+-- nil when the log is empty (the model as it is now), false when its learner is not averaged
+-- (whose count no update is logged in order with: not known).
+local function seen_before(meta, log)
   local first = redis.call('LINDEX', log, 0)
   if not first then return nil end
-  local k = tonumber(string.match(first, '^%d+'))
-  return k > 0 and k - 1
+  local config = redis.call('HGET', meta, META_CONFIG) or ''
+  if not string.find(config, '"averaged": true', 1, true) then return false end
+  return tonumber(string.match(first, '^%d+')) - 1
 end
 -- The checkpoint the retained log starts from, and its version: when there is none yet, the
 -- snapshot's weights (moved from key ``from``, which holds them) are kept as one, and the
@@ -349,7 +350,7 @@ local function retained_base(meta, log, from, ck, ckinfo, cktail, ring, ms)
     META_SNAP_LENGTH)
   if st[1] then return st[1], tonumber(st[2]) end
   local id = checkpoint(meta, ck, ckinfo, cktail, ring, from, weights_bytes(from, st[4]), {},
-    st[3], st[3], ms, REASON_START, seen_before(log))
+    st[3], st[3], ms, REASON_START, seen_before(meta, log))
   redis.call('HSET', meta, META_PAST_BASE, id, META_PAST_VERSION, st[3])
   return id, tonumber(st[3])
 end
