@@ -450,3 +450,30 @@ def test_a_request_that_went_but_got_no_answer_is_said_so() -> None:
     assert (code, said["status"], said["code"]) == (Exit.UNAVAILABLE, None, "no_answer")
     assert said["detail"].startswith(f"no answer from {url} (ReadTimeout")
     assert "may have been done" in said["detail"]
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://[::1", "is not a URL"),
+        ("localhost:8000", "is not a service's URL"),
+        ("ftp://host", "is not a service's URL"),
+        ("http://", "is not a service's URL"),
+    ],
+)
+def test_a_service_url_it_cannot_use_is_a_wrong_use(url: str, said: str) -> None:
+    """--url or PERCEPTRON_URL: exit 2 and why, before anything is sent (JSON with --json)."""
+    code, _, err = run_main("models", "list", "--url", url)
+    assert code == Exit.USAGE and said in err, err
+    code, _, err = run_main("models", "list", "--url", url, "--json")
+    assert code == Exit.USAGE and json.loads(err)["code"] == "usage", err
+    assert commands.checked_url("https://h:1/x") == "https://h:1/x"
+
+
+def test_an_undo_source_is_a_keys_name_or_none() -> None:
+    from service.cli.checked_arguments import key_name
+
+    assert key_name("") == "" and key_name("alice.b-1") == "alice.b-1"
+    for bad in ("a b", "x" * 65, "é"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not an API key's name"):
+            key_name(bad)

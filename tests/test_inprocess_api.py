@@ -593,3 +593,21 @@ def test_a_learn_nobody_takes_in_time_is_a_503_and_is_not_learned(
     keys.delete(ModelKeys("m").writer)
     assert learn(api, "m", [1, 1], 1)["version"] == 1  # now it writes the model itself
     assert api.get("/models/m").json()["counters"]["learned"] == 1
+
+
+def test_an_imports_own_count_apart_is_checked(api: httpx.Client) -> None:
+    """An export of an averaged learner rolled back carries what its counters count beyond
+    its own count ('seenoff'): an integer, the count it gives one the service keeps, and no
+    fewer than the mistakes."""
+    assert api.put("/models/s", json={"n_features": 1, "averaged": True}).is_success
+    body = {"model": "s", "features": [[1.0]] * 6, "labels": [1, -1] * 3}
+    assert api.post("/learn/batch", json=body).is_success
+    assert api.post("/models/s/rollback", json={"version": 1}).is_success
+    doc = api.get("/models/s/export").json()
+    assert int(doc["counters"]["seenoff"]) == 6 - doc["seen"]
+    assert api.post("/models/t/import", json=doc).is_success
+    assert api.get("/models/t").json()["counters"]["seen"] == 6
+    for bad in ("x", True, -doc["seen"] - 1, 2**60, -int(doc["counters"]["mistakes"])):
+        edited = {**doc, "counters": {**doc["counters"], "seenoff": bad}}
+        r = error(api.post("/models/u/import", json=edited), 422, "invalid_import")
+        assert "seenoff" in r["detail"] or "exceeds the labelled examples" in r["detail"], r
