@@ -12,9 +12,20 @@ import numpy as np
 import pytest
 from river import base, drift
 
+from service.learner.codec import (
+    PENDING,
+    RELEARNED,
+    RESTARTED,
+    apply_entry,
+    entry_head,
+    entry_kind,
+    pack_payload,
+    pack_record,
+)
 from service.learner.config import ModelConfig
 from service.learner.drift_detectors import DDM, EDDM, Detector
 from service.learner.online import OnlineLearner
+from service.learner.perceptron import Weights
 from service.learner.retraining import Retraining
 
 from .test_drift_detectors import river_of
@@ -110,3 +121,44 @@ def test_a_retrained_learner_counts_and_averages_over_its_own_examples() -> None
     last, before = swaps[-1], ([-1, *swaps])[-2]
     # the warning's examples since the swap before, the drift's, then every one after it
     assert ours.served.weights.seen == sum(warned[before + 1 : last]) + len(xs) - last
+
+
+def retraining_log(config: ModelConfig, detector: Detector, xs: Any, ys: Any) -> tuple[Any, Any]:
+    """The reference retraining the stream, and the update log the store writes for it: each
+    update of the served learner as decided when it served (PENDING), and at a drift the
+    background learner's examples then the drift's, to be learned afresh (RESTARTED first,
+    RELEARNED after), each with its ordinal in the learner that learns it."""
+    ours, log, background = Retraining(config, detector), [], []
+    for x, y in zip(xs, ys, strict=True):
+        p = ours.serve(x)
+        t, own = config.classes.index(y), ours.served.weights.seen + 1
+        record = pack_record("0123456789abcdef", p.served, [False] * config.n_classes,
+                             pack_payload(p.raw, p.x))  # fmt: skip
+        healed = ours.feedback(p, y)
+        warning, _ = detector.flags(ours.state)
+        if healed.retrained:
+            background.append((t, record))
+            for i, (bt, br) in enumerate(background):
+                mark = RESTARTED if i == 0 else RELEARNED
+                log.append(entry_head(i + 1, bt) + mark + br[len(PENDING) :])
+            background = []
+            continue
+        if warning:
+            background.append((t, record))
+        if healed.outcome.updated:
+            log.append(entry_head(own, t) + record)
+    return ours, log
+
+
+@pytest.mark.parametrize("learner", CONFIGS)
+def test_the_log_of_a_retraining_replays_to_its_served_learner(learner: str) -> None:
+    config = ModelConfig(n_features=2, **CONFIGS[learner])
+    xs, ys = stream("abrupt", 3000, len(config.classes), seed=7)
+    ours, log = retraining_log(config, DDM(warm_start=10, drift_threshold=2.5), xs, ys)
+    assert any(entry_kind(e) == RESTARTED for e in log)
+    replayed = Weights.zeros(config)
+    for entry in log:
+        apply_entry(config, replayed, entry)
+    for a, b in zip(replayed.arrays(), ours.served.weights.arrays(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert replayed.version == len(log)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from service.contract.store_protocol import Checkpoint, Reason
 from service.errors import ModelBusy, ServiceError
 from service.learner import ModelConfig, Weights
-from service.learner.codec import unpack_entry, unpack_weights
+from service.learner.codec import apply_entry, unpack_weights
 from service.settings import Settings
 from service.store import Store, StoreError
 from service.store.ops.history import HistoryState, Restorable
@@ -178,8 +178,7 @@ def rebuild(restorable: Restorable) -> tuple[ModelConfig, Weights]:
     config = ModelConfig.from_json(restorable.config)
     weights = unpack_weights(config, restorable.weights, restorable.base, 0)
     for entry in restorable.entries:
-        k, t, raw, x = unpack_entry(config, entry)
-        config.learner.apply_logged(config, weights, x, raw=raw, t=t, k=k)
+        apply_entry(config, weights, entry)
     return config, weights
 
 

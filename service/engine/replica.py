@@ -11,7 +11,7 @@ from service.contract.store_protocol import Meta
 from service.contract.store_values import SyncData
 from service.errors import ModelStateLost, StaleModel
 from service.learner import Example, ModelConfig, Weights
-from service.learner.codec import pack_payload, pack_record, unpack_entry, unpack_weights
+from service.learner.codec import apply_entry, pack_payload, pack_record, unpack_weights
 from service.learner.perceptron import predict_index
 
 
@@ -67,15 +67,15 @@ class Replica:
         if w.version < data.base:
             w.version = -1  # a gap: the next commit fetches everything again
             return
+        restarted = False  # (a learner retrained at a drift: its count starts again too)
         for offset, entry in enumerate(data.entries):
             if data.base + offset < w.version:
                 continue
-            k, t, raw, x = unpack_entry(self.config, entry)
-            self.config.learner.apply_logged(self.config, w, x, raw=raw, t=t, k=k)
+            restarted = apply_entry(self.config, w, entry) or restarted
         if w.version < data.version:  # the store said more updates than it sent
             w.version = -1
             raise ModelStateLost(self.name, "its update log does not add up to its version")
-        w.seen = max(w.seen, data.seen)
+        w.seen = data.seen if restarted else max(w.seen, data.seen)
 
     def predict(self, x: Example) -> Prediction:
         cfg, w = self.config, self.weights

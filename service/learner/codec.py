@@ -23,6 +23,12 @@ from service.learner.perceptron import Weights
 # A pending record (``pack_record``): its mark, then the model's epoch, then the served class.
 PENDING = b"P"
 ANSWERED = b"A"  # the mark of a record once its feedback was applied (the scripts write it)
+# The marks of a log entry's record that a retraining writes in place of PENDING (``apply_entry``):
+# learned as River's ``learn_one`` (the raw scores it carries are not used: the weights at replay
+# decide), and the same on weights started afresh (the first example of a learner that replaced
+# the served one at a drift).
+RELEARNED = b"L"
+RESTARTED = b"Z"
 EPOCH_LENGTH = 16  # hex digits: a model's epoch is new_epoch()'s
 SERVED_DIGITS = 4
 ENTRY_SEP = b"|"  # a log entry: b"k|t|" + record (entry_head)
@@ -101,6 +107,31 @@ def unpack_entry(config: ModelConfig, entry: bytes) -> tuple[int, int, np.ndarra
     k, t, record, start = _entry_parts(entry)
     raw, x = unpack_payload(config, record[start + record_header(config) :])
     return int(k), int(t), raw, x
+
+
+def entry_kind(entry: bytes) -> bytes:
+    """How a log entry is applied: PENDING (the update decided when its prediction was served,
+    from the scores it keeps), RELEARNED or RESTARTED."""
+    _, _, record, start = _entry_parts(entry)
+    return record[start : start + 1]
+
+
+def apply_entry(config: ModelConfig, weights: Weights, entry: bytes) -> bool:
+    """Apply one log entry to ``weights``, as every replica and every rebuild does (bit for bit
+    the same); True where the entry started the learner afresh (its count too)."""
+    k, t, raw, x = unpack_entry(config, entry)
+    kind = entry_kind(entry)
+    learner = config.learner
+    if kind == RESTARTED:
+        weights.w.fill(0.0)
+        weights.b.fill(0.0)
+        for a in learner.state(config):
+            weights.state[a.name].fill(a.start)
+        weights.seen = 0
+    if kind != PENDING:
+        raw = learner.raw_scores(config, weights, x)
+    learner.apply_logged(config, weights, x, raw=raw, t=t, k=k)
+    return kind == RESTARTED
 
 
 def entry_served(entry: bytes) -> int:
