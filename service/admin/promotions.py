@@ -18,9 +18,9 @@ from service.contract.store_protocol import (
     RING_SIZE,
     RING_UNKNOWN,
     Meta,
-    drift_events,
     pending_life_s,
 )
+from service.contract.store_values import drift_events
 from service.engine.replicas import Replicas
 from service.engine.standings import Standing, standing, tail_of
 from service.engine.tasks import cancel_all
@@ -204,7 +204,7 @@ def _demoted(
         demoted.drift_warnings = int(meta.get("drift_warnings", 0))
         demoted.drifts = int(meta.get("drifts", 0))
         events = drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
-        demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _ in events]
+        demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _, _ in events]
     return demoted
 
 

@@ -16,6 +16,7 @@ from service.contract import store_protocol as protocol
 from service.contract.names import KEY_NAME_PATTERN
 from service.contract.sources import parse_source
 from service.contract.store_protocol import Field, Meta, Reason, parse_cell
+from service.contract.store_values import drift_events
 from service.errors import InvalidInput
 from service.learner import ConfigError, ModelConfig, Weights
 from service.learner.codec import pack_weights, unpack_weights
@@ -107,8 +108,8 @@ def _drift_document(config: ModelConfig, meta: dict[str, str]) -> dict[str, Any]
     """The detector's state (its numbers as the store keeps them) and its last events."""
     assert config.drift_detector is not None
     events = [
-        {"at_seen": at, "kind": kind, "time_ms": ms}
-        for at, kind, ms in protocol.drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+        {"at_seen": at, "kind": kind, "time_ms": ms, "action": "retrained" if healed else None}
+        for at, kind, ms, healed in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     ]
     state = read_state(config.drift_detector, meta.get(Meta.DRIFT_STATE, ""))
     return {"state": state_text(state), "events": events}
@@ -264,9 +265,19 @@ def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
         raise _bad(f"'drift.events' must be a list of at most {protocol.DRIFT_EVENTS_KEPT}.")
     lines = []
     for i, one in enumerate(events):
-        if not isinstance(one, dict) or set(one) != EVENT_FIELDS or one["kind"] not in KINDS:
-            raise _bad(f"drift event {i} must be {sorted(EVENT_FIELDS)}, kind one of {KINDS}.")
-        lines.append(f"{_count(one, 'at_seen')} {one['kind']} {_count(one, 'time_ms')}\n")
+        if (
+            not isinstance(one, dict)
+            or set(one) - {"action"} != EVENT_FIELDS
+            or one["kind"] not in KINDS
+            or one.get("action") not in (None, "retrained")
+            or (one.get("action") and one["kind"] != "drift")
+        ):
+            raise _bad(
+                f"drift event {i} must be {sorted(EVENT_FIELDS)} (and 'action', null or "
+                f"'retrained' for a drift), kind one of {KINDS}."
+            )
+        healed = " retrained" if one.get("action") else ""
+        lines.append(f"{_count(one, 'at_seen')} {one['kind']} {_count(one, 'time_ms')}{healed}\n")
     return {Meta.DRIFT_STATE: state_text(state), Meta.DRIFT_EVENTS: "".join(lines)}
 
 

@@ -167,7 +167,16 @@ def unpack_examples(data: bytes, head: RequestHead, dense_dim: int | None) -> La
     return Labelled(xs, ts, srcs)
 
 
-def pack_answer(start: int, served: list[int], updated: list[bool]) -> bytes:
+def pack_answer(
+    start: int, served: list[int], updated: list[bool], steps: list[int] | None = None
+) -> bytes:
+    """A handed-over request's answer: the model's version before its first example, and each
+    example's served class and whether it updated (``steps``: the versions each added, where
+    a retraining's swap added more than one)."""
+    if steps is not None:
+        rows = np.empty(len(served), dtype=[("served", "<i4"), ("updated", "u1"), ("step", "<u4")])
+        rows["served"], rows["updated"], rows["step"] = served, updated, steps
+        return b"S" + _START.pack(start) + rows.tobytes()
     if len(served) == 1:  # (most requests: struct costs less than numpy for one)
         return _ONE_ANSWER.pack(b"R", start, served[0], updated[0])
     pairs = np.empty(len(served), dtype=[("served", "<i4"), ("updated", "u1")])
@@ -181,6 +190,12 @@ def unpack_answer(data: bytes) -> tuple[list[int], list[bool], list[int]]:
     if data[:1] == b"E":
         raise error_of(json.loads(data[1:]))
     (start,) = _START.unpack_from(data, 1)
+    if data[:1] == b"S":
+        rows = np.frombuffer(
+            data, dtype=[("served", "<i4"), ("updated", "u1"), ("step", "<u4")], offset=9
+        )
+        versions = list(accumulate(rows["step"].tolist(), initial=start))[1:]
+        return rows["served"].tolist(), rows["updated"].astype(bool).tolist(), versions
     pairs = np.frombuffer(data, dtype=[("served", "<i4"), ("updated", "u1")], offset=9)
     updated = pairs["updated"].astype(bool).tolist()
     versions = list(accumulate(updated, initial=start))[1:]

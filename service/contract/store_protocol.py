@@ -19,20 +19,12 @@ from service.learner.codec import (
     ENTRY_SEP,
     EPOCH_LENGTH,
     PENDING,
+    RELEARNED,
+    RESTARTED,
     SERVED_DIGITS,
     SOURCE_MARK,
 )
 from service.learner.drift_detectors import EVENTS_KEPT
-
-
-def drift_events(text: str) -> list[tuple[int, str, int]]:
-    """A drift detector's events as the model's hash keeps them (``Meta.DRIFT_EVENTS``, lines
-    of ``"<seen> <warning|drift> <unix ms>"``): (seen, kind, ms) each, oldest first."""
-    out = []
-    for line in text.splitlines():
-        at, kind, ms = line.split()
-        out.append((int(at), kind, int(ms)))
-    return out
 
 
 class Status(IntEnum):
@@ -375,6 +367,8 @@ _NUMBERS = {
 }
 _STRINGS = {
     "PENDING": PENDING.decode(),
+    "RELEARNED": RELEARNED.decode(),
+    "RESTARTED": RESTARTED.decode(),
     "RING_UNKNOWN": RING_UNKNOWN.decode(),
     "ANSWERED": ANSWERED.decode(),
     "ENTRY_SEP": ENTRY_SEP.decode(),

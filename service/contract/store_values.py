@@ -58,6 +58,22 @@ class LearnBatch:
     labels: list[bytes] | None = None  # every example's entry, for the model's challengers
     # or, for challengers small enough, their states after these examples instead
     states: ChallengerStates | None = None
+    # A model that retrains at a drift (its labels then always sent): each drift at which the
+    # background learner replaced the served one, as (the example's place, from 1; the
+    # entries before it), where the store puts the background learner's entries in the log
+    swaps: list[tuple[int, int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Background:
+    """A model that retrains at a drift, read at once: its version, its served learner's count,
+    its detector's state (as the store keeps it) and its background learner's examples (each a
+    log entry without its ordinal: ``ops/drift.py``'s RETRAIN)."""
+
+    version: int
+    seen: int
+    state: str
+    items: list[bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,3 +184,14 @@ class RequestsGone:
     by another writer, or withdrawn). Nothing was written."""
 
     tokens: frozenset[str]
+
+
+def drift_events(text: str) -> list[tuple[int, str, int, bool]]:
+    """A drift detector's events as the model's hash keeps them (``Meta.DRIFT_EVENTS``, lines
+    of ``"<seen> <warning|drift> <unix ms>"``, `` retrained`` after a drift at which the served
+    learner was replaced): (seen, kind, ms, retrained) each, oldest first."""
+    out = []
+    for line in text.splitlines():
+        at, kind, ms, *healed = line.split()
+        out.append((int(at), kind, int(ms), bool(healed)))
+    return out

@@ -17,6 +17,7 @@ from typing import overload
 from service.contract.learn_wire import Labelled, pack_answer
 from service.contract.sources import one_source_counts, source_counts
 from service.contract.store_values import (
+    Background,
     Bucket,
     Challenged,
     Held,
@@ -29,6 +30,7 @@ from service.contract.store_values import (
 from service.engine.batcher import Batcher, Span, batcher_of
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
+from service.engine.retraining_sequence import run_retraining
 from service.engine.sequence import LearnedSequence, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
@@ -149,11 +151,10 @@ class LearnCommits:
         attempts = 0
         while attempts < self.settings.learn_attempts:
             base = rep.weights
-            seen = seen_depended(cfg, base)
-            made = Made(base.version, "" if seen is None else seen, r2)
-            seq, answers = self._sequence(
+            made, background = await self._made(rep, base, r2)
+            seq, answers, steps = self._sequence(
                 rep=rep, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
-                spans=spans,
+                spans=spans, background=background,
             )  # fmt: skip
             try:
                 res = await self.store.commit_learn(
@@ -188,11 +189,22 @@ class LearnCommits:
                 self.replicas.standings.learned(rep.epoch, res, (rep.name, (xs, ts, seq.served)))
             self.replicas.compact_after(rep.name, res.log_length, res.label_log)
             rep.challenged = res.label_log >= 0
-            return LearnedRows.after(cfg.classes, seq.served, ts, seq.updated, version=made.version)
+            return LearnedRows.after(
+                cfg.classes, seq.served, ts, seq.updated, version=made.version, steps=steps
+            )
         raise ModelBusy(
             f"Model {rep.name!r} changed under every one of {self.settings.learn_attempts} "
             "attempts to learn; retry shortly."
         )
+
+    async def _made(self, rep: Replica, base: Weights, r2: float) -> tuple[Made, Background | None]:
+        """What the commit must find of the model (its version; its count where the examples
+        depend on it), and the background learner of a model that retrains, read with the
+        count it goes with: that commit checks the count, which every label moves."""
+        cfg = rep.config
+        background = await self.store.read_background(rep.name) if cfg.retrains else None
+        seen = base.seen if cfg.retrains else seen_depended(cfg, base)
+        return Made(base.version, "" if seen is None else seen, r2), background
 
     def _challenged(self, rep: Replica, sent: LearnBatch) -> None:
         """The store refused a commit for the model's challengers: the next sends their
@@ -212,13 +224,23 @@ class LearnCommits:
         sources: list[str],
         heads: dict[str, bytes],
         spans: list[Span],
-    ) -> tuple[LearnedSequence, list[tuple[str, bytes]]]:
-        """The examples learned on ``base``, as the commit sends them, and the answer of each
-        handed-off request in it; for the model's challengers, when it has some, their states
-        after these examples, or every example's entry."""
+        background: Background | None,
+    ) -> tuple[LearnedSequence, list[tuple[str, bytes]], list[int] | None]:
+        """The examples learned on ``base``, as the commit sends them, the answer of each
+        handed-off request in it, and the versions each example added where a swap made them
+        more than its update (None: one each that updated); for the model's challengers, when
+        it has some, their states after these examples, or every example's entry (always sent
+        by a model that retrains: ``background``, its background learner then)."""
         xs, ts, provs = learned
         cfg = rep.config
-        seq = run_sequence(cfg=cfg, epoch=rep.epoch, base=base, xs=xs, ts=ts, provs=provs)
+        steps = None
+        if background is not None:
+            retrained = run_retraining(cfg, rep.epoch, base, background, xs=xs, ts=ts, provs=provs)
+            seq = retrained.seq
+            if retrained.seq.batch.swaps:
+                steps = retrained.steps
+        else:
+            seq = run_sequence(cfg=cfg, epoch=rep.epoch, base=base, xs=xs, ts=ts, provs=provs)
         b = seq.batch
         only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
         b.cells.update(
@@ -231,18 +253,20 @@ class LearnCommits:
             states = self.replicas.standings.ahead(rep.epoch, labelled)
             seq.batch = replace(
                 b,
-                labels=None
-                if states
+                labels=b.labels
+                if states or b.labels
                 else label_entries(
                     cfg=cfg, epoch=rep.epoch, xs=xs, ts=ts, served=seq.served, provs=provs
                 ),
                 states=states,
             )
-        before = list(accumulate(seq.updated, initial=base.version))  # version before each
+        added = seq.updated if steps is None else steps
+        before = list(accumulate(added, initial=base.version))  # version before each
         answers = [
-            (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b])) for tag, a, b in spans
+            (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b], steps and steps[a:b]))
+            for tag, a, b in spans
         ]
-        return seq, answers
+        return seq, answers, steps
 
 
 class LearnedRows(Sequence[Learned]):
@@ -271,9 +295,12 @@ class LearnedRows(Sequence[Learned]):
         updated: list[bool],
         *,
         version: int,
+        steps: list[int] | None = None,
     ) -> LearnedRows:
-        """The rows of examples learned in order from the model's ``version``."""
-        versions = list(islice(accumulate(updated, initial=version), 1, None))
+        """The rows of examples learned in order from the model's ``version`` (``steps``: the
+        versions each added, where not one each that updated)."""
+        added = updated if steps is None else steps
+        versions = list(islice(accumulate(added, initial=version), 1, None))
         return cls(classes, served, ts, updated, versions)
 
     def __len__(self) -> int:

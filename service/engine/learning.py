@@ -258,7 +258,7 @@ class Learning:
                 life_s=pending_life_s(ttl_s, default is not None),
                 source=source,
                 now_ms=int(1000 * self.clock()),
-                averaged=rep.config.counts_seen,
+                averaged=rep.config.counts_seen or rep.config.retrains,
                 wait_s=wait_s,
                 late=late,
                 default=NO_CLASS if default is None else default,

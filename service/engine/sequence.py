@@ -110,7 +110,7 @@ def _run_kernel(
     if got.last is not None:
         rows = np.flatnonzero(got.last)
         last = Plan(rows, got.last[rows])
-    batch = _batch(got.predicted, ts, entries, recent)
+    batch = batch_of(got.predicted, ts, entries, recent)
     return LearnedSequence(work, batch, served, updated, last)
 
 
@@ -168,7 +168,7 @@ def _run_general(
                 cfg.learner.apply(cfg, work, x, plan, work.seen)
     if copied:
         work.seen = base.seen + n - 1
-    batch = _batch(served_all, ts, entries, recent)
+    batch = batch_of(served_all, ts, entries, recent)
     return LearnedSequence(work, batch, served_all, updated, plan if plan else None)
 
 
@@ -230,7 +230,7 @@ def _run_binary(
     if copied:
         work.b[0] = b
         work.seen = base.seen + n - 1
-    batch = _batch(served, ts, entries, recent)
+    batch = batch_of(served, ts, entries, recent)
     return LearnedSequence(work, batch, served, updated, last)
 
 
@@ -243,7 +243,7 @@ def _entry(x: Example, head: bytes, score: float) -> bytes:
     return head + _pack_f64(score) + example
 
 
-def _batch(
+def batch_of(
     served: Sequence[int] | np.ndarray, ts: Sequence[int], entries: list[bytes], recent: list[bytes]
 ) -> LearnBatch:
     """The store's account of a learned sequence: mistake marks and confusion-matrix cells."""

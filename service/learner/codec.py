@@ -134,6 +134,17 @@ def apply_entry(config: ModelConfig, weights: Weights, entry: bytes) -> bool:
     return kind == RESTARTED
 
 
+def relearned_entry(item: bytes, k: int, mark: bytes) -> bytes:
+    """An example a background learner learned, as the store keeps it (a log entry without its
+    ordinal), as the log entry that learns it again: the ``k``-th of its learner, its record's
+    mark ``mark`` (RESTARTED or RELEARNED); the store's RETRAIN writes the same bytes."""
+    t, rest = item.split(ENTRY_SEP, 1)
+    start = 0
+    if rest[:1] == SOURCE_MARK:  # past its provenance
+        start = rest.index(ENTRY_SEP, rest.index(ENTRY_SEP) + 1) + 1
+    return entry_head(k, int(t)) + rest[:start] + mark + rest[start + 1 :]
+
+
 def entry_served(entry: bytes) -> int:
     """The class index the model served for the prediction a log entry labels."""
     _, _, record, start = _entry_parts(entry)

@@ -161,7 +161,15 @@ class ModelConfig:
         """Its drift detector as the store's scripts read it; '' for none."""
         from service.learner.drift_detectors import spec_of
 
-        return "" if self.drift_detector is None else spec_of(self.drift_detector)
+        if self.drift_detector is None:
+            return ""
+        return spec_of(self.drift_detector) + (" retrain" if self.retrains else "")
+
+    @property
+    def retrains(self) -> bool:
+        """Whether a background learner replaces the served one at a drift (``"on_drift":
+        "retrain"``, ``retraining.py``)."""
+        return self.drift is not None and self.drift["on_drift"] == "retrain"
 
     @cached_property
     def learner(self) -> Learner:
@@ -364,6 +372,4 @@ def checked_drift(drift: Any) -> dict[str, Any] | None:
         detector, on_drift = detector_of(drift)
     except DetectorError as e:
         raise ConfigError("drift", str(e)) from e
-    if on_drift != "alert":  # (retraining at a drift: not served yet)
-        raise ConfigError("drift", "drift.on_drift can only be 'alert' for now.")
     return {"detector": detector.name, "on_drift": on_drift, **asdict(detector)}

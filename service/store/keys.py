@@ -169,6 +169,12 @@ class ModelKeys:
         return f"{PREFIX}:{{{self.name}}}:cw:{token}"
 
     @property
+    def blog(self) -> str:
+        """The background learner of a model that retrains at a drift: the examples it learned,
+        each a log entry without its ordinal (ops/drift.py's RETRAIN)."""
+        return f"{PREFIX}:{{{self.name}}}:blog"
+
+    @property
     def challengers(self) -> tuple[str, str, str]:
         return (self.chal, self.cstate, self.clog)
 
@@ -186,6 +192,7 @@ class ModelKeys:
             self.pend,
             self.deadlines,
             self.delays,
+            self.blog,
         )
 
     @property

@@ -25,6 +25,7 @@ from service.store.ops import (
     create,
     defaults,
     delete,
+    drift,
     feedback,
     forget,
     handover,
@@ -108,6 +109,7 @@ class Store:
     commit_feedback = feedback.commit_feedback
     apply_defaults = defaults.apply_defaults
     commit_learn = learn.commit_learn
+    read_background = drift.read_background
     compact = compact.compact
     # history (ops/history.py)
     read_history = history.read_history

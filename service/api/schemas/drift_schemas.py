@@ -8,16 +8,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
-from service.contract.store_protocol import Meta, drift_events
+from service.contract.store_protocol import Meta
+from service.contract.store_values import drift_events
 from service.learner.challenger import ChallengerState
 from service.learner.drift_detectors import DDM, EDDM, detector_of, read_state, status_of
 
 DRIFT_TEXT = (
     "A drift detector on the served learner's mistakes, or null (none, the default): "
-    '{"detector": "ddm" | "eddm", "on_drift": "alert", ...its parameters}. DDM (River\'s '
-    "drift.binary.DDM; warm_start, warning_threshold, drift_threshold) suits abrupt changes; "
+    '{"detector": "ddm" | "eddm", "on_drift": "alert" | "retrain", ...its parameters}. '
+    "DDM (River's drift.binary.DDM; warm_start, warning_threshold, drift_threshold) suits "
+    "abrupt changes; "
     "EDDM (River's drift.binary.EDDM; warm_start, alpha, beta) gradual ones. A parameter left "
-    "out is River's default. Its warnings and drifts are GET /models/{name}/drift's."
+    "out is River's default. Its warnings and drifts are GET /models/{name}/drift's. With "
+    '"retrain", River\'s DriftRetrainingClassifier: while it warns, a background learner of the '
+    "same configuration, from zero, learns each labelled example; at a drift it replaces the "
+    "served learner, and a fresh one waits for the next warning."
 )
 
 
@@ -27,8 +32,10 @@ class _DetectorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     detector: str = Field(description="its name")  # (each detector's names it alone)
-    on_drift: Literal["alert"] = Field(
-        "alert", description="what a drift does: alert (retraining is not served yet)"
+    on_drift: Literal["alert", "retrain"] = Field(
+        "alert",
+        description="what a drift does: alert only, or retrain (a background learner trained "
+        "while it warns replaces the served one)",
     )
     warm_start: StrictInt | None = Field(
         None, description=f"examples (ddm) or mistakes (eddm) before it decides ({DDM.warm_start})"
@@ -76,7 +83,11 @@ class DriftEvent(BaseModel):
         description="when, Unix seconds (null for a challenger's, and for the served learner's "
         "from before it was promoted: its at_seen says when)"
     )
-    action: None = Field(None, description="what it did: nothing but the alert (null)")
+    action: Literal["retrained"] | None = Field(
+        None,
+        description="what it did: 'retrained' (a drift at which the background learner replaced "
+        "the served one: on_drift 'retrain'), or nothing but the alert (null)",
+    )
 
 
 class LearnerDrift(BaseModel):
@@ -127,8 +138,14 @@ def drift_answer(
     detector, _ = detector_of(config)
     state = read_state(detector, meta.get(Meta.DRIFT_STATE, ""))
     events = [
-        DriftEvent(learner="served", kind=kind, at_seen=at, time=ms / 1000 if ms else None)
-        for at, kind, ms in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+        DriftEvent(
+            learner="served",
+            kind=kind,
+            at_seen=at,
+            time=ms / 1000 if ms else None,
+            action="retrained" if healed else None,
+        )
+        for at, kind, ms, healed in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     ]
     seen = int(meta.get(Meta.SEEN, 0))
     learners = [LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)]

@@ -25,7 +25,19 @@ from service.store.script import Runner, Script, status_of
 # length (-1: none added)}. A model with challengers logs each label for them too (``clog``).
 SCRIPT = Script(
     "defaults",
-    keys=("meta", "log", "series", "ring", "recent", "pend", "curve", "hold", "deadlines", "clog"),
+    keys=(
+        "meta",
+        "log",
+        "series",
+        "ring",
+        "recent",
+        "pend",
+        "curve",
+        "hold",
+        "deadlines",
+        "clog",
+        "blog",
+    ),
     args=("epoch", "default#", "life#", "bucket#", "keep#", "now_ms", "most#", "detector"),
     parts=labelling.PARTS,
     body="""
@@ -34,7 +46,7 @@ local st = redis.call('HMGET', META, META_EPOCH, META_VERSION, META_SEEN, META_S
 local epoch = st[1]
 if not epoch then return {NO_MODEL} end
 if epoch ~= EPOCH then return {STALE_EPOCH} end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6])
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6], META, BLOG)
 s.now = clock()
 local due = redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', math.floor(s.now * 1000),
   'LIMIT', 0, MOST)

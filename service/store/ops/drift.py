@@ -2,20 +2,36 @@
 floating-point operations, in the same order, as ``learner/drift_detectors.py`` (River's), so
 that a model's detector decides alike whichever script or worker feeds it.
 
-``drift_feed(spec, state, marks)``: the detector ``spec`` names (``"ddm <warm_start>
+``drift.feed(spec, state, marks)``: the detector ``spec`` names (``"ddm <warm_start>
 <warning_threshold> <drift_threshold>"`` or ``"eddm <warm_start> <alpha> <beta>"``, its numbers
 as ``%.17g``) fed ``marks`` ('1' a mistake, '0' not, in order) from ``state`` (its numbers as
 ``%.17g``, which reads back exactly, separated by spaces; '' for a fresh one); returns the new
-state, so written, and the events: for each example that raised a flag, its place in ``marks``
-(from 1) and ``1`` (a warning) or ``2`` (a drift), flattened.
+state, so written, the events: for each example that raised a flag, its place in ``marks``
+(from 1) and ``1`` (a warning) or ``2`` (a drift), flattened; and what a retraining does at each
+example, one character each (River's ``DriftRetrainingClassifier``): ``1`` the background
+learner learns it (River's warning flag is up), ``2`` the background learner replaces the served
+one (a drift, without the warning flag), ``0`` neither.
 
-``drift_record(meta, spec, seen, marks)``: the model's detector fed a commit's marks (the
-served learner had seen ``seen`` examples before them), its state kept in the model's hash,
-each event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT).
+``drift.record(meta, spec, seen, marks)``: the model's detector fed a commit's marks (the
+model had counted ``seen`` examples before them), its state kept in the model's hash, each
+event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT; a drift at which the
+served learner was replaced marked ``retrained``); returns the acts. A spec that ends in
+`` retrain`` retrains (``"on_drift": "retrain"``).
+
+RETRAIN (``retrain.keep``, ``retrain.entries``): the background learner, kept as the examples it
+learned (the ``blog`` list, each an entry without its ordinal), and the entries that put it in
+the served learner's place at a drift: its examples then the drift's, to be learned afresh by
+every replica (``codec.RESTARTED`` the first, ``codec.RELEARNED`` the others, each with its
+ordinal in the new learner).
 """
 
+from service.contract.store_values import Background
+from service.store.keys import keys_of
+from service.store.script import Runner, Script, raw, status_of, text
+
 DRIFT = """
-local function drift_ddm(st, marks, warm, wt, dt, events)
+local drift = {ACTS = {'0', '1', '2'}}
+function drift.ddm(st, marks, warm, wt, dt, events, acts)
   local status, n, mean, pmin, smin, psmin = st[1], st[2], st[3], st[4], st[5], st[6]
   for i = 1, #marks do
     local before = status
@@ -36,10 +52,11 @@ local function drift_ddm(st, marks, warm, wt, dt, events)
       events[#events + 1] = i
       events[#events + 1] = status
     end
+    acts[i] = drift.ACTS[status + 1]
   end
   return {status, n, mean, pmin, smin, psmin}
 end
-local function drift_eddm(st, marks, warm, alpha, beta, events)
+function drift.eddm(st, marks, warm, alpha, beta, events, acts)
   local status, n, last, errors, count, mean, sq, most, warned =
     st[1], st[2], st[3], st[4], st[5], st[6], st[7], st[8], st[9]
   for i = 1, #marks do
@@ -81,36 +98,36 @@ local function drift_eddm(st, marks, warm, alpha, beta, events)
       events[#events + 1] = i
       events[#events + 1] = 2
     end
+    acts[i] = (warned == 1) and '1' or ((status == 2) and '2' or '0')
   end
   return {status, n, last, errors, count, mean, sq, most, warned}
 end
-local function drift_feed(spec, state, marks)
-  local kind, warm, a, b = string.match(spec, '^(%l+) (%S+) (%S+) (%S+)$')
+function drift.feed(spec, state, marks)
+  local kind, warm, a, b = string.match(spec, '^(%l+) (%S+) (%S+) (%S+)')
   warm, a, b = tonumber(warm), tonumber(a), tonumber(b)
-  local feed, size = drift_ddm, 6
-  if kind == 'eddm' then feed, size = drift_eddm, 9 end
+  local feed, size = drift.ddm, 6
+  if kind == 'eddm' then feed, size = drift.eddm, 9 end
   local st = {}
   for v in string.gmatch(state, '%S+') do st[#st + 1] = tonumber(v) end
   if #st ~= size then
     st = (kind == 'ddm') and {0, 0, 0, 0, 0, math.huge} or {0, 0, 0, 0, 0, 0, 0, -1, 0}
   end
-  local events = {}
-  st = feed(st, marks, warm, a, b, events)
+  local events, acts = {}, {}
+  st = feed(st, marks, warm, a, b, events, acts)
   for i = 1, size do st[i] = string.format('%.17g', st[i]) end
-  return table.concat(st, ' '), events
+  return table.concat(st, ' '), events, table.concat(acts)
 end
-local function drift_record(meta, spec, seen, marks)
-  local state = redis.call('HGET', meta, META_DRIFT_STATE) or ''
-  local new, events = drift_feed(spec, state, marks)
-  redis.call('HSET', meta, META_DRIFT_STATE, new)
+function drift.keep(meta, state, events, seen, acts, retrains)
+  redis.call('HSET', meta, META_DRIFT_STATE, state)
   if #events == 0 then return end
   local now = redis.call('TIME')
-  local ms = string.format(' %d\\n', now[1] * 1000 + math.floor(now[2] / 1000))
+  local ms = string.format(' %d', now[1] * 1000 + math.floor(now[2] / 1000))
   local lines = {redis.call('HGET', meta, META_DRIFT_EVENTS) or ''}
   for i = 1, #events, 2 do
     local warned = events[i + 1] == 1
+    local healed = retrains and not warned and string.sub(acts, events[i], events[i]) == '2'
     lines[#lines + 1] = string.format('%d', seen + events[i]) .. (warned and ' warning' or ' drift')
-      .. ms
+      .. ms .. (healed and ' retrained' or '') .. '\\n'
     redis.call('HINCRBY', meta, warned and COUNT_DRIFT_WARNINGS or COUNT_DRIFTS, 1)
   end
   local log = table.concat(lines)
@@ -120,4 +137,63 @@ local function drift_record(meta, spec, seen, marks)
   end
   redis.call('HSET', meta, META_DRIFT_EVENTS, log)
 end
+function drift.record(meta, spec, seen, marks)
+  local new, events, acts = drift.feed(spec, redis.call('HGET', meta, META_DRIFT_STATE) or '',
+    marks)
+  drift.keep(meta, new, events, seen, acts, string.find(spec, ' retrain', 1, true) ~= nil)
+  return acts
+end
 """
+
+RETRAIN = """
+local retrain = {}
+function retrain.keep(blog, entry)
+  redis.call('RPUSH', blog, string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1))
+end
+function retrain.relearned(item, k, mark)
+  local at = string.find(item, ENTRY_SEP, 1, true)  -- (past the true class, and the provenance)
+  if string.sub(item, at + 1, at + 1) == SOURCE_MARK then
+    at = string.find(item, ENTRY_SEP, string.find(item, ENTRY_SEP, at + 2, true) + 1, true)
+  end
+  return string.format('%d', k) .. ENTRY_SEP .. string.sub(item, 1, at) .. mark
+    .. string.sub(item, at + 2)
+end
+function retrain.push(log, list, from, to, length)
+  for j = from, to, UNPACK_CHUNK do
+    length = redis.call('RPUSH', log, unpack(list, j, math.min(j + UNPACK_CHUNK - 1, to)))
+  end
+  return length
+end
+function retrain.entries(blog, entry)
+  local items = redis.call('LRANGE', blog, 0, -1)
+  items[#items + 1] = string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1)
+  for i = 1, #items do
+    items[i] = retrain.relearned(items[i], i, (i == 1) and RESTARTED or RELEARNED)
+  end
+  redis.call('DEL', blog)
+  return items
+end
+"""
+
+
+# What a model's writer learns a commit of a model that retrains from (``Background``), read
+# at once: {DONE, version, the served learner's count, the detector's state, the background
+# learner's examples}, or NO_MODEL.
+READ = Script(
+    "read_background",
+    keys=("meta", "blog"),
+    args=(),
+    body="""
+local st = redis.call('HMGET', META, META_VERSION, META_SEEN, META_SEEN_OFFSET, META_DRIFT_STATE)
+if not st[1] then return {NO_MODEL} end
+return {DONE, st[1], tonumber(st[2]) - tonumber(st[3] or '0'), st[4] or '',
+  redis.call('LRANGE', BLOG, 0, -1)}
+""",
+)
+
+
+async def read_background(store: Runner, name: str) -> Background:
+    """The model's detector and background learner, with the version and count they go with."""
+    reply = await store.run(READ, READ.key_list(keys_of(name)), READ.arg_list())
+    status_of(store, name, reply)
+    return Background(int(reply[1]), int(reply[2]), text(reply[3]), [raw(v) for v in reply[4]])

@@ -63,6 +63,7 @@ SCRIPT = Script(
         "deadlines",
         "delays",
         "clog",
+        "blog",
     ),  # fmt: skip
     args=(
         "epoch",
@@ -115,7 +116,7 @@ end
 if redis.call('LLEN', LOG) ~= tonumber(st[2]) - tonumber(st[4]) then
   return {STATE_LOST, 'its update log is incomplete'}  -- never extend a log that lost entries
 end
-local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6])
+local s = labels_begin(tonumber(st[2]), tonumber(st[3]), DETECTOR, st[6], META, BLOG)
 local out, n = {}, 0
 local function answer(status, m, u, v, by)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = status, m, u, v, by
@@ -177,7 +178,7 @@ local given = #s.marks - s.defaulted
 if given > 0 then
   local counted = FIELD_SOURCE .. SOURCE
   s.cells[counted .. FIELD_EXAMPLES] = given
-  local m, u = s.mistakes - s.dmistakes, #s.entries - s.dupdates
+  local m, u = s.mistakes - s.dmistakes, s.updates - s.dupdates
   if m > 0 then s.cells[counted .. FIELD_MISTAKES] = m end
   if u > 0 then s.cells[counted .. FIELD_UPDATES] = u end
   redis.call('HINCRBY', META, COUNT_FEEDBACK, given)

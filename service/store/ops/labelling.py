@@ -6,28 +6,54 @@ from service.store.ops import challenger_states, drift, parts
 # Labelling pending predictions, shared by feedback and the default sweep (``defaults.py``;
 # uses RECORD and PENDING). A state ``s`` from labels_begin (the model's version, examples
 # seen, its drift detector: RECORD's, and Meta.SEEN_OFFSET: an entry's ordinal is the served
-# learner's count) gathers what each label adds;
+# learner's count; the model's hash and its background learner, ``blog``: a detector that
+# retrains is fed each label as it comes, and at a drift the entries of RETRAIN put the
+# background learner in the served one's place, the offset then its count) gathers what each
+# label adds;
 # label_one learns record ``p`` (kept at ``key`` for ``life`` seconds) with class index ``t``
 # (a string) and answers it, ``by`` '' or DEFAULTED (counted apart); labels_end writes it all
 # and returns the log's length (-1: no entry added).
 LABEL = """
-local function labels_begin(version, seen, detector, offset)
-  return {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
-    answered = {}, mistakes = 0, defaulted = 0, dmistakes = 0, dupdates = 0, detector = detector,
-    offset = tonumber(offset or '0')}
+local function labels_begin(version, seen, detector, offset, meta, blog)
+  local s = {version = version, seen = seen, entries = {}, marks = {}, cells = {}, recent = {},
+    answered = {}, mistakes = 0, updates = 0, defaulted = 0, dmistakes = 0, dupdates = 0,
+    detector = detector, offset = tonumber(offset or '0')}
+  if string.find(detector, ' retrain', 1, true) then  -- (fed one label at a time: RETRAIN)
+    s.blog, s.dstate, s.devents, s.acts = blog, redis.call('HGET', meta, META_DRIFT_STATE) or '',
+      {}, {}
+    s.offset_was = s.offset
+  end
+  return s
 end
 local function label_one(s, key, p, t, provenance, epoch, life, by)
   local served, ti = tonumber(string.sub(p, SERVED_AT, SERVED_END)), tonumber(t)
   local updated = (string.sub(p, BITMAP_AT + ti, BITMAP_AT + ti) == '1') and 1 or 0
+  local m = (served ~= ti) and 1 or 0
   s.seen = s.seen + 1
+  local act = '0'
+  if s.blog then
+    local events
+    s.dstate, events, act = drift.feed(s.detector, s.dstate, (m == 1) and '1' or '0')
+    for j = 1, #events, 2 do
+      s.devents[#s.devents + 1], s.devents[#s.devents + 2] = #s.marks + 1, events[j + 1]
+    end
+    s.acts[#s.acts + 1] = act
+  end
   local entry = string.format('%d', s.seen - s.offset) .. ENTRY_SEP .. t .. ENTRY_SEP
     .. provenance .. p
   s.recent[#s.recent + 1] = entry
-  if updated == 1 then
-    s.version = s.version + 1
-    s.entries[#s.entries + 1] = entry
+  if act == '2' then  -- the background learner serves from here, this example its last learned
+    local swap = retrain.entries(s.blog, entry)
+    for j = 1, #swap do s.entries[#s.entries + 1] = swap[j] end
+    s.version, s.offset, updated = s.version + #swap, s.seen - #swap, 1
+  else
+    if act == '1' then retrain.keep(s.blog, entry) end
+    if updated == 1 then
+      s.version = s.version + 1
+      s.entries[#s.entries + 1] = entry
+    end
   end
-  local m = (served ~= ti) and 1 or 0
+  s.updates = s.updates + updated
   s.marks[#s.marks + 1] = (m == 1) and '1' or '0'
   s.mistakes = s.mistakes + m
   if by ~= '' then
@@ -63,7 +89,11 @@ local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bu
   end
   if #s.marks > 0 then
     record(meta, series, ring, recentkey, curve, bucket, keep, s.seen - #s.marks, #s.marks,
-      table.concat(s.marks), s.mistakes, s.cells, s.recent, s.detector)
+      table.concat(s.marks), s.mistakes, s.cells, s.recent, s.blog and '' or s.detector)
+  end
+  if s.blog and #s.marks > 0 then
+    drift.keep(meta, s.dstate, s.devents, s.seen - #s.marks, table.concat(s.acts), true)
+    if s.offset ~= s.offset_was then redis.call('HSET', meta, META_SEEN_OFFSET, s.offset) end
   end
   local log_length = -1
   for i = 1, #s.entries, UNPACK_CHUNK do
@@ -76,4 +106,12 @@ end
 """
 
 # Every Lua part a labelling script is made of, in the order each needs the ones before.
-PARTS = (drift.DRIFT, parts.RECORD, parts.PENDING, parts.OURS, LABEL, challenger_states.LOG_LABELS)
+PARTS = (
+    drift.DRIFT,
+    drift.RETRAIN,
+    parts.RECORD,
+    parts.PENDING,
+    parts.OURS,
+    LABEL,
+    challenger_states.LOG_LABELS,
+)

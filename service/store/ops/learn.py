@@ -84,6 +84,7 @@ SCRIPT = Script(
         "clog",
         "cstate",
         "cweights",
+        "blog",
     ),
     args=(
         "epoch",
@@ -105,12 +106,14 @@ SCRIPT = Script(
         "fold_at#",
         "n_states#",
         "detector",
+        "swaps",
     ),
     rest_keys="answers",
     rest_args="cells",
     parts=(
         parts.SYNC,
         drift.DRIFT,
+        drift.RETRAIN,
         parts.RECORD,
         parts.ANSWER,
         parts.WAKE,
@@ -168,19 +171,39 @@ if answers > 0 then
   end
   if #gone > 0 then return {REQUESTS_GONE, unpack(gone)} end
 end
+local retrains, swapping = string.find(DETECTOR, ' retrain', 1, true) ~= nil, {}
+if retrains then  -- (every label sent; the drifts where its writer swapped, the detector's)
+  if N_LABELS ~= N then return {STATE_LOST, 'a commit that retrains carries every label'} end
+  for i, j in string.gmatch(SWAPS, '(%d+):(%d+)') do swapping[tonumber(i)] = tonumber(j) end
+  local _, _, acts = drift.feed(DETECTOR, redis.call('HGET', META, META_DRIFT_STATE) or '', MARKS)
+  for i = 1, N do
+    if (string.sub(acts, i, i) == '2') ~= (swapping[i] ~= nil) then
+      return {STATE_LOST, 'its detector drifts elsewhere than its writer learned'}
+    end
+  end
+end
 local seen, version = tonumber(st[3]), tonumber(st[2])
 local cells = {}
 for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local recent = {}
 for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
-record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent,
-  DETECTOR)
+local acts = record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES,
+  cells, recent, DETECTOR)
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
-local log_length, stop = -1, recent_at - 1
-for j = entries_at, stop, UNPACK_CHUNK do
-  local upto = math.min(j + UNPACK_CHUNK - 1, stop)
-  log_length = redis.call('RPUSH', LOG, unpack(ARGV, j, upto))
+local log_length, stop, from, swapped = -1, recent_at - 1, entries_at, 0
+for i = 1, retrains and N or 0 do  -- the background learner: learns, or serves from here
+  local act = string.sub(acts, i, i)
+  if act == '1' then retrain.keep(BLOG, ARGV[labels_at + i - 1]) end
+  if act == '2' then
+    log_length = retrain.push(LOG, ARGV, from, entries_at + swapping[i] - 1, log_length)
+    from = entries_at + swapping[i]
+    local swap = retrain.entries(BLOG, ARGV[labels_at + i - 1])
+    log_length = retrain.push(LOG, swap, 1, #swap, log_length)
+    swapped, offset = swapped + #swap, seen + i - #swap
+  end
 end
+log_length = retrain.push(LOG, ARGV, from, stop, log_length)
+if swapped > 0 then redis.call('HSET', META, META_SEEN_OFFSET, offset) end
 local label_log = -1
 if challengers > 0 and N_STATES > 0 then
   local at = string.format('%d', FOLD_AT + N)
@@ -197,7 +220,9 @@ elseif challengers > 0 then
       states_at - 1)))
   end
 end
-if N_UPDATES > 0 then version = redis.call('HINCRBY', META, META_VERSION, N_UPDATES) end
+if N_UPDATES + swapped > 0 then
+  version = redis.call('HINCRBY', META, META_VERSION, N_UPDATES + swapped)
+end
 if tonumber(R2) > tonumber(st[4] or 0) then redis.call('HSET', META, META_R2, R2) end
 for a = 0, answers - 1 do
   answer(TAKEN, REQS, KEYS[ANSWERS_AT + a], ARGV[replies_at + 2 * a], ARGV[replies_at + 2 * a + 1])
@@ -269,6 +294,7 @@ async def commit_learn(
             fold_at=states.at if states else 0,
             n_states=len(states.tails) if states else 0,
             detector=detector,
+            swaps=",".join(f"{i}:{j}" for i, j in batch.swaps or ()),
         ),
     )
     return await _result(store, name, reply, made)

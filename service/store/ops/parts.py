@@ -121,7 +121,7 @@ end
 local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, n, marks,
     mistakes, cells, recent, detector)
   curve_add(curve, meta, seen, n, marks)  -- before the mistakes counter counts these
-  if detector ~= '' then drift_record(meta, detector, seen, marks) end
+  local acts = (detector ~= '') and drift.record(meta, detector, seen, marks) or ''
   if #marks > WINDOW then marks = string.sub(marks, -WINDOW) end
   local start = (seen + n - #marks) % WINDOW
   local first = math.min(#marks, WINDOW - start)
@@ -154,6 +154,7 @@ local function record(meta, series, ring, recentkey, curve, bucket, keep, seen, 
       redis.call('LTRIM', recentkey, 0, RECENT_KEPT - 1)
     end
   end
+  return acts
 end
 """
 

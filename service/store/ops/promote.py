@@ -109,6 +109,7 @@ SWAP = Script(
         "cweights",
         "stage",
         "demoted_weights",
+        "blog",
     ),  # fmt: skip
     args=(
         "epoch",
@@ -186,6 +187,7 @@ redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, table.concat(pr
   META_VERSION, NEW_VERSION, META_SEEN, NEW_SEEN, META_SNAP_VERSION, NEW_VERSION,
   META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, NEW_VERSION, COUNT_MISTAKES, MISTAKES,
   COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
+redis.call('DEL', BLOG)  -- (a retraining's background learner starts afresh)
 if DRIFT_STATE == '' then redis.call('HDEL', META, META_DRIFT_STATE, META_DRIFT_EVENTS)
 else redis.call('HSET', META, META_DRIFT_STATE, DRIFT_STATE, META_DRIFT_EVENTS, DRIFT_EVENTS) end
 if NEW_SEEN > 0 then

@@ -38,6 +38,7 @@ SCRIPT = Script(
         "delays",
         *HISTORY_KEYS,
         "stage",
+        "blog",
     ),  # fmt: skip
     args=(
         "config",
@@ -78,7 +79,7 @@ if st[1] then
   made = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
     weights_bytes(SNAP, st[3]), redis.call('LRANGE', LOG, 0, -1), st[2], st[1], NOW_MS, REASON)
 end
-redis.call('DEL', META, LOG, SERIES, RING, RECENT, CURVE, PAST, DEADLINES, DELAYS)
+redis.call('DEL', META, LOG, SERIES, RING, RECENT, CURVE, PAST, DEADLINES, DELAYS, BLOG)
 let_go(SNAP)
 if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,

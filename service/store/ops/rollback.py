@@ -18,7 +18,8 @@ from service.store.script import Runner, Script, status_of
 # staged at STAGE_START, START_LENGTH bytes in START_CHUNKS chunks), its bytes then KEPT_BYTES
 # when it is cut (-1: it is not, the log's entries up to VERSION join it), and the checkpoints
 # made after VERSION on this line are marked as left; else it starts again from the restored
-# weights. The drift detector starts afresh, its events stay. Counters, metrics and the last
+# weights. The drift detector starts afresh (and a retraining's background learner), its events
+# stay. Counters, metrics and the last
 # outcomes stay what was counted; SEEN ('': it stays), an averaged learner's count of labelled
 # examples, which its mean divides by, is kept apart from them (Meta.SEEN_OFFSET). Returns
 # {DONE, the id of the checkpoint made first}, or {NOT_STAGED} when a staged key is not whole
@@ -35,6 +36,7 @@ SCRIPT = Script(
         "deadlines",
         "stage",
         "stage_start",
+        "blog",
     ),
     args=(
         "epoch",
@@ -100,6 +102,7 @@ let_go(STAGE_START)
 redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a default
 redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HDEL', META, META_DRIFT_STATE)  -- (the learner its detector watched is gone)
+redis.call('DEL', BLOG)  -- (and the background learner it trained)
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 if SEEN ~= '' then
