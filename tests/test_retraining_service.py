@@ -4,6 +4,9 @@ concept turns equal to the reference's (``learner/retraining.py``, itself River'
 
 from __future__ import annotations
 
+import base64
+import math
+import struct
 from typing import Any
 
 import httpx
@@ -66,3 +69,76 @@ def test_learning_one_at_a_time_and_in_batches_retrains_as_the_reference(
     assert sum(e["action"] == "retrained" for e in events) == retrains
     after = client.post("/predict/batch", json={"model": "r", "features": xs[:200]}).json()
     assert [p["label"] for p in after["predictions"]] == [ours.predict(x) for x in xs[:200]]
+
+
+def learn_all(client: httpx.Client, model: str, xs: Any, ys: Any, size: int = 50) -> list[Any]:
+    predicted = []
+    for i in range(0, len(xs), size):
+        body = {"model": model, "features": xs[i : i + size], "labels": ys[i : i + size]}
+        got = client.post("/learn/batch", json=body)
+        assert got.status_code == 200, got.text
+        predicted += got.json()["labels"]
+    return predicted
+
+
+@pytest.mark.in_process
+def test_an_export_carries_the_background_learner_and_its_import_retrains_alike(
+    client: httpx.Client,
+) -> None:
+    body = {"n_features": 2, "drift": DRIFT, "averaged": True}
+    assert client.put("/models/r", json=body).status_code == 201
+    ours = Retraining(ModelConfig(n_features=2, averaged=True), DDM(10, 2.0, 2.5))
+    xs, ys = stream("abrupt", 1200, 2, seed=12)
+    learn_all(client, "r", xs[:300], ys[:300])
+    for x, y in zip(xs[:300], ys[:300], strict=True):
+        ours.learn(x, y)
+    assert ours.background.weights.seen > 0  # (it learned in a warning, and serves not yet)
+    doc = client.get("/models/r/export").json()
+    assert len(doc["drift"]["background"]) == ours.background.weights.seen
+    assert client.post("/models/copy/import", json=doc).status_code == 200
+    expected = []
+    for x, y in zip(xs[300:], ys[300:], strict=True):
+        expected.append(ours.predict(x))
+        ours.learn(x, y)
+    assert learn_all(client, "copy", xs[300:], ys[300:]) == expected
+    assert learn_all(client, "r", xs[300:], ys[300:]) == expected
+    assert client.get("/models/copy/export").json()["weights"] == (
+        client.get("/models/r/export").json()["weights"]
+    )
+    assert client.post("/models/r/reset").status_code == 200
+    assert client.get("/models/r/export").json()["drift"]["background"] == []
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize(
+    "change",
+    ["not base64!", "AAAA", 7, "nan", "class", "short"],
+)
+def test_an_import_whose_background_example_could_not_be_is_refused_whole(
+    client: httpx.Client, change: Any
+) -> None:
+    body = {"n_features": 2, "drift": DRIFT, "averaged": True}
+    assert client.put("/models/r", json=body).status_code == 201
+    xs, ys = stream("abrupt", 300, 2, seed=12)
+    learn_all(client, "r", xs, ys)
+    doc = client.get("/models/r/export").json()
+    good = base64.b64decode(doc["drift"]["background"][0])
+    payload = good[-16:]  # (the example's two values, float64)
+    if change == "nan":
+        bad = base64.b64encode(good[:-16] + struct.pack("<dd", math.nan, 1.0)).decode()
+    elif change == "class":
+        bad = base64.b64encode(b"7" + good[1:]).decode()
+    elif change == "short":
+        bad = base64.b64encode(good[:-8]).decode()
+    else:
+        bad = change
+    assert payload  # (the file is one the service wrote: its examples carry their values)
+    doc["drift"]["background"][0] = bad
+    got = client.post("/models/copy/import", json=doc)
+    assert got.status_code == 422 and got.json()["code"] == "invalid_import", got.text
+    assert "background" in got.json()["detail"]
+    assert client.get("/models/copy").status_code == 404
+    no_retrain = {**doc, "config": {**doc["config"], "drift": {**DRIFT, "on_drift": "alert"}}}
+    no_retrain["drift"]["background"][0] = base64.b64encode(good).decode()
+    got = client.post("/models/copy/import", json=no_retrain)
+    assert got.status_code == 422 and "does not retrain" in got.json()["detail"]

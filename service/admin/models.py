@@ -256,10 +256,16 @@ class Models:
         for _ in range(EXPORT_ATTEMPTS):
             rep = await self.replicas.current(name)
             config, meta = await self.read_model(name)
+            background = await self.store.read_background(name) if config.retrains else None
             if int(meta[Meta.VERSION]) == rep.weights.version and meta[Meta.EPOCH] == rep.epoch:
                 # (the served learner's own count: an averaged one's may be apart)
                 rep.weights.seen = int(meta[Meta.SEEN]) - int(meta.get(Meta.SEEN_OFFSET, 0))
-                return export_document(name, config, rep.weights, meta, kept)
+                if background is None or (background.version, background.seen) == (
+                    rep.weights.version,
+                    rep.weights.seen,
+                ):
+                    items = background.items if background else None
+                    return export_document(name, config, rep.weights, meta, kept, items)
         raise ModelBusy(f"Model {name!r} kept changing during the export; retry shortly.")
 
     async def _file_checkpoints(self, name: str) -> list[FileCheckpoint]:
@@ -300,6 +306,7 @@ class Models:
             created=file.created,
             reason=Reason.BEFORE_IMPORT,
             checkpoints=carried,
+            background=file.background,
         )
         return file.config
 
@@ -326,6 +333,7 @@ class Models:
         created: int,
         reason: str,
         checkpoints: list[tuple[str, bytes]] | None = None,
+        background: list[bytes] | None = None,
     ) -> None:
         data, now_ms = pack_snapshot(weights), int(1000 * self.clock())
         carried = checkpoints or ()
@@ -345,6 +353,7 @@ class Models:
             now_ms=now_ms,
             reason=reason,
             checkpoints=carried,
+            background=background or [],
         )
         self.replicas.drop(name)
         await prune_quietly(self.store, name, self.settings, now_ms)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from service.contract import store_protocol as protocol
+from service.contract.export_background import background_document, background_of
 from service.contract.names import KEY_NAME_PATTERN
 from service.contract.sources import parse_source
 from service.contract.store_protocol import Field, Meta, Reason, parse_cell
@@ -56,6 +57,8 @@ class ModelFile:
     # The drift detector's state and events, as the model's hash keeps them (none without a
     # detector, or from a file made before files carried them: the detector starts afresh).
     drift: dict[str, str] = field(default_factory=dict)
+    # A retraining's background learner: the examples it learned (``export_background.py``)
+    background: list[bytes] = field(default_factory=list)
 
 
 def export_document(
@@ -64,8 +67,10 @@ def export_document(
     weights: Weights,
     meta: dict[str, str],
     checkpoints: list[FileCheckpoint] | None = None,
+    background: list[bytes] | None = None,
 ) -> dict[str, Any]:
-    """The export file; with ``checkpoints`` (oldest first), those too."""
+    """The export file; with ``checkpoints`` (oldest first), those too; ``background``: the
+    background learner of a model that retrains."""
     doc = _weights_document(weights)
     counters = {
         k: v
@@ -87,7 +92,10 @@ def export_document(
         **doc,
     }
     if config.drift is not None:
-        out["drift"] = _drift_document(config, meta)
+        drift = _drift_document(config, meta)
+        if config.retrains:
+            drift["background"] = background_document(background or [])
+        out["drift"] = drift
     if checkpoints is not None:
         out["checkpoints"] = [
             {
@@ -241,7 +249,11 @@ def parse_document(doc: Any) -> ModelFile:
     weights = _weights_of(doc, config, version, seen)
     checkpoints = _checkpoints_of(doc.get("checkpoints", []), config)
     drift = _drift_of(doc.get("drift"), config)
-    return ModelFile(config, weights, counters, created, checkpoints, drift=drift)
+    try:
+        background = background_of((doc.get("drift") or {}).get("background"), config)
+    except ValueError as e:
+        raise _bad(str(e)) from e
+    return ModelFile(config, weights, counters, created, checkpoints, drift, background)
 
 
 def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
@@ -251,8 +263,8 @@ def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
     detector = config.drift_detector
     if detector is None:
         raise _bad("'drift' carries a detector's state, but the configuration has none.")
-    if not isinstance(raw, dict) or set(raw) != DRIFT_FIELDS:
-        raise _bad(f"'drift' must be an object of {sorted(DRIFT_FIELDS)}.")
+    if not isinstance(raw, dict) or set(raw) - {"background"} != DRIFT_FIELDS:
+        raise _bad(f"'drift' must be an object of {sorted(DRIFT_FIELDS)} (and 'background').")
     text, events = raw["state"], raw["events"]
     try:
         if not isinstance(text, str) or len(text) > 1000:

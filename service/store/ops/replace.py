@@ -15,8 +15,9 @@ from service.store.script import Arg, Runner, Script, has_challengers
 # KEYS: the model's state keys but ``pend``, its history's, STAGE (the packed weights, LENGTH bytes
 # in CHUNKS chunks, blobs.py), then the staged packed weights of each checkpoint an import file
 # carries (, the registry when LISTED is '1'); after the fixed arguments, N_COUNTERS counter field /
-# value pairs, then the (record, chunks of its staged weights) of each of those checkpoints, oldest
-# first, each kept under the next id. A model there already is kept first as a checkpoint (its
+# value pairs, the N_BACKGROUND examples of a retraining's background learner (``drift.py``), then
+# the (record, chunks of its staged weights) of each of those checkpoints, oldest first, each kept
+# under the next id. A model there already is kept first as a checkpoint (its
 # snapshot, moved, and log, REASON), and its retained log goes; the outcomes of the SEEN examples
 # it counts are RING_UNKNOWN in its ring (a file does not carry them). Returns {DONE}, or
 # {NOT_STAGED} when a staged key is not whole (nothing done; the staged keys are let go), or
@@ -53,12 +54,14 @@ SCRIPT = Script(
         "now_ms",
         "reason",
         "n_counters#",
+        "n_background#",
     ),  # fmt: skip
     rest_keys="staged",
     rest_args="counters",
     parts=(parts.REGISTER, parts.WEIGHTS, parts.CHECKPOINT),
     body="""
-local checkpoints_at = COUNTERS_AT + 2 * N_COUNTERS
+local background_at = COUNTERS_AT + 2 * N_COUNTERS
+local checkpoints_at = background_at + N_BACKGROUND
 local carried = (#ARGV - checkpoints_at + 1) / 2
 local whole = staged(STAGE, CHUNKS)
 if tonumber(redis.call('HGET', META, META_CHALLENGERS) or '0') > 0 then whole = false end
@@ -84,7 +87,10 @@ let_go(SNAP)
 if made then redis.call('HSET', META, META_CHECKPOINTS, made) end
 redis.call('HSET', META, META_CONFIG, CONFIG, META_EPOCH, EPOCH, META_CREATED, CREATED,
   META_VERSION, VERSION, META_SEEN, SEEN, META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH)
-for i = COUNTERS_AT, checkpoints_at - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
+for i = COUNTERS_AT, background_at - 1, 2 do redis.call('HSET', META, ARGV[i], ARGV[i + 1]) end
+for i = background_at, checkpoints_at - 1, UNPACK_CHUNK do
+  redis.call('RPUSH', BLOG, unpack(ARGV, i, math.min(i + UNPACK_CHUNK - 1, checkpoints_at - 1)))
+end
 local counted = tonumber(redis.call('HGET', META, META_SEEN))  -- (its counters' own, if any)
 if counted > 0 then  -- the outcomes of the examples it counts are not known here
   redis.call('SET', RING, string.rep(RING_UNKNOWN, math.min(counted, WINDOW)))
@@ -115,9 +121,11 @@ async def replace_model(
     now_ms: int,
     reason: str,
     checkpoints: Sequence[tuple[str, bytes]] = (),
+    background: Sequence[bytes] = (),
 ) -> None:
     """Make the model exactly this, at once (import and reset); old predictions lapse.
-    ``checkpoints``: (record, packed weights) of those an import file carries."""
+    ``checkpoints``: (record, packed weights) of those an import file carries; ``background``:
+    the examples of its background learner (a retraining's)."""
     sharded = store.sharded
     keys = keys_of(name)
     stage, *staged = await blobs.stage(
@@ -126,6 +134,7 @@ async def replace_model(
     pairs: list[Arg] = []
     for field, value in counters.items():
         pairs += [field, value]
+    pairs += background
     for record, packed in checkpoints:
         pairs += [record, blobs.chunks(len(packed))]
     reply = await store.run(
@@ -145,6 +154,7 @@ async def replace_model(
             now_ms=now_ms,
             reason=reason,
             n_counters=len(counters),
+            n_background=len(background),
         ),
     )
     if int(reply[0]) == Status.HAS_CHALLENGERS:
