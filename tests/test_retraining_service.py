@@ -11,12 +11,15 @@ from typing import Any
 
 import httpx
 import pytest
+from river import drift
 
 from service.learner.config import ModelConfig
 from service.learner.drift_detectors import DDM
 from service.learner.retraining import Retraining
 
-from .test_retraining import stream
+from .servers import ServiceProcess, running
+from .test_drift_detectors import river_of
+from .test_retraining import RiverLearner, stream
 
 DRIFT = {"detector": "ddm", "on_drift": "retrain", "warm_start": 10, "drift_threshold": 2.5}
 
@@ -102,8 +105,9 @@ def test_an_export_carries_the_background_learner_and_its_import_retrains_alike(
         ours.learn(x, y)
     assert learn_all(client, "copy", xs[300:], ys[300:]) == expected
     assert learn_all(client, "r", xs[300:], ys[300:]) == expected
-    assert client.get("/models/copy/export").json()["weights"] == (
-        client.get("/models/r/export").json()["weights"]
+    assert (
+        client.get("/models/copy/export").json()["weights"]
+        == (client.get("/models/r/export").json()["weights"])
     )
     assert client.post("/models/r/reset").status_code == 200
     assert client.get("/models/r/export").json()["drift"]["background"] == []
@@ -142,3 +146,63 @@ def test_an_import_whose_background_example_could_not_be_is_refused_whole(
     no_retrain["drift"]["background"][0] = base64.b64encode(good).decode()
     got = client.post("/models/copy/import", json=no_retrain)
     assert got.status_code == 422 and "does not retrain" in got.json()["detail"]
+
+
+@pytest.mark.parametrize("how", ["one a request", "batches", "feedback"])
+def test_two_workers_predict_as_rivers_drift_retraining_classifier(
+    redis_url: str, how: str
+) -> None:
+    """River's own wrapper around the service's rule, fed the stream; the service on two
+    workers, its requests spread over both (a new connection each few)."""
+    config = ModelConfig(n_features=2, averaged=True)
+    river = drift.DriftRetrainingClassifier(RiverLearner(config), river_of(DDM(10, 2.0, 2.5)))
+    xs, ys = stream("abrupt", 900, 2, seed=21)
+    expected = []
+    for x, y in zip(xs, ys, strict=True):
+        one: dict[Any, Any] = dict(enumerate(x))
+        expected.append(river.predict_one(one))
+        river.learn_one(one, y)
+    body = {"n_features": 2, "drift": DRIFT, "averaged": True}
+    got: list[Any] = []
+    with running(ServiceProcess(redis_url, workers=2)) as service:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            assert c.put("/models/r", json=body).status_code == 201
+        size = 45 if how == "batches" else 9
+        for i in range(0, len(xs), size):
+            with httpx.Client(base_url=service.url, timeout=30) as c:  # (either worker)
+                got += _learned(c, how, xs[i : i + size], ys[i : i + size])
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            events = c.get("/models/r/drift").json()["events"]
+    assert got == expected
+    assert any(e["action"] == "retrained" for e in events)
+
+
+def _learned(c: httpx.Client, how: str, xs: Any, ys: Any) -> list[Any]:
+    """The predictions served before learning each example, learned as ``how`` says."""
+    if how == "batches":
+        return c.post("/learn/batch", json={"model": "r", "features": xs, "labels": ys}).json()[
+            "labels"
+        ]
+    out = []
+    for x, y in zip(xs, ys, strict=True):
+        if how == "one a request":
+            out.append(
+                c.post("/learn", json={"model": "r", "features": x, "label": y}).json()["label"]
+            )
+            continue
+        p = c.post("/predict", json={"model": "r", "features": x}).json()
+        out.append(p["label"])
+        f = c.post("/feedback", json={"prediction_id": p["prediction_id"], "label": y})
+        assert f.status_code == 200, f.text
+    return out
+
+
+@pytest.mark.in_process
+def test_no_retrain_on_a_stable_stream_of_12000_examples(client: httpx.Client) -> None:
+    body = {"n_features": 2, "drift": {"detector": "ddm", "on_drift": "retrain"}, "averaged": True}
+    assert client.put("/models/r", json=body).status_code == 201
+    xs, ys = stream("stable", 12_000, 2, seed=1)
+    learn_all(client, "r", xs, ys, size=500)
+    events = client.get("/models/r/drift").json()["events"]
+    assert not any(e["action"] == "retrained" for e in events)
+    assert client.get("/models/r").json()["counters"]["seen"] == 12_000
