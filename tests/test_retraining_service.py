@@ -17,8 +17,10 @@ from service.learner.config import ModelConfig
 from service.learner.drift_detectors import DDM
 from service.learner.retraining import Retraining
 
+from .conftest import MakeService
 from .servers import ServiceProcess, running
 from .test_drift_detectors import river_of
+from .test_history import HISTORY
 from .test_retraining import RiverLearner, stream
 
 DRIFT = {"detector": "ddm", "on_drift": "retrain", "warm_start": 10, "drift_threshold": 2.5}
@@ -44,6 +46,10 @@ def test_predictions_and_their_feedback_retrain_as_the_reference(
     assert retrains > 0
     events = client.get("/models/r/drift").json()["events"]
     assert sum(e["action"] == "retrained" for e in events) == retrains
+    assert client.get("/models/r").json()["counters"]["retrains"] == retrains
+    assert (
+        f'perceptron_model_retrains_total{{model="r"}} {retrains}.0' in client.get("/metrics").text
+    )
 
 
 @pytest.mark.in_process
@@ -180,9 +186,8 @@ def test_two_workers_predict_as_rivers_drift_retraining_classifier(
 def _learned(c: httpx.Client, how: str, xs: Any, ys: Any) -> list[Any]:
     """The predictions served before learning each example, learned as ``how`` says."""
     if how == "batches":
-        return c.post("/learn/batch", json={"model": "r", "features": xs, "labels": ys}).json()[
-            "labels"
-        ]
+        body = {"model": "r", "features": xs, "labels": ys}
+        return list(c.post("/learn/batch", json=body).json()["labels"])
     out = []
     for x, y in zip(xs, ys, strict=True):
         if how == "one a request":
@@ -206,3 +211,30 @@ def test_no_retrain_on_a_stable_stream_of_12000_examples(client: httpx.Client) -
     events = client.get("/models/r/drift").json()["events"]
     assert not any(e["action"] == "retrained" for e in events)
     assert client.get("/models/r").json()["counters"]["seen"] == 12_000
+
+
+@pytest.mark.in_process
+def test_a_retrained_model_rolls_back_to_before_and_after_the_retrain_exactly(
+    make_service: MakeService,
+) -> None:
+    client = make_service(**HISTORY)
+    body = {"n_features": 2, "drift": DRIFT, "averaged": True}
+    assert client.put("/models/r", json=body).status_code == 201
+    xs, ys = stream("abrupt", 900, 2, seed=7)  # (retrains at its 92nd example, and later)
+    exports, swapped = {}, None
+    starts = [*range(0, 60, 30), *range(60, 130), *range(130, len(xs), 30)]  # (one at a time
+    for i, j in zip(starts, [*starts[1:], len(xs)], strict=True):  # around the first retrain)
+        learn_all(client, "r", xs[i:j], ys[i:j])
+        doc = client.get("/models/r/export").json()
+        exports[doc["version"]] = (doc["weights"], doc["seen"])
+        if swapped is None and int(doc["counters"].get("retrains", 0)) > 0:
+            swapped = doc["version"]
+    assert swapped is not None
+    before = max(v for v in exports if v < swapped)
+    for v in (max(exports), swapped, before, min(exports)):
+        got = client.post("/models/r/rollback", json={"version": v})
+        assert got.status_code == 200, got.text
+        doc = client.get("/models/r/export").json()
+        assert (doc["version"], doc["weights"]) == (v, exports[v][0])
+        # (an averaged learner's count: that of the last update restored, as for any model)
+        assert 0 < doc["seen"] <= exports[v][1]

@@ -113,6 +113,7 @@ class Counters(BaseModel):
     defaulted_mistakes: int = 0
     drift_warnings: int = 0
     drifts: int = 0
+    retrains: int = 0
     seen: int = 0
 
 

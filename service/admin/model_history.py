@@ -15,7 +15,7 @@ from service.admin.retention import make_room, prune_quietly, rebuild
 from service.contract.names import check_name
 from service.errors import Conflict, ModelBusy, ModelNotFound, ModelStateLost, NotFound, StaleModel
 from service.learner import ModelConfig, Weights
-from service.learner.codec import entry_provenance, new_epoch
+from service.learner.codec import RESTARTED, entry_kind, entry_provenance, new_epoch
 from service.store.ops.history import HistoryState, Restorable
 
 
@@ -187,6 +187,8 @@ class History:
             return None  # (the model's own version: its count stays)
         if restorable.entries:
             return entry_provenance(restorable.entries[-1])[0] or None
+        if entry_kind(after.entries[0]) == RESTARTED:  # (its ordinal is a retrained learner's)
+            return restorable.seen
         k = entry_provenance(after.entries[0])[0]
         return k - 1 if k > 0 else None
 

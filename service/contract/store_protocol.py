@@ -255,6 +255,11 @@ COUNTERS = (
     Counter("drift_warnings", "Drift warnings", "Warnings of the model's drift detector."),
     Counter("drifts", "Drifts", "Drifts its detector found in the served learner's mistakes."),
     Counter(
+        "retrains",
+        "Retrains",
+        "Drifts at which the background learner replaced the served one (on_drift 'retrain').",
+    ),
+    Counter(
         "expired",
         "Expired feedback",
         "Labels that came after their prediction's wait (feedback_ttl_s) ran out.",

@@ -129,6 +129,7 @@ function drift.keep(meta, state, events, seen, acts, retrains)
     lines[#lines + 1] = string.format('%d', seen + events[i]) .. (warned and ' warning' or ' drift')
       .. ms .. (healed and ' retrained' or '') .. '\\n'
     redis.call('HINCRBY', meta, warned and COUNT_DRIFT_WARNINGS or COUNT_DRIFTS, 1)
+    if healed then redis.call('HINCRBY', meta, COUNT_RETRAINS, 1) end
   end
   local log = table.concat(lines)
   local _, held = string.gsub(log, '\\n', '')

@@ -187,10 +187,9 @@ local cells = {}
 for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local recent = {}
 for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
-local acts = record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES,
-  cells, recent, DETECTOR)
+local acts, log_length, stop, from, swapped = record(META, SERIES, RING, RECENT, CURVE, BUCKET,
+  KEEP, seen, N, MARKS, MISTAKES, cells, recent, DETECTOR), -1, recent_at - 1, entries_at, 0
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
-local log_length, stop, from, swapped = -1, recent_at - 1, entries_at, 0
 for i = 1, retrains and N or 0 do  -- the background learner: learns, or serves from here
   local act = string.sub(acts, i, i)
   if act == '1' then retrain.keep(BLOG, ARGV[labels_at + i - 1]) end

@@ -335,12 +335,18 @@ RETAINED = """
 -- The labelled examples the model had at the version its ``log`` follows: one fewer than the
 -- ordinal of the log's first entry (its leading digits), which the version after it learned;
 -- nil when the log is empty (the model as it is now), false when its learner is not averaged
--- (whose count no update is logged in order with: not known).
+-- (whose count no update is logged in order with: not known), or when the entry starts a
+-- retrained learner afresh (its ordinal is the new learner's).
 local function seen_before(meta, log)
   local first = redis.call('LINDEX', log, 0)
   if not first then return nil end
   local config = redis.call('HGET', meta, META_CONFIG) or ''
   if not string.find(config, '"averaged": true', 1, true) then return false end
+  local at = string.find(first, ENTRY_SEP, string.find(first, ENTRY_SEP, 1, true) + 1, true)
+  if string.sub(first, at + 1, at + 1) == SOURCE_MARK then
+    at = string.find(first, ENTRY_SEP, string.find(first, ENTRY_SEP, at + 2, true) + 1, true)
+  end
+  if string.sub(first, at + 1, at + 1) == RESTARTED then return false end
   return tonumber(string.match(first, '^%d+')) - 1
 end
 -- The checkpoint the retained log starts from, and its version: when there is none yet, the
