@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 from typing import Any
 
 import httpx
@@ -225,3 +226,52 @@ def test_a_learner_demoted_after_a_rollback_keeps_its_drift_events(client: httpx
     assert client.post("/models/m/promote", json=body).is_success
     report = client.get("/models/m/drift").json()
     assert [(e["kind"], e["at_seen"]) for e in report["events"] if e["learner"] == "was"] == events
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        None,
+        {
+            "detector": "ddm",
+            "on_drift": "retrain",
+            "warm_start": 2,
+            "warning_threshold": 0.3,
+            "drift_threshold": 1.5,
+        },
+    ],
+    ids=["rolled back", "retrained"],
+)
+def test_a_learner_whose_count_is_its_own_is_demoted_and_promoted_back_with_its_counts(
+    client: httpx.Client, drift: dict[str, Any] | None
+) -> None:
+    """An averaged learner's count apart from the model's (a rollback to an earlier version,
+    or a retrain), demoted then promoted back: its counted labels, mistakes and last outcomes
+    come back with it, and its own count (its mean's) too (promoting it back answered 500)."""
+    body = {"n_features": 2, "averaged": True, "drift": drift}
+    assert client.put("/models/m", json=body).is_success
+    xs = [[math.cos(i), math.sin(i)] for i in range(60)]
+    ys = [1 if x[0] > 0 else -1 for x in xs[:30]] + [1 if x[0] < 0 else -1 for x in xs[30:]]
+    assert client.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys}).is_success
+    if drift is None:
+        assert client.post("/models/m/rollback", json={"version": 2}).is_success
+    else:
+        assert client.get("/models/m").json()["counters"]["retrains"] > 0
+    model = client.get("/models/m").json()
+    before = (model["counters"]["seen"], model["counters"]["mistakes"])
+    own = client.get("/models/m/export").json()["seen"]
+    assert own < before[0]  # (its own count apart)
+    predicted = client.post("/predict/batch", json={"model": "m", "features": xs}).json()
+    assert client.put("/models/m/challengers/c", json={}).is_success
+    assert client.post("/models/m/promote", json={"challenger": "c", "demote_as": "was"}).is_success
+    was = client.get("/models/m/challengers/was").json()
+    assert was["seen"] == before[0]
+    got = client.post("/models/m/promote", json={"challenger": "was", "demote_as": "c"})
+    assert got.status_code == 200, got.text
+    model = client.get("/models/m").json()
+    assert (model["counters"]["seen"], model["counters"]["mistakes"]) == before
+    assert client.get("/models/m/export").json()["seen"] == own
+    again = client.post("/predict/batch", json={"model": "m", "features": xs}).json()
+    assert [p["label"] for p in again["predictions"]] == [
+        p["label"] for p in predicted["predictions"]
+    ]

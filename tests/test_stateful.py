@@ -68,7 +68,7 @@ from service.contract.names import ISSUED_BYTES, issued_ms, new_token
 from service.contract.store_protocol import Reason
 from service.learner import ModelConfig, Perceptron, Weights
 from service.learner.challenger import ChallengerState, challenger_config, start_state
-from service.learner.codec import pack_weights
+from service.learner.codec import PENDING, RELEARNED, RESTARTED, pack_weights
 from service.learner.config import ConfigError
 from service.learner.drift_detectors import Status, detector_of, feed, status_of
 from service.learner.features import Example, encode
@@ -124,13 +124,24 @@ CONFIGS: list[dict[str, Any]] = [
     {"classes": ["x", "y", "z"], "hash_bits": 3, "multiclass": "ovr", "algorithm": "pa2"},
     {"n_features": 2, "classes": [0, 1, 2], "algorithm": "pa1", "C": 1e-3},
     {"n_features": 2, "algorithm": "logistic", "learning_rate": 0.5},
+    {
+        "n_features": 2,
+        "averaged": True,
+        "drift": {
+            "detector": "ddm",
+            "on_drift": "retrain",
+            "warm_start": 2,
+            "warning_threshold": 0.3,
+            "drift_threshold": 1.5,
+        },
+    },
     {"classes": ["x", "y", "z"], "hash_bits": 3, "multiclass": "ovr", "algorithm": "arow"},
 ]
 # The PA models' updates the service made and the reference checked, over every sequence: the
 # test requires some (a PA model made and learned on both workers).
 PA_UPDATES: list[int] = [0]
 # A drift detector's state (None: fresh) and its events (the examples seen, the kind).
-Drift = tuple[list[float] | None, list[tuple[int, str]]]
+Drift = tuple[list[float] | None, list[tuple[int, str, bool]]]
 DRIFT_EVENTS: Counter[str] = Counter()  # the drift detectors' events, by kind
 PROMOTIONS: list[int] = [0, 0]  # promotions made, and labels of a prediction made before one
 COUNTERS = [c.name for c in protocol.COUNTERS]
@@ -170,6 +181,19 @@ class Update:
     k: int  # the labelled example it came from (the averaged sums' age)
     source: str
     ms: int | None = None  # when, once the service listed it
+    # as its prediction decided it (PENDING), or learned again at a retrain (RESTARTED the
+    # first of the background learner's examples, RELEARNED the others): codec.apply_entry
+    kind: bytes = PENDING
+
+    def apply(self, config: ModelConfig, w: Weights) -> None:
+        """The update applied to ``w``, as the service's replicas apply its entry."""
+        if self.kind == RESTARTED:
+            fresh = Weights.zeros(config)
+            w.w[:], w.b[:] = fresh.w, fresh.b
+            for name, a in fresh.state.items():
+                w.state[name][...] = a
+        raw = self.raw if self.kind == PENDING else config.learner.raw_scores(config, w, self.x)
+        config.learner.apply_logged(config, w, self.x, raw=raw, t=self.t, k=self.k)
 
 
 @dataclass
@@ -208,7 +232,9 @@ class Ref:
     offset: int = 0  # the examples counted that the learner's own count leaves out
     # the drift detector's state (None: fresh) and its events (the examples seen, the kind)
     drift_state: list[float] | None = None
-    drift_events: list[tuple[int, str]] = field(default_factory=list)
+    drift_events: list[tuple[int, str, bool]] = field(default_factory=list)  # (.., retrained)
+    # a retraining's background learner: the examples it learned (example, class, source)
+    background: list[tuple[Example, int, str]] = field(default_factory=list)
     # the generations before its promotions since it was made, reset, imported or rolled back:
     # their predictions are still its own (a sequence is shorter than their life)
     previous: set[int] = field(default_factory=set)
@@ -254,11 +280,21 @@ class Ref:
         cfg, w = self.config, self.weights
         plan = cfg.learner.update_plan(cfg, raw, t, x, w)
         mistake, updated = served != t, bool(plan) if decided is None else decided
+        self.counters["seen"] += 1
+        act = self.feed_drift(mistake)
+        swap: list[Update] = []
+        if act == "warning":
+            self.background.append((x, t, source))
+        elif act == "swap":  # (the background learner serves from here, this its last example)
+            self.background.append((x, t, source))
+            swap = [Update(bx, raw, bt, k, bs, kind=RELEARNED)
+                    for k, (bx, bt, bs) in enumerate(self.background, 1)]  # fmt: skip
+            swap[0].kind, self.background, updated = RESTARTED, [], True
+            self.offset = self.counters["seen"] - len(swap)
         PA_UPDATES[0] += updated and cfg.algorithm in ("pa1", "pa2")
         w.seen += 1
-        self.counters["seen"] += 1
         self.counters["mistakes"] += mistake
-        self.counters["updates"] += updated
+        self.counters["updates"] += len(swap) or updated
         if source == protocol.DEFAULT_SOURCE:
             self.counters["defaulted"] += 1
             self.counters["defaulted_mistakes"] += mistake
@@ -266,11 +302,15 @@ class Ref:
             mine = self.sources.setdefault(source, [0, 0, 0])
             for i, happened in enumerate((True, mistake, updated)):
                 mine[i] += happened
-        if updated:
+        for u in swap:
+            u.apply(cfg, w)
+            self.kept.append(u)
+        if swap:
+            w.seen = len(swap)
+        elif updated:
             cfg.learner.apply_logged(cfg, w, x, raw=raw, t=t, k=w.seen)
             self.kept.append(Update(x, raw, t, w.seen, source))
         self.marks = (self.marks + (b"1" if mistake else b"0"))[-protocol.RING_SIZE :]
-        self.feed_drift(mistake)
         self.labels += 1
         for challenger in self.challengers.values():  # every label, in the model's order
             challenger.learn(x, t, source == protocol.DEFAULT_SOURCE, served)
@@ -283,7 +323,7 @@ class Ref:
         assert self.start_weights is not None
         w = self.start_weights.copy()
         for u in self.kept[:n]:
-            self.config.learner.apply_logged(self.config, w, u.x, raw=u.raw, t=u.t, k=u.k)
+            u.apply(self.config, w)
         w.seen = self.own_seen
         return w
 
@@ -319,20 +359,32 @@ class Ref:
             # (the examples the model had then: just before the first kept update's, counted
             # by an averaged learner, whose updates count them; else the model's count now)
             seen = self.kept[0].k - 1 if self.kept and self.config.counts_seen else None
+            if self.kept and self.kept[0].kind == RESTARTED:  # (its k is the new learner's)
+                seen = None
             self.base = self.checkpoint(Reason.START, self.start_weights, self.start, seen)
 
-    def feed_drift(self, mistake: bool) -> None:
-        """The model's drift detector fed one more mistake; its events counted and kept."""
+    def feed_drift(self, mistake: bool) -> str | None:
+        """The model's drift detector fed one more mistake (the model's count of it already
+        counted); its events counted and kept. What a retraining does then: "warning" (the
+        background learner learns the example), "swap" (it serves from here), or None."""
         if self.config.drift is None:
-            return
-        detector, _ = detector_of(self.config.drift)
+            return None
+        detector, on_drift = detector_of(self.config.drift)
         state = detector.start() if self.drift_state is None else self.drift_state
         self.drift_state, events = feed(detector, state, [int(mistake)])
+        warning, drift = detector.flags(self.drift_state)
+        act = None
+        if on_drift == "retrain":
+            act = "warning" if warning else "swap" if drift else None
         for _, kind in events:
             DRIFT_EVENTS[kind] += 1
-            self.drift_events.append((self.counters["seen"], kind))
+            retrained = kind == "drift" and act == "swap"
+            self.drift_events.append((self.counters["seen"], kind, retrained))
             self.counters["drift_warnings" if kind == "warning" else "drifts"] += 1
+            self.counters["retrains"] += retrained
+            DRIFT_EVENTS["retrained"] += retrained
         self.drift_events = self.drift_events[-protocol.DRIFT_EVENTS_KEPT :]
+        return act
 
     def prune(self) -> None:
         """What the service lets go after an operation that adds to the history: all but the
@@ -353,13 +405,19 @@ class Ref:
 
     def rollback_to_version(self, v: int) -> int:
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
-        self.drift_state = None  # (the learner its detector watched is gone: afresh)
+        self.drift_state, self.background = None, []  # (the learner it watched is gone)
         self.keep_from_start()
         if self.config.averaged and v != self.version:
             # the mean divides by the count of the state restored: right after its update,
-            # else just before the next one
+            # else just before the next one (a retrain's first: the oldest kept weights')
             n = v - self.start
-            self.recount(self.kept[n - 1].k if n > 0 else self.kept[0].k - 1)
+            if n > 0:
+                self.recount(self.kept[n - 1].k)
+            elif self.kept[0].kind == RESTARTED:
+                assert self.base is not None
+                self.recount(self.checkpoints[self.base].seen)
+            else:
+                self.recount(self.kept[0].k - 1)
         self.become(self.replay(v - self.start))
         del self.kept[v - self.start :]
         self.prune()
@@ -368,7 +426,7 @@ class Ref:
     def rollback_to_checkpoint(self, id: int) -> int:
         c = self.checkpoints[id]
         before = self.checkpoint(Reason.BEFORE_ROLLBACK, self.weights, self.version)
-        self.drift_state = None
+        self.drift_state, self.background = None, []
         restored = c.weights.copy()
         restored.version = c.version
         if c.config is not None and c.config != self.config:  # (one before a promotion)
@@ -433,6 +491,7 @@ class Ref:
         self.sources = {s: list(c) for s, c in sources.items()}
         self.delays = 0  # (a reset or an import drops the delays counted)
         self.drift_state, self.drift_events = drift[0], list(drift[1])
+        self.background = []  # (an import's: its source's, given after)
         # (and the ring of outcomes: a file carries none, none is known)
         self.marks = bytearray()
         self.restart(weights.copy())
@@ -685,11 +744,13 @@ class Service(RuleBasedStateMachine):
         carried = [ref.checkpoints[i] for i in own] if carry else []
         what = (ref.weights, ref.counters, ref.sources, next(self.generations))
         drift = (ref.drift_state, ref.drift_events)  # (the detector's, carried)
+        background = list(ref.background)
         if there is None:
             there = self.models[into] = Ref(ref.config, learner(ref.config), 0)
             there.made_from(*what, carried, drift)
         else:
             there.replaced(*what, IMPORT, carried, drift)
+        there.background = background
 
     @rule(
         name=st.sampled_from(NAMES),
@@ -857,10 +918,14 @@ class Service(RuleBasedStateMachine):
             c["defaulted"], c["defaulted_mistakes"], since=c["seen"],
             served_mistakes=c["mistakes"],
             drift_state=ref.drift_state, drift_warnings=c["drift_warnings"], drifts=c["drifts"],
-            drift_events=[(at, cast(Status, kind)) for at, kind in ref.drift_events],
+            drift_events=[(at, cast(Status, kind)) for at, kind, _ in ref.drift_events],
+            offset=ref.offset,
         )  # fmt: skip
-        # (each detector moves with its learner; the model's drift counters only grow)
-        ref.drift_state, ref.drift_events = state.drift_state, list(state.drift_events)
+        # (each detector moves with its learner; the model's drift counters only grow; a
+        # retraining's background learner starts afresh)
+        ref.drift_state = state.drift_state
+        ref.drift_events = [(at, kind, False) for at, kind in state.drift_events]
+        ref.background = []
         del ref.challengers[id]
         ref.challengers[demoted] = was
         for s in ref.challengers.values():
@@ -869,7 +934,7 @@ class Service(RuleBasedStateMachine):
         ref.config, ref.learner = state.config, learner(state.config)
         c.update(seen=state.seen, mistakes=state.mistakes, defaulted=state.defaulted,
                  defaulted_mistakes=state.defaulted_mistakes)  # fmt: skip
-        ref.offset = 0
+        ref.offset = state.offset
         ref.marks = bytearray(state.window)
         ref.restart(weights)
         ref.previous.add(ref.generation)
@@ -883,7 +948,7 @@ class Service(RuleBasedStateMachine):
         if ref.config.drift is None:
             assert got == {"drift": None, "learners": [], "events": []}
             return
-        events = [("served", at, kind) for at, kind in ref.drift_events]
+        events = [("served", at, kind, healed) for at, kind, healed in ref.drift_events]
         detector, _ = detector_of(ref.config.drift)
         state = detector.start() if ref.drift_state is None else ref.drift_state
         learners: list[dict[str, Any]] = [
@@ -891,9 +956,13 @@ class Service(RuleBasedStateMachine):
         ]
         for id, c in sorted(ref.challengers.items()):  # (each its own, on its own mistakes)
             learners.append({"learner": id, "state": c.drift_status(), "seen": c.seen})
-            events += [(id, at, kind) for at, kind in c.drift_events]
+            events += [(id, at, kind, False) for at, kind in c.drift_events]
             DRIFT_EVENTS.update(kind for _, kind in c.drift_events)
-        assert [(e["learner"], e["at_seen"], e["kind"]) for e in got["events"]] == events, name
+        listed = [
+            (e["learner"], e["at_seen"], e["kind"], e["action"] == "retrained")
+            for e in got["events"]
+        ]
+        assert listed == events, name
         assert got["learners"] == learners, name
 
     def served_weights_hold(self, name: str, ref: Ref) -> None:
@@ -1443,5 +1512,6 @@ def test_random_sequences_of_what_users_do_match_the_reference(service_url: str)
         )
     assert PA_UPDATES[0] > 0, "no passive-aggressive model learned in any sequence"
     assert DRIFT_EVENTS.total() > 0, "no drift detector warned or detected in any sequence"
+    assert DRIFT_EVENTS["retrained"] > 0, "no model retrained at a drift in any sequence"
     assert PROMOTIONS[0] > 0, ("no challenger was promoted in any sequence", PROMOTIONS)
     assert PROMOTIONS[1] > 0, "no prediction made before a promotion was labelled after it"

@@ -265,7 +265,7 @@ class Models:
                     rep.weights.seen,
                 ):
                     items = background.items if background else None
-                    return export_document(name, config, rep.weights, meta, kept, items)
+                    return export_document(name, config, rep.weights, meta, kept, background=items)
         raise ModelBusy(f"Model {name!r} kept changing during the export; retry shortly.")
 
     async def _file_checkpoints(self, name: str) -> list[FileCheckpoint]:

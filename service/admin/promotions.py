@@ -159,6 +159,7 @@ class Promotions:
             weights=pack_weights(state.weights),
             new_version=state.updates,
             new_seen=state.seen,
+            new_offset=state.offset,
             mistakes=state.mistakes,
             defaulted=state.defaulted,
             defaulted_mistakes=state.defaulted_mistakes,
@@ -196,6 +197,7 @@ def _demoted(
         defaulted_mistakes=int(served["defaulted_mistakes"]),
         since=int(served[Meta.SEEN]),
         served_mistakes=int(served["mistakes"]),
+        offset=int(served[Meta.SEEN]) - weights.seen,  # (its learner's own count apart)
     )
     detector = model.drift_detector
     if detector is not None:

@@ -58,7 +58,7 @@ class ModelFile:
     # detector, or from a file made before files carried them: the detector starts afresh).
     drift: dict[str, str] = field(default_factory=dict)
     # A retraining's background learner: the examples it learned (``export_background.py``)
-    background: list[bytes] = field(default_factory=list)
+    background: list[bytes] = field(default_factory=list, kw_only=True)
 
 
 def export_document(
@@ -67,6 +67,7 @@ def export_document(
     weights: Weights,
     meta: dict[str, str],
     checkpoints: list[FileCheckpoint] | None = None,
+    *,
     background: list[bytes] | None = None,
 ) -> dict[str, Any]:
     """The export file; with ``checkpoints`` (oldest first), those too; ``background``: the
@@ -253,7 +254,9 @@ def parse_document(doc: Any) -> ModelFile:
         background = background_of((doc.get("drift") or {}).get("background"), config)
     except ValueError as e:
         raise _bad(str(e)) from e
-    return ModelFile(config, weights, counters, created, checkpoints, drift, background)
+    return ModelFile(
+        config, weights, counters, created, checkpoints, drift=drift, background=background
+    )
 
 
 def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:

@@ -246,7 +246,7 @@ class LearnCommits:
         b.cells.update(
             source_counts(sources, seq.served, ts, seq.updated)
             if only is None
-            else one_source_counts(only, b.n, b.mistakes, len(b.entries))
+            else one_source_counts(only, b.n, b.mistakes, len(b.entries) + len(b.swaps or ()))
         )
         if rep.challenged:
             labelled = (rep.name, (xs, ts, seq.served))

@@ -63,9 +63,15 @@ class ChallengerState:
     drifts: int = 0
     drift_events: list[tuple[int, Status]] = field(default_factory=list)
 
+    # The labels counted that its learner's own count (which an averaged one's mean divides
+    # by) leaves out: a learner demoted after its count was restored apart from the model's
+    # (an averaged one's rollback, a retrain: Meta.SEEN_OFFSET)
+    offset: int = 0
+
     @property
     def seen(self) -> int:
-        return self.weights.seen
+        """The labels it was counted (its own count, and those it leaves out)."""
+        return self.weights.seen + self.offset
 
     @property
     def updates(self) -> int:
@@ -237,12 +243,24 @@ def pack_state(state: ChallengerState) -> bytes:
 def pack_head(state: ChallengerState) -> bytes:
     """``pack_state`` but the weights: what the store keeps beside them (which it keeps in
     chunks, and joins behind this when read)."""
-    counts = (state.seen, state.mistakes, state.updates, state.defaulted, state.defaulted_mistakes)
+    counts = (
+        state.weights.seen,
+        state.mistakes,
+        state.updates,
+        state.defaulted,
+        state.defaulted_mistakes,
+    )
     curve = b",".join(b"%d" % m for m in state.curve)
     shape = (state.every, state.since, len(curve), len(state.window))
     served = -1 if state.served_mistakes is None else state.served_mistakes
     drift = _pack_drift(state)
-    head = b"%d %d %d %d %d %d %d %d %d %d %d\n" % (*counts, *shape, served, len(drift))
+    head = b"%d %d %d %d %d %d %d %d %d %d %d %d\n" % (
+        *counts,
+        *shape,
+        served,
+        len(drift),
+        state.offset,
+    )
     return head + curve + state.window + drift
 
 
@@ -279,8 +297,10 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
         numbers.append(-1)
     if len(numbers) == 11:  # (packed before a challenger had a drift detector)
         numbers.append(0)
+    if len(numbers) == 12:  # (packed before a learner's own count was kept apart)
+        numbers.append(0)
     position, seen, mistakes, updates, defaulted, dmistakes, every, since, c, n = numbers[:10]
-    served, k = numbers[10:]
+    served, k, offset = numbers[10:]
     curve = [int(m) for m in rest[:c].split(b",")] if c else []
     weights = unpack_weights(config, rest[c + n + k :], updates, seen)
     window = bytes(rest[c : c + n])
@@ -296,6 +316,7 @@ def unpack_state(config: ModelConfig, data: bytes) -> ChallengerState:
         curve=curve,
         since=since,
         served_mistakes=None if served < 0 else served,
+        offset=offset,
     )
     _unpack_drift(state, bytes(rest[c + n : c + n + k]))
     return state

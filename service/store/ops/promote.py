@@ -80,6 +80,7 @@ return {DONE}
 # Meta.PREV_EPOCH keeps it with those of the promotions before whose records may still live),
 # CONFIG, the weights staged at STAGE (LENGTH bytes in CHUNKS chunks, blobs.py) as its snapshot at
 # NEW_VERSION, the promoted learner's counts (NEW_SEEN, MISTAKES, N_DEFAULTED, N_DEFAULTED_MISTAKES;
+# NEW_OFFSET, the labels counted that its learner's own count leaves out: Meta.SEEN_OFFSET;
 # RING_MARKS, its last outcomes; the learning curve and the confusion matrix start again, the
 # retained log goes), its drift detector (DRIFT_STATE and DRIFT_EVENTS, as Meta.DRIFT_STATE and
 # Meta.DRIFT_EVENTS hold them; '' a fresh one); ID leaves the challengers and the learner that
@@ -122,6 +123,7 @@ SWAP = Script(
         "config",
         "new_version#",
         "new_seen#",
+        "new_offset#",
         "mistakes#",
         "n_defaulted#",
         "n_defaulted_mistakes#",
@@ -173,12 +175,12 @@ local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, 
   REASON_BEFORE_PROMOTION)
 redis.call('DEL', LOG, PAST, CURVE)
 move_weights(STAGE, SNAP)
-local gone = {META_PAST_BASE, META_PAST_VERSION, META_PAST_IN, META_SEEN_OFFSET}
-for _, field in ipairs(redis.call('HKEYS', META)) do
-  if string.sub(field, 1, #FIELD_CELL) == FIELD_CELL then gone[#gone + 1] = field end
+st = {META_PAST_BASE, META_PAST_VERSION, META_PAST_IN, META_SEEN_OFFSET}  -- (read: now
+for _, field in ipairs(redis.call('HKEYS', META)) do  -- the fields that go)
+  if string.sub(field, 1, #FIELD_CELL) == FIELD_CELL then st[#st + 1] = field end
 end
-for i = 1, #gone, UNPACK_CHUNK do
-  redis.call('HDEL', META, unpack(gone, i, math.min(i + UNPACK_CHUNK - 1, #gone)))
+for i = 1, #st, UNPACK_CHUNK do
+  redis.call('HDEL', META, unpack(st, i, math.min(i + UNPACK_CHUNK - 1, #st)))
 end
 redis.call('SET', RING, RING_MARKS)
 previous[#previous + 1] = EPOCH .. ':' .. NOW_MS .. ','
@@ -187,6 +189,7 @@ redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, table.concat(pr
   META_VERSION, NEW_VERSION, META_SEEN, NEW_SEEN, META_SNAP_VERSION, NEW_VERSION,
   META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, NEW_VERSION, COUNT_MISTAKES, MISTAKES,
   COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
+if NEW_OFFSET > 0 then redis.call('HSET', META, META_SEEN_OFFSET, NEW_OFFSET) end
 redis.call('DEL', BLOG)  -- (a retraining's background learner starts afresh)
 if DRIFT_STATE == '' then redis.call('HDEL', META, META_DRIFT_STATE, META_DRIFT_EVENTS)
 else redis.call('HSET', META, META_DRIFT_STATE, DRIFT_STATE, META_DRIFT_EVENTS, DRIFT_EVENTS) end
@@ -233,6 +236,7 @@ class Promotion:
     weights: bytes  # its packed weights
     new_version: int
     new_seen: int
+    new_offset: int  # the labels counted that its learner's own count leaves out
     mistakes: int
     defaulted: int
     defaulted_mistakes: int
@@ -295,6 +299,7 @@ async def promote(store: Runner, name: str, p: Promotion) -> tuple[int, str] | N
             config=p.config,
             new_version=p.new_version,
             new_seen=p.new_seen,
+            new_offset=p.new_offset,
             mistakes=p.mistakes,
             n_defaulted=p.defaulted,
             n_defaulted_mistakes=p.defaulted_mistakes,
