@@ -962,3 +962,36 @@ def test_the_drift_detectors_events_are_marked_on_the_curves_and_come_by_push(
     expect(page.locator("#status")).to_have_attribute("data-push", "true")
     expect(page.locator("#chart-examples .mark")).to_have_count(0)
     assert aborted == []
+
+
+def test_a_retrain_is_marked_apart_from_a_drift_on_the_curves(
+    client: httpx.Client, page: Page
+) -> None:
+    """A drift at which the background learner replaced the served one ("on_drift": "retrain")
+    is marked as a retrain on both curves, named so in its tooltip."""
+    drift = {"detector": "ddm", "on_drift": "retrain", "warm_start": 10, "warning_threshold": 1.2}
+    assert client.put("/models/heal", json={"n_features": 2, "drift": drift}).status_code == 201
+    xs = np.random.default_rng(3).normal(size=(400, 2)).round(3)
+    ys = np.where(xs[:, 0] > 0, 1, -1) * np.repeat([1, -1], 200)
+    body = {"model": "heal", "features": xs.tolist(), "labels": ys.tolist()}
+    assert client.post("/learn/batch", json=body).status_code == 200
+    events = client.get("/models/heal/drift").json()["events"]
+    healed = [i for i, e in enumerate(events) if e["action"] == "retrained"]
+    assert healed, events
+    only_the_service(page, client)
+    page.goto(f"{base(client)}/dashboard#model=heal")
+    for chart in ("#chart-examples", "#chart-time"):
+        expect(page.locator(f"{chart} .mark-retrained")).to_have_count(len(healed))
+        expect(page.locator(f"{chart} .mark-retrained text").first).to_have_text("retrained")
+    # Its tooltip names it, at the point of the curve after it (within a few pixels right).
+    last = events[healed[-1]]
+    box = page.locator(f"#chart-examples .mark[data-id='drift-{healed[-1]}'] line").bounding_box()
+    assert box is not None
+    line = f"drift detected at example {last['at_seen']},"
+    tips = page.locator("#chart-examples ~ .tooltip .tip-mark")
+    named = tips.filter(has_text=line).filter(has_text="· retrained")
+    for dx in range(8):
+        page.mouse.move(box["x"] + dx, box["y"] + box["height"] / 2)
+        if named.count():
+            break
+    expect(named).to_have_count(1)

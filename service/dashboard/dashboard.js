@@ -842,7 +842,7 @@ function renderCharts(m) {
       label: '#' + c.id,
       cls: c.reason.replaceAll(' ', '-'),
     })).concat(timed.map((e, i) => ({
-      x: Math.floor(e.time / bucket) * bucket, id: 'drift-' + i, label: driftLabel(e), cls: e.kind,
+      x: Math.floor(e.time / bucket) * bucket, id: 'drift-' + i, label: driftLabel(e), cls: driftClass(e),
     }))),
     marksAt: (i) => state.checkpoints
       .filter((c) => c.time >= pts[i].t && c.time < pts[i].t + bucket)
@@ -867,7 +867,7 @@ function renderCharts(m) {
     extra: (i) => `${nCount(curve[i].mistakes, 'mistake')} in all`,
     // (each of the drift detector's events at the example it came: marked where it lies
     // between two points of the curve, named by the point after it)
-    marks: state.drift.map((e, i) => ({ x: e.at_seen, id: 'drift-' + i, label: driftLabel(e), cls: e.kind })),
+    marks: state.drift.map((e, i) => ({ x: e.at_seen, id: 'drift-' + i, label: driftLabel(e), cls: driftClass(e) })),
     marksAt: (i) => state.drift
       .filter((e) => e.at_seen <= curve[i].examples && (i === 0 || e.at_seen > curve[i - 1].examples))
       .map(driftLine),
@@ -880,9 +880,15 @@ function servedEvents(answer) {
   return answer.events.filter((e) => e.learner === 'served');
 }
 
-// A drift detector's event: its mark's label, and its line in a tooltip.
+// A drift detector's event: its mark's label and class, and its line in a tooltip (a drift at
+// which the background learner replaced the served one: 'retrained').
 function driftLabel(e) {
+  if (e.action === 'retrained') return 'retrained';
   return e.kind === 'drift' ? 'drift' : ''; // (a warning: its line alone)
+}
+
+function driftClass(e) {
+  return e.action === 'retrained' ? 'drift mark-retrained' : e.kind;
 }
 
 function driftLine(e) {
