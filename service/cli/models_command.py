@@ -170,8 +170,9 @@ def _add_configuration(create: argparse.ArgumentParser) -> None:
         "--drift",
         metavar="DETECTOR",
         type=detector_arg,
-        help="a drift detector on its mistakes: ddm or eddm (River's defaults), or a JSON "
-        'object, e.g. \'{"detector": "ddm", "warm_start": 100}\'',
+        help="a drift detector on its mistakes: ddm or eddm (River's defaults, alerting), or a "
+        'JSON object, e.g. \'{"detector": "ddm", "on_drift": "retrain", "warm_start": 100}\' '
+        "(retrain: a background learner replaces the served one at a drift)",
     )
     spec.add_argument(
         "--config", metavar="JSON", type=json_object, help="the configuration as a JSON object"

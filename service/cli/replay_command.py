@@ -119,7 +119,8 @@ def _model_arguments(m: argparse._ArgumentGroup) -> None:
         metavar="DETECTOR",
         type=detector_arg,
         help="a model the replay creates watches its mistakes with this drift detector: ddm "
-        "or eddm, or its configuration as a JSON object; its detections are drawn on --curve",
+        'or eddm, or its configuration as a JSON object (\'{"detector": "ddm", "on_drift": '
+        '"retrain"}\' retrains at a drift); its detections and retrains are drawn on --curve',
     )
 
 

@@ -14,9 +14,17 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 CUMULATIVE_LABEL = "cumulative: mistakes so far / examples so far"
-DRIFT_LABELS = {"warning": "drift warning", "drift": "drift detected"}
+DRIFT_LABELS = {
+    "warning": "drift warning",
+    "drift": "drift detected",
+    "retrained": "drift detected: retrained",
+}
 # (color, line width, line style) of each kind's line
-DRIFT_STYLES = {"warning": ("#d08c2a", 0.8, ":"), "drift": ("#b3261e", 1.4, "-")}
+DRIFT_STYLES = {
+    "warning": ("#d08c2a", 0.8, ":"),
+    "drift": ("#b3261e", 1.4, "-"),
+    "retrained": ("#1b7f3b", 1.6, "-"),
+}
 
 
 def window_label(window: int) -> str:

@@ -158,13 +158,15 @@ async def detections(
     client: AsyncClient, name: str, before: int, examples: int
 ) -> list[tuple[int, str]] | None:
     """The model's drift detector's events among the replay's ``examples`` (the model had
-    seen ``before``), each at the example of the replay it came; None without a detector.
-    (The model keeps its last DRIFT_EVENTS_KEPT: a longer replay shows its last ones.)"""
+    seen ``before``), each at the example of the replay it came, its kind "warning", "drift",
+    or "retrained" (a drift at which the background learner replaced the served one); None
+    without a detector. (The model keeps its last DRIFT_EVENTS_KEPT: a longer replay shows its
+    last ones.)"""
     report = await client.drift(name)
     if report.drift is None:
         return None
     return [
-        (e.at_seen - before, e.kind)
+        (e.at_seen - before, "retrained" if e.action == "retrained" else e.kind)
         for e in report.events
         if e.learner == "served" and before < e.at_seen <= before + examples
     ]

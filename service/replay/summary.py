@@ -138,12 +138,15 @@ class Summary:
         """The detector's drifts (and how many warnings), when the model has one."""
         if self.drift is None:
             return []
-        ats = [f"{at:,}" for at, kind in self.drift if kind == "drift"]
+        ats = [f"{at:,}" for at, kind in self.drift if kind in ("drift", "retrained")]
         warnings, drifts = self.drift_counts
         said = f"{drifts} drift{_s(drifts)}"
         if ats:
             shown = ats if len(ats) <= SHOWN else [*ats[: SHOWN // 2], "...", *ats[-SHOWN // 2 :]]
             said += f" (at example {', '.join(shown)})"
+        healed = sum(kind == "retrained" for _, kind in self.drift)
+        if healed:
+            said += f", {healed} retrained"
         said += f"; {warnings} warning{_s(warnings)}"
         if len(self.drift) < warnings + drifts:
             said += f"; the model lists its last {len(self.drift)}"
