@@ -123,6 +123,12 @@ class ServiceThread:
         self.stop()
 
 
+def worker_pids(pid: int) -> list[int]:
+    """The processes a service's process started (its uvicorn workers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children]
+
+
 class ServiceProcess:
     """``perceptron serve`` as a real process (with its own uvicorn workers)."""
 

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +17,7 @@ import redis
 from service.cli.loopback import wait_until
 from service.store.keys import ModelKeys
 
-from .servers import RedisServer, ServiceProcess, running
+from .servers import RedisServer, ServiceProcess, running, worker_pids
 
 MakeService = Callable[..., httpx.Client]
 
@@ -128,11 +127,6 @@ def test_a_label_after_the_deadline_meets_the_default_first(make_service: MakeSe
     assert counters["defaulted"] == 1 and counters["feedback"] == 0 and counters["seen"] == 1
 
 
-def _workers(pid: int) -> list[int]:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return [int(c) for c in children]
-
-
 def test_killing_a_worker_mid_sweep_loses_none_and_doubles_none(redis_url: str) -> None:
     n = 3000
     a = ServiceProcess(redis_url, workers=2).start()
@@ -143,7 +137,7 @@ def test_killing_a_worker_mid_sweep_loses_none_and_doubles_none(redis_url: str) 
             _predict(c, "many", n)
             cb = httpx.Client(base_url=b.url, timeout=30)
             assert a.proc is not None
-            victims = [*_workers(a.proc.pid), a.proc.pid]
+            victims = [*worker_pids(a.proc.pid), a.proc.pid]
             # the sweeps start at the deadline: kill every process of one service in them
             wait_until(lambda: _counters(cb, "many")["defaulted"] > 0, timeout=20, what="sweep")
             for pid in victims:

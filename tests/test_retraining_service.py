@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import math
+import os
+import signal
 import struct
 from typing import Any
 
@@ -18,7 +20,7 @@ from service.learner.drift_detectors import DDM
 from service.learner.retraining import Retraining
 
 from .conftest import MakeService
-from .servers import ServiceProcess, running
+from .servers import RedisServer, ServiceProcess, running, worker_pids
 from .test_drift_detectors import river_of
 from .test_history import HISTORY
 from .test_retraining import RiverLearner, stream
@@ -238,3 +240,43 @@ def test_a_retrained_model_rolls_back_to_before_and_after_the_retrain_exactly(
         assert (doc["version"], doc["weights"]) == (v, exports[v][0])
         # (an averaged learner's count: that of the last update restored, as for any model)
         assert 0 < doc["seen"] <= exports[v][1]
+
+
+def test_a_retraining_holds_through_kill_9_of_every_worker_and_a_redis_restart(
+    store: RedisServer,
+) -> None:
+    """The detector's state and the background learner live with the model in Redis: every
+    worker killed (SIGKILL) while the background learner holds examples, Redis restarted from
+    its append-only file, the service started again goes on as River's wrapper would."""
+    config = ModelConfig(n_features=2, averaged=True)
+    river = drift.DriftRetrainingClassifier(RiverLearner(config), river_of(DDM(10, 2.0, 2.5)))
+    xs, ys = stream("abrupt", 900, 2, seed=21)
+    expected = []
+    for x, y in zip(xs, ys, strict=True):
+        one: dict[Any, Any] = dict(enumerate(x))
+        expected.append(river.predict_one(one))
+        river.learn_one(one, y)
+    body = {"n_features": 2, "drift": DRIFT, "averaged": True}
+    service = ServiceProcess(store.url, workers=2).start()
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            assert c.put("/models/r", json=body).status_code == 201
+            got = learn_all(c, "r", xs[:480], ys[:480], size=40)
+            kept = c.get("/models/r/export").json()["drift"]
+            assert kept["background"]  # (it holds some, after a retrain at example 455)
+        assert service.proc is not None
+        for pid in [*worker_pids(service.proc.pid), service.proc.pid]:
+            os.kill(pid, signal.SIGKILL)
+        service.proc.wait(10)
+        service.proc = None
+    finally:
+        service.stop()
+    store.stop()  # (append-only file on: the model, its detector and its background learner)
+    store.start()
+    with (
+        running(ServiceProcess(store.url, workers=2)) as again,
+        httpx.Client(base_url=again.url, timeout=30) as c,
+    ):
+        assert c.get("/models/r/export").json()["drift"] == kept
+        got += learn_all(c, "r", xs[480:], ys[480:], size=40)
+    assert got == expected
