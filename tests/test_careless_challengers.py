@@ -14,6 +14,8 @@ import httpx
 import pytest
 import redis
 
+from service.engine.replicas import Replicas
+from service.settings import Settings
 from service.store import ModelKeys
 from service.store.script import raw
 
@@ -275,3 +277,22 @@ def test_a_learner_whose_count_is_its_own_is_demoted_and_promoted_back_with_its_
     assert [p["label"] for p in again["predictions"]] == [
         p["label"] for p in predicted["predictions"]
     ]
+
+
+def test_a_request_tries_again_while_promotions_keep_replacing_the_model() -> None:
+    """Each promotion replaces the model (a new epoch): a request that found it replaced three
+    times in a row answered 503 model_busy, though promotions one after another each hold the
+    model only a few ms. It tries again while the model was replaced for less than 10 s."""
+    now = [0.0]
+    replicas = Replicas(None, Settings(auth=False), clock=lambda: now[0])  # type: ignore[arg-type]
+    tried = 0
+    for _ in replicas.attempts("m"):  # (each found the model replaced, a second later)
+        tried += 1
+        now[0] += 1.0
+    assert tried == 11
+    now[0], tried = 0.0, 0
+    for _ in replicas.attempts("m"):  # (each a minute: three at least)
+        tried += 1
+        now[0] += 60.0
+    assert tried == 3
+    assert "10 s" in str(replicas.busy("m"))

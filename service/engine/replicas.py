@@ -29,7 +29,11 @@ from service.settings import Settings
 from service.store import Condition, Store, StoreError
 
 log = logging.getLogger("perceptron")
-_ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile
+_ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile, at least
+# and more while the model keeps being replaced for less than this long (promotions one after
+# another, each holding the model a few ms: a request waits through them), MOST_ATTEMPTS at most
+REPLACED_FOR_S = 10.0
+MOST_ATTEMPTS = 100
 UNPACK_IN_THREAD = 1 << 20  # a snapshot of more bytes is unpacked off the event loop
 
 
@@ -132,14 +136,19 @@ class Replicas:
         refuses (InvalidInput: a label none of its classes, features of another dimension) is
         refused only once the store confirms the replica is still the model: one deleted or
         made anew elsewhere, which this worker has not noticed yet, answers as the model is
-        now (404, or the new one's answer)."""
-        for _ in range(_ATTEMPTS):
+        now (404, or the new one's answer). It tries _ATTEMPTS times, and again while the
+        model was replaced for less than REPLACED_FOR_S (by this worker's clock)."""
+        start = self.clock()
+        for n in range(MOST_ATTEMPTS):
+            if n >= _ATTEMPTS and self.clock() - start > REPLACED_FOR_S:
+                return
             yield Attempt(self, name)
 
     def busy(self, name: str) -> ModelBusy:
         """The error of a request whose every attempt found the model replaced."""
         return ModelBusy(
-            f"Model {name!r} was replaced under every one of {_ATTEMPTS} attempts; retry shortly."
+            f"Model {name!r} was replaced under every attempt for {REPLACED_FOR_S:g} s; retry "
+            "shortly."
         )
 
     async def current(self, name: str) -> Replica:
