@@ -296,3 +296,24 @@ def test_a_request_tries_again_while_promotions_keep_replacing_the_model() -> No
         now[0] += 60.0
     assert tried == 3
     assert "10 s" in str(replicas.busy("m"))
+
+
+def test_the_demoted_learner_takes_a_free_name_when_a_challenger_has_its_default(
+    client: httpx.Client,
+) -> None:
+    """A challenger named as the demoted learner's default (served-<checkpoint>) made every
+    promotion without demote_as a 409 challenger_exists: the demoted learner takes the next
+    free name instead."""
+    assert client.put("/models/m", json={"n_features": 2}).is_success
+    assert client.put("/models/m/challengers/served-1", json={"algorithm": "pa1"}).is_success
+    assert client.put("/models/m/challengers/served-1-2", json={}).is_success
+    assert client.put("/models/m/challengers/p", json={"margin": 0.5}).is_success
+    got = client.post("/models/m/promote", json={"challenger": "p"})
+    assert got.status_code == 200, got.text
+    assert (got.json()["demoted"], got.json()["checkpoint"]) == ("served-1-3", 1)
+    ids = {c["id"] for c in client.get("/models/m/challengers").json()["challengers"]}
+    assert ids == {"served-1", "served-1-2", "served-1-3"}
+    taken = client.post(
+        "/models/m/promote", json={"challenger": "served-1", "demote_as": "served-1-2"}
+    )
+    assert taken.status_code == 409 and taken.json()["code"] == "challenger_exists"

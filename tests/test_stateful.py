@@ -905,6 +905,10 @@ class Service(RuleBasedStateMachine):
             self.expect(r, 409, "promotion_layout")
             return
         demoted = demote or f"served-{ref.last_id + 1}"
+        for k in itertools.count(2):  # (a name of its own: the first one free)
+            if demote or demoted == id or demoted not in ref.challengers:
+                break
+            demoted = f"served-{ref.last_id + 1}-{k}"
         if demoted != id and demoted in ref.challengers:
             self.expect(r, 409, "challenger_exists")
             return

@@ -54,7 +54,7 @@ class PromoteRequest(BaseModel):
     demote_as: str | None = Field(
         None,
         description="The id the learner that served takes among the challengers (default "
-        "served-<checkpoint>).",
+        "served-<checkpoint>, or served-<checkpoint>-2, -3... where a challenger has it).",
     )
 
 

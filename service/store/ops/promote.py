@@ -152,7 +152,13 @@ for e, ms in string.gmatch(st[9] or '', '(%x+):(%d+),') do
   end
 end
 local demoted = DEMOTED
-if demoted == '' then demoted = 'served-' .. string.format('%d', tonumber(st[8] or '0') + 1) end
+if demoted == '' then  -- served-<the checkpoint's id>, or the first free served-<id>-<k>
+  demoted = 'served-' .. string.format('%d', tonumber(st[8] or '0') + 1)
+  for k = 2, PROMOTIONS_KEPT + 2 do
+    if demoted == ID or redis.call('HEXISTS', CHAL, demoted) == 0 then break end
+    demoted = 'served-' .. string.format('%d-%d', tonumber(st[8] or '0') + 1, k)
+  end
+end
 local refused = nil
 if not st[1] then refused = NO_MODEL
 elseif st[1] ~= EPOCH then refused = STALE_EPOCH
