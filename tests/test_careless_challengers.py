@@ -97,7 +97,8 @@ def test_a_promotions_refusal_names_the_id_taken(client: httpx.Client) -> None:
     client.put("/models/m", json={"n_features": 5})
     client.put("/models/m/challengers/c", json={"learning_rate": 0.5})
     client.put("/models/m/challengers/served-1", json={"averaged": True})
-    r = code(client.post("/models/m/promote", json={"challenger": "c"}), 409, "challenger_exists")
+    body = {"challenger": "c", "demote_as": "served-1"}  # (the default name takes a free one)
+    r = code(client.post("/models/m/promote", json=body), 409, "challenger_exists")
     assert "'served-1'" in r["detail"] and "''" not in r["detail"], r
 
 
@@ -317,3 +318,19 @@ def test_the_demoted_learner_takes_a_free_name_when_a_challenger_has_its_default
         "/models/m/promote", json={"challenger": "served-1", "demote_as": "served-1-2"}
     )
     assert taken.status_code == 409 and taken.json()["code"] == "challenger_exists"
+
+
+def test_an_arow_challenger_from_the_served_learner_starts_with_its_variances(
+    client: httpx.Client,
+) -> None:
+    """ "from": "served" copies the whole learner where the challenger keeps the same arrays:
+    AROW's variances with its weights (they started at 1 again); promoted at once, it is the
+    learner that served, bit for bit."""
+    assert client.put("/models/m", json={"n_features": 2, "algorithm": "arow"}).is_success
+    xs = [[math.cos(i), math.sin(i)] for i in range(50)]
+    ys = [1 if x[0] + x[1] > 0 else -1 for x in xs]
+    assert client.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys}).is_success
+    before = client.get("/models/m/export").json()["weights"]
+    assert client.put("/models/m/challengers/c", json={"from": "served"}).is_success
+    assert client.post("/models/m/promote", json={"challenger": "c"}).is_success
+    assert client.get("/models/m/export").json()["weights"] == before

@@ -961,3 +961,11 @@ def test_an_undo_while_three_clients_learn_on_two_workers_keeps_every_update_onc
         assert np.array_equal(w, expected)  # bob's, each once; alice's none
         assert b == sum(y for _, y, updated in learned if updated)
         assert doc["version"] == sum(updated for *_, updated in learned)
+
+
+def test_a_check_across_fields_ends_its_sentence_once(make_service: MakeService) -> None:
+    client = make_service(**HISTORY)
+    assert client.put("/models/m", json={"n_features": 2}).status_code == 201
+    got = client.post("/models/m/undo", json={})
+    assert got.status_code == 422, got.text
+    assert got.json()["detail"].endswith("or both.") and ".." not in got.json()["detail"]

@@ -420,3 +420,17 @@ def test_serve_runs_uvicorn_with_the_app_factory(monkeypatch: pytest.MonkeyPatch
     with contextlib.redirect_stderr(err):
         assert cli.main(["serve", "--workers", "2"]) == 2
     assert "PERCEPTRON_REDIS_URL" in err.getvalue()
+
+
+def test_a_batch_the_service_refuses_leaves_no_model_the_replay_made(
+    reaching: InProcessService,
+) -> None:
+    """--batch past the service's max_batch: 413 batch_too_large at the first request; the
+    model the replay made is deleted again (it stayed, empty), and the command says why."""
+    code, _, err = run_main(
+        ["--dataset", "turning", "--limit", "1500", "--mode", "learn", "--batch", "1500",
+         "--model", "big", "--quiet"]
+    )  # fmt: skip
+    assert code == 2 and "--batch 1500" in err and "was deleted" in err, err
+    with Client(BASE_URL, transport=reaching.transport()) as c:
+        assert "big" not in [m.name for m in c.list_models().models]

@@ -131,7 +131,7 @@ def _body_sentence(error: Error, body: type[BaseModel] | None, content_type: str
         )
     if kind == "value_error":  # a check across fields (schemas' model validators)
         reason = str(error.get("ctx", {}).get("error", error.get("msg", "")))
-        return reason[:1].upper() + reason[1:] + "."
+        return reason[:1].upper() + reason[1:].rstrip(".") + "."
     if "json" not in content_type:
         sent = f"as '{content_type}'" if content_type else "with no Content-Type"
         return (

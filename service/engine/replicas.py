@@ -33,7 +33,7 @@ _ATTEMPTS = 3  # a request's tries on a replica that was replaced meanwhile, at 
 # and more while the model keeps being replaced for less than this long (promotions one after
 # another, each holding the model a few ms: a request waits through them), MOST_ATTEMPTS at most
 REPLACED_FOR_S = 10.0
-MOST_ATTEMPTS = 100
+MOST_ATTEMPTS = 20
 UNPACK_IN_THREAD = 1 << 20  # a snapshot of more bytes is unpacked off the event loop
 
 

@@ -223,14 +223,19 @@ def promotion_refusal(model: ModelConfig, challenger: ModelConfig) -> str | None
 
 
 def start_state(config: ModelConfig, served: Weights | None) -> ChallengerState:
-    """A new challenger: zero weights, or a copy of the served weights and biases (its average,
-    if it keeps one, starts from its own first example). Its position is set by the store."""
+    """A new challenger: zero weights, or a copy of the served weights and biases, and of each
+    state array the served learner keeps too (AROW's variances; its average, if it keeps one,
+    starts from its own first example). Its position is set by the store."""
     weights = Weights.zeros(config)
     if served is not None:
         if served.w.shape != weights.w.shape:
             raise ValueError("the served weights have another shape")
         weights.w[:] = served.w
         weights.b[:] = served.b
+        for a in config.learner.state(config):
+            there = served.state.get(a.name)
+            if a.copied and there is not None and there.shape == weights.state[a.name].shape:
+                weights.state[a.name][...] = there
     return ChallengerState(config, weights, 0)
 
 

@@ -103,11 +103,14 @@ class StateArray:
     """An array a learner keeps beside its weights: one value per weight (``per_weight``) or
     one per row (as the bias), each starting at ``start``. It is packed after the weights and
     biases in its learner's order, and exported, imported, checkpointed, rolled back and
-    promoted with them."""
+    promoted with them. ``copied``: a challenger started from the served learner copies it
+    when that learner keeps it too (as AROW's variances), not when it goes with the count of
+    examples (an average's sums: a challenger's starts at its first label)."""
 
     name: str
     per_weight: bool
     start: float = 0.0
+    copied: bool = True
 
 
 class Learner:

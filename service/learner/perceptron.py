@@ -270,7 +270,10 @@ class PerceptronLearner(Learner):
     def state(self, config: ModelConfig) -> tuple[StateArray, ...]:
         if not config.averaged:
             return ()
-        return (StateArray("wsum", per_weight=True), StateArray("bsum", per_weight=False))
+        return (
+            StateArray("wsum", per_weight=True, copied=False),
+            StateArray("bsum", per_weight=False, copied=False),
+        )
 
     def seen_depended(self, config: ModelConfig) -> bool:
         return bool(config.averaged)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from perceptron_client import AsyncClient, NotFoundError
+from perceptron_client import AsyncClient, InvalidInputError, NotFoundError
 from service.learner.config import checked_drift, label_key
 from service.replay.datasets import Dataset
 from service.replay.options import ReplayOptions, StreamOptions
@@ -208,7 +208,19 @@ def replay(
             before = made or Before()
             if before.trained and notice is not None:
                 notice(before.notice(name, options.multiclass))
-            summary = await replay_async(client, name, data, options.stream, progress=progress)
+            try:
+                summary = await replay_async(client, name, data, options.stream, progress=progress)
+            except InvalidInputError as e:
+                if e.code != "batch_too_large":
+                    raise
+                gone = ""
+                if made is None:  # (a model this replay made: it goes again)
+                    await client.delete_model(name)
+                    gone = f"; model {name!r}, which the replay made, was deleted"
+                raise ReplayError(
+                    f"--batch {options.stream.batch} is more examples a request than the "
+                    f"service takes ({e.detail}){gone}."
+                ) from e
             summary.before = before
             summary.drift = await detections(client, name, before.examples, summary.examples)
             counters = (await client.read_model(name)).counters

@@ -329,9 +329,10 @@ async def promote(store: Runner, name: str, p: Promotion) -> tuple[int, str] | N
         raise challenger_exists(name, text(reply[1]), DEMOTED_NAME_TAKEN)
     if status == Status.TOO_MANY:
         raise Conflict(
-            f"Model {name!r} was promoted {PROMOTIONS_KEPT} times within the life of its "
-            "pending predictions, each of which stays labelable; wait for the oldest to lapse, "
-            "or reset the model.",
+            f"Model {name!r} was promoted {PROMOTIONS_KEPT} times within the life a prediction "
+            "has (feedback_ttl_s; a prediction made before each promotion stays labelable that "
+            "long, whether any was made or not): wait for the oldest promotion to pass it, or "
+            "roll back or reset the model (with its challengers deleted first).",
             code="too_many_promotions",
         )
     if status == Status.NOT_STAGED:
