@@ -334,3 +334,13 @@ def test_an_arow_challenger_from_the_served_learner_starts_with_its_variances(
     assert client.put("/models/m/challengers/c", json={"from": "served"}).is_success
     assert client.post("/models/m/promote", json={"challenger": "c"}).is_success
     assert client.get("/models/m/export").json()["weights"] == before
+
+
+def test_a_challenger_refused_for_the_models_multiclass_is_told_it_took_it(
+    client: httpx.Client,
+) -> None:
+    assert client.put("/models/m", json={"n_features": 2, "classes": [0, 1, 2]}).is_success
+    got = client.put("/models/m/challengers/c", json={"algorithm": "logistic"})
+    assert got.status_code == 422 and "the model's 'multiclass'" in got.json()["detail"], got.text
+    ovr = {"algorithm": "logistic", "multiclass": "ovr"}
+    assert client.put("/models/m/challengers/c", json=ovr).status_code == 201

@@ -64,7 +64,10 @@ def parse_body(model: ModelConfig, body: Any) -> tuple[ModelConfig, bool]:
     try:
         config = challenger_config(model, {k: v for k, v in body.items() if k != "from"})
     except (ConfigError, TypeError) as e:
-        raise InvalidInput(str(e), code="invalid_config") from e
+        why = str(e)
+        if isinstance(e, ConfigError) and e.parameter == "multiclass" and "multiclass" not in body:
+            why += " (the model's 'multiclass', which the challenger takes unless it gives one)"
+        raise InvalidInput(why, code="invalid_config") from e
     # (a copy is made only into the same rows; two classes have one row in every layout)
     if start == "served" and not model.binary and config.multiclass != model.multiclass:
         raise InvalidInput(
