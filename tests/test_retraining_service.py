@@ -280,3 +280,25 @@ def test_a_retraining_holds_through_kill_9_of_every_worker_and_a_redis_restart(
         assert c.get("/models/r/export").json()["drift"] == kept
         got += learn_all(c, "r", xs[480:], ys[480:], size=40)
     assert got == expected
+
+
+@pytest.mark.in_process
+def test_an_undo_leaves_a_retrains_entries_and_its_learner_whole(
+    make_service: MakeService,
+) -> None:
+    """An undo of every key's updates takes out the served learners' own updates, never the
+    examples a retrain learned afresh: the model is the last retrain's learner as it came."""
+    client = make_service(**HISTORY)
+    assert client.put("/models/r", json={"n_features": 2, "drift": DRIFT}).status_code == 201
+    ours = Retraining(ModelConfig(n_features=2), DDM(10, 2.0, 2.5))
+    xs, ys = stream("abrupt", 600, 2, seed=12)
+    came = None
+    for x, y in zip(xs, ys, strict=True):
+        if ours.learn(x, y).retrained:
+            came = ours.served.weights.copy()
+    assert came is not None
+    learn_all(client, "r", xs, ys, size=1)
+    got = client.post("/models/r/undo", json={"from_time": 0})
+    assert got.status_code == 200 and got.json()["removed"] > 0, got.text
+    rows = client.get("/models/r/weights").json()["rows"]
+    assert rows[0]["weights"] == came.w[0].tolist() and rows[0]["bias"] == float(came.b[0])

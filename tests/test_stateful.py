@@ -443,6 +443,8 @@ class Ref:
 
         def left_out(u: Update) -> bool:
             assert u.ms is not None  # (listed first)
+            if u.kind != PENDING:  # (a retrain's: its learner stays whole)
+                return False
             return (source is None or u.source == source) and start_ms <= u.ms < stop_ms
 
         staying = [u for u in self.kept if not left_out(u)]

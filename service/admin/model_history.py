@@ -15,7 +15,7 @@ from service.admin.retention import make_room, prune_quietly, rebuild
 from service.contract.names import check_name
 from service.errors import Conflict, ModelBusy, ModelNotFound, ModelStateLost, NotFound, StaleModel
 from service.learner import ModelConfig, Weights
-from service.learner.codec import RESTARTED, entry_kind, entry_provenance, new_epoch
+from service.learner.codec import PENDING, RESTARTED, entry_kind, entry_provenance, new_epoch
 from service.store.ops.history import HistoryState, Restorable
 
 
@@ -45,12 +45,15 @@ def _undone(
 ) -> list[int]:
     """Where the kept updates caused by the key named ``source`` (None: any) from
     ``from_time`` to before ``to_time`` (Unix seconds; None: any) are among ``entries``; one
-    kept from before updates recorded their source never is."""
+    kept from before updates recorded their source never is, nor a retrain's (the examples a
+    learner that replaced the served one at a drift learned afresh: that learner stays whole)."""
     start = -math.inf if from_time is None else from_time * 1000
     stop = math.inf if to_time is None else to_time * 1000
     drops = []
     for i, entry in enumerate(entries):
         by, ms = entry_provenance(entry)[2:]
+        if entry_kind(entry) != PENDING:
+            continue
         if ms is not None and (source is None or by == source) and start <= ms < stop:
             drops.append(i)
     return drops
