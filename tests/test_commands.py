@@ -477,3 +477,15 @@ def test_an_undo_source_is_a_keys_name_or_none() -> None:
     for bad in ("a b", "x" * 65, "é"):
         with pytest.raises(argparse.ArgumentTypeError, match="is not an API key's name"):
             key_name(bad)
+
+
+def test_a_reader_that_closes_early_ends_the_command_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``perceptron ... | head``: writing to a pipe whose reader is gone ends the command with
+    what was read, not a BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)
+    with capsys.disabled(), open(write, "w") as closed:  # noqa: PTH123
+        monkeypatch.setattr(sys, "stdout", closed)
+        assert cli.main(["models", "--help"]) == 0

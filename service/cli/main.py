@@ -354,8 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=manage.run)
     if argv[:1] == ["models"]:
         argv = manage.join_dash_values(argv)
-    args = parser.parse_args(argv)
-    code: int = args.func(args)
+    try:
+        try:
+            args = parser.parse_args(argv)
+            code: int = args.func(args)
+        finally:
+            sys.stdout.flush()  # (within the try: a --help's output too)
+    except BrokenPipeError:
+        # Its reader closed early (``perceptron models list | head``): what it read stands.
+        # Python flushes stdout again at exit: point it where a write cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 
