@@ -156,12 +156,9 @@ def test_an_import_whose_background_example_could_not_be_is_refused_whole(
     assert got.status_code == 422 and "does not retrain" in got.json()["detail"]
 
 
-@pytest.mark.parametrize("how", ["one a request", "batches", "feedback"])
-def test_two_workers_predict_as_rivers_drift_retraining_classifier(
-    redis_url: str, how: str
-) -> None:
-    """River's own wrapper around the service's rule, fed the stream; the service on two
-    workers, its requests spread over both (a new connection each few)."""
+def rivers_stream() -> tuple[Any, Any, list[Any]]:
+    """A stream whose concept turns, and every prediction River's DriftRetrainingClassifier
+    (DDM) makes of it around an averaged perceptron of the service's rule."""
     config = ModelConfig(n_features=2, averaged=True)
     river = drift.DriftRetrainingClassifier(RiverLearner(config), river_of(DDM(10, 2.0, 2.5)))
     xs, ys = stream("abrupt", 900, 2, seed=21)
@@ -170,6 +167,16 @@ def test_two_workers_predict_as_rivers_drift_retraining_classifier(
         one: dict[Any, Any] = dict(enumerate(x))
         expected.append(river.predict_one(one))
         river.learn_one(one, y)
+    return xs, ys, expected
+
+
+@pytest.mark.parametrize("how", ["one a request", "batches", "feedback"])
+def test_two_workers_predict_as_rivers_drift_retraining_classifier(
+    redis_url: str, how: str
+) -> None:
+    """River's own wrapper around the service's rule, fed the stream; the service on two
+    workers, its requests spread over both (a new connection each few)."""
+    xs, ys, expected = rivers_stream()
     body = {"n_features": 2, "drift": DRIFT, "averaged": True}
     got: list[Any] = []
     with running(ServiceProcess(redis_url, workers=2)) as service:
@@ -248,14 +255,7 @@ def test_a_retraining_holds_through_kill_9_of_every_worker_and_a_redis_restart(
     """The detector's state and the background learner live with the model in Redis: every
     worker killed (SIGKILL) while the background learner holds examples, Redis restarted from
     its append-only file, the service started again goes on as River's wrapper would."""
-    config = ModelConfig(n_features=2, averaged=True)
-    river = drift.DriftRetrainingClassifier(RiverLearner(config), river_of(DDM(10, 2.0, 2.5)))
-    xs, ys = stream("abrupt", 900, 2, seed=21)
-    expected = []
-    for x, y in zip(xs, ys, strict=True):
-        one: dict[Any, Any] = dict(enumerate(x))
-        expected.append(river.predict_one(one))
-        river.learn_one(one, y)
+    xs, ys, expected = rivers_stream()
     body = {"n_features": 2, "drift": DRIFT, "averaged": True}
     service = ServiceProcess(store.url, workers=2).start()
     try:
