@@ -12,9 +12,11 @@ import struct
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from river import drift
 
+from service.contract.store_protocol import BACKGROUND_BYTES
 from service.learner.config import ModelConfig
 from service.learner.drift_detectors import DDM
 from service.learner.retraining import Retraining
@@ -302,3 +304,47 @@ def test_an_undo_leaves_a_retrains_entries_and_its_learner_whole(
     assert got.status_code == 200 and got.json()["removed"] > 0, got.text
     rows = client.get("/models/r/weights").json()["rows"]
     assert rows[0]["weights"] == came.w[0].tolist() and rows[0]["bias"] == float(came.b[0])
+
+
+@pytest.mark.in_process
+def test_the_background_learner_keeps_its_examples_within_its_bytes(client: httpx.Client) -> None:
+    """A warning held for long on a wide model: the background learner keeps examples while
+    they hold BACKGROUND_BYTES at most (the edge: as many as fit, none past), and the drift that
+    ends the warning goes through at once, the background learner then empty."""
+    dim, spec = 20_000, {"detector": "ddm", "on_drift": "retrain", "warm_start": 1}
+    assert client.put("/models/w", json={"n_features": dim, "drift": spec}).status_code == 201
+    ours = Retraining(ModelConfig(n_features=dim), DDM(warm_start=1))
+    rng = np.random.default_rng(5)
+
+    def learn(mistake: bool) -> None:
+        x = rng.normal(size=dim).round(2).tolist()
+        p = int(ours.predict(x))
+        y = -p if mistake else p
+        got = client.post("/learn/batch", json={"model": "w", "features": [x], "labels": [y]})
+        assert got.status_code == 200, got.text
+        ours.learn(x, y)
+
+    for i in range(60):  # (a mistake in five: the detector's best rate and its deviation)
+        learn(i % 5 == 0)
+    fits, warned = None, 0
+    for _ in range(2000):
+        learn(ours.status == "stable" or _warns_on(ours, 1))  # (held in its warning)
+        assert ours.status != "drift"
+        warned += ours.status == "warning"
+        if fits is None and warned:
+            item = client.get("/models/w/export").json()["drift"]["background"][0]
+            fits = BACKGROUND_BYTES // len(base64.b64decode(item))
+        if fits is not None and warned > fits + 3:
+            break
+    assert fits is not None and warned > fits
+    assert len(client.get("/models/w/export").json()["drift"]["background"]) == fits
+    while ours.status != "drift":  # (mistakes until it drifts: the retrain goes through)
+        learn(True)
+    assert client.get("/models/w").json()["counters"]["retrains"] == 1
+    assert client.get("/models/w/export").json()["drift"]["background"] == []
+
+
+def _warns_on(ours: Retraining, mistake: int) -> bool:
+    """Whether the detector still warns, without a drift, after one more such outcome."""
+    warning, drift = ours.detector.flags(ours.detector.update(list(ours.state), mistake))
+    return warning and not drift

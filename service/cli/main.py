@@ -354,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=manage.run)
     if argv[:1] == ["models"]:
         argv = manage.join_dash_values(argv)
+    return _run(parser, argv)
+
+
+def _run(parser: argparse.ArgumentParser, argv: list[str]) -> int:
+    """The command ``argv`` names, run; one whose reader closed early (``perceptron models
+    list | head``) ends quietly: what was read stands."""
     try:
         try:
             args = parser.parse_args(argv)
@@ -361,7 +367,6 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sys.stdout.flush()  # (within the try: a --help's output too)
     except BrokenPipeError:
-        # Its reader closed early (``perceptron models list | head``): what it read stands.
         # Python flushes stdout again at exit: point it where a write cannot fail.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

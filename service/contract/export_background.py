@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from service.contract.store_protocol import BACKGROUND_BYTES
 from service.learner import ModelConfig
 from service.learner.codec import RELEARNED, relearned_entry, unpack_entry
 from service.learner.features import MAX_ABS_VALUE
@@ -34,6 +35,8 @@ def background_of(raw: Any, config: ModelConfig) -> list[bytes]:
             if not isinstance(text, str):
                 raise ValueError("not a string")
             item = base64.b64decode(text, validate=True)
+            if (i + 1) * len(item) > BACKGROUND_BYTES:
+                raise ValueError(f"past the {BACKGROUND_BYTES:,} bytes a background learner keeps")
             _check(config, item)
         except (ValueError, IndexError, binascii.Error) as e:
             raise ValueError(f"'drift.background' example {i} is not one of this model: {e}") from e

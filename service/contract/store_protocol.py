@@ -63,6 +63,8 @@ RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 RING_UNKNOWN = b"-"
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept
+# A retraining's background learner keeps an example while its examples, each as long, hold
+BACKGROUND_BYTES = 16 << 20  # this many bytes at most (ops/drift.py, retraining_sequence.py)
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
@@ -254,11 +256,7 @@ COUNTERS = (
     ),
     Counter("drift_warnings", "Drift warnings", "Warnings of the model's drift detector."),
     Counter("drifts", "Drifts", "Drifts its detector found in the served learner's mistakes."),
-    Counter(
-        "retrains",
-        "Retrains",
-        "Drifts at which the background learner replaced the served one (on_drift 'retrain').",
-    ),
+    Counter("retrains", "Retrains", "Drifts at which a background learner came to serve."),
     Counter(
         "expired",
         "Expired feedback",
@@ -348,6 +346,7 @@ _NUMBERS = {
     "WINDOW": RING_SIZE,
     "RECENT_KEPT": RECENT_KEPT,
     "DRIFT_EVENTS_KEPT": DRIFT_EVENTS_KEPT,
+    "BACKGROUND_BYTES": BACKGROUND_BYTES,
     "RECENT_MAX_BYTES": RECENT_MAX_BYTES,
     "PENDING_BUCKETS": PENDING_BUCKETS,
     "PENDING_OVERHEAD": PENDING_OVERHEAD,

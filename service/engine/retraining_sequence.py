@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from service.contract.store_protocol import BACKGROUND_BYTES
 from service.contract.store_values import Background
 from service.engine.sequence import LearnedSequence, batch_of, run_sequence
 from service.engine.standings import label_entries
@@ -93,7 +94,11 @@ def run_retraining(
             cfg=cfg, epoch=epoch, xs=xs[at:end], ts=ts[at:end], served=seq.served[: drift + 1],
             provs=provs[at:end],
         )  # fmt: skip
-        items += [_item(kept[j]) for j in (*warned, drift)]
+        for j in warned:  # (the store keeps one while they hold BACKGROUND_BYTES at most)
+            item = _item(kept[j])
+            if (len(items) + 1) * len(item) <= BACKGROUND_BYTES:
+                items.append(item)
+        items.append(_item(kept[drift]))
         weights = _replaced(cfg, weights.version + upto, items)
         done.steps += [*map(int, seq.updated[:drift]), len(items)]
         items, at = [], end

@@ -148,8 +148,10 @@ end
 
 RETRAIN = """
 local retrain = {}
-function retrain.keep(blog, entry)
-  redis.call('RPUSH', blog, string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1))
+function retrain.keep(blog, entry)  -- (BACKGROUND_BYTES at most, as each one's length says)
+  local item = string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1)
+  if (redis.call('LLEN', blog) + 1) * #item > BACKGROUND_BYTES then return end
+  redis.call('RPUSH', blog, item)
 end
 function retrain.relearned(item, k, mark)
   local at = string.find(item, ENTRY_SEP, 1, true)  -- (past the true class, and the provenance)

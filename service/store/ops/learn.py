@@ -171,13 +171,13 @@ if answers > 0 then
   end
   if #gone > 0 then return {REQUESTS_GONE, unpack(gone)} end
 end
-local retrains, swapping = string.find(DETECTOR, ' retrain', 1, true) ~= nil, {}
-if retrains then  -- (every label sent; the drifts where its writer swapped, the detector's)
+retrain.on, retrain.at = string.find(DETECTOR, ' retrain', 1, true) ~= nil, {}
+if retrain.on then  -- (every label sent; the drifts where its writer swapped, the detector's)
   if N_LABELS ~= N then return {STATE_LOST, 'a commit that retrains carries every label'} end
-  for i, j in string.gmatch(SWAPS, '(%d+):(%d+)') do swapping[tonumber(i)] = tonumber(j) end
+  for i, j in string.gmatch(SWAPS, '(%d+):(%d+)') do retrain.at[tonumber(i)] = tonumber(j) end
   local _, _, acts = drift.feed(DETECTOR, redis.call('HGET', META, META_DRIFT_STATE) or '', MARKS)
   for i = 1, N do
-    if (string.sub(acts, i, i) == '2') ~= (swapping[i] ~= nil) then
+    if (string.sub(acts, i, i) == '2') ~= (retrain.at[i] ~= nil) then
       return {STATE_LOST, 'its detector drifts elsewhere than its writer learned'}
     end
   end
@@ -190,12 +190,12 @@ for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
 local acts, log_length, stop, from, swapped = record(META, SERIES, RING, RECENT, CURVE, BUCKET,
   KEEP, seen, N, MARKS, MISTAKES, cells, recent, DETECTOR), -1, recent_at - 1, entries_at, 0
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
-for i = 1, retrains and N or 0 do  -- the background learner: learns, or serves from here
+for i = 1, retrain.on and N or 0 do  -- the background learner: learns, or serves from here
   local act = string.sub(acts, i, i)
   if act == '1' then retrain.keep(BLOG, ARGV[labels_at + i - 1]) end
   if act == '2' then
-    log_length = retrain.push(LOG, ARGV, from, entries_at + swapping[i] - 1, log_length)
-    from = entries_at + swapping[i]
+    log_length = retrain.push(LOG, ARGV, from, entries_at + retrain.at[i] - 1, log_length)
+    from = entries_at + retrain.at[i]
     local swap = retrain.entries(BLOG, ARGV[labels_at + i - 1])
     log_length = retrain.push(LOG, swap, 1, #swap, log_length)
     swapped, offset = swapped + #swap, seen + i - #swap
