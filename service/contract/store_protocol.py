@@ -64,7 +64,7 @@ RING_UNKNOWN = b"-"
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept
 # A retraining's background learner keeps an example while its examples, each as long, hold
-BACKGROUND_BYTES = 16 << 20  # this many bytes at most (ops/drift.py, retraining_sequence.py)
+BACKGROUND_BYTES = 4 << 20  # this many bytes at most (ops/drift.py, retraining_sequence.py)
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
