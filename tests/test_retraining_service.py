@@ -348,3 +348,28 @@ def _warns_on(ours: Retraining, mistake: int) -> bool:
     """Whether the detector still warns, without a drift, after one more such outcome."""
     warning, drift = ours.detector.flags(ours.detector.update(list(ours.state), mistake))
     return warning and not drift
+
+
+@pytest.mark.in_process
+@pytest.mark.parametrize(
+    "settings",
+    [{"classes": [0, 1, 2]}, {"classes": [0, 1, 2], "multiclass": "ovr", "algorithm": "arow"}],
+    ids=["multiclass", "arow ovr"],
+)
+def test_a_batch_of_a_thousand_with_many_drifts_retrains_as_one_by_one(
+    client: httpx.Client, settings: dict[str, Any]
+) -> None:
+    """A detector so touchy that one batch of 1,000 drifts over a hundred times: learned a
+    window at a time (not again to the batch's end after each drift), exactly the reference."""
+    spec = {"detector": "ddm", "on_drift": "retrain", "warm_start": 5,
+            "warning_threshold": 0.01, "drift_threshold": 0.02}  # fmt: skip
+    assert client.put("/models/t", json={"n_features": 2, "drift": spec, **settings}).is_success
+    ours = Retraining(ModelConfig(n_features=2, **settings), DDM(5, 0.01, 0.02))
+    xs, ys = stream("slow", 1000, 3, seed=4)
+    expected, retrains = [], 0
+    for x, y in zip(xs, ys, strict=True):
+        expected.append(ours.predict(x))
+        retrains += ours.learn(x, y).retrained
+    assert retrains > 100
+    assert learn_all(client, "t", xs, ys, size=1000) == expected
+    assert client.get("/models/t").json()["counters"]["retrains"] == retrains

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from service.contract.store_protocol import BACKGROUND_BYTES
+from service.contract.store_protocol import BACKGROUND_BYTES, RECENT_KEPT
 from service.contract.store_values import Background
 from service.engine.sequence import LearnedSequence, batch_of, run_sequence
 from service.engine.standings import label_entries
@@ -40,22 +40,39 @@ class Retrained:
     steps: list[int]
 
 
+FIRST_WINDOW = 32  # examples learned at once after a drift, doubled while none drifts
+
+
 @dataclass
 class _Learned:
-    """What the segments learned so far, each example's and the log's, in order."""
+    """What the windows learned so far, each example's and the log's, in order; and the
+    background learner's examples (as the store keeps them)."""
 
+    items: list[bytes]
     served: list[int] = field(default_factory=list)
     updated: list[bool] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     entries: list[bytes] = field(default_factory=list)
+    recent: list[bytes] = field(default_factory=list)
     swaps: list[tuple[int, int]] = field(default_factory=list)
 
-    def add(self, seq: LearnedSequence) -> None:
-        """The last segment, learned to its end without a drift."""
-        self.served += seq.served
-        self.updated += seq.updated
-        self.steps += map(int, seq.updated)
-        self.entries += seq.batch.entries
+    def add(self, seq: LearnedSequence, upto: int) -> None:
+        """The window's first ``upto`` examples, as the served learner learned them."""
+        ups = seq.updated[:upto]
+        self.served += seq.served[:upto]
+        self.updated += ups
+        self.steps += map(int, ups)
+        self.entries += seq.batch.entries[: sum(ups)]
+        # (its recent entries are its last examples': those of the first ``upto``)
+        self.recent += seq.batch.recent[: max(0, upto - (len(seq.served) - len(seq.batch.recent)))]
+
+    def keep(self, kept: list[bytes]) -> None:
+        """Examples the background learner learned, while they hold BACKGROUND_BYTES at
+        most (each as long as the one coming), as the store keeps them."""
+        for entry in kept:
+            item = _item(entry)
+            if (len(self.items) + 1) * len(item) <= BACKGROUND_BYTES:
+                self.items.append(item)
 
 
 def run_retraining(
@@ -70,47 +87,75 @@ def run_retraining(
 ) -> Retrained:
     """Learn ``xs`` in order from ``base`` (never changed), the served learner replaced by the
     background one at each drift of the detector (whose state, and the background learner's
-    examples, ``background`` holds, as of ``base``)."""
+    examples, ``background`` holds, as of ``base``). The examples are learned a window at a
+    time, from FIRST_WINDOW, doubled while no drift comes (a batch of many drifts is not
+    learned again to its end after each)."""
     detector = cfg.drift_detector
     assert detector is not None
-    state, items = read_state(detector, background.state), list(background.items)
-    done, at, weights = _Learned(), 0, base
-    while True:
+    state = read_state(detector, background.state)
+    done, at, weights, window = _Learned(list(background.items)), 0, base, FIRST_WINDOW
+    work, last = base, None
+    while at < len(xs):
+        end = min(len(xs), at + window)
         seq = run_sequence(
-            cfg=cfg, epoch=epoch, base=weights, xs=xs[at:], ts=ts[at:], provs=provs[at:]
+            cfg=cfg, epoch=epoch, base=weights, xs=xs[at:end], ts=ts[at:end], provs=provs[at:end]
         )
-        state, warned, drift = _until_drift(detector, state, seq.served, ts[at:])
+        state, warned, drift = _until_drift(detector, state, seq.served, ts[at:end])
+        upto = end - at if drift is None else drift
+        done.add(seq, upto)
+        done.keep(_labels(cfg, epoch, seq, (xs, ts, provs), start=at, at=[at + j for j in warned]))
         if drift is None:
-            done.add(seq)
-            work, last, recent = seq.work, seq.last, seq.batch.recent
-            break
-        upto = sum(seq.updated[:drift])  # (the drift's own update is the new learner's)
-        done.served += seq.served[: drift + 1]
-        done.updated += [*seq.updated[:drift], True]
-        done.entries += seq.batch.entries[:upto]
+            work, last = seq.work, seq.last
+            if end < len(xs):
+                weights, window = _after(cfg, seq, weights, xs[end - 1], end - at), window * 2
+            at = end
+            continue
+        done.served.append(seq.served[drift])
+        done.updated.append(True)  # (the drift's example: the new learner's, learned afresh)
         done.swaps.append((at + drift + 1, len(done.entries)))
-        end = at + drift + 1
-        kept = label_entries(
-            cfg=cfg, epoch=epoch, xs=xs[at:end], ts=ts[at:end], served=seq.served[: drift + 1],
-            provs=provs[at:end],
-        )  # fmt: skip
-        for j in warned:  # (the store keeps one while they hold BACKGROUND_BYTES at most)
-            item = _item(kept[j])
-            if (len(items) + 1) * len(item) <= BACKGROUND_BYTES:
-                items.append(item)
-        items.append(_item(kept[drift]))
-        weights = _replaced(cfg, weights.version + upto, items)
-        done.steps += [*map(int, seq.updated[:drift]), len(items)]
-        items, at = [], end
-        if at == len(xs):  # (the drift's example the last: nothing learned after it)
-            work, last, recent = weights, None, []
-            break
+        done.items += [
+            _item(_labels(cfg, epoch, seq, (xs, ts, provs), start=at, at=[at + drift])[0])
+        ]
+        version = weights.version + sum(seq.updated[:drift])
+        weights = work = _replaced(cfg, version, done.items)
+        done.steps.append(len(done.items))
+        done.items, at, window, last = [], at + drift + 1, FIRST_WINDOW, None
     batch = replace(
-        batch_of(done.served, ts, done.entries, recent),
+        batch_of(done.served, ts, done.entries, done.recent[-RECENT_KEPT:]),
         labels=label_entries(cfg=cfg, epoch=epoch, xs=xs, ts=ts, served=done.served, provs=provs),
         swaps=done.swaps,
     )
     return Retrained(LearnedSequence(work, batch, done.served, done.updated, last), done.steps)
+
+
+def _labels(
+    cfg: ModelConfig,
+    epoch: str,
+    seq: LearnedSequence,
+    learned: tuple[Sequence[Example], Sequence[int], Sequence[bytes]],
+    *,
+    start: int,
+    at: list[int],
+) -> list[bytes]:
+    """The entries of the examples at ``at``, within the window ``seq`` learned from example
+    ``start`` on, as the challengers' labels carry them (what the store keeps of each)."""
+    if not at:
+        return []
+    xs, ts, provs = learned
+    return label_entries(
+        cfg=cfg, epoch=epoch, xs=[xs[i] for i in at], ts=[ts[i] for i in at],
+        served=[seq.served[i - start] for i in at], provs=[provs[i] for i in at],
+    )  # fmt: skip
+
+
+def _after(cfg: ModelConfig, seq: LearnedSequence, base: Weights, x: Example, n: int) -> Weights:
+    """The weights after the whole window ``seq`` learned from ``base`` (``n`` examples): its
+    last example's update applied, as a commit applies it once the store accepts it."""
+    work = seq.work.copy() if seq.work is base else seq.work
+    work.seen = base.seen + n
+    if seq.last:
+        cfg.learner.apply(cfg, work, x, seq.last, work.seen)
+    return work
 
 
 def _until_drift(
