@@ -60,6 +60,12 @@ from service.store.script import Arg, Runner, Script, status_of, text
 # commit, which is then sure to find its copy current once caught up (or until HOLD_MS pass,
 # should the writer die). The hold counts the feedback calls that found it (one each, after
 # its own 1); the commit that lets go pushes as many wake-ups to ``wake``.
+# A model that retrains at a drift (DETECTOR ends in ' retrain') takes a commit only with every
+# label, and only where its detector, fed MARKS, swaps learners at the examples SWAPS names
+# ("<example from 1>:<update entries before it>,...": where its writer learned on with the
+# background learner; STATE_LOST otherwise, nothing written): the background learner (``blog``)
+# keeps each example its warning flag is up at, and at each swap its entries (``drift.py``'s
+# RETRAIN) go into the log there, the served learner's count apart (Meta.SEEN_OFFSET) its own.
 # While a promotion holds the model (``promote.py``), nothing is written: {HELD, ms left}.
 # Returns {DONE, version, seen, log length, labels' log length (-1: none added), the label
 # number of the labels' log's first entry, the challengers' gen}, the sync reply
