@@ -242,6 +242,10 @@ def test_a_retrained_model_rolls_back_to_before_and_after_the_retrain_exactly(
             swapped = doc["version"]
     assert swapped is not None
     before = max(v for v in exports if v < swapped)
+    # The retrain's event says the version just before it (learned one example a request there)
+    events = client.get("/models/r/drift").json()["events"]
+    assert [e["version"] for e in events if e["action"] == "retrained"][0] == before
+    assert all(e["version"] is None for e in events if e["action"] is None)
     for v in (max(exports), swapped, before, min(exports)):
         got = client.post("/models/r/rollback", json={"version": v})
         assert got.status_code == 200, got.text

@@ -141,7 +141,7 @@ CONFIGS: list[dict[str, Any]] = [
 # test requires some (a PA model made and learned on both workers).
 PA_UPDATES: list[int] = [0]
 # A drift detector's state (None: fresh) and its events (the examples seen, the kind).
-Drift = tuple[list[float] | None, list[tuple[int, str, bool]]]
+Drift = tuple[list[float] | None, list[tuple[int, str, int | None]]]
 DRIFT_EVENTS: Counter[str] = Counter()  # the drift detectors' events, by kind
 PROMOTIONS: list[int] = [0, 0]  # promotions made, and labels of a prediction made before one
 COUNTERS = [c.name for c in protocol.COUNTERS]
@@ -232,7 +232,8 @@ class Ref:
     offset: int = 0  # the examples counted that the learner's own count leaves out
     # the drift detector's state (None: fresh) and its events (the examples seen, the kind)
     drift_state: list[float] | None = None
-    drift_events: list[tuple[int, str, bool]] = field(default_factory=list)  # (.., retrained)
+    # (.., a retrain's: the version just before it, else None)
+    drift_events: list[tuple[int, str, int | None]] = field(default_factory=list)
     # a retraining's background learner: the examples it learned (example, class, source)
     background: list[tuple[Example, int, str]] = field(default_factory=list)
     # the generations before its promotions since it was made, reset, imported or rolled back:
@@ -379,7 +380,8 @@ class Ref:
         for _, kind in events:
             DRIFT_EVENTS[kind] += 1
             retrained = kind == "drift" and act == "swap"
-            self.drift_events.append((self.counters["seen"], kind, retrained))
+            before = self.weights.version if retrained else None
+            self.drift_events.append((self.counters["seen"], kind, before))
             self.counters["drift_warnings" if kind == "warning" else "drifts"] += 1
             self.counters["retrains"] += retrained
             DRIFT_EVENTS["retrained"] += retrained
@@ -930,7 +932,7 @@ class Service(RuleBasedStateMachine):
         # (each detector moves with its learner; the model's drift counters only grow; a
         # retraining's background learner starts afresh)
         ref.drift_state = state.drift_state
-        ref.drift_events = [(at, kind, False) for at, kind in state.drift_events]
+        ref.drift_events = [(at, kind, None) for at, kind in state.drift_events]
         ref.background = []
         del ref.challengers[id]
         ref.challengers[demoted] = was
@@ -954,7 +956,7 @@ class Service(RuleBasedStateMachine):
         if ref.config.drift is None:
             assert got == {"drift": None, "learners": [], "events": []}
             return
-        events = [("served", at, kind, healed) for at, kind, healed in ref.drift_events]
+        events = [("served", at, kind, before) for at, kind, before in ref.drift_events]
         detector, _ = detector_of(ref.config.drift)
         state = detector.start() if ref.drift_state is None else ref.drift_state
         learners: list[dict[str, Any]] = [
@@ -962,12 +964,9 @@ class Service(RuleBasedStateMachine):
         ]
         for id, c in sorted(ref.challengers.items()):  # (each its own, on its own mistakes)
             learners.append({"learner": id, "state": c.drift_status(), "seen": c.seen})
-            events += [(id, at, kind, False) for at, kind in c.drift_events]
+            events += [(id, at, kind, None) for at, kind in c.drift_events]
             DRIFT_EVENTS.update(kind for _, kind in c.drift_events)
-        listed = [
-            (e["learner"], e["at_seen"], e["kind"], e["action"] == "retrained")
-            for e in got["events"]
-        ]
+        listed = [(e["learner"], e["at_seen"], e["kind"], e["version"]) for e in got["events"]]
         assert listed == events, name
         assert got["learners"] == learners, name
 

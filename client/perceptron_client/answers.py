@@ -155,6 +155,7 @@ class DriftEvent(BaseModel):
     at_seen: int  # the labelled examples the learner had seen when it came
     time: float | None  # (None for a challenger's: its at_seen says when)
     action: str | None = None
+    version: int | None = None  # a retrain's: the model's version just before it
 
 
 class LearnerDrift(BaseModel):

@@ -206,7 +206,7 @@ def _demoted(
         demoted.drift_warnings = int(meta.get("drift_warnings", 0))
         demoted.drifts = int(meta.get("drifts", 0))
         events = drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
-        demoted.drift_events = [(at, cast(Status, kind)) for at, kind, _, _ in events]
+        demoted.drift_events = [(e.at, cast(Status, e.kind)) for e in events]
     return demoted
 
 

@@ -117,8 +117,14 @@ def _drift_document(config: ModelConfig, meta: dict[str, str]) -> dict[str, Any]
     """The detector's state (its numbers as the store keeps them) and its last events."""
     assert config.drift_detector is not None
     events = [
-        {"at_seen": at, "kind": kind, "time_ms": ms, "action": "retrained" if healed else None}
-        for at, kind, ms, healed in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+        {
+            "at_seen": e.at,
+            "kind": e.kind,
+            "time_ms": e.ms,
+            "action": "retrained" if e.retrained else None,
+            "version": e.version,
+        }
+        for e in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     ]
     state = read_state(config.drift_detector, meta.get(Meta.DRIFT_STATE, ""))
     return {"state": state_text(state), "events": events}
@@ -282,16 +288,19 @@ def _drift_of(raw: Any, config: ModelConfig) -> dict[str, str]:
     for i, one in enumerate(events):
         if (
             not isinstance(one, dict)
-            or set(one) - {"action"} != EVENT_FIELDS
+            or set(one) - {"action", "version"} != EVENT_FIELDS
             or one["kind"] not in KINDS
             or one.get("action") not in (None, "retrained")
             or (one.get("action") and one["kind"] != "drift")
+            or (one.get("version") is not None and not one.get("action"))
         ):
             raise _bad(
                 f"drift event {i} must be {sorted(EVENT_FIELDS)} (and 'action', null or "
-                f"'retrained' for a drift), kind one of {KINDS}."
+                f"'retrained' for a drift, with its 'version'), kind one of {KINDS}."
             )
         healed = " retrained" if one.get("action") else ""
+        if one.get("action") and one.get("version") is not None:
+            healed += f" {_count(one, 'version')}"
         lines.append(f"{_count(one, 'at_seen')} {one['kind']} {_count(one, 'time_ms')}{healed}\n")
     return {Meta.DRIFT_STATE: state_text(state), Meta.DRIFT_EVENTS: "".join(lines)}
 

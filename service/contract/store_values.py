@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from service.contract.store_protocol import PENDING_BUCKETS, Status
 
@@ -186,12 +187,23 @@ class RequestsGone:
     tokens: frozenset[str]
 
 
-def drift_events(text: str) -> list[tuple[int, str, int, bool]]:
+class DriftEvent(NamedTuple):
+    """One of a drift detector's events as the model's hash keeps it."""
+
+    at: int  # the examples the model had counted when it came
+    kind: str  # "warning" or "drift"
+    ms: int  # when, unix ms (0: not known)
+    retrained: bool  # a drift at which the background learner replaced the served one
+    version: int | None  # the model's version just before that (None: not known, or none)
+
+
+def drift_events(text: str) -> list[DriftEvent]:
     """A drift detector's events as the model's hash keeps them (``Meta.DRIFT_EVENTS``, lines
-    of ``"<seen> <warning|drift> <unix ms>"``, `` retrained`` after a drift at which the served
-    learner was replaced): (seen, kind, ms, retrained) each, oldest first."""
+    of ``"<seen> <warning|drift> <unix ms>"``, then `` retrained <version>`` after a drift at
+    which the served learner was replaced, its version just before), oldest first."""
     out = []
     for line in text.splitlines():
         at, kind, ms, *healed = line.split()
-        out.append((int(at), kind, int(ms), bool(healed)))
+        version = int(healed[1]) if len(healed) > 1 else None
+        out.append(DriftEvent(int(at), kind, int(ms), bool(healed), version))
     return out

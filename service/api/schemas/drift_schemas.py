@@ -88,6 +88,11 @@ class DriftEvent(BaseModel):
         description="what it did: 'retrained' (a drift at which the background learner replaced "
         "the served one: on_drift 'retrain'), or nothing but the alert (null)",
     )
+    version: int | None = Field(
+        None,
+        description="a retrain's: the model's version just before it (POST "
+        '.../rollback {"version": it} serves the learner before again); else null',
+    )
 
 
 class LearnerDrift(BaseModel):
@@ -140,12 +145,13 @@ def drift_answer(
     events = [
         DriftEvent(
             learner="served",
-            kind=kind,
-            at_seen=at,
-            time=ms / 1000 if ms else None,
-            action="retrained" if healed else None,
+            kind=e.kind,
+            at_seen=e.at,
+            time=e.ms / 1000 if e.ms else None,
+            action="retrained" if e.retrained else None,
+            version=e.version,
         )
-        for at, kind, ms, healed in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
+        for e in drift_events(meta.get(Meta.DRIFT_EVENTS, ""))
     ]
     seen = int(meta.get(Meta.SEEN, 0))
     learners = [LearnerDrift(learner="served", state=status_of(detector, state), seen=seen)]

@@ -14,9 +14,11 @@ one (a drift, without the warning flag), ``0`` neither.
 
 ``drift.record(meta, spec, seen, marks)``: the model's detector fed a commit's marks (the
 model had counted ``seen`` examples before them), its state kept in the model's hash, each
-event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT; a drift at which the
-served learner was replaced marked ``retrained``); returns the acts. A spec that ends in
-`` retrain`` retrains (``"on_drift": "retrain"``).
+event counted and kept (``Meta.DRIFT_EVENTS``, the last DRIFT_EVENTS_KEPT); returns the acts.
+``drift.keep(meta, state, events, seen, befores)`` keeps a state and events fed apart: a
+retraining's (a spec that ends in `` retrain``, ``"on_drift": "retrain"``), fed label by label
+where it swaps, whose drift at which the served learner was replaced is marked ``retrained
+<the model's version just before>`` (``befores``: that version, by the event's place).
 
 RETRAIN (``retrain.keep``, ``retrain.entries``): the background learner, kept as the examples it
 learned (the ``blog`` list, each an entry without its ordinal), and the entries that put it in
@@ -117,7 +119,7 @@ function drift.feed(spec, state, marks)
   for i = 1, size do st[i] = string.format('%.17g', st[i]) end
   return table.concat(st, ' '), events, table.concat(acts)
 end
-function drift.keep(meta, state, events, seen, acts, retrains)
+function drift.keep(meta, state, events, seen, befores)
   redis.call('HSET', meta, META_DRIFT_STATE, state)
   if #events == 0 then return end
   local now = redis.call('TIME')
@@ -125,11 +127,11 @@ function drift.keep(meta, state, events, seen, acts, retrains)
   local lines = {redis.call('HGET', meta, META_DRIFT_EVENTS) or ''}
   for i = 1, #events, 2 do
     local warned = events[i + 1] == 1
-    local healed = retrains and not warned and string.sub(acts, events[i], events[i]) == '2'
+    local before = (not warned) and befores and befores[events[i]]
     lines[#lines + 1] = string.format('%d', seen + events[i]) .. (warned and ' warning' or ' drift')
-      .. ms .. (healed and ' retrained' or '') .. '\\n'
+      .. ms .. (before and string.format(' retrained %d', before) or '') .. '\\n'
     redis.call('HINCRBY', meta, warned and COUNT_DRIFT_WARNINGS or COUNT_DRIFTS, 1)
-    if healed then redis.call('HINCRBY', meta, COUNT_RETRAINS, 1) end
+    if before then redis.call('HINCRBY', meta, COUNT_RETRAINS, 1) end
   end
   local log = table.concat(lines)
   local _, held = string.gsub(log, '\\n', '')
@@ -141,7 +143,7 @@ end
 function drift.record(meta, spec, seen, marks)
   local new, events, acts = drift.feed(spec, redis.call('HGET', meta, META_DRIFT_STATE) or '',
     marks)
-  drift.keep(meta, new, events, seen, acts, string.find(spec, ' retrain', 1, true) ~= nil)
+  drift.keep(meta, new, events, seen, nil)
   return acts
 end
 """

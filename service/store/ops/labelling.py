@@ -19,8 +19,8 @@ local function labels_begin(version, seen, detector, offset, meta, blog)
     answered = {}, mistakes = 0, updates = 0, defaulted = 0, dmistakes = 0, dupdates = 0,
     detector = detector, offset = tonumber(offset or '0')}
   if string.find(detector, ' retrain', 1, true) then  -- (fed one label at a time: RETRAIN)
-    s.blog, s.dstate, s.devents, s.acts = blog, redis.call('HGET', meta, META_DRIFT_STATE) or '',
-      {}, {}
+    s.blog, s.dstate, s.devents, s.befores = blog,
+      redis.call('HGET', meta, META_DRIFT_STATE) or '', {}, {}
     s.offset_was = s.offset
   end
   return s
@@ -37,12 +37,12 @@ local function label_one(s, key, p, t, provenance, epoch, life, by)
     for j = 1, #events, 2 do
       s.devents[#s.devents + 1], s.devents[#s.devents + 2] = #s.marks + 1, events[j + 1]
     end
-    s.acts[#s.acts + 1] = act
   end
   local entry = string.format('%d', s.seen - s.offset) .. ENTRY_SEP .. t .. ENTRY_SEP
     .. provenance .. p
   s.recent[#s.recent + 1] = entry
   if act == '2' then  -- the background learner serves from here, this example its last learned
+    s.befores[#s.marks + 1] = s.version
     local swap = retrain.entries(s.blog, entry)
     for j = 1, #swap do s.entries[#s.entries + 1] = swap[j] end
     s.version, s.offset, updated = s.version + #swap, s.seen - #swap, 1
@@ -92,7 +92,7 @@ local function labels_end(s, meta, series, ring, recentkey, curve, pend, log, bu
       table.concat(s.marks), s.mistakes, s.cells, s.recent, s.blog and '' or s.detector)
   end
   if s.blog and #s.marks > 0 then
-    drift.keep(meta, s.dstate, s.devents, s.seen - #s.marks, table.concat(s.acts), true)
+    drift.keep(meta, s.dstate, s.devents, s.seen - #s.marks, s.befores)
     if s.offset ~= s.offset_was then redis.call('HSET', meta, META_SEEN_OFFSET, s.offset) end
   end
   local log_length = -1

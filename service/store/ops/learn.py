@@ -181,9 +181,11 @@ retrain.on, retrain.at = string.find(DETECTOR, ' retrain', 1, true) ~= nil, {}
 if retrain.on then  -- (every label sent; the drifts where its writer swapped, the detector's)
   if N_LABELS ~= N then return {STATE_LOST, 'a commit that retrains carries every label'} end
   for i, j in string.gmatch(SWAPS, '(%d+):(%d+)') do retrain.at[tonumber(i)] = tonumber(j) end
-  local _, _, acts = drift.feed(DETECTOR, redis.call('HGET', META, META_DRIFT_STATE) or '', MARKS)
+  retrain.state, retrain.events, retrain.acts = drift.feed(DETECTOR,
+    redis.call('HGET', META, META_DRIFT_STATE) or '', MARKS)
+  retrain.befores = {}  -- (the version before each swap: its event says it)
   for i = 1, N do
-    if (string.sub(acts, i, i) == '2') ~= (retrain.at[i] ~= nil) then
+    if (string.sub(retrain.acts, i, i) == '2') ~= (retrain.at[i] ~= nil) then
       return {STATE_LOST, 'its detector drifts elsewhere than its writer learned'}
     end
   end
@@ -193,15 +195,17 @@ local cells = {}
 for i = CELLS_AT, entries_at - 1, 2 do cells[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local recent = {}
 for j = recent_at, labels_at - 1 do recent[#recent + 1] = ARGV[j] end
-local acts, log_length, stop, from, swapped = record(META, SERIES, RING, RECENT, CURVE, BUCKET,
-  KEEP, seen, N, MARKS, MISTAKES, cells, recent, DETECTOR), -1, recent_at - 1, entries_at, 0
+record(META, SERIES, RING, RECENT, CURVE, BUCKET, KEEP, seen, N, MARKS, MISTAKES, cells, recent,
+  retrain.on and '' or DETECTOR)  -- (a retraining's detector: fed above, kept below)
 redis.call('HINCRBY', META, COUNT_LEARNED, N)
+local log_length, stop, from, swapped = -1, recent_at - 1, entries_at, 0
 for i = 1, retrain.on and N or 0 do  -- the background learner: learns, or serves from here
-  local act = string.sub(acts, i, i)
+  local act = string.sub(retrain.acts, i, i)
   if act == '1' then retrain.keep(BLOG, ARGV[labels_at + i - 1]) end
   if act == '2' then
     log_length = retrain.push(LOG, ARGV, from, entries_at + retrain.at[i] - 1, log_length)
     from = entries_at + retrain.at[i]
+    retrain.befores[i] = version + retrain.at[i] + swapped
     local swap = retrain.entries(BLOG, ARGV[labels_at + i - 1])
     log_length = retrain.push(LOG, swap, 1, #swap, log_length)
     swapped, offset = swapped + #swap, seen + i - #swap
@@ -209,6 +213,7 @@ for i = 1, retrain.on and N or 0 do  -- the background learner: learns, or serve
 end
 log_length = retrain.push(LOG, ARGV, from, stop, log_length)
 if swapped > 0 then redis.call('HSET', META, META_SEEN_OFFSET, offset) end
+if retrain.on then drift.keep(META, retrain.state, retrain.events, seen, retrain.befores) end
 local label_log = -1
 if challengers > 0 and N_STATES > 0 then
   local at = string.format('%d', FOLD_AT + N)
