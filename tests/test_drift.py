@@ -109,7 +109,7 @@ def test_each_detector_answers_its_own_parameters_every_one_given(client: httpx.
 
 REFUSED = [
     {"detector": "adwin"},
-    {"detector": "ddm", "on_drift": "retrain"},
+    {"detector": "ddm", "on_drift": "heal"},
     {"detector": "ddm", "warm_start": 0},
     {"detector": "ddm", "warm_start": 1_000_001},
     {"detector": "ddm", "warm_start": 1.5},
@@ -139,7 +139,8 @@ def test_a_detector_that_cannot_be_is_a_422_and_makes_no_model(redis_url: str) -
             for drift in ({"detector": "ddm", "warm_start": 1_000_000},
                           {"detector": "ddm", "warm_start": 1, "warning_threshold": 3.0},
                           {"detector": "ddm", "warning_threshold": 2, "drift_threshold": 2},
-                          {"detector": "eddm", "alpha": 1.0, "beta": 1.0}):  # fmt: skip
+                          {"detector": "eddm", "alpha": 1.0, "beta": 1.0},
+                          {"detector": "eddm", "on_drift": "retrain"}):  # fmt: skip
                 assert c.put("/models/m", json={"n_features": 2, "drift": drift}).status_code == 201
                 assert c.delete("/models/m").status_code in (200, 204)
 

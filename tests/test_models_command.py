@@ -381,7 +381,7 @@ def test_a_drift_detector_from_the_command_line(client: httpx.Client) -> None:
         ('{"detector": "ddm", "drift_threshold": NaN}', "NaN is no number JSON has"),
         ('{"detector": "ddm", "drift_threshold": 1e309}', "1e309 is past the largest number"),
         ('{"detector": "ddm", "warm_start": 0}', "warm_start must be a whole number"),
-        ('{"detector": "ddm", "on_drift": "retrain"}', "can only be 'alert' for now"),
+        ('{"detector": "ddm", "on_drift": "heal"}', "on_drift must be one of ['alert', 'retrain']"),
     ):  # (refused before anything is sent: no traceback, exit 2)
         bad = perceptron("models", "create", "x", "--drift", bad_drift, url=url)
         assert bad.returncode == EXIT["usage"] and says in bad.stderr, bad.stderr
