@@ -489,3 +489,27 @@ def test_a_reader_that_closes_early_ends_the_command_quietly(
     with capsys.disabled(), open(write, "w") as closed:  # noqa: PTH123
         monkeypatch.setattr(sys, "stdout", closed)
         assert cli.main(["models", "--help"]) == 0
+
+
+def test_models_drift_prints_the_version_a_retrain_came_after(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from perceptron_client.answers import DriftReport
+    from service.cli.models_output import print_drift
+
+    report = DriftReport.model_validate(
+        {
+            "drift": {"detector": "ddm", "on_drift": "retrain", "warm_start": 30,
+                      "warning_threshold": 2.0, "drift_threshold": 3.0},
+            "learners": [{"learner": "served", "state": "stable", "seen": 120}],
+            "events": [
+                {"learner": "served", "kind": "warning", "at_seen": 90, "time": None},
+                {"learner": "served", "kind": "drift", "at_seen": 96, "time": None,
+                 "action": "retrained", "version": 41},
+            ],
+        }
+    )  # fmt: skip
+    print_drift(report, as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].split()[-3:] == ["after", "version", "41"] and "retrained" in lines[-1]
+    assert lines[-2].split()[-1] == "-"

@@ -86,7 +86,10 @@ def print_drift(report: DriftReport, as_json: bool) -> None:
                 e.kind,
                 f"{e.at_seen:,}",
                 "-" if e.time is None else _utc(e.time),
-                e.action or "-",
+                # (a retrain's: the version a rollback serves the learner from before again)
+                f"{e.action} after version {e.version}"
+                if e.version is not None
+                else e.action or "-",
             )
         )
     out(columns(rows) if report.events else "no warning or drift yet")
