@@ -40,7 +40,7 @@ class Retrained:
     steps: list[int]
 
 
-FIRST_WINDOW = 32  # examples learned at once after a drift, doubled while none drifts
+FIRST_WINDOW = 32  # examples learned at once after a drift, doubled while none comes
 
 
 @dataclass
@@ -87,13 +87,14 @@ def run_retraining(
 ) -> Retrained:
     """Learn ``xs`` in order from ``base`` (never changed), the served learner replaced by the
     background one at each drift of the detector (whose state, and the background learner's
-    examples, ``background`` holds, as of ``base``). The examples are learned a window at a
-    time, from FIRST_WINDOW, doubled while no drift comes (a batch of many drifts is not
-    learned again to its end after each)."""
+    examples, ``background`` holds, as of ``base``). The examples are learned at once until a
+    drift, then a window at a time, from FIRST_WINDOW, doubled while no drift comes (a batch
+    of many drifts is not learned again to its end after each; one without a drift is learned
+    in one pass, its weights copied once)."""
     detector = cfg.drift_detector
     assert detector is not None
     state = read_state(detector, background.state)
-    done, at, weights, window = _Learned(list(background.items)), 0, base, FIRST_WINDOW
+    done, at, weights, window = _Learned(list(background.items)), 0, base, len(xs)
     work, last = base, None
     while at < len(xs):
         end = min(len(xs), at + window)
