@@ -95,12 +95,14 @@ HORIZON_S = 0.5
 # classes (one-vs-rest, one-vs-one, multiclass), a bias or none, averaged, a margin, a default
 # label (binary; three classes, averaged, whose updates depend on the order of every label);
 # passive-aggressive models (PA-I and PA-II) of each kind of classes; logistic regression and
-# AROW (its variances beside the weights), binary and one-vs-rest.
+# AROW (its variances beside the weights), binary and one-vs-rest; drift detectors that alert
+# and that retrain (averaged or not).
 CONFIGS: list[dict[str, Any]] = [
     {
         "n_features": 2,
-        "drift": {
+        "drift": {  # (the first, which most sequences make: one that retrains)
             "detector": "ddm",
+            "on_drift": "retrain",
             "warm_start": 2,
             "warning_threshold": 0.3,
             "drift_threshold": 1.5,
