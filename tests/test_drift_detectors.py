@@ -201,7 +201,7 @@ PROBE = Script(
     keys=(),
     args=("spec", "state", "marks"),
     parts=(DRIFT,),
-    body="local state, events = drift_feed(SPEC, STATE, MARKS)\nreturn {state, events}\n",
+    body="local state, events = drift.feed(SPEC, STATE, MARKS)\nreturn {state, events}\n",
 )
 
 

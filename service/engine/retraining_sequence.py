@@ -40,7 +40,7 @@ class Retrained:
     steps: list[int]
 
 
-FIRST_WINDOW = 32  # examples learned at once after a drift, doubled while none comes
+FIRST_WINDOW = 8  # examples learned at once after a drift, doubled while none comes
 
 
 @dataclass
