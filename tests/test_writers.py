@@ -31,9 +31,11 @@ from service.cli.loopback import wait_until
 from service.contract.learn_wire import NOT_QUEUED_ANSWER, Labelled, pack_request, unpack_answer
 from service.contract.store_protocol import REQUEST_INLINE
 from service.contract.store_values import LearnResult
+from service.engine.sequence import learning_ms, run_sequence
 from service.engine.writer import LEASE_MS, MOST_WAITING
 from service.errors import NotWriter, OutcomeUnknown, Unavailable
-from service.learner.features import encode_matrix
+from service.learner import ModelConfig, Weights
+from service.learner.features import encode, encode_matrix
 from service.settings import MIN_REDIS_TIMEOUT_S, Settings
 from service.store import ModelKeys, StoreError, open_store
 
@@ -159,6 +161,31 @@ def test_learns_handed_to_the_writer_answer_as_learned_there(redis_url: str, kin
         return out
 
     assert run(2) == run(1)
+
+
+def test_a_batch_that_takes_longer_to_learn_than_the_lease_is_learned_by_its_writer(
+    redis_url: str,
+) -> None:
+    """The largest batch of the largest model that learns through update plans (AROW, one
+    against the rest, 1,000 classes): its writer learns it for longer than its lease lasts,
+    off the event loop, which renews the lease meanwhile (it lost it every time before, and
+    the request failed 503 model_busy); the answer is the sequence's, exactly."""
+    spec: dict[str, Any] = {"algorithm": "arow", "multiclass": "ovr", "classes": list(range(1000))}
+    config = ModelConfig(n_features=100, **spec)
+    rng = np.random.default_rng(5)
+    xs = rng.normal(size=(1000, 100)).round(3).tolist()
+    ys = rng.integers(1000, size=1000).tolist()
+    examples = [encode(config, x) for x in xs]
+    assert learning_ms(config, examples) > 4 * LEASE_MS
+    expected = run_sequence(config, "0" * 16, Weights.zeros(config), xs=examples, ts=ys)
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_DEFAULT_MODEL="false")
+    with running(service), httpx.Client(base_url=service.url, timeout=60) as c:
+        assert c.put("/models/m", json={"n_features": 100, **spec}).status_code == 201
+        r = c.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys})
+        assert r.status_code == 200, r.text
+        assert r.json()["labels"] == expected.served
+        assert r.json()["updated"] == expected.updated
+        assert c.get("/models/m").json()["version"] == sum(expected.updated)
 
 
 def test_with_one_writer_off_each_worker_commits_its_own(redis_url: str) -> None:

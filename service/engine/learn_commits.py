@@ -8,6 +8,7 @@ model's writer (``writer.py``, which calls this with its lease): the same code, 
 from __future__ import annotations
 
 import asyncio
+import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -31,10 +32,10 @@ from service.engine.batcher import Batcher, Span, batcher_of
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
 from service.engine.retraining_sequence import run_retraining
-from service.engine.sequence import LearnedSequence, run_sequence
+from service.engine.sequence import LearnedSequence, learning_ms, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
-from service.learner import Example, Label
+from service.learner import Example, Label, ModelConfig
 from service.learner.codec import provenance
 from service.learner.features import Rows
 from service.learner.perceptron import Weights, seen_depended
@@ -50,6 +51,7 @@ Learned = tuple[Label, bool, bool, int]
 NOT_LEARNED: Learned = ("", False, False, -1)
 PROMOTE_POLL_MS = 5  # a commit that a promotion holds back tries again this often (it takes ms)
 QUEUE = "learn"  # the replica's group-commit queue of learns
+LEARN_IN_THREAD_MS = 20  # a commit's learning expected to take longer runs off the event loop
 
 
 def time_bucket(settings: Settings, now: float) -> Bucket:
@@ -152,9 +154,10 @@ class LearnCommits:
         while attempts < self.settings.learn_attempts:
             base = rep.weights
             made, background = await self._made(rep, base, r2)
-            seq, answers, steps = self._sequence(
-                rep=rep, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
-                spans=spans, background=background,
+            seq, steps = await _learned(rep, base, (xs, ts, provs), background)
+            answers = self._answered(
+                rep, seq, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
+                spans=spans, steps=steps,
             )  # fmt: skip
             try:
                 res = await self.store.commit_learn(
@@ -215,32 +218,24 @@ class LearnCommits:
             raise ModelBusy(f"Model {rep.name!r}'s challengers refused a commit.")
         rep.challenged = True
 
-    def _sequence(
+    def _answered(
         self,
         rep: Replica,
+        seq: LearnedSequence,
+        *,
         base: Weights,
         learned: tuple[Sequence[Example], list[int], list[bytes]],
-        *,
         sources: list[str],
         heads: dict[str, bytes],
         spans: list[Span],
-        background: Background | None,
-    ) -> tuple[LearnedSequence, list[tuple[str, bytes]], list[int] | None]:
-        """The examples learned on ``base``, as the commit sends them, the answer of each
-        handed-off request in it, and the versions each example added where a swap made them
-        more than its update (None: one each that updated); for the model's challengers, when
-        it has some, their states after these examples, or every example's entry (always sent
-        by a model that retrains: ``background``, its background learner then)."""
+        steps: list[int] | None,
+    ) -> list[tuple[str, bytes]]:
+        """The answer of each handed-off request in the commit of ``seq`` (learned on
+        ``base``), which this completes as the commit sends it: its counters and, for the
+        model's challengers, when it has some, their states after these examples, or every
+        example's entry."""
         xs, ts, provs = learned
         cfg = rep.config
-        steps = None
-        if background is not None:
-            retrained = run_retraining(cfg, rep.epoch, base, background, xs=xs, ts=ts, provs=provs)
-            seq = retrained.seq
-            if retrained.seq.batch.swaps:
-                steps = retrained.steps
-        else:
-            seq = run_sequence(cfg=cfg, epoch=rep.epoch, base=base, xs=xs, ts=ts, provs=provs)
         b = seq.batch
         only = next(iter(heads)) if len(heads) == 1 else None  # the usual case: one key
         b.cells.update(
@@ -262,11 +257,47 @@ class LearnCommits:
             )
         added = seq.updated if steps is None else steps
         before = list(accumulate(added, initial=base.version))  # version before each
-        answers = [
+        return [
             (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b], steps and steps[a:b]))
             for tag, a, b in spans
         ]
-        return seq, answers, steps
+
+
+async def _learned(
+    rep: Replica,
+    base: Weights,
+    learned: tuple[Sequence[Example], list[int], list[bytes]],
+    background: Background | None,
+) -> tuple[LearnedSequence, list[int] | None]:
+    """The examples learned on ``base`` (``background``: the background learner of a model
+    that retrains, as of ``base``), and the versions each example added where a swap made them
+    more than its update (None: one each that updated). Learning that takes long runs off the
+    event loop, on a copy of ``base`` (a sync applies entries to the replica's weights in
+    place): the loop goes on renewing the writer's lease meanwhile (``writer.LEASE_MS``), which
+    a commit that held it longer would lose every time it tried."""
+    cfg, xs = rep.config, learned[0]
+    relearned = sum(map(len, background.items)) if background is not None else 0
+    if learning_ms(cfg, xs, relearned) <= LEARN_IN_THREAD_MS:
+        return _learn_sequence(cfg, base, epoch=rep.epoch, learned=learned, background=background)
+    work = functools.partial(
+        _learn_sequence, cfg, base.copy(), epoch=rep.epoch, learned=learned, background=background
+    )
+    return await asyncio.to_thread(work)
+
+
+def _learn_sequence(
+    cfg: ModelConfig,
+    base: Weights,
+    *,
+    epoch: str,
+    learned: tuple[Sequence[Example], list[int], list[bytes]],
+    background: Background | None,
+) -> tuple[LearnedSequence, list[int] | None]:
+    xs, ts, provs = learned
+    if background is None:
+        return run_sequence(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs), None
+    retrained = run_retraining(cfg, epoch, base, background, xs=xs, ts=ts, provs=provs)
+    return retrained.seq, retrained.steps if retrained.seq.batch.swaps else None
 
 
 class LearnedRows(Sequence[Learned]):

@@ -71,6 +71,22 @@ def run_sequence(
     return _run_general(cfg=cfg, epoch=epoch, base=base, xs=xs, ts=ts, provs=provs)
 
 
+# What learning costs, about, on one core (measured with run_sequence on dense batches of
+# 1,000): per example and per weight an example's values meet (its non-zero values times the
+# learner's rows), through the compiled kernel and through the update plans.
+KERNEL_US = (1.0, 0.01)
+PLANS_US = (60.0, 0.03)
+
+
+def learning_ms(cfg: ModelConfig, xs: Sequence[Example], relearned_bytes: int = 0) -> float:
+    """About how long ``run_sequence`` takes to learn ``xs`` (and ``relearned_bytes`` of
+    log entries learned again, as a retraining's background learner is), in ms."""
+    per_example, per_weight = KERNEL_US if cfg.learner.kernel(cfg) is not None else PLANS_US
+    values = xs.matrix.size if isinstance(xs, Rows) else sum(len(x.values) for x in xs)
+    relearned = relearned_bytes // 8  # (each entry's raw scores and values, float64)
+    return (len(xs) * per_example + (values + relearned) * cfg.n_rows * per_weight) / 1000
+
+
 def _run_kernel(
     cfg: ModelConfig,
     epoch: str,

@@ -63,8 +63,9 @@ log = logging.getLogger("perceptron")
 # A writer that stops renewing its lease (it renews it at least every WAIT_S, and at each
 # commit) is replaced this long after it last did, by a requester that looks again when the
 # lease would lapse: learning stops for less than half a second when a writer dies or stalls.
-# A writer busy longer than this in one go (the largest requests) may lose its lease, safely:
-# only the lease's holder commits (ops/learn.py).
+# A commit's long learning runs off the event loop, which renews the lease meanwhile
+# (learn_commits.py); a writer stalled past it loses it, safely: only the lease's holder
+# commits (ops/learn.py).
 LEASE_MS = 400
 WAIT_S = 0.1  # a writer's wait for a request before it looks at its lease again
 IDLE_S = 0.2  # a writer with no request for this long gives the lease up
