@@ -25,6 +25,7 @@ from perceptron_client import (
     Challengers,
     Client,
     ConflictError,
+    DriftReport,
     FeedbackBatchResponse,
     FeedbackResponse,
     GoneError,
@@ -446,3 +447,34 @@ def test_requests_carry_the_key_and_plain_json() -> None:
     }
     assert "authorization" not in delete.headers
     assert delete.url.raw_path == b"/models/a%3Fb"
+
+
+def test_an_event_stream_is_read_as_an_event_source_reads_it() -> None:
+    """Comments, the retry and kinds this client does not know pass; a stream the service
+    ends is opened again after its retry; ``gone`` raises; a body not of its kind is an
+    unexpected answer."""
+    drift = '{"drift":null,"learners":[],"events":[]}'
+    gone = '{"detail":"Model \'m\' does not exist.","code":"model_not_found"}'
+    bodies = iter([
+        f"retry: 10\n\n: keep-alive\n\nevent: newer\ndata: {{}}\n\nevent: drift\ndata: {drift}\n\n",
+        f"event: gone\ndata: {gone}\n\n",
+        'event: drift\ndata: {"drift": 1}\n\n',
+    ])  # fmt: skip
+    paths = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        paths.append((request.url.path, request.headers["accept"]))
+        body = next(bodies)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, text=body)
+
+    with Client("http://perceptron.test", transport=httpx.MockTransport(handle)) as c:
+        events = c.events("m")
+        first = next(events)
+        assert first.kind == "drift" and isinstance(first.data, DriftReport)
+        with pytest.raises(NotFoundError) as e:
+            next(events)  # (the stream opened again: its first event)
+        assert e.value.code == "model_not_found"
+        with pytest.raises(PerceptronError) as bad:
+            next(c.events("m"))
+        assert bad.value.code == "unexpected_answer"
+    assert paths == [("/models/m/events", "text/event-stream")] * 3

@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from sklearn.linear_model import Perceptron
 
-from perceptron_client import AsyncClient, Client, calls
+from perceptron_client import AsyncClient, Client, ModelEvent, calls
 from service.app import create_app
 from service.settings import Settings
 
@@ -262,4 +262,19 @@ def test_both_clients_offer_every_operation_with_its_signature() -> None:
         assert get_type_hints(sync)["return"] == get_type_hints(asynchronous)["return"] == answer
     public = {n for n in vars(Client) if not n.startswith("_")} - {"close", "base_url"}
     public_async = {n for n in vars(AsyncClient) if not n.startswith("_")} - {"aclose", "base_url"}
-    assert public == public_async == set(OPERATIONS)
+    assert public == public_async == {*OPERATIONS, *STREAMS}
+
+
+# Operations whose answer is a stream of events, read as they come (event_streams.py).
+STREAMS = {"events": "events_path"}
+
+
+def test_each_stream_is_a_route_of_the_service_with_both_clients_alike() -> None:
+    for name, path_of in STREAMS.items():
+        sync, asynchronous = getattr(Client, name), getattr(AsyncClient, name)
+        sig, async_sig = inspect.signature(sync), inspect.signature(asynchronous)
+        assert sig.parameters == async_sig.parameters, name
+        hints, async_hints = get_type_hints(sync)["return"], get_type_hints(asynchronous)["return"]
+        assert get_args(hints)[0] is get_args(async_hints)[0] is ModelEvent
+        operation = route("GET", getattr(calls, path_of)("m"))
+        assert "text/event-stream" in operation["responses"]["200"]["content"]

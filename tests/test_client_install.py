@@ -64,6 +64,8 @@ with Client(url) as c:
         missing = None
     except NotFoundError as e:
         missing = [e.status, e.code]
+    first = next(iter(c.events(model)))
+    report["event"] = [first.kind, first.data.counters.mistakes]
 
 
 async def together():
@@ -238,6 +240,7 @@ def test_the_wheel_declares_only_the_clients_dependencies(wheel: Path) -> None:
             if line.startswith("Requires-Dist: ")
         ]
     assert sorted(requires) == [
+        "httpx-sse>=0.4",
         "httpx>=0.27",
         'numpy>=1.26; extra == "numpy"',
         'numpy>=1.26; extra == "sklearn"',
@@ -257,7 +260,7 @@ def test_the_client_alone_talks_to_the_service(installed: Installed, client: htt
     # Nothing of the server is installed, or importable: the client's own dependencies only.
     assert report["found"] == [], report["found"]
     dists = set(report["distributions"])
-    assert {"perceptron-client", "httpx", "pydantic"} <= dists, dists
+    assert {"perceptron-client", "httpx", "httpx-sse", "pydantic"} <= dists, dists
     assert not dists & (server_only_distributions() | {"perceptron-service"}), dists
     assert "numpy" not in dists  # only with the extra
     # The installed package, with its marker for type checkers, importing none of them.
@@ -275,6 +278,7 @@ def test_the_client_alone_talks_to_the_service(installed: Installed, client: htt
     assert answers["feedback"] == [True, True, 1]  # the other class: a mistake, learned
     assert answers["mistakes"] == 1
     assert answers["missing"] == [404, "model_not_found"]
+    assert report["event"] == ["metrics", 1]  # the stream's first event, read as ModelMetrics
     assert answers["batch"] == [True, True, True]
     # ... and the service saw it all.
     counters = client.get("/models/installed").json()["counters"]

@@ -97,15 +97,15 @@ class Recording(AsyncClient):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        self.events: list[str] = []
+        self.calls: list[str] = []
 
     async def predict(self, model: str, features: Any) -> PredictResponse:
         p = await super().predict(model, features)
-        self.events.append("p")
+        self.calls.append("p")
         return p
 
     async def feedback(self, prediction_id: str, label: LabelIn) -> FeedbackResponse:
-        self.events.append("f")
+        self.calls.append("f")
         return await super().feedback(prediction_id, label)
 
 
@@ -115,7 +115,7 @@ def test_labels_arrive_k_examples_late(url: str) -> None:
     async def run() -> tuple[list[str], rp.Summary]:
         async with Recording(url) as c:
             await rp.ensure_model(c, "late", data)
-            return c.events, await rp.replay_async(c, "late", data, rp.StreamOptions(delay=k))
+            return c.calls, await rp.replay_async(c, "late", data, rp.StreamOptions(delay=k))
 
     events, s = asyncio.run(run())
     assert s.examples == 30

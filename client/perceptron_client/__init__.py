@@ -20,8 +20,8 @@ given to ``predict_batch`` or ``learn_batch`` travels packed (``packed_features`
 JSON.
 
 A distribution of its own, ``perceptron-client`` (``pip install ./client`` in the service's
-repository), needing httpx and pydantic only. numpy is optional (the extra ``numpy``): the
-client accepts numpy arrays and integers but never imports numpy itself.
+repository), needing httpx, httpx-sse and pydantic only. numpy is optional (the extra
+``numpy``): the client accepts numpy arrays and integers but never imports numpy itself.
 """
 
 from .answers import (
@@ -80,6 +80,7 @@ from .errors import (
     UnavailableError,
     error_from_item,
 )
+from .event_streams import EventData, ModelEvent
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -93,6 +94,7 @@ __all__ = [
     "CheckpointInfo",
     "Checkpoints",
     "DriftEvent",
+    "EventData",
     "DriftReport",
     "Client",
     "ConflictError",
@@ -119,6 +121,7 @@ __all__ = [
     "MistakeRates",
     "ModelInfo",
     "ModelList",
+    "ModelEvent",
     "ModelMetrics",
     "ModelSpec",
     "SettingInfo",

@@ -313,6 +313,11 @@ def drift(name: str) -> Call[DriftReport]:
     return Call("GET", _path(name) + "/drift", _parse(DriftReport))
 
 
+def events_path(name: str) -> str:
+    """The model's event stream (``event_streams.py`` reads it)."""
+    return _path(name) + "/events"
+
+
 def challengers(name: str, weights: bool = False) -> Call[Challengers]:
     query = {"weights": "true"} if weights else None
     return Call("GET", _path(name) + "/challengers", _parse(Challengers), params=query)

@@ -6,7 +6,7 @@ differs between the two classes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -36,6 +36,7 @@ from .answers import (
     WeightsResponse,
 )
 from .calls import Batch, Call, Features, LabelIn
+from .event_streams import ModelEvent, aiter_events, iter_events
 
 __all__ = ["DEFAULT_TIMEOUT", "DEFAULT_URL", "AsyncClient", "Client"]
 
@@ -175,6 +176,13 @@ class Client:
         """The model's drift detector, each learner's state (stable, warning, drift) and
         their last warnings and drifts, oldest first."""
         return self._send(calls.drift(name))
+
+    def events(self, name: str, reconnect: bool = True) -> Generator[ModelEvent, None, None]:
+        """The model's events as they come (``event_streams.py``): its metrics, checkpoints,
+        challengers and drift, each at once and whenever it changes; iterate until done
+        (``break`` closes the stream). ``reconnect``: open it again when the service ends it,
+        as a browser's EventSource does. The model deleted: ``NotFoundError``."""
+        return iter_events(self._http, name, reconnect)
 
     def challengers(self, name: str, weights: bool = False) -> Challengers:
         """The served learner and each challenger side by side, each counted over the
@@ -367,6 +375,10 @@ class AsyncClient:
         """The model's drift detector, each learner's state (stable, warning, drift) and
         their last warnings and drifts, oldest first."""
         return await self._send(calls.drift(name))
+
+    def events(self, name: str, reconnect: bool = True) -> AsyncGenerator[ModelEvent, None]:
+        """``Client.events``, iterated with ``async for``."""
+        return aiter_events(self._http, name, reconnect)
 
     async def challengers(self, name: str, weights: bool = False) -> Challengers:
         """The served learner and each challenger side by side, each counted over the

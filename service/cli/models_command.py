@@ -27,7 +27,7 @@ from perceptron_client import (
     NotFoundError,
     PerceptronError,
 )
-from service.cli import challengers_command, models_sklearn
+from service.cli import challengers_command, models_sklearn, watch_command
 from service.cli.checked_arguments import detector_arg, json_object, model_name
 from service.cli.exit_codes import (
     CLIENT_CODES,
@@ -57,9 +57,9 @@ from service.learner.interface import STRATEGIES
 
 DESCRIPTION = """\
 Manage the models of a running service: list, show, create, delete, reset, export, import,
-show their metrics and drift, list checkpoints, roll back, list kept updates and undo them;
-add, list and delete challengers and promote one; make a model from a fitted scikit-learn
-linear classifier, or write one as a fitted scikit-learn Perceptron.
+show their metrics and drift (or watch them change), list checkpoints, roll back, list kept
+updates and undo them; add, list and delete challengers and promote one; make a model from
+a fitted scikit-learn linear classifier, or write one as a fitted scikit-learn Perceptron.
 
 The service's URL comes from --url or PERCEPTRON_URL (default http://127.0.0.1:8000), its API
 key from --api-key or PERCEPTRON_API_KEY (reading needs a 'predict' key, changing an 'admin'
@@ -70,6 +70,7 @@ examples:
   perceptron models create iris --classes setosa,versicolor,virginica --n-features 4
   perceptron models show iris --json
   perceptron models metrics iris
+  perceptron models watch iris
   perceptron models export iris -o iris.json && perceptron models import iris-copy iris.json
   perceptron models reset iris
   perceptron models checkpoints iris && perceptron models rollback iris --version 1200
@@ -141,6 +142,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     challengers_command.add_actions(action)
     models_sklearn.add_actions(action)
+    watch_command.add_actions(action)
 
 
 def _add_configuration(create: argparse.ArgumentParser) -> None:
