@@ -1,22 +1,23 @@
 """What a drift detector costs: one model's packed learning with and without DDM on the served
-learner's mistakes, with no challenger and with one (whose detector is the model's, on its own
-mistakes); and each detector's cost per example in Python, compiled and in the scripts' Lua.
+learner's mistakes (alerting, or retraining at a drift), with no challenger and with one (whose
+detector is the model's, on its own mistakes); and each detector's cost per example in Python,
+compiled and in the scripts' Lua.
 
-    .venv/bin/python deploy/bench/drift.py                      # about 4 minutes
+    .venv/bin/python deploy/bench/drift.py                      # about 5 minutes
     .venv/bin/python deploy/bench/drift.py --repeat 5 --seconds 5
 
 Each run: a fresh redis-server and ``perceptron serve --workers 2`` on loopback, every setting
-at its default; a dense binary perceptron (d=100), with ``"drift": {"detector": "ddm"}`` or
-none, given 0 or 1 challenger (PA-I, C = 0.1); --clients processes each sending packed
-1000 x 100 batches back to back, one second not counted, then --seconds counted
-(``harness.packed.challenged_run``).
+at its default; a dense binary perceptron (d=100), with ``"drift": {"detector": "ddm"}``,
+``{"detector": "ddm", "on_drift": "retrain"}`` or none, given 0 or 1 challenger (PA-I,
+C = 0.1); --clients processes each sending packed 1000 x 100 batches back to back, one second
+not counted, then --seconds counted (``harness.packed.challenged_run``).
 The cases alternate round by round (reversed every other round). Reported: examples learned per
 second, medians, each against the same challengers without a detector; the detectors' events
 (the stream's labels are noisy, so DDM warns); and whether the challenger was given every label
 once. Then microseconds per example of each detector fed 200,000 mistakes (a rate of 0.2), best
 of 5: in Python (``drift_detectors.feed``, the reference), through the compiled loop
 (``kernel.drift_feed``, what a challenger's replay runs) and in Redis (the scripts'
-``drift_feed``, what each commit runs for the served learner). Every process is started here,
+``drift.feed``, what each commit runs for the served learner). Every process is started here,
 bound to 127.0.0.1, and stopped by its PID.
 """
 
@@ -42,14 +43,20 @@ from service.store.ops.drift import DRIFT
 from service.store.script import Script
 
 PA1 = {"algorithm": "pa1", "C": 0.1}
-CASES = ((None, 0), ("ddm", 0), (None, 1), ("ddm", 1))  # (the detector, challengers)
+# (the detector, challengers), and the model each detector names
+CASES = ((None, 0), ("ddm", 0), ("ddm, retrain", 0), (None, 1), ("ddm", 1))
+MODELS: dict[str | None, dict[str, Any]] = {
+    None: {},
+    "ddm": {"drift": {"detector": "ddm"}},
+    "ddm, retrain": {"drift": {"detector": "ddm", "on_drift": "retrain"}},
+}
 N_MARKS = 200_000
 PROBE = Script(  # (the detector's Lua as the scripts have it, fed the marks from a fresh state)
     name="drift_bench",
     keys=(),
     args=("spec", "marks"),
     parts=(DRIFT,),
-    body="local state = drift_feed(SPEC, '', MARKS)\nreturn state\n",
+    body="local state = drift.feed(SPEC, '', MARKS)\nreturn state\n",
 )
 
 
@@ -92,7 +99,7 @@ def main() -> None:
     table: dict[tuple[str | None, int], list[dict[str, Any]]] = {}
     for r in range(args.repeat):
         for detector, n in CASES if r % 2 == 0 else reversed(CASES):
-            model = {"drift": {"detector": detector}} if detector else {}
+            model = MODELS[detector]
             with tempfile.TemporaryDirectory(prefix="pcp-drift-") as folder:
                 got = challenged_run(
                     ROOT, n, Path(folder), args.seconds, args.clients, challenger=PA1, model=model
