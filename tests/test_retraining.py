@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 from river import base, drift
 
+from service.contract.store_values import SyncData
+from service.engine.replica import Replica
+from service.engine.sequence import run_sequence
 from service.learner.codec import (
     PENDING,
     RELEARNED,
@@ -24,6 +27,7 @@ from service.learner.codec import (
 )
 from service.learner.config import ModelConfig
 from service.learner.drift_detectors import DDM, EDDM, Detector
+from service.learner.features import encode
 from service.learner.online import OnlineLearner
 from service.learner.perceptron import Weights
 from service.learner.retraining import Retraining
@@ -162,3 +166,32 @@ def test_the_log_of_a_retraining_replays_to_its_served_learner(learner: str) -> 
     for a, b in zip(replayed.arrays(), ours.served.weights.arrays(), strict=True):
         np.testing.assert_array_equal(a, b)
     assert replayed.version == len(log)
+
+
+def test_a_copys_count_follows_the_store_down_at_a_retrain_and_never_back_to_an_older_answer() -> (
+    None
+):
+    """A retrain lowers the served learner's count at a new version. A worker's copy takes the
+    count of a newer version's answer, lower too, and keeps its own against an answer of an
+    older version that arrives late (two requests' syncs overtaking one another); at one
+    version the count only grows. (Taking the larger count always, a copy once ahead of the
+    store stayed so: every learn commit of a retraining model, which the count guards, was
+    refused 50 times, 503 model_busy, under concurrent feedback.)"""
+    config = ModelConfig(n_features=2)
+    x = encode(config, [1.0, 2.0])
+    seq = run_sequence(config, "e" * 16, Weights.zeros(config), xs=[x, x], ts=[1, 1])
+    rep = Replica("m", config, "e" * 16)
+    rep.weights.version, rep.weights.seen = 0, 7
+    rep.catch_up(SyncData("e" * 16, 1, 2, 0, None, seq.batch.entries[:1]))  # a retrain's
+    assert (rep.weights.version, rep.weights.seen) == (1, 2)
+    rep.catch_up(SyncData("e" * 16, 0, 9, 0, None, []))  # an older answer, come late
+    assert (rep.weights.version, rep.weights.seen) == (1, 2)
+    rep.catch_up(SyncData("e" * 16, 1, 4, 1, None, []))  # labels without an update
+    rep.catch_up(SyncData("e" * 16, 1, 3, 1, None, []))  # (and an earlier answer of them)
+    assert (rep.weights.version, rep.weights.seen) == (1, 4)
+    rep.committed(None, 1, 6)
+    assert rep.weights.seen == 6
+    work = rep.weights.copy()
+    work.version = 2
+    rep.committed(work, 2, 1)  # a commit that retrained: its count, lower
+    assert rep.weights is work and work.seen == 1

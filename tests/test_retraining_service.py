@@ -7,8 +7,11 @@ from __future__ import annotations
 import base64
 import math
 import os
+import random
 import signal
 import struct
+import threading
+import time
 from typing import Any
 
 import httpx
@@ -192,6 +195,61 @@ def test_two_workers_predict_as_rivers_drift_retraining_classifier(
             events = c.get("/models/r/drift").json()["events"]
     assert got == expected
     assert any(e["action"] == "retrained" for e in events)
+
+
+def test_learns_and_feedback_at_once_on_a_model_retraining_all_the_time_all_succeed(
+    redis_url: str,
+) -> None:
+    """Two threads learning batches and three predicting then labelling, on two workers, a
+    detector that drifts every few examples: every request answers 200 and every label is
+    counted once. (A worker's count of the served learner's examples, once ahead of the
+    store's, stayed so; every commit was then refused: 503 model_busy, about one learn in
+    three, and model_state_lost now and then.)"""
+    spec = {"detector": "ddm", "on_drift": "retrain", "warm_start": 3,
+            "warning_threshold": 0.8, "drift_threshold": 1.0}  # fmt: skip
+    xs, ys = stream("abrupt", 4000, 2, seed=4)
+    failed: list[str] = []
+    sent = {"learned": 0, "feedback": 0}
+    until = math.inf  # (set once the service is up)
+
+    def learner(seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            while time.monotonic() < until:
+                i, k = rng.randrange(3900), rng.randint(1, 50)
+                body = {"model": "r", "features": xs[i : i + k], "labels": ys[i : i + k]}
+                r = c.post("/learn/batch", json=body)
+                if r.status_code != 200:
+                    failed.append(r.text)
+                sent["learned"] += k if r.status_code == 200 else 0
+
+    def labeller(seed: int) -> None:
+        rng = random.Random(seed)
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            while time.monotonic() < until:
+                i = rng.randrange(3900)
+                p = c.post("/predict", json={"model": "r", "features": xs[i]})
+                body = {"prediction_id": p.json().get("prediction_id"), "label": ys[i]}
+                f = c.post("/feedback", json=body)
+                if f.status_code != 200:
+                    failed.append(f.text)
+                sent["feedback"] += f.status_code == 200
+
+    with running(ServiceProcess(redis_url, workers=2)) as service:
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            assert c.put("/models/r", json={"n_features": 2, "drift": spec}).status_code == 201
+        threads = [threading.Thread(target=learner, args=(i,)) for i in range(2)]
+        threads += [threading.Thread(target=labeller, args=(10 + i,)) for i in range(3)]
+        until = time.monotonic() + 8
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        with httpx.Client(base_url=service.url, timeout=30) as c:
+            counters = c.get("/models/r").json()["counters"]
+    assert failed == []
+    assert counters["retrains"] > 100, counters
+    assert (counters["learned"], counters["feedback"]) == (sent["learned"], sent["feedback"])
 
 
 def _learned(c: httpx.Client, how: str, xs: Any, ys: Any) -> list[Any]:

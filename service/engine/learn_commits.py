@@ -144,16 +144,16 @@ class LearnCommits:
     ) -> LearnedRows | RequestsGone:
         cfg = rep.config
         xs, ts = examples.xs, examples.ts
-        now_ms = int(1000 * self.clock())
-        heads = {src: provenance(src, now_ms) for src in set(examples.sources)}
-        one = next(iter(heads.values())) if len(heads) == 1 else None
-        provs = [one] * len(ts) if one is not None else [heads[s] for s in examples.sources]
-        sources = examples.sources if len(heads) > 1 else []
+        heads, provs, sources = _provenances(examples, int(1000 * self.clock()))
         r2 = float(xs.sq.max()) if isinstance(xs, Rows) else max(x.sq_norm for x in xs)
         attempts = 0
         while attempts < self.settings.learn_attempts:
             base = rep.weights
             made, background = await self._made(rep, base, r2)
+            if made is None:  # (a label came between the copy's last sync and the read)
+                self.replicas.apply_sync(rep, await self.store.sync(rep.name, base.version))
+                attempts += 1
+                continue
             seq, steps = await _learned(rep, base, (xs, ts, provs), background)
             answers = self._answered(
                 rep, seq, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
@@ -181,11 +181,10 @@ class LearnCommits:
             if isinstance(res, SyncData):
                 self.replicas.apply_sync(rep, res)
                 continue
-            if rep.weights is base and base.version == made.version:
-                rep.weights = seq.work
-                if seq.last:  # (an empty plan moves nothing)
-                    cfg.learner.apply(cfg, seq.work, xs[-1], seq.last, res.seen)
-            rep.weights.seen = max(rep.weights.seen, res.seen)
+            mine = rep.weights is base and base.version == made.version
+            if mine and seq.last:  # (an empty plan moves nothing)
+                cfg.learner.apply(cfg, seq.work, xs[-1], seq.last, res.seen)
+            rep.committed(seq.work if mine else None, res.version, res.seen)
             if seq.batch.states is not None:
                 self.replicas.standings.folded(rep.name, seq.batch.states, res)
             elif res.label_log >= 0:
@@ -200,14 +199,22 @@ class LearnCommits:
             "attempts to learn; retry shortly."
         )
 
-    async def _made(self, rep: Replica, base: Weights, r2: float) -> tuple[Made, Background | None]:
+    async def _made(
+        self, rep: Replica, base: Weights, r2: float
+    ) -> tuple[Made | None, Background | None]:
         """What the commit must find of the model (its version; its count where the examples
         depend on it), and the background learner of a model that retrains, read with the
-        count it goes with: that commit checks the count, which every label moves."""
+        version and count it goes with: that commit checks the count, which every label moves.
+        None when those are not the copy's (it must catch up first): a detector simulated from
+        another count than the copy's would drift elsewhere than the store's."""
         cfg = rep.config
-        background = await self.store.read_background(rep.name) if cfg.retrains else None
-        seen = base.seen if cfg.retrains else seen_depended(cfg, base)
-        return Made(base.version, "" if seen is None else seen, r2), background
+        if not cfg.retrains:
+            seen = seen_depended(cfg, base)
+            return Made(base.version, "" if seen is None else seen, r2), None
+        background = await self.store.read_background(rep.name)
+        if (background.version, background.seen) != (base.version, base.seen):
+            return None, background
+        return Made(base.version, base.seen, r2), background
 
     def _challenged(self, rep: Replica, sent: LearnBatch) -> None:
         """The store refused a commit for the model's challengers: the next sends their
@@ -261,6 +268,17 @@ class LearnCommits:
             (tag, pack_answer(before[a], seq.served[a:b], seq.updated[a:b], steps and steps[a:b]))
             for tag, a, b in spans
         ]
+
+
+def _provenances(
+    examples: Labelled, now_ms: int
+) -> tuple[dict[str, bytes], list[bytes], list[str]]:
+    """Each API key's provenance (``codec.provenance``), each example's, and each example's
+    key where they are not all one's (else none)."""
+    heads = {src: provenance(src, now_ms) for src in set(examples.sources)}
+    one = next(iter(heads.values())) if len(heads) == 1 else None
+    provs = [one] * len(examples.ts) if one is not None else [heads[s] for s in examples.sources]
+    return heads, provs, examples.sources if len(heads) > 1 else []
 
 
 async def _learned(

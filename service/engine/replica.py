@@ -61,21 +61,29 @@ class Replica:
         if data.epoch != self.epoch:
             raise StaleModel(self.name)
         w = self.weights
+        before = w.version
         if data.snapshot is not None and data.base > w.version:
-            w = unpacked or unpack_weights(self.config, data.snapshot, data.base, w.seen)
+            w = unpacked or unpack_weights(self.config, data.snapshot, data.base, data.seen)
             self.weights = w
         if w.version < data.base:
             w.version = -1  # a gap: the next commit fetches everything again
             return
-        restarted = False  # (a learner retrained at a drift: its count starts again too)
         for offset, entry in enumerate(data.entries):
             if data.base + offset < w.version:
                 continue
-            restarted = apply_entry(self.config, w, entry) or restarted
+            apply_entry(self.config, w, entry)
         if w.version < data.version:  # the store said more updates than it sent
             w.version = -1
             raise ModelStateLost(self.name, "its update log does not add up to its version")
-        w.seen = data.seen if restarted else max(w.seen, data.seen)
+        w.seen = counted(before, w.seen, data.version, data.seen)
+
+    def committed(self, work: Weights | None, version: int, seen: int) -> None:
+        """Take a learn commit's answer: its weights ``work`` (None: the copy moved meanwhile,
+        and is kept), at the model's ``version`` and count ``seen`` then."""
+        if work is not None:
+            self.weights, work.seen = work, seen
+        else:
+            self.weights.seen = counted(self.weights.version, self.weights.seen, version, seen)
 
     def predict(self, x: Example) -> Prediction:
         cfg, w = self.config, self.weights
@@ -85,3 +93,16 @@ class Replica:
         updates = cfg.learner.updates_by_label(cfg, w, raw, x)
         record = pack_record(self.epoch, served, updates, pack_payload(raw, x))
         return Prediction(served, scores, record, w.version, w.seen)
+
+
+def counted(version: int, seen: int, store_version: int, store_seen: int) -> int:
+    """A copy's count of labelled examples (``seen``, at ``version``) after the store said
+    ``store_seen`` at ``store_version``. A later version's count is the store's, lower too (a
+    learner retrained at a drift starts its count again; versions only grow within an epoch);
+    at the same version the count only grows (the later of two answers is the larger); an
+    earlier version's answer, overtaken, says nothing new."""
+    if store_version > version:
+        return store_seen
+    if store_version == version:
+        return max(seen, store_seen)
+    return seen
