@@ -105,8 +105,9 @@ class Settings(BaseSettings):
     learn_wait_s: float = Field(
         default=10.0,
         gt=0,
-        description="How long a /learn waits for the model's writer (the worker learning for "
-        "it) before a 503 learn_timeout; the examples were then not learned.",
+        description="How long a /learn handed to the model's writer (the worker learning for "
+        "it) waits for it before a 503 learn_timeout; the examples were then not learned. One "
+        "that reaches the writer itself is learned however long its commit takes.",
     )
     learn_attempts: int = Field(
         default=50, ge=1, description="Optimistic retries of one /learn before answering 503."

@@ -188,6 +188,28 @@ def test_a_batch_that_takes_longer_to_learn_than_the_lease_is_learned_by_its_wri
         assert c.get("/models/m").json()["version"] == sum(expected.updated)
 
 
+def test_a_wide_model_that_retrains_at_many_drifts_of_one_batch_learns_it(
+    redis_url: str,
+) -> None:
+    """2^24 buckets, a detector that drifts every few examples: a batch of 200 retrains tens of
+    times, and each retrain starts a learner of 16 million weights afresh and copies it. Its
+    cost was estimated from the examples alone, so it was learned on the event loop, for
+    seconds: its writer lost its lease under every try (503 model_busy, nothing learned)."""
+    spec = {"detector": "ddm", "on_drift": "retrain", "warm_start": 1,
+            "warning_threshold": 0.1, "drift_threshold": 0.1}  # fmt: skip
+    rng = np.random.default_rng(0)
+    xs = [{f"w{i}": 1.0 for i in rng.integers(1000, size=2)} for _ in range(200)]
+    ys = (rng.integers(0, 2, 200) * 2 - 1).tolist()
+    service = ServiceProcess(redis_url, workers=2, PERCEPTRON_DEFAULT_MODEL="false")
+    with running(service), httpx.Client(base_url=service.url, timeout=60) as c:
+        body = {"hash_bits": 24, "drift": spec}
+        assert c.put("/models/m", json=body).status_code == 201
+        r = c.post("/learn/batch", json={"model": "m", "features": xs, "labels": ys})
+        assert r.status_code == 200, r.text
+        counters = c.get("/models/m").json()["counters"]
+    assert counters["learned"] == 200 and counters["retrains"] > 20
+
+
 def test_with_one_writer_off_each_worker_commits_its_own(redis_url: str) -> None:
     service = ServiceProcess(redis_url, workers=2, PERCEPTRON_ONE_WRITER="false")
     with running(service), httpx.Client(base_url=service.url, timeout=30) as c:
@@ -315,7 +337,7 @@ def test_feedback_held_by_the_writer_is_woken_by_its_commit(redis_url: str) -> N
         k = ModelKeys("m")
         try:
             await a.models.create_model("m", {"n_features": D})
-            rep = await a.replicas.get("m")
+            rep = await a.replicas.current("m")  # (loaded: the feedback below moves it)
             assert await a.store.claim_writer("m", a.learning.writers.me, 60_000) == 0
             _, made = await b.learning.predict("m", [[1, 0, 0, 0], [0, 1, 0, 0]])
             ids = [PredictionId.parse(p.prediction_id) for p in made]

@@ -8,7 +8,6 @@ model's writer (``writer.py``, which calls this with its lease): the same code, 
 from __future__ import annotations
 
 import asyncio
-import functools
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -31,7 +30,7 @@ from service.contract.store_values import (
 from service.engine.batcher import Batcher, Span, batcher_of
 from service.engine.replica import Replica
 from service.engine.replicas import Replicas
-from service.engine.retraining_sequence import run_retraining
+from service.engine.retraining_sequence import FIRST_WINDOW, run_retraining
 from service.engine.sequence import LearnedSequence, learning_ms, run_sequence
 from service.engine.standings import label_entries
 from service.errors import ModelBusy, learn_outcome_unknown
@@ -150,11 +149,12 @@ class LearnCommits:
         while attempts < self.settings.learn_attempts:
             base = rep.weights
             made, background = await self._made(rep, base, r2)
-            if made is None:  # (a label came between the copy's last sync and the read)
+            got = made and await _learned(rep, base, (xs, ts, provs), background)
+            if made is None or not got:  # (not loaded yet, or moved meanwhile: catch up)
                 self.replicas.apply_sync(rep, await self.store.sync(rep.name, base.version))
                 attempts += 1
                 continue
-            seq, steps = await _learned(rep, base, (xs, ts, provs), background)
+            seq, steps = got
             answers = self._answered(
                 rep, seq, base=base, learned=(xs, ts, provs), sources=sources, heads=heads,
                 spans=spans, steps=steps,
@@ -208,6 +208,8 @@ class LearnCommits:
         None when those are not the copy's (it must catch up first): a detector simulated from
         another count than the copy's would drift elsewhere than the store's."""
         cfg = rep.config
+        if base.version < 0:  # (nothing loaded: learning on it would be thrown away)
+            return None, None
         if not cfg.retrains:
             seen = seen_depended(cfg, base)
             return Made(base.version, "" if seen is None else seen, r2), None
@@ -286,21 +288,28 @@ async def _learned(
     base: Weights,
     learned: tuple[Sequence[Example], list[int], list[bytes]],
     background: Background | None,
-) -> tuple[LearnedSequence, list[int] | None]:
+) -> tuple[LearnedSequence, list[int] | None] | None:
     """The examples learned on ``base`` (``background``: the background learner of a model
     that retrains, as of ``base``), and the versions each example added where a swap made them
     more than its update (None: one each that updated). Learning that takes long runs off the
-    event loop, on a copy of ``base`` (a sync applies entries to the replica's weights in
-    place): the loop goes on renewing the writer's lease meanwhile (``writer.LEASE_MS``), which
-    a commit that held it longer would lose every time it tried."""
+    event loop, on a copy of ``base`` made there too: the loop goes on renewing the writer's
+    lease meanwhile (``writer.LEASE_MS``), which a commit that held it longer would lose every
+    time it tried. None when ``base`` moved before its copy (a sync, in place): catch up."""
     cfg, xs = rep.config, learned[0]
     relearned = sum(map(len, background.items)) if background is not None else 0
-    if learning_ms(cfg, xs, relearned) <= LEARN_IN_THREAD_MS:
+    copies = 1 + (len(xs) // FIRST_WINDOW if background is not None else 0)  # (windows)
+    if learning_ms(cfg, xs, relearned, copies) <= LEARN_IN_THREAD_MS:
         return _learn_sequence(cfg, base, epoch=rep.epoch, learned=learned, background=background)
-    work = functools.partial(
-        _learn_sequence, cfg, base.copy(), epoch=rep.epoch, learned=learned, background=background
-    )
-    return await asyncio.to_thread(work)
+    at = (base.version, base.seen)
+
+    def learn() -> tuple[LearnedSequence, list[int] | None] | None:
+        with rep.guard:
+            if (base.version, base.seen) != at:
+                return None
+            own = base.copy()
+        return _learn_sequence(cfg, own, epoch=rep.epoch, learned=learned, background=background)
+
+    return await asyncio.to_thread(learn)
 
 
 def _learn_sequence(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,9 @@ class Replica:
         w = self.weights  # every later copy of the weights has the same arrays' sizes
         self.nbytes = sum(a.nbytes for a in w.arrays())
         self.queues: dict[str, Any] = {}  # group-commit queues of this replica, by operation
+        # Held while the weights change in place (a sync's entries), and while a learn commit
+        # learning off the event loop copies them (learn_commits.py): never both at once.
+        self.guard = threading.Lock()
 
     @classmethod
     def from_meta(cls, name: str, meta: dict[str, str]) -> Replica:
@@ -65,17 +69,18 @@ class Replica:
         if data.snapshot is not None and data.base > w.version:
             w = unpacked or unpack_weights(self.config, data.snapshot, data.base, data.seen)
             self.weights = w
-        if w.version < data.base:
-            w.version = -1  # a gap: the next commit fetches everything again
-            return
-        for offset, entry in enumerate(data.entries):
-            if data.base + offset < w.version:
-                continue
-            apply_entry(self.config, w, entry)
-        if w.version < data.version:  # the store said more updates than it sent
-            w.version = -1
-            raise ModelStateLost(self.name, "its update log does not add up to its version")
-        w.seen = counted(before, w.seen, data.version, data.seen)
+        with self.guard:
+            if w.version < data.base:
+                w.version = -1  # a gap: the next commit fetches everything again
+                return
+            for offset, entry in enumerate(data.entries):
+                if data.base + offset < w.version:
+                    continue
+                apply_entry(self.config, w, entry)
+            if w.version < data.version:  # the store said more updates than it sent
+                w.version = -1
+                raise ModelStateLost(self.name, "its update log does not add up to its version")
+            w.seen = counted(before, w.seen, data.version, data.seen)
 
     def committed(self, work: Weights | None, version: int, seen: int) -> None:
         """Take a learn commit's answer: its weights ``work`` (None: the copy moved meanwhile,
