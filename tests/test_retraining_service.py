@@ -406,6 +406,38 @@ def test_the_background_learner_keeps_its_examples_within_its_bytes(client: http
     assert client.get("/models/w/export").json()["drift"]["background"] == []
 
 
+@pytest.mark.in_process
+def test_the_background_learner_holds_its_bytes_all_together_with_ever_shorter_examples(
+    client: httpx.Client,
+) -> None:
+    """Named examples, each shorter than the one before, through a long warning: the
+    background learner keeps them while all of them together hold BACKGROUND_BYTES at most.
+    (Kept while as many as it held, each as long as the newest, fitted, they held 5 MiB here,
+    and up to 4 MiB x (1 + ln n) for n of them.)"""
+    spec = {"detector": "ddm", "on_drift": "retrain", "warm_start": 1}
+    assert client.put("/models/s", json={"hash_bits": 20, "drift": spec}).status_code == 201
+    ours = Retraining(ModelConfig(hash_bits=20), DDM(warm_start=1))
+
+    def learn(x: dict[str, float], mistake: bool) -> None:
+        p = int(ours.predict(x))
+        y = -p if mistake else p
+        got = client.post("/learn/batch", json={"model": "s", "features": [x], "labels": [y]})
+        assert got.status_code == 200, got.text
+        ours.learn(x, y)
+
+    for i in range(60):  # (a mistake in five: the detector's best rate and its deviation)
+        learn({"a": 1.0, f"b{i}": 1.0}, i % 5 == 0)
+    while ours.status == "stable":
+        learn({"a": 1.0}, True)
+    for i in range(1, 40):  # (in its warning, each kept while they fit)
+        learn({f"f{j}": 1.0 for j in range(100_000 // i)}, _warns_on(ours, 1))
+        assert ours.status == "warning"
+    background = client.get("/models/s/export").json()["drift"]["background"]
+    kept = [len(base64.b64decode(b)) for b in background]
+    assert len(kept) > 2
+    assert BACKGROUND_BYTES / 2 < sum(kept) <= BACKGROUND_BYTES
+
+
 def _warns_on(ours: Retraining, mistake: int) -> bool:
     """Whether the detector still warns, without a drift, after one more such outcome."""
     warning, drift = ours.detector.flags(ours.detector.update(list(ours.state), mistake))

@@ -29,13 +29,14 @@ def background_of(raw: Any, config: ModelConfig) -> list[bytes]:
         raise ValueError("'drift.background' is a retraining's, and the model does not retrain.")
     if not isinstance(raw, list):
         raise ValueError("'drift.background' must be a list of base64 strings.")
-    items = []
+    items, held = [], 0
     for i, text in enumerate(raw):
         try:
             if not isinstance(text, str):
                 raise ValueError("not a string")
             item = base64.b64decode(text, validate=True)
-            if (i + 1) * len(item) > BACKGROUND_BYTES:
+            held += len(item)
+            if held > BACKGROUND_BYTES:
                 raise ValueError(f"past the {BACKGROUND_BYTES:,} bytes a background learner keeps")
             _check(config, item)
         except (ValueError, IndexError, binascii.Error) as e:

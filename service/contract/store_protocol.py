@@ -63,9 +63,8 @@ RING_SIZE = 1000  # outcomes kept in the ring: the mistake rate of the last 1000
 RING_UNKNOWN = b"-"
 RECENT_KEPT = 100  # labelled examples kept for the mistake-bound estimate
 DRIFT_EVENTS_KEPT = EVENTS_KEPT  # a drift detector's last warnings and drifts, kept
-# A retraining's background learner keeps an example while as many as it would then hold,
-# each as long, take this many bytes at most (ops/drift.py, retraining_sequence.py; api.md)
-BACKGROUND_BYTES = 4 << 20
+# A retraining's background learner keeps an example while its examples, all together, hold
+BACKGROUND_BYTES = 4 << 20  # this many bytes at most (ops/drift.py, retraining_sequence.py)
 RECENT_MAX_BYTES = 8192  # a larger example is not kept there (the window is then shorter)
 PENDING_BUCKETS = 64  # a model's pending bytes are counted in ttl/64-second buckets
 PENDING_OVERHEAD = 96  # bytes Redis spends on a key beyond its name and value (estimate)
@@ -174,6 +173,7 @@ class Meta:
     # What the served learner's own count (an averaged one's mean divides by it) leaves out of
     # SEEN after a rollback to an earlier count: its count is SEEN minus this (absent: 0).
     SEEN_OFFSET = "seenoff"
+    BLOG_BYTES = "blogb"  # the bytes of a retraining's background learner's examples (blog)
     SNAP_VERSION = "snapv"  # the version of the snapshot ``snap``
     SNAP_LENGTH = "snaplen"  # the snapshot's length in bytes (0: none, all zeros)
     CREATED = "created"  # unix seconds

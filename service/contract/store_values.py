@@ -68,13 +68,15 @@ class LearnBatch:
 @dataclass(frozen=True, slots=True)
 class Background:
     """A model that retrains at a drift, read at once: its version, its served learner's count,
-    its detector's state (as the store keeps it) and its background learner's examples (each a
-    log entry without its ordinal: ``ops/drift.py``'s RETRAIN)."""
+    its detector's state (as the store keeps it), its background learner's examples (each a
+    log entry without its ordinal: ``ops/drift.py``'s RETRAIN) and their bytes as the store
+    counts them (``Meta.BLOG_BYTES``), which its bound is held to."""
 
     version: int
     seen: int
     state: str
     items: list[bytes]
+    held: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,9 +46,10 @@ FIRST_WINDOW = 8  # examples learned at once after a drift, doubled while none c
 @dataclass
 class _Learned:
     """What the windows learned so far, each example's and the log's, in order; and the
-    background learner's examples (as the store keeps them)."""
+    background learner's examples (as the store keeps them) and their bytes."""
 
     items: list[bytes]
+    held: int
     served: list[int] = field(default_factory=list)
     updated: list[bool] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
@@ -68,11 +69,12 @@ class _Learned:
 
     def keep(self, kept: list[bytes]) -> None:
         """Examples the background learner learned, while they hold BACKGROUND_BYTES at
-        most (each as long as the one coming), as the store keeps them."""
+        most, all together, as the store keeps them."""
         for entry in kept:
             item = _item(entry)
-            if (len(self.items) + 1) * len(item) <= BACKGROUND_BYTES:
+            if self.held + len(item) <= BACKGROUND_BYTES:
                 self.items.append(item)
+                self.held += len(item)
 
 
 def run_retraining(
@@ -94,7 +96,7 @@ def run_retraining(
     detector = cfg.drift_detector
     assert detector is not None
     state = read_state(detector, background.state)
-    done, at, weights, window = _Learned(list(background.items)), 0, base, len(xs)
+    done, at, weights, window = _Learned(list(background.items), background.held), 0, base, len(xs)
     work, last = base, None
     while at < len(xs):
         end = min(len(xs), at + window)
@@ -120,7 +122,7 @@ def run_retraining(
         version = weights.version + sum(seq.updated[:drift])
         weights = work = _replaced(cfg, version, done.items)
         done.steps.append(len(done.items))
-        done.items, at, window, last = [], at + drift + 1, FIRST_WINDOW, None
+        done.items, done.held, at, window, last = [], 0, at + drift + 1, FIRST_WINDOW, None
     batch = replace(
         batch_of(done.served, ts, done.entries, done.recent[-RECENT_KEPT:]),
         labels=label_entries(cfg=cfg, epoch=epoch, xs=xs, ts=ts, served=done.served, provs=provs),

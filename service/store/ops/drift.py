@@ -150,10 +150,12 @@ end
 
 RETRAIN = """
 local retrain = {}
-function retrain.keep(blog, entry)  -- (BACKGROUND_BYTES at most, as each one's length says)
+function retrain.keep(meta, blog, entry)  -- (BACKGROUND_BYTES at most, all of them)
   local item = string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1)
-  if (redis.call('LLEN', blog) + 1) * #item > BACKGROUND_BYTES then return end
+  local held = tonumber(redis.call('HGET', meta, META_BLOG_BYTES) or '0')
+  if held + #item > BACKGROUND_BYTES then return end
   redis.call('RPUSH', blog, item)
+  redis.call('HSET', meta, META_BLOG_BYTES, held + #item)
 end
 function retrain.relearned(item, k, mark)
   local at = string.find(item, ENTRY_SEP, 1, true)  -- (past the true class, and the provenance)
@@ -169,13 +171,14 @@ function retrain.push(log, list, from, to, length)
   end
   return length
 end
-function retrain.entries(blog, entry)
+function retrain.entries(meta, blog, entry)
   local items = redis.call('LRANGE', blog, 0, -1)
   items[#items + 1] = string.sub(entry, string.find(entry, ENTRY_SEP, 1, true) + 1)
   for i = 1, #items do
     items[i] = retrain.relearned(items[i], i, (i == 1) and RESTARTED or RELEARNED)
   end
   redis.call('DEL', blog)
+  redis.call('HDEL', meta, META_BLOG_BYTES)
   return items
 end
 """
@@ -189,10 +192,11 @@ READ = Script(
     keys=("meta", "blog"),
     args=(),
     body="""
-local st = redis.call('HMGET', META, META_VERSION, META_SEEN, META_SEEN_OFFSET, META_DRIFT_STATE)
+local st = redis.call('HMGET', META, META_VERSION, META_SEEN, META_SEEN_OFFSET, META_DRIFT_STATE,
+  META_BLOG_BYTES)
 if not st[1] then return {NO_MODEL} end
 return {DONE, st[1], tonumber(st[2]) - tonumber(st[3] or '0'), st[4] or '',
-  redis.call('LRANGE', BLOG, 0, -1)}
+  redis.call('LRANGE', BLOG, 0, -1), tonumber(st[5] or '0')}
 """,
 )
 
@@ -201,4 +205,5 @@ async def read_background(store: Runner, name: str) -> Background:
     """The model's detector and background learner, with the version and count they go with."""
     reply = await store.run(READ, READ.key_list(keys_of(name)), READ.arg_list())
     status_of(store, name, reply)
-    return Background(int(reply[1]), int(reply[2]), text(reply[3]), [raw(v) for v in reply[4]])
+    items = [raw(v) for v in reply[4]]
+    return Background(int(reply[1]), int(reply[2]), text(reply[3]), items, int(reply[5]))

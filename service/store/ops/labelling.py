@@ -19,7 +19,7 @@ local function labels_begin(version, seen, detector, offset, meta, blog)
     answered = {}, mistakes = 0, updates = 0, defaulted = 0, dmistakes = 0, dupdates = 0,
     detector = detector, offset = tonumber(offset or '0')}
   if string.find(detector, ' retrain', 1, true) then  -- (fed one label at a time: RETRAIN)
-    s.blog, s.dstate, s.devents, s.befores = blog,
+    s.meta, s.blog, s.dstate, s.devents, s.befores = meta, blog,
       redis.call('HGET', meta, META_DRIFT_STATE) or '', {}, {}
     s.offset_was = s.offset
   end
@@ -43,11 +43,11 @@ local function label_one(s, key, p, t, provenance, epoch, life, by)
   s.recent[#s.recent + 1] = entry
   if act == '2' then  -- the background learner serves from here, this example its last learned
     s.befores[#s.marks + 1] = s.version
-    local swap = retrain.entries(s.blog, entry)
+    local swap = retrain.entries(s.meta, s.blog, entry)
     for j = 1, #swap do s.entries[#s.entries + 1] = swap[j] end
     s.version, s.offset, updated = s.version + #swap, s.seen - #swap, 1
   else
-    if act == '1' then retrain.keep(s.blog, entry) end
+    if act == '1' then retrain.keep(s.meta, s.blog, entry) end
     if updated == 1 then
       s.version = s.version + 1
       s.entries[#s.entries + 1] = entry

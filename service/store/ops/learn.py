@@ -149,8 +149,10 @@ if st[2] ~= VERSION or (SEEN ~= '' and tonumber(st[3]) - offset ~= tonumber(SEEN
   end
   return reply
 end
-local why = lost(META, SNAP, LOG)  -- never extend a log that lost entries
-if why then return {STATE_LOST, why} end
+do  -- never extend a log that lost entries
+  local why = lost(META, SNAP, LOG)
+  if why then return {STATE_LOST, why} end
+end
 local entries_at = CELLS_AT + 2 * N_CELLS
 local recent_at = entries_at + N_UPDATES
 local labels_at = recent_at + N_RECENT
@@ -201,12 +203,12 @@ redis.call('HINCRBY', META, COUNT_LEARNED, N)
 local log_length, stop, from, swapped = -1, recent_at - 1, entries_at, 0
 for i = 1, retrain.on and N or 0 do  -- the background learner: learns, or serves from here
   local act = string.sub(retrain.acts, i, i)
-  if act == '1' then retrain.keep(BLOG, ARGV[labels_at + i - 1]) end
+  if act == '1' then retrain.keep(META, BLOG, ARGV[labels_at + i - 1]) end
   if act == '2' then
     log_length = retrain.push(LOG, ARGV, from, entries_at + retrain.at[i] - 1, log_length)
     from = entries_at + retrain.at[i]
     retrain.befores[i] = version + retrain.at[i] + swapped
-    local swap = retrain.entries(BLOG, ARGV[labels_at + i - 1])
+    local swap = retrain.entries(META, BLOG, ARGV[labels_at + i - 1])
     log_length = retrain.push(LOG, swap, 1, #swap, log_length)
     swapped, offset = swapped + #swap, seen + i - #swap
   end

@@ -159,22 +159,24 @@ if demoted == '' then  -- served-<the checkpoint's id>, or the first free served
     demoted = 'served-' .. string.format('%d-%d', tonumber(st[8] or '0') + 1, k)
   end
 end
-local refused = nil
-if not st[1] then refused = NO_MODEL
-elseif st[1] ~= EPOCH then refused = STALE_EPOCH
-elseif tonumber(st[2]) ~= VERSION or tonumber(st[3]) ~= SEEN or (st[6] or '0') ~= GEN
-    or tonumber(st[7] or '0') + redis.call('LLEN', CLOG) ~= POSITION then refused = UNCHANGED
-elseif redis.call('HEXISTS', CHAL, ID) == 0 then refused = UNKNOWN
-elseif demoted ~= ID and redis.call('HEXISTS', CHAL, demoted) == 1 then refused = NAME_TAKEN
-elseif #previous >= PROMOTIONS_KEPT then refused = TOO_MANY
-elseif not (staged(STAGE, CHUNKS) and staged(DEMOTED_WEIGHTS, DEMOTED_CHUNKS)
-    and all_staged(WEIGHTS_AT, STATES_AT)) then refused = NOT_STAGED
-end
-if refused then
-  let_go(STAGE)
-  let_go(DEMOTED_WEIGHTS)
-  let_all_go(WEIGHTS_AT)
-  return {refused, demoted}
+do  -- (a promotion refused: nothing changes)
+  local refused = nil
+  if not st[1] then refused = NO_MODEL
+  elseif st[1] ~= EPOCH then refused = STALE_EPOCH
+  elseif tonumber(st[2]) ~= VERSION or tonumber(st[3]) ~= SEEN or (st[6] or '0') ~= GEN
+      or tonumber(st[7] or '0') + redis.call('LLEN', CLOG) ~= POSITION then refused = UNCHANGED
+  elseif redis.call('HEXISTS', CHAL, ID) == 0 then refused = UNKNOWN
+  elseif demoted ~= ID and redis.call('HEXISTS', CHAL, demoted) == 1 then refused = NAME_TAKEN
+  elseif #previous >= PROMOTIONS_KEPT then refused = TOO_MANY
+  elseif not (staged(STAGE, CHUNKS) and staged(DEMOTED_WEIGHTS, DEMOTED_CHUNKS)
+      and all_staged(WEIGHTS_AT, STATES_AT)) then refused = NOT_STAGED
+  end
+  if refused then
+    let_go(STAGE)
+    let_go(DEMOTED_WEIGHTS)
+    let_all_go(WEIGHTS_AT)
+    return {refused, demoted}
+  end
 end
 local before = checkpoint(META, CHECKPOINTS, CHECKPOINT_INFO, CHECKPOINT_TAILS, RING, SNAP,
   weights_bytes(SNAP, st[5]), redis.call('LRANGE', LOG, 0, -1), st[4], st[2], NOW_MS,
@@ -197,6 +199,7 @@ redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_PREV_EPOCH, table.concat(pr
   COUNT_DEFAULTED, N_DEFAULTED, COUNT_DEFAULTED_MISTAKES, N_DEFAULTED_MISTAKES)
 if NEW_OFFSET > 0 then redis.call('HSET', META, META_SEEN_OFFSET, NEW_OFFSET) end
 redis.call('DEL', BLOG)  -- (a retraining's background learner starts afresh)
+redis.call('HDEL', META, META_BLOG_BYTES)
 if DRIFT_STATE == '' then redis.call('HDEL', META, META_DRIFT_STATE, META_DRIFT_EVENTS)
 else redis.call('HSET', META, META_DRIFT_STATE, DRIFT_STATE, META_DRIFT_EVENTS, DRIFT_EVENTS) end
 if NEW_SEEN > 0 then

@@ -91,6 +91,11 @@ for i = COUNTERS_AT, background_at - 1, 2 do redis.call('HSET', META, ARGV[i], A
 for i = background_at, checkpoints_at - 1, UNPACK_CHUNK do
   redis.call('RPUSH', BLOG, unpack(ARGV, i, math.min(i + UNPACK_CHUNK - 1, checkpoints_at - 1)))
 end
+if checkpoints_at > background_at then
+  local held = 0
+  for i = background_at, checkpoints_at - 1 do held = held + #ARGV[i] end
+  redis.call('HSET', META, META_BLOG_BYTES, held)
+end
 local counted = tonumber(redis.call('HGET', META, META_SEEN))  -- (its counters' own, if any)
 if counted > 0 then  -- the outcomes of the examples it counts are not known here
   redis.call('SET', RING, string.rep(RING_UNKNOWN, math.min(counted, WINDOW)))

@@ -103,6 +103,7 @@ redis.call('DEL', DEADLINES)  -- its pending predictions lapse: none awaits a de
 redis.call('HDEL', META, META_PREV_EPOCH)  -- no prediction from before stays
 redis.call('HDEL', META, META_DRIFT_STATE)  -- (the learner its detector watched is gone)
 redis.call('DEL', BLOG)  -- (and the background learner it trained)
+redis.call('HDEL', META, META_BLOG_BYTES)
 redis.call('HSET', META, META_EPOCH, NEW_EPOCH, META_CONFIG, CONFIG, META_VERSION, VERSION,
   META_SNAP_VERSION, VERSION, META_SNAP_LENGTH, LENGTH, META_CHECKPOINT_VERSION, VERSION)
 if SEEN ~= '' then
