@@ -149,7 +149,7 @@ class LearnCommits:
         while attempts < self.settings.learn_attempts:
             base = rep.weights
             made, background = await self._made(rep, base, r2)
-            got = made and await _learned(rep, base, (xs, ts, provs), background)
+            got = None if made is None else await _learned(rep, base, (xs, ts, provs), background)
             if made is None or not got:  # (not loaded yet, or moved meanwhile: catch up)
                 self.replicas.apply_sync(rep, await self.store.sync(rep.name, base.version))
                 attempts += 1
