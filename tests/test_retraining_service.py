@@ -379,12 +379,7 @@ def test_the_background_learner_keeps_its_examples_within_its_bytes(client: http
     rng = np.random.default_rng(5)
 
     def learn(mistake: bool) -> None:
-        x = rng.normal(size=dim).round(2).tolist()
-        p = int(ours.predict(x))
-        y = -p if mistake else p
-        got = client.post("/learn/batch", json={"model": "w", "features": [x], "labels": [y]})
-        assert got.status_code == 200, got.text
-        ours.learn(x, y)
+        _learn_one(client, "w", ours, rng.normal(size=dim).round(2).tolist(), mistake)
 
     for i in range(60):  # (a mistake in five: the detector's best rate and its deviation)
         learn(i % 5 == 0)
@@ -419,11 +414,7 @@ def test_the_background_learner_holds_its_bytes_all_together_with_ever_shorter_e
     ours = Retraining(ModelConfig(hash_bits=20), DDM(warm_start=1))
 
     def learn(x: dict[str, float], mistake: bool) -> None:
-        p = int(ours.predict(x))
-        y = -p if mistake else p
-        got = client.post("/learn/batch", json={"model": "s", "features": [x], "labels": [y]})
-        assert got.status_code == 200, got.text
-        ours.learn(x, y)
+        _learn_one(client, "s", ours, x, mistake)
 
     for i in range(60):  # (a mistake in five: the detector's best rate and its deviation)
         learn({"a": 1.0, f"b{i}": 1.0}, i % 5 == 0)
@@ -436,6 +427,16 @@ def test_the_background_learner_holds_its_bytes_all_together_with_ever_shorter_e
     kept = [len(base64.b64decode(b)) for b in background]
     assert len(kept) > 2
     assert BACKGROUND_BYTES / 2 < sum(kept) <= BACKGROUND_BYTES
+
+
+def _learn_one(client: httpx.Client, model: str, ours: Retraining, x: Any, mistake: bool) -> None:
+    """``x`` learned by the model and by the reference, labelled so that the reference's
+    prediction is a mistake or not, as ``mistake`` says."""
+    p = int(ours.predict(x))
+    y = -p if mistake else p
+    got = client.post("/learn/batch", json={"model": model, "features": [x], "labels": [y]})
+    assert got.status_code == 200, got.text
+    ours.learn(x, y)
 
 
 def _warns_on(ours: Retraining, mistake: int) -> bool:

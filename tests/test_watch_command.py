@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from perceptron_client import Client, ModelMetrics
-from service.cli.watch_command import _positive, watch
+from service.cli.checked_arguments import positive_int
+from service.cli.watch_command import watch
 
 from .conftest import MakeService
 
@@ -61,7 +62,7 @@ def test_watch_prints_a_line_or_the_json_of_each_event(
 @pytest.mark.parametrize(("text", "taken"), [("1", True), ("12", True), ("0", False), ("x", False)])
 def test_watch_counts_only_a_positive_whole_number(text: str, taken: bool) -> None:
     if taken:
-        assert _positive(text) == int(text)
-    else:
-        with pytest.raises(argparse.ArgumentTypeError):
-            _positive(text)
+        assert positive_int(text) == int(text)
+    else:  # (argparse says either is an invalid value)
+        with pytest.raises((argparse.ArgumentTypeError, ValueError)):
+            positive_int(text)

@@ -22,6 +22,7 @@ from perceptron_client import (
     ModelEvent,
     ModelMetrics,
 )
+from service.cli.checked_arguments import positive_int
 from service.cli.models_output import out
 
 Action = Callable[[Client, argparse.Namespace], None]
@@ -35,18 +36,8 @@ def add_actions(action: Callable[[str, str, Action], argparse.ArgumentParser]) -
         watch,
     )
     w.add_argument(
-        "--count", metavar="N", type=_positive, help="end after N events (default: when stopped)"
+        "--count", metavar="N", type=positive_int, help="end after N events (default: when stopped)"
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a positive whole number, not {text!r}")
-    return n
 
 
 def watch(client: Client, args: argparse.Namespace) -> None:

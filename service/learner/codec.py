@@ -116,9 +116,9 @@ def entry_kind(entry: bytes) -> bytes:
     return record[start : start + 1]
 
 
-def apply_entry(config: ModelConfig, weights: Weights, entry: bytes) -> bool:
+def apply_entry(config: ModelConfig, weights: Weights, entry: bytes) -> None:
     """Apply one log entry to ``weights``, as every replica and every rebuild does (bit for bit
-    the same); True where the entry started the learner afresh (its count too)."""
+    the same); an entry that starts the learner afresh zeroes its count too."""
     k, t, raw, x = unpack_entry(config, entry)
     kind = entry_kind(entry)
     learner = config.learner
@@ -131,7 +131,6 @@ def apply_entry(config: ModelConfig, weights: Weights, entry: bytes) -> bool:
     if kind != PENDING:
         raw = learner.raw_scores(config, weights, x)
     learner.apply_logged(config, weights, x, raw=raw, t=t, k=k)
-    return kind == RESTARTED
 
 
 def relearned_entry(item: bytes, k: int, mark: bytes) -> bytes:
